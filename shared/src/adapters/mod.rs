@@ -1,0 +1,16 @@
+//! AWS adapters: the ports of `ports` on DynamoDB and EventBridge Scheduler,
+//! plus the start-up helpers every Lambda shares. AWS SDK calls live here and
+//! nowhere else in the library.
+
+pub mod dynamo;
+pub mod keys;
+pub mod scheduler;
+pub mod telemetry;
+
+/// The SDK configuration every client is built from: region, credentials and
+/// endpoints come from the environment (locally `AWS_ENDPOINT_URL` and the
+/// per-service variables). No endpoint is ever set in code, since that would
+/// silently override the per-service variables.
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}

@@ -1,0 +1,223 @@
+//! The create use case (SPEC §4): a chat backend's Lambda invoke becomes a
+//! reminder task and its one-time Scheduler schedule, or a typed refusal.
+//!
+//! Order of writes, chosen so that a crash at any point converges when the
+//! caller retries with the same key (rule 5):
+//! 1. read the principal's idempotency record: a hit replays or conflicts and
+//!    writes nothing;
+//! 2. put the schedule, named by the task id, which derives from (workspace,
+//!    principal, key): a retry finds and overwrites the same schedule, so a
+//!    crash here leaves at most one schedule that the retry adopts;
+//! 3. write the task and the idempotency record in one transaction.
+//!
+//! A task therefore never exists without its schedule. A schedule without a
+//! task exists only between a crash in 2-3 and the caller's retry; should the
+//! caller never retry, it fires once, the runner's door skips it as `missing`,
+//! and Scheduler deletes it after that delivery.
+//!
+//! Two concurrent calls with one key and different inputs both put the
+//! schedule before their transaction; the loser of the transaction puts the
+//! winner's schedule back before answering `idempotency_conflict`. The
+//! loser's put happens before its failed transaction, which happens after the
+//! winner's put, so the repair is the last write.
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::config::Flags;
+use crate::domain::descriptor::tool_descriptor;
+use crate::domain::idempotency::Replay;
+use crate::domain::limits::Ceilings;
+use crate::domain::reminder::{CreateRequest, Rejection};
+use crate::domain::schedule::{Schedule, format_utc};
+use crate::domain::task::{Task, TaskId};
+use crate::ports::{Inserted, ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskStore};
+
+/// An internal failure: the function errors and the caller retries with the
+/// same key (rule 8).
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error("idempotency record for task {0} has no task")]
+    Dangling(TaskId),
+    #[error("task {0} is not a one-time task")]
+    NotOneTime(TaskId),
+}
+
+/// The invoke payload, by `op`.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Request {
+    Create(Box<CreateRequest>),
+    Describe,
+}
+
+/// A successful or refused answer; encoded by [`Answer::to_json`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Created { task: Box<Task>, replayed: bool },
+    Descriptor(Value),
+    Rejected(Rejection),
+}
+
+impl Answer {
+    /// The response shape of SPEC §4.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Answer::Created { task, replayed } => json!({
+                "ok": true,
+                "replayed": replayed,
+                "task": task_view(task),
+            }),
+            Answer::Descriptor(descriptor) => json!({"ok": true, "descriptor": descriptor}),
+            Answer::Rejected(rejection) => json!({
+                "ok": false,
+                "error": {"code": rejection.code(), "message": rejection.to_string()},
+            }),
+        }
+    }
+}
+
+/// What the chat backend learns of the task: no instruction echoed back.
+fn task_view(task: &Task) -> Value {
+    let at = match &task.spec.schedule {
+        Schedule::At { at } => Some(format_utc(*at)),
+        _ => None,
+    };
+    json!({
+        "task_id": task.task_id,
+        "workspace": task.workspace,
+        "kind": task.kind,
+        "title": task.title,
+        "at": at,
+        "state": task.state().as_str(),
+        "limits": task.spec.limits,
+        "created_at": format_utc(task.created_at),
+    })
+}
+
+/// What create needs besides its ports.
+#[derive(Debug, Clone)]
+pub struct CreateSettings {
+    pub flags: Flags,
+    pub ceilings: Ceilings,
+}
+
+pub struct CreateReminder<S, G> {
+    store: S,
+    schedules: G,
+    settings: CreateSettings,
+}
+
+impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
+    pub fn new(store: S, schedules: G, settings: CreateSettings) -> Self {
+        Self {
+            store,
+            schedules,
+            settings,
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn schedules(&self) -> &G {
+        &self.schedules
+    }
+
+    /// Answers one invoke payload at `now`.
+    pub async fn handle(&self, payload: Value, now: DateTime<Utc>) -> Result<Answer, CreateError> {
+        if !self.settings.flags.create_enabled() {
+            return Ok(Answer::Rejected(Rejection::FeatureDisabled));
+        }
+        let request = match serde_json::from_value::<Request>(payload) {
+            Ok(request) => request,
+            Err(e) => return Ok(Answer::Rejected(Rejection::InvalidRequest(format!("malformed request: {e}")))),
+        };
+        match request {
+            Request::Describe => Ok(Answer::Descriptor(tool_descriptor())),
+            Request::Create(request) => self.create(*request, now).await,
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(workspace = %request.principal.workspace, task_id))]
+    async fn create(&self, request: CreateRequest, now: DateTime<Utc>) -> Result<Answer, CreateError> {
+        let checked = match request.check() {
+            Ok(checked) => checked,
+            Err(rejection) => return Ok(rejected(rejection)),
+        };
+        tracing::Span::current().record("task_id", checked.task_id().as_str());
+        let (principal, key) = (checked.principal().id.clone(), checked.idempotency_key().to_owned());
+        if let Some(record) = self.store.idempotency_record(&principal, &key).await? {
+            return self.replay(record.replay(checked.fingerprint()), &record.workspace).await;
+        }
+        let (task, record) = match checked.into_task(now, &self.settings.ceilings) {
+            Ok(built) => built,
+            Err(rejection) => return Ok(rejected(rejection)),
+        };
+        self.schedules.put(&schedule_of(&task)?).await?;
+        match self.store.insert_with_idempotency(&task, &record).await? {
+            Inserted::Created => {
+                tracing::info!("reminder created");
+                Ok(Answer::Created {
+                    task: Box::new(task),
+                    replayed: false,
+                })
+            }
+            Inserted::KeyTaken => {
+                let winner = self
+                    .store
+                    .idempotency_record(&principal, &key)
+                    .await?
+                    .ok_or_else(|| CreateError::Dangling(task.task_id.clone()))?;
+                let replay = winner.replay(&record.fingerprint);
+                if replay == Replay::Conflict {
+                    // Our put may have overwritten the winner's schedule.
+                    let winner_task = self.load(&winner.workspace, &winner.task_id).await?;
+                    self.schedules.put(&schedule_of(&winner_task)?).await?;
+                }
+                self.replay(replay, &winner.workspace).await
+            }
+        }
+    }
+
+    async fn replay(&self, replay: Replay, workspace: &str) -> Result<Answer, CreateError> {
+        match replay {
+            Replay::Same(task_id) => {
+                let task = self.load(workspace, &task_id).await?;
+                tracing::info!("replayed");
+                Ok(Answer::Created {
+                    task: Box::new(task),
+                    replayed: true,
+                })
+            }
+            Replay::Conflict => Ok(rejected(Rejection::IdempotencyConflict)),
+        }
+    }
+
+    async fn load(&self, workspace: &str, task_id: &TaskId) -> Result<Task, CreateError> {
+        self.store
+            .task(workspace, task_id)
+            .await?
+            .ok_or_else(|| CreateError::Dangling(task_id.clone()))
+    }
+}
+
+fn rejected(rejection: Rejection) -> Answer {
+    tracing::info!(code = rejection.code(), "create refused");
+    Answer::Rejected(rejection)
+}
+
+/// A reminder's schedule. Reminders are one-time by construction
+/// (`reminder::into_task`); anything else under a reminder's key is corrupt.
+fn schedule_of(task: &Task) -> Result<ScheduleDefinition, CreateError> {
+    match task.spec.schedule {
+        Schedule::At { at } => Ok(ScheduleDefinition::one_time(task, at)),
+        Schedule::Cron { .. } | Schedule::Rate { .. } => Err(CreateError::NotOneTime(task.task_id.clone())),
+    }
+}

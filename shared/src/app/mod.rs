@@ -1,0 +1,4 @@
+//! Use cases: each takes ports, the clock's `now` and a request, applies the
+//! domain, and says what to write in which order. No AWS types here.
+
+pub mod create;

@@ -1,0 +1,196 @@
+//! Configuration, from the environment only, parsed once at start (SPEC §9).
+//!
+//! Invariant: this module is the only reader of the environment. Each function
+//! reads only the variables it needs, and a missing or malformed variable
+//! fails the start with its name. Parsers take a lookup function so tests can
+//! pass a map instead of mutating the process environment.
+
+use crate::domain::limits::{Ceilings, Limits};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("environment variable {0} is not set")]
+    Missing(&'static str),
+    #[error("environment variable {name} is malformed: {reason}")]
+    Malformed { name: &'static str, reason: String },
+}
+
+/// Reads variables through a lookup, so tests need not touch the process env.
+pub struct Env<F>(F);
+
+impl Env<fn(&str) -> Option<String>> {
+    /// The process environment.
+    pub fn process() -> Self {
+        Env(|name| std::env::var(name).ok())
+    }
+}
+
+impl<F: Fn(&str) -> Option<String>> Env<F> {
+    pub fn from_lookup(lookup: F) -> Self {
+        Env(lookup)
+    }
+
+    pub fn required(&self, name: &'static str) -> Result<String, ConfigError> {
+        match (self.0)(name) {
+            Some(v) if !v.trim().is_empty() => Ok(v),
+            _ => Err(ConfigError::Missing(name)),
+        }
+    }
+
+    /// A flag is exactly `true` or `false`.
+    pub fn flag(&self, name: &'static str) -> Result<bool, ConfigError> {
+        match self.required(name)?.as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            other => Err(ConfigError::Malformed {
+                name,
+                reason: format!("`{other}` is neither `true` nor `false`"),
+            }),
+        }
+    }
+
+    pub fn json<T: serde::de::DeserializeOwned>(&self, name: &'static str) -> Result<T, ConfigError> {
+        serde_json::from_str(&self.required(name)?).map_err(|e| ConfigError::Malformed {
+            name,
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// `AGENT_SCHEDULE_API_ENABLED` and `AGENT_SCHEDULE_WORKER_ENABLED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flags {
+    pub api_enabled: bool,
+    pub worker_enabled: bool,
+}
+
+impl Flags {
+    pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            api_enabled: env.flag("AGENT_SCHEDULE_API_ENABLED")?,
+            worker_enabled: env.flag("AGENT_SCHEDULE_WORKER_ENABLED")?,
+        })
+    }
+
+    /// Create and describe answer only when both are on (SPEC §4 rule 1).
+    pub fn create_enabled(&self) -> bool {
+        self.api_enabled && self.worker_enabled
+    }
+}
+
+/// `SCHEDULE_CEILINGS`: a JSON object with exactly the four limit keys.
+pub fn ceilings<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Ceilings, ConfigError> {
+    const NAME: &str = "SCHEDULE_CEILINGS";
+    let limits: Limits = env.json(NAME)?;
+    Ceilings::new(limits).map_err(|e| ConfigError::Malformed {
+        name: NAME,
+        reason: e.to_string(),
+    })
+}
+
+/// Where every task's Scheduler schedule delivers, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleTarget {
+    /// `SCHEDULE_GROUP`
+    pub group: String,
+    /// `RUN_QUEUE_ARN`
+    pub queue_arn: String,
+    /// `SCHEDULER_ROLE_ARN`
+    pub role_arn: String,
+    /// `SCHEDULER_DLQ_ARN`
+    pub dlq_arn: String,
+}
+
+impl ScheduleTarget {
+    pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            group: env.required("SCHEDULE_GROUP")?,
+            queue_arn: env.required("RUN_QUEUE_ARN")?,
+            role_arn: env.required("SCHEDULER_ROLE_ARN")?,
+            dlq_arn: env.required("SCHEDULER_DLQ_ARN")?,
+        })
+    }
+}
+
+/// Everything the create function reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateConfig {
+    /// `TABLE_NAME`
+    pub table_name: String,
+    pub target: ScheduleTarget,
+    pub flags: Flags,
+    pub ceilings: Ceilings,
+}
+
+impl CreateConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from(&Env::process())
+    }
+
+    pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            table_name: env.required("TABLE_NAME")?,
+            target: ScheduleTarget::from_env(env)?,
+            flags: Flags::from_env(env)?,
+            ceilings: ceilings(env)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> Env<impl Fn(&str) -> Option<String>> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Env::from_lookup(move |k| map.get(k).cloned())
+    }
+
+    const FULL: [(&str, &str); 8] = [
+        ("TABLE_NAME", "tasks"),
+        ("SCHEDULE_GROUP", "tasks"),
+        ("RUN_QUEUE_ARN", "arn:aws:sqs:us-east-1:123456789012:runs"),
+        ("SCHEDULER_ROLE_ARN", "arn:aws:iam::123456789012:role/scheduler"),
+        ("SCHEDULER_DLQ_ARN", "arn:aws:sqs:us-east-1:123456789012:scheduler-dlq"),
+        ("AGENT_SCHEDULE_API_ENABLED", "true"),
+        ("AGENT_SCHEDULE_WORKER_ENABLED", "false"),
+        ("SCHEDULE_CEILINGS", r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#),
+    ];
+
+    #[test]
+    fn a_complete_environment_parses() {
+        let config = CreateConfig::from(&env(&FULL)).unwrap();
+        assert_eq!(config.table_name, "tasks");
+        assert_eq!(config.flags, Flags { api_enabled: true, worker_enabled: false });
+        assert!(!config.flags.create_enabled());
+        assert_eq!(config.ceilings.limits().max_output_tokens, 4000);
+    }
+
+    #[test]
+    fn every_missing_variable_is_named() {
+        for (name, _) in FULL {
+            let without: Vec<_> = FULL.iter().copied().filter(|(k, _)| *k != name).collect();
+            assert_eq!(CreateConfig::from(&env(&without)), Err(ConfigError::Missing(name)));
+        }
+    }
+
+    #[test]
+    fn malformed_values_are_named() {
+        let cases = [
+            ("AGENT_SCHEDULE_API_ENABLED", "yes"),
+            ("AGENT_SCHEDULE_WORKER_ENABLED", "TRUE"),
+            ("SCHEDULE_CEILINGS", r#"{"max_turns": 10}"#),
+            ("SCHEDULE_CEILINGS", r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300, "extra": 1}"#),
+            ("SCHEDULE_CEILINGS", r#"{"max_turns": 0, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#),
+        ];
+        for (name, value) in cases {
+            let mut pairs: Vec<_> = FULL.iter().copied().filter(|(k, _)| *k != name).collect();
+            pairs.push((name, value));
+            match CreateConfig::from(&env(&pairs)) {
+                Err(ConfigError::Malformed { name: got, .. }) => assert_eq!(got, name, "{value}"),
+                other => panic!("{name}={value}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! The domain: what the spec names, as pure code. No I/O, no AWS SDK, the
+//! clock passed in as `now`. `cargo check -p shared --no-default-features`
+//! proves it builds without the SDK.
+
+pub mod approval;
+pub mod descriptor;
+pub mod hold;
+pub mod idempotency;
+pub mod limits;
+pub mod occurrence;
+pub mod overrides;
+pub mod reminder;
+pub mod schedule;
+pub mod task;

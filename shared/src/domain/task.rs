@@ -1,0 +1,287 @@
+//! A task is standing or one-time work that the runner executes on schedule:
+//! a `reminder` a chat user created, or a `connector` task reconciled from a
+//! scheduled prompt that a connector server declares.
+//!
+//! Invariants:
+//! - A task id is derived, never random: a reminder's from (workspace,
+//!   principal, idempotency key), a connector task's from (workspace, server,
+//!   prompt). Retries and reconciles therefore land on the same item, and the
+//!   task's Scheduler schedule carries the same name.
+//! - `spec` holds the approved bounds and is what runs; `pending` never runs.
+//! - `hold` is the runtime's, `override` the admin's; `state` is derived from
+//!   them by [`Task::state`] and only written for the console.
+//! - `version` grows by one with every write, and every write but the first is
+//!   conditional on the version read.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::approval::Approval;
+use super::hold::Hold;
+use super::limits::Limits;
+use super::overrides::Overrides;
+use super::schedule::Schedule;
+
+/// A task's id: a kind prefix and 32 hex digits of a SHA-256 over its natural key.
+/// Also the name of the task's Scheduler schedule (at most 64 characters).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TaskId(String);
+
+impl TaskId {
+    fn derive(prefix: &str, parts: &[&str]) -> Self {
+        let mut hasher = Sha256::new();
+        for part in parts {
+            // Length-prefixed, so ("ab", "c") and ("a", "bc") differ.
+            hasher.update((part.len() as u64).to_be_bytes());
+            hasher.update(part.as_bytes());
+        }
+        let digest = hex::encode(hasher.finalize());
+        Self(format!("{prefix}_{}", &digest[..32]))
+    }
+
+    /// The reminder a principal creates with an idempotency key.
+    pub fn for_reminder(workspace: &str, principal: &str, idempotency_key: &str) -> Self {
+        Self::derive("rem", &[workspace, principal, idempotency_key])
+    }
+
+    /// The task of a prompt declared by a server in a workspace.
+    pub fn for_connector(workspace: &str, server: &str, prompt: &str) -> Self {
+        Self::derive("con", &[workspace, server, prompt])
+    }
+
+    /// Takes an id as stored or as a caller names it.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (prefix, digest) = text.split_once('_')?;
+        let ok = matches!(prefix, "rem" | "con")
+            && digest.len() == 32
+            && digest.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+        ok.then(|| Self(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskKind {
+    Reminder,
+    Connector,
+}
+
+/// Who owns a task and acts when it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Provenance {
+    /// A user principal, through a chat backend's create call.
+    User { principal: String },
+    /// The connector principal: an installed connector acting as itself.
+    Connector {
+        install_id: String,
+        server: String,
+        prompt: String,
+    },
+}
+
+/// The agent a reminder was created by, pinned at create.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentPin {
+    pub id: String,
+    pub version: String,
+    pub policy_profile: String,
+}
+
+/// Spending bounds in US dollars.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    pub max_usd_per_run: f64,
+    pub max_usd_per_month: f64,
+}
+
+/// The approved bounds of a task: what the runner may do, and when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Spec {
+    pub schedule: Schedule,
+    /// The declaring server's own tools the run may call. Empty for reminders.
+    #[serde(default)]
+    pub tools: BTreeSet<String>,
+    pub limits: Limits,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// Approved values of the prompt's arguments.
+    #[serde(default)]
+    pub arguments: BTreeMap<String, String>,
+    /// Need id -> bound install id, or `None` when the admin left it unbound.
+    #[serde(default)]
+    pub bindings: BTreeMap<String, Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentPin>,
+    /// Scopes delegated to the run. Reminders request the empty set.
+    #[serde(default)]
+    pub scopes: BTreeSet<String>,
+}
+
+/// A declared change that widens the approved bounds and waits for an admin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pending {
+    pub spec: Spec,
+    pub since: DateTime<Utc>,
+}
+
+/// The state shown in the console, derived from the rest of the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    Scheduled,
+    Held,
+    Paused,
+    Deleted,
+    Completed,
+}
+
+impl TaskState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Scheduled => "scheduled",
+            TaskState::Held => "held",
+            TaskState::Paused => "paused",
+            TaskState::Deleted => "deleted",
+            TaskState::Completed => "completed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub task_id: TaskId,
+    pub workspace: String,
+    pub kind: TaskKind,
+    pub provenance: Provenance,
+    pub title: String,
+    /// A reminder's instruction. Connector tasks fetch theirs with
+    /// `prompts/get` at every run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
+    pub spec: Spec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Pending>,
+    #[serde(default, skip_serializing_if = "Hold::is_empty")]
+    pub hold: Hold,
+    #[serde(rename = "override", default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<Overrides>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+    /// When a one-time task's only occurrence finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<DateTime<Utc>>,
+    pub version: u64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Task {
+    /// The derived state. A tombstone wins over everything; a finished
+    /// one-time task is completed whatever else is set; an admin's pause is
+    /// shown before the runtime's hold, since it is the one a person must undo.
+    pub fn state(&self) -> TaskState {
+        let overrides = self.overrides.clone().unwrap_or_default();
+        if overrides.deleted {
+            TaskState::Deleted
+        } else if self.completed_at.is_some() {
+            TaskState::Completed
+        } else if overrides.paused {
+            TaskState::Paused
+        } else if self.hold.is_held() {
+            TaskState::Held
+        } else {
+            TaskState::Scheduled
+        }
+    }
+
+    /// Whether the task's Scheduler schedule should be enabled.
+    pub fn should_fire(&self) -> bool {
+        self.state() == TaskState::Scheduled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::hold::HoldReason;
+    use chrono::TimeZone;
+
+    fn reminder() -> Task {
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 10, 0, 0).unwrap();
+        Task {
+            task_id: TaskId::for_reminder("ws_1", "usr_1", "k1"),
+            workspace: "ws_1".into(),
+            kind: TaskKind::Reminder,
+            provenance: Provenance::User { principal: "usr_1".into() },
+            title: "Call mom".into(),
+            instruction: Some("Remind me".into()),
+            spec: Spec {
+                schedule: Schedule::At { at: t0 },
+                tools: BTreeSet::new(),
+                limits: Limits { max_turns: 1, max_tool_calls: 0, max_output_tokens: 10, timeout_seconds: 10 },
+                budget: None,
+                arguments: BTreeMap::new(),
+                bindings: BTreeMap::new(),
+                agent: None,
+                scopes: BTreeSet::new(),
+            },
+            pending: None,
+            hold: Hold::default(),
+            overrides: None,
+            approval: None,
+            completed_at: None,
+            version: 1,
+            created_at: t0,
+            updated_at: t0,
+        }
+    }
+
+    #[test]
+    fn ids_are_derived_stable_and_distinct() {
+        let a = TaskId::for_reminder("ws_1", "usr_1", "k");
+        assert_eq!(a, TaskId::for_reminder("ws_1", "usr_1", "k"));
+        assert_ne!(a, TaskId::for_reminder("ws_1", "usr_2", "k"));
+        assert_ne!(a, TaskId::for_reminder("ws_2", "usr_1", "k"));
+        assert_ne!(TaskId::for_reminder("ws", "ab", "c"), TaskId::for_reminder("ws", "a", "bc"));
+        assert!(a.as_str().starts_with("rem_") && a.as_str().len() == 36);
+        assert!(TaskId::for_connector("ws_1", "issues", "weekly").as_str().starts_with("con_"));
+        assert_eq!(TaskId::parse(a.as_str()), Some(a));
+        for bad in ["", "rem_", "xyz_0123456789abcdef0123456789abcdef", "rem_0123456789ABCDEF0123456789abcdef", "rem_0123"] {
+            assert_eq!(TaskId::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn state_is_derived_in_precedence_order() {
+        let t = Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap();
+        let mut task = reminder();
+        assert_eq!(task.state(), TaskState::Scheduled);
+        assert!(task.should_fire());
+        task.hold.place(HoldReason::AwaitingApproval, t, "new");
+        assert_eq!(task.state(), TaskState::Held);
+        task.overrides = Some(Overrides { paused: true, ..Default::default() });
+        assert_eq!(task.state(), TaskState::Paused);
+        task.completed_at = Some(t);
+        assert_eq!(task.state(), TaskState::Completed);
+        task.overrides = Some(Overrides { deleted: true, ..Default::default() });
+        assert_eq!(task.state(), TaskState::Deleted);
+        assert!(!task.should_fire());
+    }
+}
