@@ -10,3 +10,16 @@ pub mod ports;
 
 #[cfg(feature = "aws")]
 pub mod adapters;
+
+/// An error with its `#[source]` chain on one line, for the one log line
+/// written where the error is handled.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,1 +1,35 @@
+//! The create handler: decode the invoke payload, run the create use case,
+//! encode its answer. Client errors are `ok: false` answers; internal failures
+//! are function errors, so the caller retries with the same idempotency key.
 
+use chrono::Utc;
+use lambda_runtime::{Error, LambdaEvent};
+use serde_json::Value;
+use shared::adapters::dynamo::DynamoStore;
+use shared::adapters::scheduler::EventBridgeSchedules;
+use shared::app::create::{CreateReminder, CreateSettings};
+use shared::config::CreateConfig;
+
+pub type App = CreateReminder<DynamoStore, EventBridgeSchedules>;
+
+/// Wires the use case to the AWS adapters. Called once, at start-up.
+pub fn build(sdk: &aws_config::SdkConfig, config: CreateConfig) -> App {
+    CreateReminder::new(
+        DynamoStore::from_sdk(sdk, config.table_name),
+        EventBridgeSchedules::from_sdk(sdk, config.target),
+        CreateSettings {
+            flags: config.flags,
+            ceilings: config.ceilings,
+        },
+    )
+}
+
+pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
+    match app.handle(event.payload, Utc::now()).await {
+        Ok(answer) => Ok(answer.to_json()),
+        Err(error) => {
+            tracing::error!(error = %shared::error_chain(&error), "create failed; the caller retries with the same key");
+            Err(error.into())
+        }
+    }
+}

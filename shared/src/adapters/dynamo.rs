@@ -40,6 +40,10 @@ impl DynamoStore {
         }
     }
 
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, table: impl Into<String>) -> Self {
+        Self::new(Client::new(sdk), table)
+    }
+
     /// DynamoDB requests this store has sent since it was built.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)

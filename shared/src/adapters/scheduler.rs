@@ -40,6 +40,10 @@ impl EventBridgeSchedules {
         }
     }
 
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, target: ScheduleTarget) -> Self {
+        Self::new(Client::new(sdk), target)
+    }
+
     /// Scheduler requests sent since this adapter was built.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)

@@ -1,0 +1,101 @@
+//! A moto server on a free loopback port: the local AWS for tests and the
+//! local main job (SPEC §10). Started from the project's pinned venv, waited
+//! for until it answers, and stopped by its PID when dropped.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// The repository root, where `.venv` lives.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `moto_server` from the venv that `infra/scripts/venv.sh` creates, or
+/// `MOTO_SERVER` when set.
+pub fn moto_server_path() -> PathBuf {
+    std::env::var_os("MOTO_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".venv/bin/moto_server"))
+}
+
+/// A free port on 127.0.0.1, as the OS hands it out.
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// A running moto server. Dropping it kills the process.
+pub struct Moto {
+    child: Child,
+    port: u16,
+}
+
+impl Moto {
+    /// Starts moto on 127.0.0.1 and waits until it accepts connections.
+    pub fn start() -> anyhow::Result<Self> {
+        let path = moto_server_path();
+        if !path.exists() {
+            bail!(
+                "{} not found: run infra/scripts/venv.sh (the test and local scripts do) or set MOTO_SERVER",
+                path.display()
+            );
+        }
+        // A port picked free can be taken before moto binds it: try a few.
+        let mut last = None;
+        for _ in 0..5 {
+            let port = free_port()?;
+            let child = Command::new(&path)
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .with_context(|| format!("starting {}", path.display()))?;
+            let mut moto = Moto { child, port };
+            match moto.wait_ready(Duration::from_secs(30)) {
+                Ok(()) => return Ok(moto),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("moto did not start")))
+    }
+
+    fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("moto exited during start-up: {status}");
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("moto did not answer on {addr} within {limit:?}")
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The endpoint for `AWS_ENDPOINT_URL`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,230 @@
+//! A Lambda Runtime API emulator on loopback, and the function processes it
+//! serves: the real binaries, started with nothing but their SPEC §9
+//! variables, the SDK's endpoint variables and what Lambda itself sets.
+//!
+//! It implements the four Runtime API routes a runtime client uses
+//! (`invocation/next`, `.../response`, `.../error`, `init/error`), one
+//! invocation at a time per function, as Lambda does.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow, bail};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use serde_json::Value;
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+/// What an invocation ended with.
+#[derive(Debug)]
+pub enum Outcome {
+    Response(Value),
+    /// The function reported an error (a function error, as Lambda's
+    /// `FunctionError` header would say).
+    Error(Value),
+}
+
+struct Invocation {
+    id: String,
+    payload: Bytes,
+    deadline_ms: u128,
+}
+
+struct Shared {
+    function_name: String,
+    next: Mutex<mpsc::Receiver<Invocation>>,
+    waiting: Mutex<HashMap<String, oneshot::Sender<Outcome>>>,
+    init_error: Mutex<Option<Value>>,
+}
+
+/// The Runtime API of one function.
+pub struct RuntimeApi {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    sender: mpsc::Sender<Invocation>,
+    server: tokio::task::JoinHandle<()>,
+    timeout: Duration,
+}
+
+async fn next(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    let invocation = shared.next.lock().await.recv().await;
+    let Some(invocation) = invocation else {
+        return (StatusCode::GONE, HeaderMap::new(), Bytes::new());
+    };
+    let mut headers = HeaderMap::new();
+    let mut set = |name: &'static str, value: String| {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(name, v);
+        }
+    };
+    set("lambda-runtime-aws-request-id", invocation.id);
+    set("lambda-runtime-deadline-ms", invocation.deadline_ms.to_string());
+    set(
+        "lambda-runtime-invoked-function-arn",
+        format!("arn:aws:lambda:us-east-1:123456789012:function:{}", shared.function_name),
+    );
+    set("lambda-runtime-trace-id", "Root=1-00000000-000000000000000000000000;Sampled=0".to_owned());
+    set("content-type", "application/json".to_owned());
+    (StatusCode::OK, headers, invocation.payload)
+}
+
+fn parse(body: &Bytes) -> Value {
+    serde_json::from_slice(body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+}
+
+async fn respond(State(shared): State<Arc<Shared>>, UrlPath(id): UrlPath<String>, body: Bytes) -> StatusCode {
+    match shared.waiting.lock().await.remove(&id) {
+        Some(tx) => {
+            let _ = tx.send(Outcome::Response(parse(&body)));
+            StatusCode::ACCEPTED
+        }
+        None => StatusCode::NOT_FOUND,
+    }
+}
+
+async fn error(State(shared): State<Arc<Shared>>, UrlPath(id): UrlPath<String>, body: Bytes) -> StatusCode {
+    match shared.waiting.lock().await.remove(&id) {
+        Some(tx) => {
+            let _ = tx.send(Outcome::Error(parse(&body)));
+            StatusCode::ACCEPTED
+        }
+        None => StatusCode::NOT_FOUND,
+    }
+}
+
+async fn init_error(State(shared): State<Arc<Shared>>, body: Bytes) -> StatusCode {
+    *shared.init_error.lock().await = Some(parse(&body));
+    StatusCode::ACCEPTED
+}
+
+impl RuntimeApi {
+    /// Serves the Runtime API for `function_name` on a free loopback port.
+    pub async fn start(function_name: &str, timeout: Duration) -> anyhow::Result<Self> {
+        let (sender, receiver) = mpsc::channel(64);
+        let shared = Arc::new(Shared {
+            function_name: function_name.to_owned(),
+            next: Mutex::new(receiver),
+            waiting: Mutex::default(),
+            init_error: Mutex::default(),
+        });
+        let app = Router::new()
+            .route("/2018-06-01/runtime/invocation/next", get(next))
+            .route("/2018-06-01/runtime/invocation/{id}/response", post(respond))
+            .route("/2018-06-01/runtime/invocation/{id}/error", post(error))
+            .route("/2018-06-01/runtime/init/error", post(init_error))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self {
+            addr,
+            shared,
+            sender,
+            server,
+            timeout,
+        })
+    }
+
+    /// `host:port`, for `AWS_LAMBDA_RUNTIME_API`.
+    pub fn address(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// The error the function reported at start, if any.
+    pub async fn init_error(&self) -> Option<Value> {
+        self.shared.init_error.lock().await.clone()
+    }
+
+    /// Invokes the function with a payload and waits for its outcome.
+    pub async fn invoke(&self, payload: &Value) -> anyhow::Result<Outcome> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let (tx, rx) = oneshot::channel();
+        self.shared.waiting.lock().await.insert(id.clone(), tx);
+        let deadline = SystemTime::now() + self.timeout;
+        let deadline_ms = deadline.duration_since(UNIX_EPOCH)?.as_millis();
+        self.sender
+            .send(Invocation {
+                id: id.clone(),
+                payload: Bytes::from(serde_json::to_vec(payload)?),
+                deadline_ms,
+            })
+            .await
+            .map_err(|_| anyhow!("the runtime API is closed"))?;
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(_)) => bail!("invocation {id} was dropped"),
+            Err(_) => {
+                self.shared.waiting.lock().await.remove(&id);
+                bail!("invocation {id} timed out after {:?}", self.timeout)
+            }
+        }
+    }
+
+    /// Invokes and expects a response, not a function error.
+    pub async fn invoke_ok(&self, payload: &Value) -> anyhow::Result<Value> {
+        match self.invoke(payload).await? {
+            Outcome::Response(value) => Ok(value),
+            Outcome::Error(error) => bail!("function error: {error}"),
+        }
+    }
+}
+
+impl Drop for RuntimeApi {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// A function binary running against a [`RuntimeApi`]. Killed when dropped.
+pub struct FunctionProcess {
+    child: tokio::process::Child,
+}
+
+impl FunctionProcess {
+    /// Starts `binary` with a cleared environment: only `env`, the Runtime
+    /// API address and the variables Lambda itself provides. Its log lines go
+    /// to `log` when given (tests read them), else to this process's stderr.
+    pub fn spawn(
+        binary: &Path,
+        api: &RuntimeApi,
+        name: &str,
+        env: &[(String, String)],
+        log: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let mut command = tokio::process::Command::new(binary);
+        command
+            .env_clear()
+            .env("AWS_LAMBDA_RUNTIME_API", api.address())
+            .env("AWS_LAMBDA_FUNCTION_NAME", name)
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+            .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{name}"))
+            .env("AWS_LAMBDA_LOG_STREAM_NAME", "local")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(path) = log {
+            let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+            command.stdout(file.try_clone()?).stderr(file);
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Self { child })
+    }
+
+    /// Waits for the process to exit (it only does on a start-up failure).
+    pub async fn wait_exit(&mut self, limit: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        Ok(tokio::time::timeout(limit, self.child.wait()).await??)
+    }
+}

@@ -1,0 +1,173 @@
+//! The resources of `template.yaml` that the local stack needs, created on
+//! moto from code. `STACK` holds the settings that must match the template,
+//! and the test `template_in_step` compares the two.
+
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TimeToLiveSpecification,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+
+/// The settings shared with `template.yaml`.
+#[derive(Debug, Clone, Copy)]
+pub struct StackSpec {
+    /// Table hash and range key names, both strings.
+    pub table_keys: (&'static str, &'static str),
+    pub ttl_attribute: &'static str,
+    /// Runs queue: at least six times the runner's timeout.
+    pub runs_visibility_timeout: u32,
+    pub runs_retention_seconds: u32,
+    /// Deliveries of one message before it moves to the runs DLQ.
+    pub runs_max_receive_count: u32,
+    pub dlq_retention_seconds: u32,
+}
+
+pub const STACK: StackSpec = StackSpec {
+    table_keys: ("pk", "sk"),
+    ttl_attribute: "ttl",
+    runs_visibility_timeout: 2160,
+    runs_retention_seconds: 345_600,
+    runs_max_receive_count: 5,
+    dlq_retention_seconds: 1_209_600,
+};
+
+/// Names of one stack's resources: unique per test, so tests never share state.
+#[derive(Debug, Clone)]
+pub struct StackNames {
+    pub table: String,
+    pub runs_queue: String,
+    pub runs_dlq: String,
+    pub scheduler_dlq: String,
+    pub schedule_group: String,
+}
+
+impl StackNames {
+    pub fn unique(prefix: &str) -> Self {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let suffix = &id[..10];
+        Self {
+            table: format!("{prefix}-tasks-{suffix}"),
+            runs_queue: format!("{prefix}-runs-{suffix}"),
+            runs_dlq: format!("{prefix}-runs-dlq-{suffix}"),
+            scheduler_dlq: format!("{prefix}-scheduler-dlq-{suffix}"),
+            schedule_group: format!("{prefix}-{suffix}"),
+        }
+    }
+}
+
+/// One created stack.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    pub names: StackNames,
+    pub runs_queue_url: String,
+    pub runs_queue_arn: String,
+    pub runs_dlq_url: String,
+    pub scheduler_dlq_url: String,
+    pub scheduler_dlq_arn: String,
+    /// moto does not check roles; the ARN has the template's shape.
+    pub scheduler_role_arn: String,
+}
+
+async fn queue(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+    attributes: &[(QueueAttributeName, String)],
+) -> anyhow::Result<(String, String)> {
+    let mut create = sqs.create_queue().queue_name(name);
+    for (key, value) in attributes {
+        create = create.attributes(key.clone(), value);
+    }
+    let url = create.send().await?.queue_url.unwrap_or_default();
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await?
+        .attributes
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .unwrap_or_default();
+    Ok((url, arn))
+}
+
+impl Stack {
+    /// Creates the table, the queues and the schedule group.
+    pub async fn create(sdk: &SdkConfig, names: StackNames) -> anyhow::Result<Self> {
+        let dynamo = aws_sdk_dynamodb::Client::new(sdk);
+        let (hash, range) = STACK.table_keys;
+        let attribute = |name: &str| {
+            AttributeDefinition::builder()
+                .attribute_name(name)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+        };
+        let key = |name: &str, kind| KeySchemaElement::builder().attribute_name(name).key_type(kind).build();
+        dynamo
+            .create_table()
+            .table_name(&names.table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(attribute(hash)?)
+            .attribute_definitions(attribute(range)?)
+            .key_schema(key(hash, KeyType::Hash)?)
+            .key_schema(key(range, KeyType::Range)?)
+            .send()
+            .await?;
+        dynamo
+            .update_time_to_live()
+            .table_name(&names.table)
+            .time_to_live_specification(
+                TimeToLiveSpecification::builder()
+                    .attribute_name(STACK.ttl_attribute)
+                    .enabled(true)
+                    .build()?,
+            )
+            .send()
+            .await?;
+
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let retention = (QueueAttributeName::MessageRetentionPeriod, STACK.dlq_retention_seconds.to_string());
+        let (runs_dlq_url, runs_dlq_arn) = queue(&sqs, &names.runs_dlq, std::slice::from_ref(&retention)).await?;
+        let (scheduler_dlq_url, scheduler_dlq_arn) = queue(&sqs, &names.scheduler_dlq, &[retention]).await?;
+        let redrive = serde_json::json!({
+            "deadLetterTargetArn": runs_dlq_arn,
+            "maxReceiveCount": STACK.runs_max_receive_count,
+        });
+        let (runs_queue_url, runs_queue_arn) = queue(
+            &sqs,
+            &names.runs_queue,
+            &[
+                (QueueAttributeName::VisibilityTimeout, STACK.runs_visibility_timeout.to_string()),
+                (QueueAttributeName::MessageRetentionPeriod, STACK.runs_retention_seconds.to_string()),
+                (QueueAttributeName::RedrivePolicy, redrive.to_string()),
+            ],
+        )
+        .await?;
+
+        aws_sdk_scheduler::Client::new(sdk)
+            .create_schedule_group()
+            .name(&names.schedule_group)
+            .send()
+            .await?;
+
+        Ok(Self {
+            scheduler_role_arn: format!("arn:aws:iam::123456789012:role/{}-scheduler", names.schedule_group),
+            names,
+            runs_queue_url,
+            runs_queue_arn,
+            runs_dlq_url,
+            scheduler_dlq_url,
+            scheduler_dlq_arn,
+        })
+    }
+
+    /// The SPEC §9 variables that point a function at this stack.
+    pub fn function_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("TABLE_NAME", self.names.table.clone()),
+            ("SCHEDULE_GROUP", self.names.schedule_group.clone()),
+            ("RUN_QUEUE_ARN", self.runs_queue_arn.clone()),
+            ("SCHEDULER_ROLE_ARN", self.scheduler_role_arn.clone()),
+            ("SCHEDULER_DLQ_ARN", self.scheduler_dlq_arn.clone()),
+        ]
+    }
+}
