@@ -123,6 +123,18 @@ pub struct CreateConfig {
 }
 
 impl CreateConfig {
+    /// Every variable create reads; `template.yaml` sets exactly these.
+    pub const VARIABLES: [&'static str; 8] = [
+        "TABLE_NAME",
+        "SCHEDULE_GROUP",
+        "RUN_QUEUE_ARN",
+        "SCHEDULER_ROLE_ARN",
+        "SCHEDULER_DLQ_ARN",
+        "AGENT_SCHEDULE_API_ENABLED",
+        "AGENT_SCHEDULE_WORKER_ENABLED",
+        "SCHEDULE_CEILINGS",
+    ];
+
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from(&Env::process())
     }
@@ -155,16 +167,31 @@ mod tests {
         ("SCHEDULER_DLQ_ARN", "arn:aws:sqs:us-east-1:123456789012:scheduler-dlq"),
         ("AGENT_SCHEDULE_API_ENABLED", "true"),
         ("AGENT_SCHEDULE_WORKER_ENABLED", "false"),
-        ("SCHEDULE_CEILINGS", r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#),
+        (
+            "SCHEDULE_CEILINGS",
+            r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#,
+        ),
     ];
 
     #[test]
     fn a_complete_environment_parses() {
         let config = CreateConfig::from(&env(&FULL)).unwrap();
         assert_eq!(config.table_name, "tasks");
-        assert_eq!(config.flags, Flags { api_enabled: true, worker_enabled: false });
+        assert_eq!(
+            config.flags,
+            Flags {
+                api_enabled: true,
+                worker_enabled: false
+            }
+        );
         assert!(!config.flags.create_enabled());
         assert_eq!(config.ceilings.limits().max_output_tokens, 4000);
+    }
+
+    #[test]
+    fn variables_lists_what_is_read() {
+        let names: Vec<&str> = FULL.iter().map(|(k, _)| *k).collect();
+        assert_eq!(names, CreateConfig::VARIABLES);
     }
 
     #[test]
@@ -181,8 +208,14 @@ mod tests {
             ("AGENT_SCHEDULE_API_ENABLED", "yes"),
             ("AGENT_SCHEDULE_WORKER_ENABLED", "TRUE"),
             ("SCHEDULE_CEILINGS", r#"{"max_turns": 10}"#),
-            ("SCHEDULE_CEILINGS", r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300, "extra": 1}"#),
-            ("SCHEDULE_CEILINGS", r#"{"max_turns": 0, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#),
+            (
+                "SCHEDULE_CEILINGS",
+                r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300, "extra": 1}"#,
+            ),
+            (
+                "SCHEDULE_CEILINGS",
+                r#"{"max_turns": 0, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#,
+            ),
         ];
         for (name, value) in cases {
             let mut pairs: Vec<_> = FULL.iter().copied().filter(|(k, _)| *k != name).collect();

@@ -72,7 +72,11 @@ impl TestStack {
 
     /// Items of one entity type (`task`, `idempotency`, ...).
     pub async fn items_of(&self, entity: &str) -> Vec<Value> {
-        self.items().await.into_iter().filter(|i| i["entity"] == entity).collect()
+        self.items()
+            .await
+            .into_iter()
+            .filter(|i| i["entity"] == entity)
+            .collect()
     }
 
     pub async fn item(&self, pk: &str, sk: &str) -> Option<Value> {
@@ -101,7 +105,11 @@ impl TestStack {
             .send()
             .await
             .expect("list schedules");
-        let mut names: Vec<String> = out.schedules().iter().filter_map(|s| s.name().map(str::to_owned)).collect();
+        let mut names: Vec<String> = out
+            .schedules()
+            .iter()
+            .filter_map(|s| s.name().map(str::to_owned))
+            .collect();
         names.sort();
         names
     }
@@ -118,8 +126,16 @@ impl TestStack {
 
     /// Asserts that nothing at all was written.
     pub async fn assert_untouched(&self, context: &str) {
-        assert_eq!(self.items().await, Vec::<Value>::new(), "{context}: table must stay empty");
-        assert_eq!(self.schedule_names().await, Vec::<String>::new(), "{context}: no schedule");
+        assert_eq!(
+            self.items().await,
+            Vec::<Value>::new(),
+            "{context}: table must stay empty"
+        );
+        assert_eq!(
+            self.schedule_names().await,
+            Vec::<String>::new(),
+            "{context}: no schedule"
+        );
     }
 }
 
@@ -131,7 +147,9 @@ pub const ENABLED: Flags = Flags {
 /// SPEC §4's example request, due `ahead` from `now`, written in UTC+01:00.
 pub fn create_request(key: &str, now: DateTime<Utc>, ahead: Duration) -> Value {
     let offset = chrono::FixedOffset::east_opt(3600).expect("valid offset");
-    let at = (now + ahead).with_timezone(&offset).to_rfc3339_opts(chrono::SecondsFormat::Secs, false);
+    let at = (now + ahead)
+        .with_timezone(&offset)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, false);
     json!({
         "op": "create",
         "principal": {"id": "usr_123", "workspace": "ws_1", "scopes": ["schedule.write"]},

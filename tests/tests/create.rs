@@ -9,7 +9,10 @@ use shared::config::Flags;
 use tests::{TestStack, code, create_request};
 
 async fn call(app: &create::App, payload: Value) -> Value {
-    app.handle(payload, Utc::now()).await.expect("no internal failure").to_json()
+    app.handle(payload, Utc::now())
+        .await
+        .expect("no internal failure")
+        .to_json()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -17,7 +20,10 @@ async fn gate_1_feature_flags_hide_the_descriptor_and_refuse_create() {
     let t = TestStack::start().await.unwrap();
     let now = Utc::now();
     for (api, worker) in [(false, true), (true, false), (false, false)] {
-        let flags = Flags { api_enabled: api, worker_enabled: worker };
+        let flags = Flags {
+            api_enabled: api,
+            worker_enabled: worker,
+        };
         let app = create::build(&t.aws.sdk, t.create_config(flags));
         let describe = call(&app, json!({"op": "describe"})).await;
         assert_eq!(code(&describe), "feature_disabled", "describe with {flags:?}");
@@ -38,7 +44,12 @@ async fn gate_1_feature_flags_hide_the_descriptor_and_refuse_create() {
                "parallel": false, "required_scopes": ["schedule.write"]})
     );
     assert_eq!(d["input_schema"]["required"], json!(["title", "instruction", "at"]));
-    assert!(d["input_schema"]["properties"]["at"]["description"].as_str().unwrap().contains("offset"));
+    assert!(
+        d["input_schema"]["properties"]["at"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("offset")
+    );
     t.assert_untouched("describe").await;
 }
 
@@ -72,12 +83,18 @@ async fn gate_2_an_approved_call_writes_the_task_and_its_schedule_exactly() {
         item["spec"]["limits"],
         json!({"max_turns": 6, "max_tool_calls": 0, "max_output_tokens": 2000, "timeout_seconds": 120})
     );
-    assert_eq!(item["spec"]["agent"], json!({"id": "agt_1", "version": "7", "policy_profile": "standard"}));
+    assert_eq!(
+        item["spec"]["agent"],
+        json!({"id": "agt_1", "version": "7", "policy_profile": "standard"})
+    );
     assert_eq!(item["approval"]["id"], "apr_9");
     assert!(item.get("hold").is_none() && item.get("override").is_none() && item.get("pending").is_none());
 
     // Its idempotency record, in the same transaction.
-    let record = t.item("IDEM#usr_123", "KEY#call_7f3a").await.expect("idempotency record");
+    let record = t
+        .item("IDEM#usr_123", "KEY#call_7f3a")
+        .await
+        .expect("idempotency record");
     assert_eq!(record["task_id"], task_id.as_str());
     assert_eq!(t.items().await.len(), 2, "exactly the task and its record");
 
@@ -92,7 +109,10 @@ async fn gate_2_an_approved_call_writes_the_task_and_its_schedule_exactly() {
     let target = s.target().expect("target");
     assert_eq!(target.arn(), t.stack.runs_queue_arn);
     assert_eq!(target.role_arn(), t.stack.scheduler_role_arn);
-    assert_eq!(target.dead_letter_config().and_then(|d| d.arn()), Some(t.stack.scheduler_dlq_arn.as_str()));
+    assert_eq!(
+        target.dead_letter_config().and_then(|d| d.arn()),
+        Some(t.stack.scheduler_dlq_arn.as_str())
+    );
     let retry = target.retry_policy().expect("retry policy");
     assert_eq!(retry.maximum_event_age_in_seconds(), Some(86_400));
     assert_eq!(retry.maximum_retry_attempts(), Some(185));
@@ -104,7 +124,10 @@ async fn gate_2_an_approved_call_writes_the_task_and_its_schedule_exactly() {
                "execution_id": "<aws.scheduler.execution-id>",
                "attempt": "<aws.scheduler.attempt-number>"})
     );
-    assert!(!s.description().unwrap_or_default().contains("Call mom"), "no content in the schedule");
+    assert!(
+        !s.description().unwrap_or_default().contains("Call mom"),
+        "no content in the schedule"
+    );
 
     // Request budget: one read, one transaction, one schedule write.
     assert_eq!(app.store().requests(), 2);
@@ -162,28 +185,71 @@ async fn gate_4_rejected_requests_leave_no_residue() {
     let naive = (now + Duration::hours(1)).format("%Y-%m-%dT%H:%M:%S").to_string();
     let cases: Vec<(&str, Value, &str)> = vec![
         ("naive", with(&["input", "at"], json!(naive)), "naive_instant"),
-        ("unparsable", with(&["input", "at"], json!("tomorrow at 7")), "invalid_instant"),
-        ("not a string", with(&["input", "at"], json!(1767034800)), "invalid_request"),
-        ("past", with(&["input", "at"], json!((now - Duration::minutes(1)).to_rfc3339())), "instant_in_past"),
-        ("too far", with(&["input", "at"], json!((now + Duration::days(367)).to_rfc3339())), "instant_too_far"),
-        ("long title", with(&["input", "title"], json!("t".repeat(201))), "invalid_request"),
-        ("long instruction", with(&["input", "instruction"], json!("i".repeat(4001))), "invalid_request"),
-        ("control title", with(&["input", "title"], json!("Call\u{0000}mom")), "invalid_request"),
-        ("control instruction", with(&["input", "instruction"], json!("a\u{001b}[31m")), "invalid_request"),
+        (
+            "unparsable",
+            with(&["input", "at"], json!("tomorrow at 7")),
+            "invalid_instant",
+        ),
+        (
+            "not a string",
+            with(&["input", "at"], json!(1767034800)),
+            "invalid_request",
+        ),
+        (
+            "past",
+            with(&["input", "at"], json!((now - Duration::minutes(1)).to_rfc3339())),
+            "instant_in_past",
+        ),
+        (
+            "too far",
+            with(&["input", "at"], json!((now + Duration::days(367)).to_rfc3339())),
+            "instant_too_far",
+        ),
+        (
+            "long title",
+            with(&["input", "title"], json!("t".repeat(201))),
+            "invalid_request",
+        ),
+        (
+            "long instruction",
+            with(&["input", "instruction"], json!("i".repeat(4001))),
+            "invalid_request",
+        ),
+        (
+            "control title",
+            with(&["input", "title"], json!("Call\u{0000}mom")),
+            "invalid_request",
+        ),
+        (
+            "control instruction",
+            with(&["input", "instruction"], json!("a\u{001b}[31m")),
+            "invalid_request",
+        ),
         ("empty title", with(&["input", "title"], json!("")), "invalid_request"),
-        ("extra input field", with(&["input", "scopes"], json!(["*"])), "invalid_request"),
+        (
+            "extra input field",
+            with(&["input", "scopes"], json!(["*"])),
+            "invalid_request",
+        ),
         ("missing approval", without("approval", None), "invalid_request"),
         ("null approval", with(&["approval"], Value::Null), "invalid_request"),
         ("missing at", without("input", Some("at")), "invalid_request"),
         ("missing key", without("idempotency_key", None), "invalid_request"),
         ("unknown op", with(&["op"], json!("delete")), "invalid_request"),
         ("not an object", json!("create"), "invalid_request"),
-        ("negative limit", with(&["agent", "limits", "max_turns"], json!(-1)), "invalid_request"),
+        (
+            "negative limit",
+            with(&["agent", "limits", "max_turns"], json!(-1)),
+            "invalid_request",
+        ),
     ];
     for (name, request, want) in cases {
         let answer = call(&app, request).await;
         assert_eq!(code(&answer), want, "{name}: {answer}");
-        assert!(answer["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{name}");
+        assert!(
+            answer["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{name}"
+        );
         t.assert_untouched(name).await;
     }
 }
@@ -196,12 +262,22 @@ async fn gate_5_retries_are_idempotent_per_principal() {
     let request = create_request("call_1", now, Duration::hours(2));
 
     let first = call(&app, request.clone()).await;
-    assert_eq!((code(&first), first["replayed"].clone()), ("ok".to_owned(), json!(false)));
+    assert_eq!(
+        (code(&first), first["replayed"].clone()),
+        ("ok".to_owned(), json!(false))
+    );
     let reads_before = app.store().requests();
     let again = call(&app, request.clone()).await;
-    assert_eq!((code(&again), again["replayed"].clone()), ("ok".to_owned(), json!(true)));
+    assert_eq!(
+        (code(&again), again["replayed"].clone()),
+        ("ok".to_owned(), json!(true))
+    );
     assert_eq!(again["task"], first["task"], "the same task");
-    assert_eq!(app.store().requests() - reads_before, 2, "a replay reads the record and the task, writes nothing");
+    assert_eq!(
+        app.store().requests() - reads_before,
+        2,
+        "a replay reads the record and the task, writes nothing"
+    );
     assert_eq!(t.items_of("task").await.len(), 1);
     assert_eq!(t.schedule_names().await.len(), 1);
 
@@ -222,13 +298,19 @@ async fn gate_5_retries_are_idempotent_per_principal() {
     later["approval"] = request["approval"].clone();
     assert_eq!(code(&call(&app, later).await), "idempotency_conflict");
     assert_eq!(t.items_of("task").await, task_before);
-    assert_eq!(t.schedule(task_id).await.schedule_expression().map(str::to_owned), schedule_before);
+    assert_eq!(
+        t.schedule(task_id).await.schedule_expression().map(str::to_owned),
+        schedule_before
+    );
 
     // Same key, other principal: an independent task.
     let mut theirs = request.clone();
     theirs["principal"]["id"] = json!("usr_456");
     let answer = call(&app, theirs).await;
-    assert_eq!((code(&answer), answer["replayed"].clone()), ("ok".to_owned(), json!(false)));
+    assert_eq!(
+        (code(&answer), answer["replayed"].clone()),
+        ("ok".to_owned(), json!(false))
+    );
     assert_ne!(answer["task"]["task_id"], first["task"]["task_id"]);
     assert_eq!(t.items_of("task").await.len(), 2);
     assert_eq!(t.schedule_names().await.len(), 2);
@@ -243,7 +325,10 @@ async fn gate_5_a_replay_after_the_instant_passed_still_replays() {
     assert_eq!(call(&app, request.clone()).await["replayed"], false);
     let later = now + Duration::minutes(5);
     let answer = app.handle(request, later).await.unwrap().to_json();
-    assert_eq!((code(&answer), answer["replayed"].clone()), ("ok".to_owned(), json!(true)));
+    assert_eq!(
+        (code(&answer), answer["replayed"].clone()),
+        ("ok".to_owned(), json!(true))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -262,11 +347,18 @@ async fn gate_5_concurrent_calls_with_one_key_converge() {
 
     // Different inputs, eight at once: one wins, the rest conflict, and the
     // schedule fires at the winner's instant.
-    let requests: Vec<Value> = (1..=8).map(|h| create_request("race", now, Duration::hours(h))).collect();
+    let requests: Vec<Value> = (1..=8)
+        .map(|h| create_request("race", now, Duration::hours(h)))
+        .collect();
     let answers = futures_join(&app, requests).await;
     let winners: Vec<&Value> = answers.iter().filter(|a| code(a) == "ok").collect();
     assert_eq!(winners.len(), 1, "{answers:?}");
-    assert!(answers.iter().filter(|a| code(a) != "ok").all(|a| code(a) == "idempotency_conflict"));
+    assert!(
+        answers
+            .iter()
+            .filter(|a| code(a) != "ok")
+            .all(|a| code(a) == "idempotency_conflict")
+    );
     let winner = &winners[0]["task"];
     let s = t.schedule(winner["task_id"].as_str().unwrap()).await;
     let at = winner["at"].as_str().unwrap();

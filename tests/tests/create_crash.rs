@@ -53,12 +53,19 @@ fn parts(t: &TestStack) -> (DynamoStore, EventBridgeSchedules, CreateSettings) {
     (
         DynamoStore::from_sdk(&t.aws.sdk, config.table_name),
         EventBridgeSchedules::from_sdk(&t.aws.sdk, config.target),
-        CreateSettings { flags: config.flags, ceilings: config.ceilings },
+        CreateSettings {
+            flags: config.flags,
+            ceilings: config.ceilings,
+        },
     )
 }
 
 async fn retry(t: &TestStack, request: Value) -> Value {
-    t.create_app().handle(request, Utc::now()).await.expect("the retry succeeds").to_json()
+    t.create_app()
+        .handle(request, Utc::now())
+        .await
+        .expect("the retry succeeds")
+        .to_json()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -74,7 +81,10 @@ async fn a_crash_after_the_schedule_converges_on_retry() {
     assert_eq!(t.schedule_names().await.len(), 1, "the schedule the retry will adopt");
 
     let answer = retry(&t, request).await;
-    assert_eq!((code(&answer), answer["replayed"].clone()), ("ok".to_owned(), json!(false)));
+    assert_eq!(
+        (code(&answer), answer["replayed"].clone()),
+        ("ok".to_owned(), json!(false))
+    );
     let task_id = answer["task"]["task_id"].as_str().unwrap();
     assert_eq!(t.items_of("task").await.len(), 1);
     assert_eq!(t.schedule_names().await, vec![task_id.to_owned()]);
@@ -86,14 +96,22 @@ async fn a_retry_with_another_input_after_a_crash_takes_the_new_instant() {
     let (store, schedules, settings) = parts(&t);
     let crashing = CreateReminder::new(store, CrashAfterSchedule(schedules), settings);
     let now = Utc::now();
-    assert!(crashing.handle(create_request("k", now, Duration::hours(1)), now).await.is_err());
+    assert!(
+        crashing
+            .handle(create_request("k", now, Duration::hours(1)), now)
+            .await
+            .is_err()
+    );
 
     // Nothing was recorded, so the key is still free for another input.
     let answer = retry(&t, create_request("k", now, Duration::hours(4))).await;
     assert_eq!(code(&answer), "ok");
     let at = answer["task"]["at"].as_str().unwrap();
     let schedule = t.schedule(answer["task"]["task_id"].as_str().unwrap()).await;
-    assert_eq!(schedule.schedule_expression(), Some(format!("at({})", &at[..19]).as_str()));
+    assert_eq!(
+        schedule.schedule_expression(),
+        Some(format!("at({})", &at[..19]).as_str())
+    );
     assert_eq!(t.schedule_names().await.len(), 1);
 }
 
@@ -107,7 +125,10 @@ async fn a_crash_after_the_transaction_replays_on_retry() {
     assert_eq!(t.items_of("task").await.len(), 1);
 
     let answer = retry(&t, request).await;
-    assert_eq!((code(&answer), answer["replayed"].clone()), ("ok".to_owned(), json!(true)));
+    assert_eq!(
+        (code(&answer), answer["replayed"].clone()),
+        ("ok".to_owned(), json!(true))
+    );
     assert_eq!(t.items_of("task").await.len(), 1);
     assert_eq!(t.schedule_names().await.len(), 1);
 }

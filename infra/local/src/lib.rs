@@ -62,6 +62,8 @@ pub async fn sdk_config(endpoint: &str) -> SdkConfig {
 }
 
 /// A DynamoDB item as plain JSON, for printing and for assertions.
-pub fn item_json(item: std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>) -> serde_json::Value {
+pub fn item_json(
+    item: std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+) -> serde_json::Value {
     serde_dynamo::from_item(item).unwrap_or(serde_json::Value::Null)
 }

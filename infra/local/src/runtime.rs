@@ -69,9 +69,15 @@ async fn next(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     set("lambda-runtime-deadline-ms", invocation.deadline_ms.to_string());
     set(
         "lambda-runtime-invoked-function-arn",
-        format!("arn:aws:lambda:us-east-1:123456789012:function:{}", shared.function_name),
+        format!(
+            "arn:aws:lambda:us-east-1:123456789012:function:{}",
+            shared.function_name
+        ),
     );
-    set("lambda-runtime-trace-id", "Root=1-00000000-000000000000000000000000;Sampled=0".to_owned());
+    set(
+        "lambda-runtime-trace-id",
+        "Root=1-00000000-000000000000000000000000;Sampled=0".to_owned(),
+    );
     set("content-type", "application/json".to_owned());
     (StatusCode::OK, headers, invocation.payload)
 }

@@ -125,7 +125,10 @@ impl Stack {
             .await?;
 
         let sqs = aws_sdk_sqs::Client::new(sdk);
-        let retention = (QueueAttributeName::MessageRetentionPeriod, STACK.dlq_retention_seconds.to_string());
+        let retention = (
+            QueueAttributeName::MessageRetentionPeriod,
+            STACK.dlq_retention_seconds.to_string(),
+        );
         let (runs_dlq_url, runs_dlq_arn) = queue(&sqs, &names.runs_dlq, std::slice::from_ref(&retention)).await?;
         let (scheduler_dlq_url, scheduler_dlq_arn) = queue(&sqs, &names.scheduler_dlq, &[retention]).await?;
         let redrive = serde_json::json!({
@@ -136,8 +139,14 @@ impl Stack {
             &sqs,
             &names.runs_queue,
             &[
-                (QueueAttributeName::VisibilityTimeout, STACK.runs_visibility_timeout.to_string()),
-                (QueueAttributeName::MessageRetentionPeriod, STACK.runs_retention_seconds.to_string()),
+                (
+                    QueueAttributeName::VisibilityTimeout,
+                    STACK.runs_visibility_timeout.to_string(),
+                ),
+                (
+                    QueueAttributeName::MessageRetentionPeriod,
+                    STACK.runs_retention_seconds.to_string(),
+                ),
                 (QueueAttributeName::RedrivePolicy, redrive.to_string()),
             ],
         )

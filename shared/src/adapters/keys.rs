@@ -67,12 +67,33 @@ mod tests {
 
     #[test]
     fn layout_matches_the_spec() {
-        assert_eq!(Key::task("ws_1", "rem_1"), Key { pk: "WS#ws_1".into(), sk: "TASK#rem_1".into() });
+        assert_eq!(
+            Key::task("ws_1", "rem_1"),
+            Key {
+                pk: "WS#ws_1".into(),
+                sk: "TASK#rem_1".into()
+            }
+        );
         assert_eq!(
             Key::run("rem_1", "2026-12-24T18:00:00Z"),
-            Key { pk: "TASK#rem_1".into(), sk: "RUN#2026-12-24T18:00:00Z".into() }
+            Key {
+                pk: "TASK#rem_1".into(),
+                sk: "RUN#2026-12-24T18:00:00Z".into()
+            }
         );
-        assert_eq!(Key::install("ws_1", "ins_1"), Key { pk: "WS#ws_1".into(), sk: "INSTALL#ins_1".into() });
-        assert_eq!(Key::idempotency("usr_1", "k"), Key { pk: "IDEM#usr_1".into(), sk: "KEY#k".into() });
+        assert_eq!(
+            Key::install("ws_1", "ins_1"),
+            Key {
+                pk: "WS#ws_1".into(),
+                sk: "INSTALL#ins_1".into()
+            }
+        );
+        assert_eq!(
+            Key::idempotency("usr_1", "k"),
+            Key {
+                pk: "IDEM#usr_1".into(),
+                sk: "KEY#k".into()
+            }
+        );
     }
 }

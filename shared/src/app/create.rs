@@ -137,7 +137,11 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
         }
         let request = match serde_json::from_value::<Request>(payload) {
             Ok(request) => request,
-            Err(e) => return Ok(Answer::Rejected(Rejection::InvalidRequest(format!("malformed request: {e}")))),
+            Err(e) => {
+                return Ok(Answer::Rejected(Rejection::InvalidRequest(format!(
+                    "malformed request: {e}"
+                ))));
+            }
         };
         match request {
             Request::Describe => Ok(Answer::Descriptor(tool_descriptor())),
@@ -154,7 +158,9 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
         tracing::Span::current().record("task_id", checked.task_id().as_str());
         let (principal, key) = (checked.principal().id.clone(), checked.idempotency_key().to_owned());
         if let Some(record) = self.store.idempotency_record(&principal, &key).await? {
-            return self.replay(record.replay(checked.fingerprint()), &record.workspace).await;
+            return self
+                .replay(record.replay(checked.fingerprint()), &record.workspace)
+                .await;
         }
         let (task, record) = match checked.into_task(now, &self.settings.ceilings) {
             Ok(built) => built,

@@ -80,11 +80,7 @@ impl Limits {
         self.check_positive()?;
         for ((name, value), (_, ceiling)) in self.named().into_iter().zip(ceilings.0.named()) {
             if value > ceiling {
-                return Err(LimitError::AboveCeiling {
-                    name,
-                    value,
-                    ceiling,
-                });
+                return Err(LimitError::AboveCeiling { name, value, ceiling });
             }
         }
         Ok(())
@@ -200,10 +196,7 @@ mod tests {
             timeout_seconds: 0,
             ..ceilings().limits()
         };
-        assert_eq!(
-            Ceilings::new(bad_ceiling),
-            Err(LimitError::Zero("timeout_seconds"))
-        );
+        assert_eq!(Ceilings::new(bad_ceiling), Err(LimitError::Zero("timeout_seconds")));
     }
 
     #[test]

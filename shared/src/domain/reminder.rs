@@ -141,7 +141,9 @@ struct Canonical<'a> {
 fn check_id(field: &str, value: &str) -> Result<(), Rejection> {
     let len = value.chars().count();
     if len == 0 || len > MAX_ID_CHARS {
-        return Err(Rejection::invalid(format!("{field} must be 1 to {MAX_ID_CHARS} characters")));
+        return Err(Rejection::invalid(format!(
+            "{field} must be 1 to {MAX_ID_CHARS} characters"
+        )));
     }
     if value.chars().any(|c| c.is_control() || c.is_whitespace() || c == '#') {
         return Err(Rejection::invalid(format!(
@@ -157,10 +159,14 @@ fn check_text(field: &str, value: &str, max: usize) -> Result<(), Rejection> {
     }
     let len = value.chars().count();
     if len > max {
-        return Err(Rejection::invalid(format!("{field} is {len} characters, more than {max}")));
+        return Err(Rejection::invalid(format!(
+            "{field} is {len} characters, more than {max}"
+        )));
     }
     if value.chars().any(char::is_control) {
-        return Err(Rejection::invalid(format!("{field} must not contain control characters")));
+        return Err(Rejection::invalid(format!(
+            "{field} must not contain control characters"
+        )));
     }
     Ok(())
 }
@@ -183,12 +189,13 @@ impl CreateRequest {
             .check()
             .map_err(|e| Rejection::invalid(format!("agent.limits: {e}")))?;
         let Some(approval) = &self.approval else {
-            return Err(Rejection::invalid("approval is required: the user must approve the call"));
+            return Err(Rejection::invalid(
+                "approval is required: the user must approve the call",
+            ));
         };
         check_id("approval.id", &approval.id)?;
-        let approved_at = schedule::parse_instant(&approval.approved_at).ok_or_else(|| {
-            Rejection::invalid("approval.approved_at must be an RFC 3339 instant with an offset")
-        })?;
+        let approved_at = schedule::parse_instant(&approval.approved_at)
+            .ok_or_else(|| Rejection::invalid("approval.approved_at must be an RFC 3339 instant with an offset"))?;
         check_text("input.title", &self.input.title, MAX_TITLE_CHARS)?;
         check_text("input.instruction", &self.input.instruction, MAX_INSTRUCTION_CHARS)?;
         let at = schedule::parse_instant_or_refuse(&self.input.at)?;
@@ -236,11 +243,7 @@ impl CheckedRequest {
 
     /// The task and its idempotency record, once the instant is known to lie
     /// in the allowed window at `now`.
-    pub fn into_task(
-        self,
-        now: DateTime<Utc>,
-        ceilings: &Ceilings,
-    ) -> Result<(Task, IdempotencyRecord), Rejection> {
+    pub fn into_task(self, now: DateTime<Utc>, ceilings: &Ceilings) -> Result<(Task, IdempotencyRecord), Rejection> {
         let at = schedule::check_window(self.at, now)?;
         let task_id = self.task_id();
         let CreateRequest {
@@ -307,7 +310,13 @@ mod tests {
     }
 
     fn ceilings() -> Ceilings {
-        Ceilings::new(Limits { max_turns: 10, max_tool_calls: 20, max_output_tokens: 4000, timeout_seconds: 300 }).unwrap()
+        Ceilings::new(Limits {
+            max_turns: 10,
+            max_tool_calls: 20,
+            max_output_tokens: 4000,
+            timeout_seconds: 300,
+        })
+        .unwrap()
     }
 
     fn request() -> CreateRequest {
@@ -335,11 +344,31 @@ mod tests {
     #[test]
     fn the_spec_example_becomes_a_least_privilege_pinned_task() {
         let (task, record) = request().check().unwrap().into_task(now(), &ceilings()).unwrap();
-        assert_eq!(task.spec.schedule, Schedule::At { at: Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap() });
+        assert_eq!(
+            task.spec.schedule,
+            Schedule::At {
+                at: Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap()
+            }
+        );
         assert!(task.spec.scopes.is_empty());
         assert!(task.spec.tools.is_empty());
-        assert_eq!(task.spec.limits, Limits { max_turns: 6, max_tool_calls: 0, max_output_tokens: 2000, timeout_seconds: 120 });
-        assert_eq!(task.spec.agent, Some(AgentPin { id: "agt_1".into(), version: "7".into(), policy_profile: "standard".into() }));
+        assert_eq!(
+            task.spec.limits,
+            Limits {
+                max_turns: 6,
+                max_tool_calls: 0,
+                max_output_tokens: 2000,
+                timeout_seconds: 120
+            }
+        );
+        assert_eq!(
+            task.spec.agent,
+            Some(AgentPin {
+                id: "agt_1".into(),
+                version: "7".into(),
+                policy_profile: "standard".into()
+            })
+        );
         assert_eq!(task.approval.as_ref().map(|a| a.id.as_str()), Some("apr_9"));
         assert_eq!(task.state(), TaskState::Scheduled);
         assert_eq!(task.kind, TaskKind::Reminder);
@@ -351,22 +380,52 @@ mod tests {
     fn each_rule_has_its_code() {
         assert_eq!(code_of(|_| {}), "ok");
         assert_eq!(code_of(|r| r.principal.scopes = vec![]), "scope_denied");
-        for scope in ["schedule.*", "*", "schedule.read", "schedule.admin", "Schedule.Write", "schedule.write "] {
-            assert_eq!(code_of(|r| r.principal.scopes = vec![scope.into()]), "scope_denied", "{scope}");
+        for scope in [
+            "schedule.*",
+            "*",
+            "schedule.read",
+            "schedule.admin",
+            "Schedule.Write",
+            "schedule.write ",
+        ] {
+            assert_eq!(
+                code_of(|r| r.principal.scopes = vec![scope.into()]),
+                "scope_denied",
+                "{scope}"
+            );
         }
-        assert_eq!(code_of(|r| r.principal.scopes = vec!["x".into(), "schedule.write".into()]), "ok");
+        assert_eq!(
+            code_of(|r| r.principal.scopes = vec!["x".into(), "schedule.write".into()]),
+            "ok"
+        );
         assert_eq!(code_of(|r| r.input.at = "2026-12-24T19:00:00".into()), "naive_instant");
         assert_eq!(code_of(|r| r.input.at = "next friday".into()), "invalid_instant");
-        assert_eq!(code_of(|r| r.input.at = "2026-11-29T19:00:00Z".into()), "instant_in_past");
-        assert_eq!(code_of(|r| r.input.at = "2028-01-01T00:00:00Z".into()), "instant_too_far");
+        assert_eq!(
+            code_of(|r| r.input.at = "2026-11-29T19:00:00Z".into()),
+            "instant_in_past"
+        );
+        assert_eq!(
+            code_of(|r| r.input.at = "2028-01-01T00:00:00Z".into()),
+            "instant_too_far"
+        );
         assert_eq!(code_of(|r| r.input.title = "x".repeat(201)), "invalid_request");
-        assert_eq!(code_of(|r| r.input.title = "é".repeat(200)), "ok", "characters, not bytes");
+        assert_eq!(
+            code_of(|r| r.input.title = "é".repeat(200)),
+            "ok",
+            "characters, not bytes"
+        );
         assert_eq!(code_of(|r| r.input.title = "  ".into()), "invalid_request");
         assert_eq!(code_of(|r| r.input.instruction = "x".repeat(4001)), "invalid_request");
-        assert_eq!(code_of(|r| r.input.instruction = "line\u{0007}bell".into()), "invalid_request");
+        assert_eq!(
+            code_of(|r| r.input.instruction = "line\u{0007}bell".into()),
+            "invalid_request"
+        );
         assert_eq!(code_of(|r| r.input.title = "a\nb".into()), "invalid_request");
         assert_eq!(code_of(|r| r.approval = None), "invalid_request");
-        assert_eq!(code_of(|r| r.approval.as_mut().unwrap().approved_at = "yesterday".into()), "invalid_request");
+        assert_eq!(
+            code_of(|r| r.approval.as_mut().unwrap().approved_at = "yesterday".into()),
+            "invalid_request"
+        );
         assert_eq!(code_of(|r| r.idempotency_key = String::new()), "invalid_request");
         assert_eq!(code_of(|r| r.idempotency_key = "a#b".into()), "invalid_request");
         assert_eq!(code_of(|r| r.principal.workspace = "k".repeat(129)), "invalid_request");

@@ -136,9 +136,7 @@ pub fn check_window(exact: DateTime<Utc>, now: DateTime<Utc>) -> Result<DateTime
         });
     }
     if exact > now + Duration::days(MAX_DAYS_AHEAD) {
-        return Err(InstantError::TooFar {
-            at: format_utc(exact),
-        });
+        return Err(InstantError::TooFar { at: format_utc(exact) });
     }
     let whole = exact.with_nanosecond(0).unwrap_or(exact);
     Ok(if whole < exact {
@@ -183,22 +181,51 @@ mod tests {
 
     #[test]
     fn refusals_carry_the_right_reason() {
-        let naive = ["2026-12-24T19:00:00", "2026-12-24T19:00", "2026-12-24 19:00:00.5", "2026-12-24"];
+        let naive = [
+            "2026-12-24T19:00:00",
+            "2026-12-24T19:00",
+            "2026-12-24 19:00:00.5",
+            "2026-12-24",
+        ];
         for text in naive {
-            assert!(matches!(parse_future_instant(text, now()), Err(InstantError::Naive(_))), "{text}");
+            assert!(
+                matches!(parse_future_instant(text, now()), Err(InstantError::Naive(_))),
+                "{text}"
+            );
         }
-        let invalid = ["", "tomorrow at 7pm", "2026-13-24T19:00:00Z", "2026-12-24T25:00:00Z", "1735066800", "19:00+01:00", "2026-02-30T10:00:00Z"];
+        let invalid = [
+            "",
+            "tomorrow at 7pm",
+            "2026-13-24T19:00:00Z",
+            "2026-12-24T25:00:00Z",
+            "1735066800",
+            "19:00+01:00",
+            "2026-02-30T10:00:00Z",
+        ];
         for text in invalid {
-            assert!(matches!(parse_future_instant(text, now()), Err(InstantError::Invalid(_))), "{text}");
+            assert!(
+                matches!(parse_future_instant(text, now()), Err(InstantError::Invalid(_))),
+                "{text}"
+            );
         }
-        for text in ["2026-11-30T10:00:00Z", "2026-11-30T09:59:59Z", "2020-01-01T00:00:00+02:00"] {
-            assert!(matches!(parse_future_instant(text, now()), Err(InstantError::InPast { .. })), "{text}");
+        for text in [
+            "2026-11-30T10:00:00Z",
+            "2026-11-30T09:59:59Z",
+            "2020-01-01T00:00:00+02:00",
+        ] {
+            assert!(
+                matches!(parse_future_instant(text, now()), Err(InstantError::InPast { .. })),
+                "{text}"
+            );
         }
         assert!(matches!(
             parse_future_instant("2027-12-02T10:00:01Z", now()),
             Err(InstantError::TooFar { .. })
         ));
-        assert!(parse_future_instant("2027-12-01T10:00:00Z", now()).is_ok(), "366 days ahead is allowed");
+        assert!(
+            parse_future_instant("2027-12-01T10:00:00Z", now()).is_ok(),
+            "366 days ahead is allowed"
+        );
     }
 
     #[test]
@@ -212,7 +239,10 @@ mod tests {
         let at = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
         assert_eq!(
             at_expression(at),
-            Expression { expression: "at(2026-12-24T18:00:00)".into(), timezone: "UTC".into() }
+            Expression {
+                expression: "at(2026-12-24T18:00:00)".into(),
+                timezone: "UTC".into()
+            }
         );
         assert_eq!(format_utc(at), "2026-12-24T18:00:00Z");
     }

@@ -229,13 +229,20 @@ mod tests {
             task_id: TaskId::for_reminder("ws_1", "usr_1", "k1"),
             workspace: "ws_1".into(),
             kind: TaskKind::Reminder,
-            provenance: Provenance::User { principal: "usr_1".into() },
+            provenance: Provenance::User {
+                principal: "usr_1".into(),
+            },
             title: "Call mom".into(),
             instruction: Some("Remind me".into()),
             spec: Spec {
                 schedule: Schedule::At { at: t0 },
                 tools: BTreeSet::new(),
-                limits: Limits { max_turns: 1, max_tool_calls: 0, max_output_tokens: 10, timeout_seconds: 10 },
+                limits: Limits {
+                    max_turns: 1,
+                    max_tool_calls: 0,
+                    max_output_tokens: 10,
+                    timeout_seconds: 10,
+                },
                 budget: None,
                 arguments: BTreeMap::new(),
                 bindings: BTreeMap::new(),
@@ -259,11 +266,24 @@ mod tests {
         assert_eq!(a, TaskId::for_reminder("ws_1", "usr_1", "k"));
         assert_ne!(a, TaskId::for_reminder("ws_1", "usr_2", "k"));
         assert_ne!(a, TaskId::for_reminder("ws_2", "usr_1", "k"));
-        assert_ne!(TaskId::for_reminder("ws", "ab", "c"), TaskId::for_reminder("ws", "a", "bc"));
+        assert_ne!(
+            TaskId::for_reminder("ws", "ab", "c"),
+            TaskId::for_reminder("ws", "a", "bc")
+        );
         assert!(a.as_str().starts_with("rem_") && a.as_str().len() == 36);
-        assert!(TaskId::for_connector("ws_1", "issues", "weekly").as_str().starts_with("con_"));
+        assert!(
+            TaskId::for_connector("ws_1", "issues", "weekly")
+                .as_str()
+                .starts_with("con_")
+        );
         assert_eq!(TaskId::parse(a.as_str()), Some(a));
-        for bad in ["", "rem_", "xyz_0123456789abcdef0123456789abcdef", "rem_0123456789ABCDEF0123456789abcdef", "rem_0123"] {
+        for bad in [
+            "",
+            "rem_",
+            "xyz_0123456789abcdef0123456789abcdef",
+            "rem_0123456789ABCDEF0123456789abcdef",
+            "rem_0123",
+        ] {
             assert_eq!(TaskId::parse(bad), None, "{bad}");
         }
     }
@@ -276,11 +296,17 @@ mod tests {
         assert!(task.should_fire());
         task.hold.place(HoldReason::AwaitingApproval, t, "new");
         assert_eq!(task.state(), TaskState::Held);
-        task.overrides = Some(Overrides { paused: true, ..Default::default() });
+        task.overrides = Some(Overrides {
+            paused: true,
+            ..Default::default()
+        });
         assert_eq!(task.state(), TaskState::Paused);
         task.completed_at = Some(t);
         assert_eq!(task.state(), TaskState::Completed);
-        task.overrides = Some(Overrides { deleted: true, ..Default::default() });
+        task.overrides = Some(Overrides {
+            deleted: true,
+            ..Default::default()
+        });
         assert_eq!(task.state(), TaskState::Deleted);
         assert!(!task.should_fire());
     }

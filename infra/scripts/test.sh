@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# All checks and tests, on a fresh machine too: the README's test command and
+# what CI runs. Installs what it needs (the pinned venv), starts moto per test.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+infra/scripts/venv.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+echo "== format"
+cargo fmt --all --check
+echo "== clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== the domain builds without the AWS SDK"
+cargo check -p shared --no-default-features --locked --quiet
+if cargo tree -p shared --no-default-features -e normal --prefix none | grep -q '^aws-'; then
+  echo "shared without its aws feature depends on an AWS crate" >&2
+  exit 1
+fi
+echo "== template"
+cfn-lint template.yaml
+echo "== tests"
+cargo test --workspace --locked

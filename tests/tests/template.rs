@@ -1,0 +1,138 @@
+//! `template.yaml` and the local stack are kept in step: the settings the
+//! local stack creates on moto (`local::STACK`) and the variables each
+//! function reads are compared with the template here.
+
+use std::collections::BTreeSet;
+
+use serde_yaml::Value;
+use shared::config::CreateConfig;
+
+fn template() -> Value {
+    let path = local::moto::repo_root().join("template.yaml");
+    let text = std::fs::read_to_string(&path).expect("template.yaml");
+    serde_yaml::from_str(&text).expect("template.yaml parses")
+}
+
+fn resource<'a>(t: &'a Value, name: &str) -> &'a Value {
+    let r = &t["Resources"][name];
+    assert!(!r.is_null(), "resource {name} is missing");
+    r
+}
+
+fn props<'a>(t: &'a Value, name: &str) -> &'a Value {
+    &resource(t, name)["Properties"]
+}
+
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("{v:?} is not a number"))
+}
+
+/// `!GetAtt X.Arn` as it parses: a tagged string.
+fn get_att(v: &Value) -> String {
+    match v {
+        Value::Tagged(t) if t.tag == "!GetAtt" => t.value.as_str().unwrap_or_default().to_owned(),
+        other => panic!("expected !GetAtt, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_table_matches_the_local_stack() {
+    let t = template();
+    let table = props(&t, "TasksTable");
+    assert_eq!(table["BillingMode"], "PAY_PER_REQUEST");
+    let (hash, range) = local::STACK.table_keys;
+    let defs: Vec<(String, String)> = table["AttributeDefinitions"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["AttributeName"].as_str().unwrap().into(),
+                d["AttributeType"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(defs, vec![(hash.into(), "S".into()), (range.into(), "S".into())]);
+    let keys: Vec<(&str, &str)> = table["KeySchema"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|k| (k["AttributeName"].as_str().unwrap(), k["KeyType"].as_str().unwrap()))
+        .collect();
+    assert_eq!(keys, vec![(hash, "HASH"), (range, "RANGE")]);
+    assert_eq!(
+        table["TimeToLiveSpecification"]["AttributeName"],
+        local::STACK.ttl_attribute
+    );
+    assert_eq!(table["TimeToLiveSpecification"]["Enabled"], true);
+}
+
+#[test]
+fn the_queues_match_the_local_stack() {
+    let t = template();
+    let runs = props(&t, "RunsQueue");
+    assert_eq!(
+        num(&runs["VisibilityTimeout"]),
+        u64::from(local::STACK.runs_visibility_timeout)
+    );
+    assert_eq!(
+        num(&runs["MessageRetentionPeriod"]),
+        u64::from(local::STACK.runs_retention_seconds)
+    );
+    assert_eq!(
+        num(&runs["RedrivePolicy"]["maxReceiveCount"]),
+        u64::from(local::STACK.runs_max_receive_count)
+    );
+    assert_eq!(
+        get_att(&runs["RedrivePolicy"]["deadLetterTargetArn"]),
+        "RunsDeadLetterQueue.Arn"
+    );
+    for dlq in ["RunsDeadLetterQueue", "SchedulerDeadLetterQueue"] {
+        assert_eq!(
+            num(&props(&t, dlq)["MessageRetentionPeriod"]),
+            u64::from(local::STACK.dlq_retention_seconds)
+        );
+    }
+    assert_eq!(resource(&t, "ScheduleGroup")["Type"], "AWS::Scheduler::ScheduleGroup");
+}
+
+#[test]
+fn the_scheduler_role_may_only_send_to_the_runs_queue_and_its_dlq() {
+    let t = template();
+    let role = props(&t, "SchedulerRole");
+    let trust = &role["AssumeRolePolicyDocument"]["Statement"][0];
+    assert_eq!(trust["Principal"]["Service"], "scheduler.amazonaws.com");
+    let policies = role["Policies"].as_sequence().unwrap();
+    assert_eq!(policies.len(), 1);
+    let statements = policies[0]["PolicyDocument"]["Statement"].as_sequence().unwrap();
+    assert_eq!(statements.len(), 1);
+    assert_eq!(statements[0]["Action"], "sqs:SendMessage");
+    let resources: BTreeSet<String> = statements[0]["Resource"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(get_att)
+        .collect();
+    assert_eq!(
+        resources,
+        BTreeSet::from(["RunsQueue.Arn".to_owned(), "SchedulerDeadLetterQueue.Arn".to_owned()])
+    );
+}
+
+#[test]
+fn the_create_function_is_built_and_configured_as_the_code_expects() {
+    let t = template();
+    let globals = &t["Globals"]["Function"];
+    assert_eq!(globals["Runtime"], "provided.al2023");
+    assert_eq!(globals["Architectures"][0], "arm64");
+    let function = resource(&t, "CreateFunction");
+    assert_eq!(function["Metadata"]["BuildMethod"], "rust-cargolambda");
+    assert_eq!(function["Metadata"]["BuildProperties"]["Binary"], "create");
+    let vars: BTreeSet<&str> = function["Properties"]["Environment"]["Variables"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(vars, CreateConfig::VARIABLES.into_iter().collect());
+}
