@@ -1,0 +1,28 @@
+//! The fixtures in `infra/events/` are what the README tells people to send:
+//! they must stay valid requests with the answers the README promises.
+
+use chrono::{TimeZone, Utc};
+use serde_json::Value;
+use tests::{TestStack, code};
+
+fn fixture(name: &str) -> Value {
+    let path = local::moto::repo_root().join("infra/events").join(name);
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("fixture is JSON")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_event_fixtures_answer_as_documented() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.create_app();
+    // The fixtures are dated: answer them as of the day they were written.
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    let answer = |name: &'static str| {
+        let app = &app;
+        async move { app.handle(fixture(name), now).await.unwrap().to_json() }
+    };
+    assert_eq!(answer("describe.json").await["descriptor"]["name"], "schedule.create");
+    let created = answer("create-reminder.json").await;
+    assert_eq!(code(&created), "ok", "{created}");
+    assert_eq!(created["task"]["at"], "2027-06-24T17:00:00Z");
+    assert_eq!(code(&answer("create-naive-instant.json").await), "naive_instant");
+}

@@ -1,0 +1,131 @@
+//! The task item layout on the real table: every attribute of SPEC §3 survives
+//! a write and a read, and the stored `state` is the derived one.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{TimeZone, Utc};
+use serde_json::json;
+use shared::adapters::dynamo::DynamoStore;
+use shared::domain::hold::{Hold, HoldReason};
+use shared::domain::idempotency::{Fingerprint, IdempotencyRecord};
+use shared::domain::limits::Limits;
+use shared::domain::overrides::Overrides;
+use shared::domain::schedule::Schedule;
+use shared::domain::task::{Budget, Pending, Provenance, Spec, Task, TaskId, TaskKind};
+use shared::ports::{Inserted, TaskStore};
+use tests::TestStack;
+
+fn connector_task() -> Task {
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 1, 9, 0, 0).unwrap();
+    let spec = Spec {
+        schedule: Schedule::Cron {
+            cron: "0 9 * * MON-FRI".into(),
+            timezone: "Europe/Berlin".into(),
+        },
+        tools: BTreeSet::from(["list_issues".to_owned(), "post_summary".to_owned()]),
+        limits: Limits {
+            max_turns: 8,
+            max_tool_calls: 20,
+            max_output_tokens: 4000,
+            timeout_seconds: 300,
+        },
+        budget: Some(Budget {
+            max_usd_per_run: 0.25,
+            max_usd_per_month: 5.0,
+        }),
+        arguments: BTreeMap::from([("repo".to_owned(), "acme/web".to_owned())]),
+        bindings: BTreeMap::from([
+            ("summary_channel".to_owned(), Some("ins_chat".to_owned())),
+            ("archive".to_owned(), None),
+        ]),
+        agent: None,
+        scopes: BTreeSet::new(),
+    };
+    let mut wider = spec.clone();
+    wider.budget = Some(Budget {
+        max_usd_per_run: 0.5,
+        max_usd_per_month: 5.0,
+    });
+    let mut hold = Hold::default();
+    hold.place(
+        HoldReason::NeedUnbound,
+        t0,
+        "summary_channel: its connector was uninstalled",
+    );
+    hold.place(HoldReason::AwaitingArgument, t0, "argument `team`");
+    Task {
+        task_id: TaskId::for_connector("ws_1", "issues", "weekly_summary"),
+        workspace: "ws_1".into(),
+        kind: TaskKind::Connector,
+        provenance: Provenance::Connector {
+            install_id: "ins_1".into(),
+            server: "issues".into(),
+            prompt: "weekly_summary".into(),
+        },
+        title: "weekly_summary".into(),
+        instruction: None,
+        spec,
+        pending: Some(Pending { spec: wider, since: t0 }),
+        hold,
+        overrides: Some(Overrides {
+            paused: true,
+            deleted: false,
+            note: Some("quiet week".into()),
+            by: Some("adm_1".into()),
+            at: Some(t0),
+        }),
+        approval: None,
+        completed_at: None,
+        version: 3,
+        created_at: t0,
+        updated_at: t0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_task_round_trips_and_its_state_is_derived() {
+    let t = TestStack::start().await.unwrap();
+    let store = DynamoStore::from_sdk(&t.aws.sdk, &t.stack.names.table);
+    let task = connector_task();
+    let record = IdempotencyRecord {
+        principal: "reconcile".into(),
+        key: task.task_id.to_string(),
+        fingerprint: Fingerprint::of(&"x"),
+        task_id: task.task_id.clone(),
+        workspace: task.workspace.clone(),
+        created_at: task.created_at,
+    };
+    assert_eq!(
+        store.insert_with_idempotency(&task, &record).await.unwrap(),
+        Inserted::Created
+    );
+    assert_eq!(
+        store.insert_with_idempotency(&task, &record).await.unwrap(),
+        Inserted::KeyTaken
+    );
+
+    let read = store.task("ws_1", &task.task_id).await.unwrap().expect("stored");
+    assert_eq!(read, task);
+
+    // What an operator sees in the console.
+    let item = t.item("WS#ws_1", &format!("TASK#{}", task.task_id)).await.unwrap();
+    assert_eq!(
+        item["state"], "paused",
+        "an admin's pause shows before the runtime's hold"
+    );
+    assert_eq!(
+        item["hold"],
+        json!({
+            "awaiting_argument": {"since": "2026-11-01T09:00:00Z", "detail": "argument `team`"},
+            "need_unbound": {"since": "2026-11-01T09:00:00Z", "detail": "summary_channel: its connector was uninstalled"},
+        })
+    );
+    assert_eq!(item["override"]["paused"], true);
+    assert_eq!(item["override"]["note"], "quiet week");
+    assert_eq!(item["pending"]["spec"]["budget"]["max_usd_per_run"], 0.5);
+    assert_eq!(
+        item["spec"]["bindings"],
+        json!({"archive": null, "summary_channel": "ins_chat"})
+    );
+    assert_eq!(item["provenance"]["type"], "connector");
+}
