@@ -2,6 +2,8 @@
 //! moto, with nothing but its SPEC §9 variables and the SDK's endpoint
 //! variables: the way `cargo lambda watch` or Lambda itself would run it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 use std::time::Duration;
 
