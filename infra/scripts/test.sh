@@ -19,4 +19,11 @@ fi
 echo "== template"
 cfn-lint template.yaml
 echo "== tests"
-cargo test --workspace --locked
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
+# One closing line over every test binary: cargo's last line is a doc-test
+# run that may count none.
+awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"
+exit "$status"
