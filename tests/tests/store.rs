@@ -76,6 +76,8 @@ fn connector_task() -> Task {
         }),
         approval: None,
         completed_at: None,
+        claims: BTreeMap::new(),
+        budget_used: BTreeMap::from([("2026-11".to_owned(), 0.75)]),
         version: 3,
         created_at: t0,
         updated_at: t0,

@@ -3,9 +3,12 @@
 //! proves it builds without the SDK.
 
 pub mod approval;
+pub mod budget;
 pub mod descriptor;
+pub mod door;
 pub mod hold;
 pub mod idempotency;
+pub mod install;
 pub mod limits;
 pub mod occurrence;
 pub mod overrides;

@@ -7,9 +7,11 @@
 //! filled in at delivery. Invariant: the message names the task and its
 //! workspace only; no title, instruction or other content travels on the queue.
 
+use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::task::TaskId;
+use super::budget::Tokens;
+use super::task::{Task, TaskId};
 
 /// The runs-queue message, as Scheduler delivers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +39,174 @@ pub fn schedule_input(task_id: &TaskId, workspace: &str) -> String {
     .to_string()
 }
 
+impl RunMessage {
+    /// The occurrence's scheduled time, as Scheduler filled it in.
+    pub fn scheduled(&self) -> Option<DateTime<Utc>> {
+        DateTime::parse_from_rfc3339(&self.scheduled_time).ok().map(|t| t.with_timezone(&Utc))
+    }
+}
+
+/// The key of an occurrence within its task: the scheduled time in UTC,
+/// RFC 3339, whole seconds (the run record's sort key and the claim's name).
+pub fn occurrence_key(scheduled: DateTime<Utc>) -> String {
+    super::schedule::format_utc(scheduled)
+}
+
+/// The id of a run, as the notification names it.
+pub fn run_id(task_id: &str, scheduled: DateTime<Utc>) -> String {
+    format!("{task_id}@{}", occurrence_key(scheduled))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Skipped,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Skipped => "skipped",
+        }
+    }
+}
+
+/// One occurrence's claim, kept on its task item under `claims.<occurrence>`:
+/// the lease while it runs, then its outcome, so duplicates are recognised
+/// by the same request that would have claimed them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claim {
+    pub status: RunStatus,
+    /// Unix seconds; a running claim past its lease may be taken over.
+    pub lease_until: i64,
+    pub execution_id: String,
+    pub attempts: u32,
+    /// Reserved against the period budget when claimed, released at settle.
+    pub reserved_usd: f64,
+    pub started_at: DateTime<Utc>,
+    /// Whether the `Scheduled run finished` event went out.
+    #[serde(default)]
+    pub notified: bool,
+}
+
+/// What the claim request's answer means.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimOutcome {
+    /// This execution owns the occurrence now.
+    Claimed { takeover: bool },
+    /// The occurrence finished before; `notified` says whether its event went out.
+    Finished { status: RunStatus, notified: bool },
+    /// Another execution holds a live lease: retry later.
+    Busy { lease_until: i64 },
+    /// A running claim whose lease ran out: take it over.
+    Expired,
+    Missing,
+    /// The reservation does not fit the period budget.
+    BudgetExhausted,
+}
+
+/// Why a claim was refused, read from the task as it was (`ALL_OLD`).
+pub fn diagnose(old: Option<&Task>, occurrence: &str, now: DateTime<Utc>) -> ClaimOutcome {
+    let Some(task) = old else {
+        return ClaimOutcome::Missing;
+    };
+    match task.claims.get(occurrence) {
+        Some(claim) if claim.status != RunStatus::Running => ClaimOutcome::Finished {
+            status: claim.status,
+            notified: claim.notified,
+        },
+        Some(claim) if claim.lease_until >= now.timestamp() => ClaimOutcome::Busy {
+            lease_until: claim.lease_until,
+        },
+        Some(_) => ClaimOutcome::Expired,
+        None => ClaimOutcome::BudgetExhausted,
+    }
+}
+
+/// Claims of finished occurrences older than this are pruned at settle:
+/// any later delivery of theirs is past the catch-up window and is skipped
+/// as missed, whose record never overwrites a run's.
+pub fn prunable(task: &Task, now: DateTime<Utc>, keep: Duration) -> Vec<String> {
+    task.claims
+        .iter()
+        .filter(|(occurrence, claim)| {
+            claim.status != RunStatus::Running
+                && DateTime::parse_from_rfc3339(occurrence).is_ok_and(|t| now - t.with_timezone(&Utc) > keep)
+        })
+        .map(|(occurrence, _)| occurrence.clone())
+        .collect()
+}
+
+/// What a run used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub tool_calls: u32,
+    /// Calls to tools the task may not use: refused, and counted.
+    pub refused_tool_calls: u32,
+    pub turns: u32,
+}
+
+impl Usage {
+    pub fn tokens(&self) -> Tokens {
+        Tokens {
+            input: self.input_tokens,
+            output: self.output_tokens,
+        }
+    }
+}
+
+/// The most output text a run record keeps.
+pub const MAX_OUTPUT_CHARS: usize = 4000;
+/// Run records expire this long after they finish.
+pub const RUN_RECORD_DAYS: i64 = 90;
+
+/// The ledger's record of one occurrence (`pk=TASK#<id>`, `sk=RUN#<time>`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub task_id: String,
+    pub workspace: String,
+    pub scheduled_time: String,
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub attempts: u32,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    /// Unix seconds: DynamoDB's TTL removes the record after this.
+    pub ttl: i64,
+}
+
+/// Caps a run's output to [`MAX_OUTPUT_CHARS`] characters, marking the cut.
+pub fn cap_output(text: &str) -> String {
+    if text.chars().count() <= MAX_OUTPUT_CHARS {
+        return text.to_owned();
+    }
+    let mut capped: String = text.chars().take(MAX_OUTPUT_CHARS - 1).collect();
+    capped.push('…');
+    capped
+}
+
+pub fn ttl_for(finished: DateTime<Utc>) -> i64 {
+    (finished + Duration::days(RUN_RECORD_DAYS)).timestamp()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,5 +224,51 @@ mod tests {
         assert_eq!(message.scheduled_time, "2026-12-24T18:00:00Z");
         assert_eq!(message.execution_id, "exec-1");
         assert_eq!(message.attempt, "1");
+    }
+}
+
+#[cfg(test)]
+mod claim_tests {
+    use super::*;
+    use crate::domain::task::tests_support::reminder_task;
+    use chrono::TimeZone;
+
+    fn claim(status: RunStatus, lease_until: i64, notified: bool) -> Claim {
+        let t = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
+        Claim { status, lease_until, execution_id: "e1".into(), attempts: 1, reserved_usd: 0.0, started_at: t, notified }
+    }
+
+    #[test]
+    fn a_refused_claim_is_diagnosed_from_the_old_task() {
+        let now = Utc.with_ymd_and_hms(2026, 12, 24, 18, 1, 0).unwrap();
+        let occ = "2026-12-24T18:00:00Z";
+        assert_eq!(diagnose(None, occ, now), ClaimOutcome::Missing);
+        let mut task = reminder_task(now);
+        assert_eq!(diagnose(Some(&task), occ, now), ClaimOutcome::BudgetExhausted);
+        task.claims.insert(occ.into(), claim(RunStatus::Succeeded, 0, false));
+        assert_eq!(diagnose(Some(&task), occ, now), ClaimOutcome::Finished { status: RunStatus::Succeeded, notified: false });
+        task.claims.insert(occ.into(), claim(RunStatus::Running, now.timestamp() + 10, false));
+        assert_eq!(diagnose(Some(&task), occ, now), ClaimOutcome::Busy { lease_until: now.timestamp() + 10 });
+        task.claims.insert(occ.into(), claim(RunStatus::Running, now.timestamp() - 1, false));
+        assert_eq!(diagnose(Some(&task), occ, now), ClaimOutcome::Expired);
+    }
+
+    #[test]
+    fn only_old_finished_claims_are_pruned() {
+        let now = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
+        let mut task = reminder_task(now);
+        task.claims.insert("2026-12-24T10:00:00Z".into(), claim(RunStatus::Succeeded, 0, true));
+        task.claims.insert("2026-12-24T09:00:00Z".into(), claim(RunStatus::Running, 0, false));
+        task.claims.insert("2026-12-24T17:30:00Z".into(), claim(RunStatus::Failed, 0, true));
+        assert_eq!(prunable(&task, now, Duration::hours(2)), vec!["2026-12-24T10:00:00Z".to_owned()]);
+    }
+
+    #[test]
+    fn output_is_capped_in_characters() {
+        assert_eq!(cap_output("short"), "short");
+        let long = "é".repeat(MAX_OUTPUT_CHARS + 10);
+        let capped = cap_output(&long);
+        assert_eq!(capped.chars().count(), MAX_OUTPUT_CHARS);
+        assert!(capped.ends_with('…'));
     }
 }

@@ -282,6 +282,8 @@ impl CheckedRequest {
             overrides: None,
             approval: Some(self.approval),
             completed_at: None,
+            claims: BTreeMap::new(),
+            budget_used: BTreeMap::new(),
             version: 1,
             created_at: now,
             updated_at: now,

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::approval::Approval;
+use super::occurrence::Claim;
 use super::hold::Hold;
 use super::limits::Limits;
 use super::overrides::Overrides;
@@ -187,6 +188,14 @@ pub struct Task {
     /// When a one-time task's only occurrence finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<DateTime<Utc>>,
+    /// Runtime bookkeeping: occurrence -> its claim (lease, then outcome).
+    /// Always stored, even empty, so the claim can set one entry in place.
+    #[serde(default)]
+    pub claims: BTreeMap<String, Claim>,
+    /// Runtime bookkeeping: period (`YYYY-MM`) -> USD committed (spent plus
+    /// reserved). Always stored, even empty, for the same reason.
+    #[serde(default)]
+    pub budget_used: BTreeMap<String, f64>,
     pub version: u64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -218,31 +227,22 @@ impl Task {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests_support {
     use super::*;
-    use crate::domain::hold::HoldReason;
-    use chrono::TimeZone;
+    use crate::domain::limits::Limits;
 
-    fn reminder() -> Task {
-        let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 10, 0, 0).unwrap();
+    pub fn reminder_task(at: DateTime<Utc>) -> Task {
         Task {
             task_id: TaskId::for_reminder("ws_1", "usr_1", "k1"),
             workspace: "ws_1".into(),
             kind: TaskKind::Reminder,
-            provenance: Provenance::User {
-                principal: "usr_1".into(),
-            },
+            provenance: Provenance::User { principal: "usr_1".into() },
             title: "Call mom".into(),
             instruction: Some("Remind me".into()),
             spec: Spec {
-                schedule: Schedule::At { at: t0 },
+                schedule: Schedule::At { at },
                 tools: BTreeSet::new(),
-                limits: Limits {
-                    max_turns: 1,
-                    max_tool_calls: 0,
-                    max_output_tokens: 10,
-                    timeout_seconds: 10,
-                },
+                limits: Limits { max_turns: 1, max_tool_calls: 0, max_output_tokens: 10, timeout_seconds: 10 },
                 budget: None,
                 arguments: BTreeMap::new(),
                 bindings: BTreeMap::new(),
@@ -254,10 +254,34 @@ mod tests {
             overrides: None,
             approval: None,
             completed_at: None,
+            claims: BTreeMap::new(),
+            budget_used: BTreeMap::new(),
             version: 1,
-            created_at: t0,
-            updated_at: t0,
+            created_at: at,
+            updated_at: at,
         }
+    }
+
+    pub fn connector_task(at: DateTime<Utc>) -> Task {
+        let mut task = reminder_task(at);
+        task.task_id = TaskId::for_connector("ws_1", "issues", "weekly");
+        task.kind = TaskKind::Connector;
+        task.provenance = Provenance::Connector { install_id: "ins_1".into(), server: "issues".into(), prompt: "weekly".into() };
+        task.instruction = None;
+        task.spec.schedule = Schedule::Rate { every: 1, unit: super::super::schedule::RateUnit::Days };
+        task.spec.budget = Some(Budget { max_usd_per_run: 0.25, max_usd_per_month: 5.0 });
+        task
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::hold::HoldReason;
+    use chrono::TimeZone;
+
+    fn reminder() -> Task {
+        tests_support::reminder_task(Utc.with_ymd_and_hms(2026, 11, 30, 10, 0, 0).unwrap())
     }
 
     #[test]

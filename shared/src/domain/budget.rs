@@ -1,0 +1,152 @@
+//! Budget: what a run may cost and what it did cost (SPEC §7.3, §7.6, §9).
+//!
+//! Invariants: a run never starts on a model without a price (it would run
+//! unaccounted); a connector task reserves its per-run maximum against its
+//! monthly budget before the run and settles to the actual cost after; the
+//! agent loop never asks the model for more output tokens than the rest of
+//! the per-run budget can pay for. Periods are UTC calendar months of the
+//! occurrence's scheduled time.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::task::Task;
+
+/// USD per million tokens, as `MODEL_PRICES` gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+/// `MODEL_PRICES`: model id -> price.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Prices(BTreeMap<String, Price>);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PriceError {
+    #[error("model {0} has no price in MODEL_PRICES: a run is never started unaccounted")]
+    Unpriced(String),
+    #[error("the price of model {0} is negative or not finite")]
+    Invalid(String),
+}
+
+impl Prices {
+    pub fn new(prices: BTreeMap<String, Price>) -> Result<Self, PriceError> {
+        for (model, p) in &prices {
+            let ok = |v: f64| v.is_finite() && v >= 0.0;
+            if !ok(p.input_per_mtok) || !ok(p.output_per_mtok) {
+                return Err(PriceError::Invalid(model.clone()));
+            }
+        }
+        Ok(Self(prices))
+    }
+
+    pub fn of(&self, model: &str) -> Result<Price, PriceError> {
+        self.0.get(model).copied().ok_or_else(|| PriceError::Unpriced(model.to_owned()))
+    }
+}
+
+/// Tokens a run consumed so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+}
+
+impl Price {
+    pub fn cost(&self, tokens: Tokens) -> f64 {
+        (tokens.input as f64 * self.input_per_mtok + tokens.output as f64 * self.output_per_mtok) / 1_000_000.0
+    }
+
+    /// How many output tokens `usd` pays for, given that the next call will
+    /// also be charged for `next_input` input tokens.
+    pub fn affordable_output(&self, usd: f64, next_input: u64) -> u64 {
+        let left = usd - next_input as f64 * self.input_per_mtok / 1_000_000.0;
+        if left <= 0.0 {
+            return 0;
+        }
+        if self.output_per_mtok <= 0.0 {
+            return u64::MAX;
+        }
+        (left * 1_000_000.0 / self.output_per_mtok).floor() as u64
+    }
+}
+
+/// The month an occurrence is charged to: `YYYY-MM` in UTC.
+pub fn period(scheduled: DateTime<Utc>) -> String {
+    scheduled.format("%Y-%m").to_string()
+}
+
+/// What a run reserves before it starts: the task's per-run maximum, or
+/// nothing for a task without a budget (reminders are bounded by their limits
+/// and charged to their principal's account after the run).
+pub fn reservation(task: &Task) -> f64 {
+    task.spec.budget.map_or(0.0, |b| b.max_usd_per_run)
+}
+
+/// The highest committed amount at which a reservation still fits:
+/// committed + per-run <= monthly  <=>  committed <= monthly - per-run.
+/// Stored on the task item so the claim's condition can compare attributes.
+pub fn threshold(task: &Task) -> Option<f64> {
+    task.spec.budget.map(|b| b.max_usd_per_month - b.max_usd_per_run)
+}
+
+/// Whether a reservation fits what is already committed in the period.
+pub fn fits(task: &Task, committed: f64) -> bool {
+    threshold(task).is_none_or(|t| committed <= t)
+}
+
+/// The account a task's runs are charged to: the install's account for a
+/// connector task, the principal for a reminder.
+pub fn account_of_principal(principal: &str) -> String {
+    format!("principal:{principal}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn price() -> Price {
+        Price { input_per_mtok: 3.0, output_per_mtok: 15.0 }
+    }
+
+    #[test]
+    fn cost_is_per_million_tokens() {
+        let c = price().cost(Tokens { input: 1_000_000, output: 100_000 });
+        assert!((c - 4.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn unpriced_and_invalid_models_are_refused() {
+        let prices = Prices::new(BTreeMap::from([("m".to_owned(), price())])).unwrap();
+        assert_eq!(prices.of("m"), Ok(price()));
+        assert_eq!(prices.of("other"), Err(PriceError::Unpriced("other".into())));
+        let bad = BTreeMap::from([("m".to_owned(), Price { input_per_mtok: -1.0, output_per_mtok: 1.0 })]);
+        assert_eq!(Prices::new(bad), Err(PriceError::Invalid("m".into())));
+    }
+
+    #[test]
+    fn periods_are_utc_months() {
+        use chrono::TimeZone;
+        assert_eq!(period(Utc.with_ymd_and_hms(2026, 12, 31, 23, 59, 59).unwrap()), "2026-12");
+    }
+
+    proptest! {
+        /// Spending the affordable output never exceeds the money left.
+        #[test]
+        fn affordable_output_never_overspends(usd in 0.0f64..10.0, next_input in 0u64..200_000) {
+            let p = price();
+            let out = p.affordable_output(usd, next_input);
+            let cost = p.cost(Tokens { input: next_input, output: out });
+            prop_assert!(out == 0 || cost <= usd + 1e-9);
+            let one_more = p.cost(Tokens { input: next_input, output: out + 1 });
+            prop_assert!(one_more > usd - 1e-9 || out == 0);
+        }
+    }
+}

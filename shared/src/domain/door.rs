@@ -1,0 +1,213 @@
+//! The door: one gate that says whether an occurrence runs, or why it is
+//! skipped (SPEC §7.1). Every skip is a recorded run outcome, not an error.
+//!
+//! The runner asks twice with the facts it has: before the claim with the
+//! task `Unknown` (so a disabled worker or a missed occurrence costs no task
+//! read), and after the claim, which returns the task, with the task and its
+//! install. The checks run in one fixed order either way.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::hold::HoldReason;
+use super::install::Install;
+use super::task::{Task, TaskKind};
+
+/// Why an occurrence did not run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// `AGENT_SCHEDULE_WORKER_ENABLED` is off.
+    WorkerDisabled,
+    /// Delivered later than the catch-up window after its scheduled time.
+    Missed,
+    /// No task under that id (deleted outright, or never created).
+    Missing,
+    /// Tombstoned by an admin.
+    Deleted,
+    /// Paused by an admin.
+    Paused,
+    /// Held by the runtime, for these reasons.
+    Held(Vec<HoldReason>),
+    /// The declaring connector is not installed (or its install is unknown).
+    Uninstalled,
+    /// A one-time task whose occurrence already finished.
+    Completed,
+    /// The run's maximum cost does not fit the task's period budget.
+    BudgetExhausted,
+}
+
+impl SkipReason {
+    /// The stable word stored as the run's `reason` and used as a metric dimension.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SkipReason::WorkerDisabled => "worker_disabled",
+            SkipReason::Missed => "missed",
+            SkipReason::Missing => "missing",
+            SkipReason::Deleted => "deleted",
+            SkipReason::Paused => "paused",
+            SkipReason::Held(_) => "held",
+            SkipReason::Uninstalled => "uninstalled",
+            SkipReason::Completed => "completed",
+            SkipReason::BudgetExhausted => "budget_exhausted",
+        }
+    }
+
+    /// The reason in words, for the ledger.
+    pub fn describe(&self) -> String {
+        match self {
+            SkipReason::Held(reasons) => {
+                let names: Vec<&str> = reasons.iter().map(|r| r.as_str()).collect();
+                format!("held: {}", names.join(", "))
+            }
+            other => other.code().replace('_', " "),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Run,
+    Skip(SkipReason),
+}
+
+/// What the runner knows of the task when it asks.
+#[derive(Debug, Clone, Copy)]
+pub enum TaskFacts<'a> {
+    /// Not read yet: only the checks that need no task apply.
+    Unknown,
+    Missing,
+    /// The task and, for a connector task, its install (`None`: not found).
+    Present {
+        task: &'a Task,
+        install: Option<&'a Install>,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    pub worker_enabled: bool,
+    pub scheduled: DateTime<Utc>,
+    pub now: DateTime<Utc>,
+    pub catch_up: Duration,
+    pub task: TaskFacts<'a>,
+}
+
+/// The door's verdict, checks in this order: worker flag, lateness, task
+/// missing, tombstone, pause, hold, install, completion.
+pub fn verdict(facts: &Facts<'_>) -> Verdict {
+    use SkipReason::*;
+    if !facts.worker_enabled {
+        return Verdict::Skip(WorkerDisabled);
+    }
+    if facts.now - facts.scheduled > facts.catch_up {
+        return Verdict::Skip(Missed);
+    }
+    let (task, install) = match facts.task {
+        TaskFacts::Unknown => return Verdict::Run,
+        TaskFacts::Missing => return Verdict::Skip(Missing),
+        TaskFacts::Present { task, install } => (task, install),
+    };
+    let overrides = task.overrides.clone().unwrap_or_default();
+    if overrides.deleted {
+        return Verdict::Skip(Deleted);
+    }
+    if overrides.paused {
+        return Verdict::Skip(Paused);
+    }
+    if task.hold.is_held() {
+        return Verdict::Skip(Held(task.hold.entries().map(|(r, _)| r).collect()));
+    }
+    if task.kind == TaskKind::Connector && !install.is_some_and(Install::is_installed) {
+        return Verdict::Skip(Uninstalled);
+    }
+    if task.completed_at.is_some() {
+        return Verdict::Skip(Completed);
+    }
+    Verdict::Run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::install::{InstallScope, InstallStatus};
+    use crate::domain::overrides::Overrides;
+    use crate::domain::task::tests_support::{connector_task, reminder_task};
+    use chrono::TimeZone;
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap()
+    }
+
+    fn install(status: InstallStatus) -> Install {
+        Install {
+            install_id: "ins_1".into(),
+            workspace: "ws_1".into(),
+            server: "issues".into(),
+            url: "http://127.0.0.1:1/mcp".into(),
+            scope: InstallScope::Workspace,
+            account: "acct_1".into(),
+            credential_secret_arn: None,
+            status,
+            updated_at: t0(),
+        }
+    }
+
+    fn facts<'a>(task: TaskFacts<'a>) -> Facts<'a> {
+        Facts { worker_enabled: true, scheduled: t0(), now: t0() + Duration::seconds(5), catch_up: Duration::seconds(3600), task }
+    }
+
+    #[test]
+    fn each_skip_reason_in_order() {
+        let reminder = reminder_task(t0());
+        let present = TaskFacts::Present { task: &reminder, install: None };
+        assert_eq!(verdict(&facts(present)), Verdict::Run);
+        assert_eq!(verdict(&facts(TaskFacts::Unknown)), Verdict::Run);
+
+        let off = Facts { worker_enabled: false, ..facts(present) };
+        assert_eq!(verdict(&off), Verdict::Skip(SkipReason::WorkerDisabled));
+        let late = Facts { now: t0() + Duration::seconds(3601), ..facts(TaskFacts::Unknown) };
+        assert_eq!(verdict(&late), Verdict::Skip(SkipReason::Missed));
+        let on_the_edge = Facts { now: t0() + Duration::seconds(3600), ..facts(present) };
+        assert_eq!(verdict(&on_the_edge), Verdict::Run);
+        assert_eq!(verdict(&facts(TaskFacts::Missing)), Verdict::Skip(SkipReason::Missing));
+
+        let mut deleted = reminder.clone();
+        deleted.overrides = Some(Overrides { deleted: true, paused: true, ..Default::default() });
+        assert_eq!(verdict(&facts(TaskFacts::Present { task: &deleted, install: None })), Verdict::Skip(SkipReason::Deleted));
+        let mut paused = reminder.clone();
+        paused.overrides = Some(Overrides { paused: true, ..Default::default() });
+        paused.hold.place(HoldReason::Withdrawn, t0(), "gone");
+        assert_eq!(verdict(&facts(TaskFacts::Present { task: &paused, install: None })), Verdict::Skip(SkipReason::Paused));
+        let mut held = reminder.clone();
+        held.hold.place(HoldReason::AwaitingArgument, t0(), "team");
+        held.hold.place(HoldReason::Withdrawn, t0(), "gone");
+        assert_eq!(
+            verdict(&facts(TaskFacts::Present { task: &held, install: None })),
+            Verdict::Skip(SkipReason::Held(vec![HoldReason::Withdrawn, HoldReason::AwaitingArgument]))
+        );
+        let mut done = reminder.clone();
+        done.completed_at = Some(t0());
+        assert_eq!(verdict(&facts(TaskFacts::Present { task: &done, install: None })), Verdict::Skip(SkipReason::Completed));
+    }
+
+    #[test]
+    fn a_connector_task_runs_only_while_installed() {
+        let task = connector_task(t0());
+        let installed = install(InstallStatus::Installed);
+        let gone = install(InstallStatus::Uninstalled);
+        assert_eq!(verdict(&facts(TaskFacts::Present { task: &task, install: Some(&installed) })), Verdict::Run);
+        assert_eq!(
+            verdict(&facts(TaskFacts::Present { task: &task, install: Some(&gone) })),
+            Verdict::Skip(SkipReason::Uninstalled)
+        );
+        assert_eq!(verdict(&facts(TaskFacts::Present { task: &task, install: None })), Verdict::Skip(SkipReason::Uninstalled));
+    }
+
+    #[test]
+    fn reasons_have_stable_codes() {
+        assert_eq!(SkipReason::Held(vec![HoldReason::NeedUnbound]).describe(), "held: need_unbound");
+        assert_eq!(SkipReason::WorkerDisabled.describe(), "worker disabled");
+        assert_eq!(SkipReason::BudgetExhausted.code(), "budget_exhausted");
+    }
+}
