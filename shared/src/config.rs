@@ -149,6 +149,70 @@ impl CreateConfig {
     }
 }
 
+/// `CATCH_UP_SECONDS` when unset: Scheduler retries for up to a day, and a
+/// reminder hours late is not what the user asked for.
+pub const DEFAULT_CATCH_UP_SECONDS: i64 = 3600;
+
+/// Everything the runner reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunnerConfig {
+    /// `TABLE_NAME`
+    pub table_name: String,
+    /// `EVENT_BUS_NAME`
+    pub event_bus_name: String,
+    /// `AGENT_SCHEDULE_WORKER_ENABLED`
+    pub worker_enabled: bool,
+    /// `MODEL_ID`
+    pub model_id: String,
+    /// `MODEL_PRICES`
+    pub prices: crate::domain::budget::Prices,
+    /// `CATCH_UP_SECONDS` (default [`DEFAULT_CATCH_UP_SECONDS`])
+    pub catch_up_seconds: i64,
+}
+
+impl RunnerConfig {
+    pub const VARIABLES: [&'static str; 6] = [
+        "TABLE_NAME",
+        "EVENT_BUS_NAME",
+        "AGENT_SCHEDULE_WORKER_ENABLED",
+        "MODEL_ID",
+        "MODEL_PRICES",
+        "CATCH_UP_SECONDS",
+    ];
+
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from(&Env::process())
+    }
+
+    pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        let prices: std::collections::BTreeMap<String, crate::domain::budget::Price> = env.json("MODEL_PRICES")?;
+        let prices = crate::domain::budget::Prices::new(prices).map_err(|e| ConfigError::Malformed {
+            name: "MODEL_PRICES",
+            reason: e.to_string(),
+        })?;
+        let catch_up_seconds = match (env.0)("CATCH_UP_SECONDS") {
+            None => DEFAULT_CATCH_UP_SECONDS,
+            Some(text) => match text.trim().parse::<i64>() {
+                Ok(v) if v > 0 => v,
+                _ => {
+                    return Err(ConfigError::Malformed {
+                        name: "CATCH_UP_SECONDS",
+                        reason: format!("`{text}` is not a positive number of seconds"),
+                    });
+                }
+            },
+        };
+        Ok(Self {
+            table_name: env.required("TABLE_NAME")?,
+            event_bus_name: env.required("EVENT_BUS_NAME")?,
+            worker_enabled: env.flag("AGENT_SCHEDULE_WORKER_ENABLED")?,
+            model_id: env.required("MODEL_ID")?,
+            prices,
+            catch_up_seconds,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +256,32 @@ mod tests {
     fn variables_lists_what_is_read() {
         let names: Vec<&str> = FULL.iter().map(|(k, _)| *k).collect();
         assert_eq!(names, CreateConfig::VARIABLES);
+    }
+
+    #[test]
+    fn the_runner_reads_its_variables_and_defaults_the_catch_up() {
+        let base = [
+            ("TABLE_NAME", "tasks"),
+            ("EVENT_BUS_NAME", "bus"),
+            ("AGENT_SCHEDULE_WORKER_ENABLED", "true"),
+            ("MODEL_ID", "m"),
+            ("MODEL_PRICES", r#"{"m": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}"#),
+        ];
+        let config = RunnerConfig::from(&env(&base)).unwrap();
+        assert_eq!(config.catch_up_seconds, DEFAULT_CATCH_UP_SECONDS);
+        assert!(config.prices.of("m").is_ok());
+        let mut late = base.to_vec();
+        late.push(("CATCH_UP_SECONDS", "60"));
+        assert_eq!(RunnerConfig::from(&env(&late)).unwrap().catch_up_seconds, 60);
+        for (name, value) in [("CATCH_UP_SECONDS", "-5"), ("MODEL_PRICES", r#"{"m": {"input_per_mtok": 3.0}}"#)] {
+            let mut bad: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
+            bad.push((name, value));
+            assert!(matches!(RunnerConfig::from(&env(&bad)), Err(ConfigError::Malformed { name: n, .. }) if n == name));
+        }
+        for name in ["TABLE_NAME", "EVENT_BUS_NAME", "MODEL_ID", "MODEL_PRICES", "AGENT_SCHEDULE_WORKER_ENABLED"] {
+            let without: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
+            assert_eq!(RunnerConfig::from(&env(&without)), Err(ConfigError::Missing(name)));
+        }
     }
 
     #[test]

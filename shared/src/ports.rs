@@ -106,3 +106,153 @@ pub trait Schedules: Send + Sync {
     /// safe to repeat, last writer wins.
     fn put(&self, schedule: &ScheduleDefinition) -> impl Future<Output = Result<(), ScheduleError>> + Send;
 }
+
+// ---- The runner's ports ----------------------------------------------------
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::domain::agent::{Message, ModelReply, ModelRequest};
+use crate::domain::install::Install;
+use crate::domain::notification::RunFinished;
+use crate::domain::occurrence::{Claim, RunRecord};
+
+/// A claim on one occurrence, written on its task item.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    pub workspace: &'a str,
+    pub task_id: &'a TaskId,
+    /// The occurrence key (`occurrence::occurrence_key`).
+    pub occurrence: &'a str,
+    /// The budget period (`budget::period`).
+    pub period: &'a str,
+    pub claim: &'a Claim,
+    pub now: DateTime<Utc>,
+}
+
+/// The answer to a claim: the task as it is now (claimed), or as it was
+/// when the claim was refused (`None`: no such task).
+#[derive(Debug, Clone)]
+pub enum ClaimAnswer {
+    Claimed(Box<Task>),
+    Refused(Option<Box<Task>>),
+}
+
+/// Everything a finished or skipped claimed occurrence writes, atomically.
+#[derive(Debug, Clone)]
+pub struct Settlement<'a> {
+    pub task: &'a Task,
+    pub occurrence: &'a str,
+    /// Fences the write: only the execution holding the claim settles it.
+    pub execution_id: &'a str,
+    pub period: &'a str,
+    /// Released from the period budget...
+    pub reserved_usd: f64,
+    /// ...and replaced by the actual cost, also charged to this account.
+    pub account: Option<&'a str>,
+    pub record: &'a RunRecord,
+    /// Marks a one-time task completed.
+    pub complete: bool,
+    /// Finished claims old enough to forget.
+    pub prune: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    Done,
+    /// Another execution took the claim over: it records the outcome.
+    LostClaim,
+}
+
+pub trait RunStore: Send + Sync {
+    /// Claims a fresh occurrence and reserves its budget in one write.
+    fn claim(&self, request: &ClaimRequest<'_>) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send;
+    /// Takes over a running claim whose lease expired.
+    fn take_over(&self, request: &ClaimRequest<'_>) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send;
+    fn install(&self, workspace: &str, install_id: &str)
+    -> impl Future<Output = Result<Option<Install>, StoreError>> + Send;
+    fn settle(&self, settlement: &Settlement<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send;
+    /// Records an outcome that held no claim (a skip before or instead of a
+    /// claim). Never overwrites an existing record.
+    fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn mark_notified(
+        &self,
+        workspace: &str,
+        task_id: &TaskId,
+        occurrence: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Keeps a message that is not a run message, for an operator to read.
+    fn record_malformed(
+        &self,
+        message_id: &str,
+        body: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("EventBridge PutEvents failed")]
+pub struct NotifyError(#[source] pub BoxError);
+
+pub trait Notifier: Send + Sync {
+    fn run_finished(&self, event: &RunFinished) -> impl Future<Output = Result<(), NotifyError>> + Send;
+}
+
+/// The model failed to answer; the run fails with this message.
+#[derive(Debug, thiserror::Error)]
+#[error("the model call failed: {message}")]
+pub struct ModelError {
+    pub message: String,
+    #[source]
+    pub source: Option<BoxError>,
+}
+
+pub trait Model: Send + Sync {
+    fn converse(
+        &self,
+        model_id: &str,
+        request: &ModelRequest,
+    ) -> impl Future<Output = Result<ModelReply, ModelError>> + Send;
+}
+
+/// An MCP failure: the JSON-RPC error code when the server answered with one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("MCP {operation} failed{}: {message}", code.map(|c| format!(" ({c})")).unwrap_or_default())]
+pub struct McpError {
+    pub operation: &'static str,
+    pub code: Option<i64>,
+    pub message: String,
+}
+
+/// A tool as its server lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerTool {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub text: String,
+    pub is_error: bool,
+}
+
+pub trait McpSession: Send + Sync {
+    /// `prompts/get` with the approved argument values.
+    fn get_prompt(
+        &self,
+        name: &str,
+        arguments: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<Vec<Message>, McpError>> + Send;
+    /// The full `tools/list`, all pages.
+    fn list_tools(&self) -> impl Future<Output = Result<Vec<ServerTool>, McpError>> + Send;
+    fn call_tool(&self, name: &str, input: Value) -> impl Future<Output = Result<ToolOutput, McpError>> + Send;
+}
+
+pub trait Connectors: Send + Sync {
+    type Session: McpSession;
+    fn connect(&self, install: &Install) -> impl Future<Output = Result<Self::Session, McpError>> + Send;
+}

@@ -169,3 +169,179 @@ pub fn code(answer: &Value) -> String {
         answer["error"]["code"].as_str().unwrap_or("<no code>").to_owned()
     }
 }
+
+// ---- The runner --------------------------------------------------------------
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use local::converse::ConverseStandIn;
+use shared::adapters::bedrock::BedrockModel;
+use shared::adapters::dynamo::DynamoStore;
+use shared::adapters::events::EventBridgeNotifier;
+use shared::adapters::mcp::McpConnectors;
+use shared::app::run::{RunSettings, Runner};
+use shared::domain::budget::{Price, Prices};
+use shared::domain::hold::Hold;
+use shared::domain::install::{Install, InstallScope, InstallStatus};
+use shared::domain::schedule::Schedule;
+use shared::domain::task::{Budget, Provenance, Spec, Task, TaskId, TaskKind};
+
+pub const MODEL: &str = "anthropic.claude-test-v1:0";
+
+pub type TestRunner<S = DynamoStore> = Runner<S, EventBridgeNotifier, BedrockModel, McpConnectors>;
+
+/// $3 / $15 per million tokens.
+pub fn prices() -> Prices {
+    Prices::new(BTreeMap::from([(
+        MODEL.to_owned(),
+        Price { input_per_mtok: 3.0, output_per_mtok: 15.0 },
+    )]))
+    .expect("valid prices")
+}
+
+pub fn run_settings(worker_enabled: bool) -> RunSettings {
+    RunSettings {
+        worker_enabled,
+        catch_up: Duration::seconds(3600),
+        model_id: MODEL.to_owned(),
+        prices: prices(),
+    }
+}
+
+/// The local stack plus the Converse stand-in.
+pub struct RunStack {
+    pub t: TestStack,
+    pub model: ConverseStandIn,
+    pub model_sdk: aws_config::SdkConfig,
+}
+
+impl RunStack {
+    pub async fn start() -> anyhow::Result<Self> {
+        let t = TestStack::start().await?;
+        let model = ConverseStandIn::start().await?;
+        let model_sdk = local::sdk_config(&model.endpoint()).await;
+        Ok(Self { t, model, model_sdk })
+    }
+
+    pub fn store(&self) -> DynamoStore {
+        DynamoStore::from_sdk(&self.t.aws.sdk, &self.t.stack.names.table)
+    }
+
+    /// The runner on a store of the caller's choice (to inject crashes).
+    pub fn runner_on<S: shared::ports::RunStore>(&self, store: S, settings: RunSettings) -> TestRunner<S> {
+        Runner::new(
+            store,
+            EventBridgeNotifier::from_sdk(&self.t.aws.sdk, &self.t.stack.names.event_bus),
+            BedrockModel::from_sdk(&self.model_sdk),
+            McpConnectors::from_sdk(&self.t.aws.sdk),
+            settings,
+        )
+    }
+
+    pub fn runner(&self) -> TestRunner {
+        self.runner_on(self.store(), run_settings(true))
+    }
+
+    pub async fn events(&self) -> Vec<Value> {
+        self.t.stack.received_events(&self.t.aws.sdk).await.expect("events")
+    }
+
+    pub async fn run_record(&self, task_id: &TaskId, occurrence: &str) -> Option<Value> {
+        self.t.item(&format!("TASK#{task_id}"), &format!("RUN#{occurrence}")).await
+    }
+
+    pub async fn task_item(&self, task: &Task) -> Value {
+        self.t.item(&format!("WS#{}", task.workspace), &format!("TASK#{}", task.task_id)).await.expect("task item")
+    }
+
+    pub async fn account(&self, account: &str, period: &str) -> Option<Value> {
+        self.t.item(&format!("ACCOUNT#{account}"), &format!("PERIOD#{period}")).await
+    }
+}
+
+/// The runs-queue message Scheduler would deliver for an occurrence.
+pub fn run_message(task: &Task, scheduled: DateTime<Utc>, execution_id: &str) -> String {
+    json!({
+        "task_id": task.task_id,
+        "workspace": task.workspace,
+        "scheduled_time": scheduled.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "execution_id": execution_id,
+        "attempt": "1",
+    })
+    .to_string()
+}
+
+pub fn limits() -> Limits {
+    Limits { max_turns: 4, max_tool_calls: 3, max_output_tokens: 2000, timeout_seconds: 60 }
+}
+
+/// A reminder due at `at`, as create would have written it.
+pub fn reminder(at: DateTime<Utc>) -> Task {
+    Task {
+        task_id: TaskId::for_reminder("ws_1", "usr_123", &uuid_like(at)),
+        workspace: "ws_1".into(),
+        kind: TaskKind::Reminder,
+        provenance: Provenance::User { principal: "usr_123".into() },
+        title: "Call mom".into(),
+        instruction: Some("Remind me to call mom about Sunday.".into()),
+        spec: Spec {
+            schedule: Schedule::At { at },
+            tools: BTreeSet::new(),
+            limits: limits(),
+            budget: None,
+            arguments: BTreeMap::new(),
+            bindings: BTreeMap::new(),
+            agent: None,
+            scopes: BTreeSet::new(),
+        },
+        pending: None,
+        hold: Hold::default(),
+        overrides: None,
+        approval: None,
+        completed_at: None,
+        claims: BTreeMap::new(),
+        budget_used: BTreeMap::new(),
+        version: 1,
+        created_at: at,
+        updated_at: at,
+    }
+}
+
+fn uuid_like(at: DateTime<Utc>) -> String {
+    format!("key-{}", at.timestamp_nanos_opt().unwrap_or_default())
+}
+
+/// A connector task of `server`'s prompt, approved with `tools`, a budget
+/// and `arguments`.
+pub fn connector_task(server: &str, prompt: &str, tools: &[&str], arguments: &[(&str, &str)]) -> Task {
+    let now = Utc::now();
+    let mut task = reminder(now);
+    task.task_id = TaskId::for_connector("ws_1", server, prompt);
+    task.kind = TaskKind::Connector;
+    task.provenance = Provenance::Connector {
+        install_id: "ins_1".into(),
+        server: server.into(),
+        prompt: prompt.into(),
+    };
+    task.title = prompt.into();
+    task.instruction = None;
+    task.spec.schedule = Schedule::Cron { cron: "0 9 * * MON-FRI".into(), timezone: "Europe/Berlin".into() };
+    task.spec.tools = tools.iter().map(|t| (*t).to_owned()).collect();
+    task.spec.budget = Some(Budget { max_usd_per_run: 0.25, max_usd_per_month: 5.0 });
+    task.spec.arguments = arguments.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    task
+}
+
+pub fn install(id: &str, server: &str, url: &str, scope: InstallScope) -> Install {
+    Install {
+        install_id: id.into(),
+        workspace: "ws_1".into(),
+        server: server.into(),
+        url: url.into(),
+        scope,
+        account: format!("acct_{id}"),
+        credential_secret_arn: None,
+        status: InstallStatus::Installed,
+        updated_at: Utc::now(),
+    }
+}

@@ -3,6 +3,8 @@
 //! emulator that runs the real function binaries. The README's main job and
 //! the tests both stand on this crate.
 
+pub mod converse;
+pub mod mcp_fixture;
 pub mod moto;
 pub mod runtime;
 pub mod stack;

@@ -39,6 +39,10 @@ pub struct StackNames {
     pub runs_dlq: String,
     pub scheduler_dlq: String,
     pub schedule_group: String,
+    pub event_bus: String,
+    /// Local only: a queue that receives every event on the bus, so tests
+    /// and the main job can read the notifications.
+    pub events_capture: String,
 }
 
 impl StackNames {
@@ -51,6 +55,8 @@ impl StackNames {
             runs_dlq: format!("{prefix}-runs-dlq-{suffix}"),
             scheduler_dlq: format!("{prefix}-scheduler-dlq-{suffix}"),
             schedule_group: format!("{prefix}-{suffix}"),
+            event_bus: format!("{prefix}-bus-{suffix}"),
+            events_capture: format!("{prefix}-events-{suffix}"),
         }
     }
 }
@@ -66,6 +72,7 @@ pub struct Stack {
     pub scheduler_dlq_arn: String,
     /// moto does not check roles; the ARN has the template's shape.
     pub scheduler_role_arn: String,
+    pub events_capture_url: String,
 }
 
 async fn queue(
@@ -158,7 +165,26 @@ impl Stack {
             .send()
             .await?;
 
+        let events = aws_sdk_eventbridge::Client::new(sdk);
+        events.create_event_bus().name(&names.event_bus).send().await?;
+        let (events_capture_url, events_capture_arn) = queue(&sqs, &names.events_capture, &[]).await?;
+        events
+            .put_rule()
+            .name("capture")
+            .event_bus_name(&names.event_bus)
+            .event_pattern(serde_json::json!({"source": [shared::domain::notification::SOURCE]}).to_string())
+            .send()
+            .await?;
+        events
+            .put_targets()
+            .rule("capture")
+            .event_bus_name(&names.event_bus)
+            .targets(aws_sdk_eventbridge::types::Target::builder().id("capture").arn(events_capture_arn).build()?)
+            .send()
+            .await?;
+
         Ok(Self {
+            events_capture_url,
             scheduler_role_arn: format!("arn:aws:iam::123456789012:role/{}-scheduler", names.schedule_group),
             names,
             runs_queue_url,
@@ -169,6 +195,31 @@ impl Stack {
         })
     }
 
+    /// The notifications the bus received so far (drains the capture queue).
+    pub async fn received_events(&self, sdk: &SdkConfig) -> anyhow::Result<Vec<serde_json::Value>> {
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let mut events = Vec::new();
+        loop {
+            let out = sqs
+                .receive_message()
+                .queue_url(&self.events_capture_url)
+                .max_number_of_messages(10)
+                .send()
+                .await?;
+            if out.messages().is_empty() {
+                return Ok(events);
+            }
+            for message in out.messages() {
+                if let Some(body) = message.body() {
+                    events.push(serde_json::from_str(body)?);
+                }
+                if let Some(handle) = message.receipt_handle() {
+                    sqs.delete_message().queue_url(&self.events_capture_url).receipt_handle(handle).send().await?;
+                }
+            }
+        }
+    }
+
     /// The SPEC §9 variables that point a function at this stack.
     pub fn function_env(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -177,6 +228,7 @@ impl Stack {
             ("RUN_QUEUE_ARN", self.runs_queue_arn.clone()),
             ("SCHEDULER_ROLE_ARN", self.scheduler_role_arn.clone()),
             ("SCHEDULER_DLQ_ARN", self.scheduler_dlq_arn.clone()),
+            ("EVENT_BUS_NAME", self.names.event_bus.clone()),
         ]
     }
 }

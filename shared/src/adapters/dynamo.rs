@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::keys::{ENTITY, Key, PK};
+use crate::domain::budget;
 use crate::domain::idempotency::IdempotencyRecord;
 use crate::domain::task::{Task, TaskId};
 use crate::ports::{Inserted, StoreError, TaskStore};
@@ -93,11 +94,25 @@ pub fn to_item<T: Serialize>(value: &T, key: &Key, entity: &str) -> Result<Item,
     Ok(item)
 }
 
-/// A task as stored: the domain task, its key, and the derived `state`.
+/// A task as stored: the domain task, its key, and the attributes derived
+/// from it: `state` for the console, and the budget figures the claim's
+/// condition compares (`budget_reserve_usd`, `budget_threshold_usd`).
 pub fn task_item(task: &Task) -> Result<Item, StoreError> {
     let mut item = to_item(task, &Key::task(&task.workspace, task.task_id.as_str()), "task")?;
     item.insert("state".to_owned(), AttributeValue::S(task.state().as_str().to_owned()));
+    item.insert(RESERVE.to_owned(), number(budget::reservation(task)));
+    if let Some(threshold) = budget::threshold(task) {
+        item.insert(THRESHOLD.to_owned(), number(threshold));
+    }
     Ok(item)
+}
+
+/// Derived task attributes the claim reads in its expressions.
+const RESERVE: &str = "budget_reserve_usd";
+const THRESHOLD: &str = "budget_threshold_usd";
+
+fn number(value: f64) -> AttributeValue {
+    AttributeValue::N(value.to_string())
 }
 
 fn put_if_absent(table: &str, item: Item) -> Result<TransactWriteItem, StoreError> {
@@ -109,6 +124,71 @@ fn put_if_absent(table: &str, item: Item) -> Result<TransactWriteItem, StoreErro
         .build()
         .map_err(|e| request("TransactWriteItems", e))?;
     Ok(TransactWriteItem::builder().put(put).build())
+}
+
+impl DynamoStore {
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn table(&self) -> &str {
+        &self.table
+    }
+
+    pub(crate) fn counted(&self) {
+        self.count();
+    }
+
+    /// Writes a new task, unless one already has its key. Reconcile creates
+    /// connector tasks this way.
+    pub async fn insert_task(&self, task: &Task) -> Result<Inserted, StoreError> {
+        self.count();
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(task_item(task)?))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", PK)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Inserted::Created),
+            Err(e) if e.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
+                Ok(Inserted::KeyTaken)
+            }
+            Err(e) => Err(request("PutItem", e)),
+        }
+    }
+
+    /// Writes an install as the platform reported it.
+    pub async fn put_install(&self, install: &crate::domain::install::Install) -> Result<(), StoreError> {
+        self.count();
+        let key = Key::install(&install.workspace, &install.install_id);
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(install, &key, "install")?))
+            .send()
+            .await
+            .map_err(|e| request("PutItem", e))?;
+        Ok(())
+    }
+
+    pub(crate) async fn get_item<T: DeserializeOwned>(&self, key: Key, what: &str) -> Result<Option<T>, StoreError> {
+        self.get(key, what).await
+    }
+}
+
+pub(crate) fn request_error<E: std::error::Error + Send + Sync + 'static>(
+    operation: &'static str,
+    source: E,
+) -> StoreError {
+    request(operation, source)
+}
+
+pub(crate) fn read_item<T: DeserializeOwned>(item: Item, what: &str) -> Result<T, StoreError> {
+    from_item(item, what)
 }
 
 impl TaskStore for DynamoStore {

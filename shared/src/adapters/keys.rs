@@ -7,6 +7,8 @@
 //! | run         | `TASK#<task_id>`      | `RUN#<scheduled time, UTC>`  |
 //! | install     | `WS#<workspace>`      | `INSTALL#<install_id>`       |
 //! | idempotency | `IDEM#<principal>`    | `KEY#<key>`                  |
+//! | account     | `ACCOUNT#<account>`   | `PERIOD#<YYYY-MM>`           |
+//! | malformed   | `MALFORMED#<YYYY-MM-DD>` | `MSG#<message id>`        |
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -49,6 +51,22 @@ impl Key {
         Self {
             pk: format!("IDEM#{principal}"),
             sk: format!("KEY#{key}"),
+        }
+    }
+
+    /// What an account was charged in a month.
+    pub fn account(account: &str, period: &str) -> Self {
+        Self {
+            pk: format!("ACCOUNT#{account}"),
+            sk: format!("PERIOD#{period}"),
+        }
+    }
+
+    /// A runs-queue message that was not a run message, kept for an operator.
+    pub fn malformed(day: &str, message_id: &str) -> Self {
+        Self {
+            pk: format!("MALFORMED#{day}"),
+            sk: format!("MSG#{message_id}"),
         }
     }
 

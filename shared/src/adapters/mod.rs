@@ -2,8 +2,12 @@
 //! plus the start-up helpers every Lambda shares. AWS SDK calls live here and
 //! nowhere else in the library.
 
+pub mod bedrock;
 pub mod dynamo;
+pub mod events;
+pub mod mcp;
 pub mod keys;
+pub mod runs;
 pub mod scheduler;
 pub mod telemetry;
 

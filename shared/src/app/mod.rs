@@ -2,3 +2,4 @@
 //! domain, and says what to write in which order. No AWS types here.
 
 pub mod create;
+pub mod run;

@@ -2,6 +2,7 @@
 //! clock passed in as `now`. `cargo check -p shared --no-default-features`
 //! proves it builds without the SDK.
 
+pub mod agent;
 pub mod approval;
 pub mod budget;
 pub mod descriptor;
@@ -10,6 +11,7 @@ pub mod hold;
 pub mod idempotency;
 pub mod install;
 pub mod limits;
+pub mod notification;
 pub mod occurrence;
 pub mod overrides;
 pub mod reminder;

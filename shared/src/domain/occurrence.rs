@@ -87,8 +87,6 @@ pub struct Claim {
     pub lease_until: i64,
     pub execution_id: String,
     pub attempts: u32,
-    /// Reserved against the period budget when claimed, released at settle.
-    pub reserved_usd: f64,
     pub started_at: DateTime<Utc>,
     /// Whether the `Scheduled run finished` event went out.
     #[serde(default)]
@@ -235,7 +233,7 @@ mod claim_tests {
 
     fn claim(status: RunStatus, lease_until: i64, notified: bool) -> Claim {
         let t = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
-        Claim { status, lease_until, execution_id: "e1".into(), attempts: 1, reserved_usd: 0.0, started_at: t, notified }
+        Claim { status, lease_until, execution_id: "e1".into(), attempts: 1, started_at: t, notified }
     }
 
     #[test]

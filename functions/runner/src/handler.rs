@@ -1,0 +1,57 @@
+//! The runner handler: each SQS record is one delivery of an occurrence.
+//! Records of a batch run concurrently (they are distinct occurrences, or
+//! duplicates the claim tells apart). A record that must be delivered again
+//! (a live lease elsewhere, a transient failure) is returned in the partial
+//! batch response; nothing is logged and dropped.
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use chrono::{DateTime, Utc};
+use lambda_runtime::{Error, LambdaEvent};
+use shared::adapters::bedrock::BedrockModel;
+use shared::adapters::dynamo::DynamoStore;
+use shared::adapters::events::EventBridgeNotifier;
+use shared::adapters::mcp::McpConnectors;
+use shared::app::run::{Disposition, RunSettings, Runner};
+use shared::config::RunnerConfig;
+
+pub type App = Runner<DynamoStore, EventBridgeNotifier, BedrockModel, McpConnectors>;
+
+/// Wires the use case to the AWS adapters. Called once, at start-up.
+pub fn build(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> App {
+    Runner::new(
+        DynamoStore::from_sdk(sdk, config.table_name),
+        EventBridgeNotifier::from_sdk(sdk, config.event_bus_name),
+        BedrockModel::from_sdk(sdk),
+        McpConnectors::from_sdk(sdk),
+        RunSettings {
+            worker_enabled: config.worker_enabled,
+            catch_up: chrono::Duration::seconds(config.catch_up_seconds),
+            model_id: config.model_id,
+            prices: config.prices,
+        },
+    )
+}
+
+/// Delivers one record; `Some(id)` when it must come back.
+async fn deliver(app: &App, record: &SqsMessage, deadline: DateTime<Utc>) -> Option<String> {
+    let id = record.message_id.clone().unwrap_or_default();
+    let body = record.body.as_deref().unwrap_or_default();
+    match app.deliver(&id, body, Utc::now(), deadline).await {
+        Ok(Disposition::Busy) => Some(id),
+        Ok(_) => None,
+        Err(error) => {
+            tracing::error!(message_id = %id, error = %shared::error_chain(&error), "delivery failed; returned to the queue");
+            Some(id)
+        }
+    }
+}
+
+pub async fn handle(app: &App, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
+    let deadline = DateTime::<Utc>::from(event.context.deadline());
+    let outcomes = futures::future::join_all(event.payload.records.iter().map(|r| deliver(app, r, deadline))).await;
+    let mut response = SqsBatchResponse::default();
+    for id in outcomes.into_iter().flatten() {
+        response.add_failure(id);
+    }
+    Ok(response)
+}

@@ -1,0 +1,253 @@
+//! The project's MCP fixture server (rmcp, streamable HTTP on loopback): it
+//! declares prompts, some with the `ai.nimblebrain/scheduled-prompts` marker,
+//! and tools that echo their input and record every call. Tests change its
+//! declarations between calls through [`McpFixture::state`].
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, GetPromptRequestParams,
+    GetPromptResponse, GetPromptResult, Implementation, JsonObject, ListPromptsResult, ListToolsResult, MetaObject,
+    PaginatedRequestParams, Prompt, PromptArgument, PromptMessage, Role, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use tokio::sync::RwLock;
+
+/// The `_meta` key a scheduled prompt carries (SPEC §5).
+pub const MARKER: &str = "ai.nimblebrain/scheduled-prompts";
+
+#[derive(Debug, Clone)]
+pub struct FixturePrompt {
+    pub name: String,
+    pub description: String,
+    /// (name, required)
+    pub arguments: Vec<(String, bool)>,
+    /// The `_meta` object, marker included, if any.
+    pub meta: Option<Value>,
+    /// The prompt text; `{{arg}}` is replaced by the argument's value.
+    pub template: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct FixtureTool {
+    pub name: String,
+    pub description: String,
+}
+
+#[derive(Debug, Default)]
+pub struct FixtureState {
+    pub prompts: Vec<FixturePrompt>,
+    pub tools: Vec<FixtureTool>,
+    /// Every `tools/call`: (tool, arguments).
+    pub calls: Vec<(String, Value)>,
+    /// Every `prompts/get`: (prompt, arguments).
+    pub prompt_gets: Vec<(String, BTreeMap<String, String>)>,
+    /// The `Authorization` headers seen.
+    pub authorizations: Vec<String>,
+    /// Items per page of `prompts/list` and `tools/list` (0: all at once).
+    pub page_size: usize,
+}
+
+#[derive(Clone)]
+struct Handler {
+    state: Arc<RwLock<FixtureState>>,
+}
+
+fn page<T: Clone>(items: &[T], size: usize, cursor: Option<String>) -> Result<(Vec<T>, Option<String>), ErrorData> {
+    let start: usize = match cursor {
+        None => 0,
+        Some(c) => c.parse().map_err(|_| ErrorData::invalid_params("bad cursor", None))?,
+    };
+    let size = if size == 0 { items.len().max(1) } else { size };
+    let end = (start + size).min(items.len());
+    let next = (end < items.len()).then(|| end.to_string());
+    Ok((items.get(start..end).unwrap_or_default().to_vec(), next))
+}
+
+fn to_prompt(p: &FixturePrompt) -> Prompt {
+    let arguments = p
+        .arguments
+        .iter()
+        .map(|(name, required)| PromptArgument::new(name.clone()).with_required(*required))
+        .collect();
+    let prompt = Prompt::new(p.name.clone(), Some(p.description.clone()), Some(arguments));
+    match &p.meta {
+        Some(Value::Object(meta)) => prompt.with_meta(MetaObject(meta.clone())),
+        _ => prompt,
+    }
+}
+
+impl ServerHandler for Handler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("fixture", "1.0.0"))
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let state = self.state.read().await;
+        let all: Vec<Prompt> = state.prompts.iter().map(to_prompt).collect();
+        let (items, next) = page(&all, state.page_size, request.and_then(|r| r.cursor))?;
+        let mut result = ListPromptsResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let mut state = self.state.write().await;
+        let args: BTreeMap<String, String> = request
+            .arguments
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())))
+            .collect();
+        state.prompt_gets.push((request.name.to_string(), args.clone()));
+        let prompt = state
+            .prompts
+            .iter()
+            .find(|p| p.name == request.name)
+            .ok_or_else(|| ErrorData::invalid_params(format!("unknown prompt: {}", request.name), None))?;
+        let mut text = prompt.template.clone();
+        for (name, required) in &prompt.arguments {
+            match args.get(name) {
+                Some(value) => text = text.replace(&format!("{{{{{name}}}}}"), value),
+                None if *required => {
+                    return Err(ErrorData::invalid_params(format!("missing required argument: {name}"), None));
+                }
+                None => {}
+            }
+        }
+        Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)]).into())
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let state = self.state.read().await;
+        let schema: JsonObject = match json!({"type": "object", "properties": {"text": {"type": "string"}}}) {
+            Value::Object(o) => o,
+            _ => JsonObject::new(),
+        };
+        let all: Vec<Tool> = state
+            .tools
+            .iter()
+            .map(|t| Tool::new(t.name.clone(), t.description.clone(), Arc::new(schema.clone())))
+            .collect();
+        let (items, next) = page(&all, state.page_size, request.and_then(|r| r.cursor))?;
+        let mut result = ListToolsResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let mut state = self.state.write().await;
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        state.calls.push((request.name.to_string(), args.clone()));
+        if !state.tools.iter().any(|t| t.name == request.name) {
+            return Err(ErrorData::invalid_params(format!("unknown tool: {}", request.name), None));
+        }
+        Ok(CallToolResult::success(vec![ContentBlock::text(format!("{} done with {args}", request.name))]).into())
+    }
+}
+
+/// A running fixture server. Dropping it stops it.
+pub struct McpFixture {
+    port: u16,
+    state: Arc<RwLock<FixtureState>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl McpFixture {
+    pub async fn start(initial: FixtureState) -> anyhow::Result<Self> {
+        let state = Arc::new(RwLock::new(initial));
+        let for_service = state.clone();
+        let service = StreamableHttpService::new(
+            move || Ok(Handler { state: for_service.clone() }),
+            Arc::new(LocalSessionManager::default()),
+            StreamableHttpServerConfig::default(),
+        );
+        let for_auth = state.clone();
+        let record_auth = move |request: Request, next: Next| {
+            let state = for_auth.clone();
+            async move {
+                if let Some(value) = request.headers().get("authorization").and_then(|v| v.to_str().ok()) {
+                    state.write().await.authorizations.push(value.to_owned());
+                }
+                let response: Response = next.run(request).await;
+                response
+            }
+        };
+        let app = Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(record_auth));
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let port = listener.local_addr()?.port();
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { port, state, server })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// The declarations and the record of calls, to read or change.
+    pub fn state(&self) -> &Arc<RwLock<FixtureState>> {
+        &self.state
+    }
+}
+
+impl Drop for McpFixture {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// A prompt with a scheduled-prompts marker.
+pub fn scheduled_prompt(name: &str, marker: Value, arguments: &[(&str, bool)], template: &str) -> FixturePrompt {
+    FixturePrompt {
+        name: name.to_owned(),
+        description: format!("{name} (scheduled)"),
+        arguments: arguments.iter().map(|(n, r)| ((*n).to_owned(), *r)).collect(),
+        meta: Some(json!({ MARKER: marker })),
+        template: template.to_owned(),
+    }
+}
+
+pub fn tool(name: &str) -> FixtureTool {
+    FixtureTool {
+        name: name.to_owned(),
+        description: format!("The fixture's {name} tool"),
+    }
+}

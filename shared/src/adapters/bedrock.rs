@@ -1,0 +1,188 @@
+//! The model: Bedrock Runtime `Converse` with tool use (SPEC §7.5).
+//!
+//! Translates the domain's messages and tools to the SDK's types and back.
+//! Locally and in tests the client is pointed at the scripted stand-in by the
+//! SDK's own `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`; nothing here knows it.
+
+use aws_sdk_bedrockruntime::Client;
+use aws_sdk_bedrockruntime::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_bedrockruntime::types::{
+    AutoToolChoice, ContentBlock, ConversationRole, ConverseOutput, InferenceConfiguration, Message as SdkMessage,
+    StopReason as SdkStop, SystemContentBlock, Tool, ToolChoice, ToolConfiguration, ToolInputSchema,
+    ToolResultBlock, ToolResultContentBlock, ToolResultStatus, ToolSpecification, ToolUseBlock,
+};
+use aws_smithy_types::{Document, Number};
+use serde_json::Value;
+
+use crate::domain::agent::{Block, Message, ModelReply, ModelRequest, Role, StopReason};
+use crate::ports::{Model, ModelError};
+
+#[derive(Clone)]
+pub struct BedrockModel {
+    client: Client,
+}
+
+impl BedrockModel {
+    pub fn from_sdk(sdk: &aws_config::SdkConfig) -> Self {
+        Self {
+            client: Client::new(sdk),
+        }
+    }
+}
+
+fn error(message: impl Into<String>) -> ModelError {
+    ModelError {
+        message: message.into(),
+        source: None,
+    }
+}
+
+/// JSON to the SDK's document type (the SDK offers no stable conversion).
+pub fn to_document(value: &Value) -> Document {
+    match value {
+        Value::Null => Document::Null,
+        Value::Bool(b) => Document::Bool(*b),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => Document::Number(Number::PosInt(u)),
+            (None, Some(i)) => Document::Number(Number::NegInt(i)),
+            _ => Document::Number(Number::Float(n.as_f64().unwrap_or_default())),
+        },
+        Value::String(s) => Document::String(s.clone()),
+        Value::Array(a) => Document::Array(a.iter().map(to_document).collect()),
+        Value::Object(o) => Document::Object(o.iter().map(|(k, v)| (k.clone(), to_document(v))).collect()),
+    }
+}
+
+pub fn from_document(document: &Document) -> Value {
+    match document {
+        Document::Null => Value::Null,
+        Document::Bool(b) => Value::Bool(*b),
+        Document::Number(Number::PosInt(u)) => Value::from(*u),
+        Document::Number(Number::NegInt(i)) => Value::from(*i),
+        Document::Number(Number::Float(f)) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        Document::String(s) => Value::String(s.clone()),
+        Document::Array(a) => Value::Array(a.iter().map(from_document).collect()),
+        Document::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), from_document(v))).collect()),
+    }
+}
+
+fn to_sdk(message: &Message) -> Result<SdkMessage, ModelError> {
+    let role = match message.role {
+        Role::User => ConversationRole::User,
+        Role::Assistant => ConversationRole::Assistant,
+    };
+    let mut builder = SdkMessage::builder().role(role);
+    for block in &message.content {
+        let content = match block {
+            Block::Text(text) => ContentBlock::Text(text.clone()),
+            Block::ToolUse { id, name, input } => ContentBlock::ToolUse(
+                ToolUseBlock::builder()
+                    .tool_use_id(id)
+                    .name(name)
+                    .input(to_document(input))
+                    .build()
+                    .map_err(|e| error(e.to_string()))?,
+            ),
+            Block::ToolResult { id, text, is_error } => ContentBlock::ToolResult(
+                ToolResultBlock::builder()
+                    .tool_use_id(id)
+                    .content(ToolResultContentBlock::Text(text.clone()))
+                    .status(if *is_error { ToolResultStatus::Error } else { ToolResultStatus::Success })
+                    .build()
+                    .map_err(|e| error(e.to_string()))?,
+            ),
+        };
+        builder = builder.content(content);
+    }
+    builder.build().map_err(|e| error(e.to_string()))
+}
+
+fn from_sdk(message: &SdkMessage) -> Message {
+    let content = message
+        .content()
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(Block::Text(text.clone())),
+            ContentBlock::ToolUse(tool) => Some(Block::ToolUse {
+                id: tool.tool_use_id().to_owned(),
+                name: tool.name().to_owned(),
+                input: from_document(tool.input()),
+            }),
+            _ => None,
+        })
+        .collect();
+    Message {
+        role: Role::Assistant,
+        content,
+    }
+}
+
+fn stop(reason: &SdkStop) -> StopReason {
+    match reason {
+        SdkStop::EndTurn => StopReason::EndTurn,
+        SdkStop::StopSequence => StopReason::StopSequence,
+        SdkStop::ToolUse => StopReason::ToolUse,
+        SdkStop::MaxTokens => StopReason::MaxTokens,
+        other => StopReason::Other(other.as_str().to_owned()),
+    }
+}
+
+impl Model for BedrockModel {
+    async fn converse(&self, model_id: &str, request: &ModelRequest) -> Result<ModelReply, ModelError> {
+        let messages = request.messages.iter().map(to_sdk).collect::<Result<Vec<_>, _>>()?;
+        let mut call = self
+            .client
+            .converse()
+            .model_id(model_id)
+            .system(SystemContentBlock::Text(request.system.clone()))
+            .set_messages(Some(messages))
+            .inference_config(
+                InferenceConfiguration::builder()
+                    .max_tokens(i32::try_from(request.max_tokens).unwrap_or(i32::MAX))
+                    .build(),
+            );
+        if !request.tools.is_empty() {
+            let mut config = ToolConfiguration::builder().tool_choice(ToolChoice::Auto(AutoToolChoice::builder().build()));
+            for tool in &request.tools {
+                config = config.tools(Tool::ToolSpec(
+                    ToolSpecification::builder()
+                        .name(&tool.name)
+                        .description(&tool.description)
+                        .input_schema(ToolInputSchema::Json(to_document(&tool.input_schema)))
+                        .build()
+                        .map_err(|e| error(e.to_string()))?,
+                ));
+            }
+            call = call.tool_config(config.build().map_err(|e| error(e.to_string()))?);
+        }
+        let out = call.send().await.map_err(|e| {
+            let code = e.as_service_error().and_then(|s| s.code()).unwrap_or("unknown").to_owned();
+            ModelError {
+                message: format!("{code}: {}", DisplayErrorContext(&e)),
+                source: Some(Box::new(e)),
+            }
+        })?;
+        let message = match out.output() {
+            Some(ConverseOutput::Message(message)) => from_sdk(message),
+            _ => return Err(error("Converse answered without a message")),
+        };
+        let usage = out.usage();
+        Ok(ModelReply {
+            message,
+            stop: stop(out.stop_reason()),
+            input_tokens: usage.map_or(0, |u| u.input_tokens().max(0) as u64),
+            output_tokens: usage.map_or(0, |u| u.output_tokens().max(0) as u64),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_round_trip() {
+        let value = serde_json::json!({"a": [1, -2, 1.5, "x", null, true], "b": {"c": {}}});
+        assert_eq!(from_document(&to_document(&value)), value);
+    }
+}

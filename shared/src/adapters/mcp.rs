@@ -1,0 +1,233 @@
+//! MCP connector sessions over streamable HTTP with `rmcp` (SPEC §7.4, §6).
+//!
+//! Every session: the client response cache off (a cached `prompts/list` or
+//! `tools/list` would hide a release), a timeout on every request, and the
+//! protocol version negotiated with fallback: 2026-07-28 first, then
+//! 2025-11-25. A `prompts/get` answered with `InputRequiredResult` is an
+//! error: an unattended run has nobody to give the input.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use aws_sdk_secretsmanager::Client as SecretsClient;
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams, GetPromptResponse, Implementation,
+    JsonObject, PaginatedRequestParams, Prompt, ProtocolVersion, Role as McpRole,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceError};
+use serde_json::Value;
+
+use crate::domain::agent::{Block, Message, Role};
+use crate::domain::install::Install;
+use crate::ports::{Connectors, McpError, McpSession, ServerTool, ToolOutput};
+
+/// Every MCP request ends within this, or fails the step that made it.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// `prompts/list` and `tools/list` stop after this many pages.
+pub const MAX_PAGES: usize = 50;
+
+fn failed(operation: &'static str, error: ServiceError) -> McpError {
+    match error {
+        ServiceError::McpError(data) => McpError {
+            operation,
+            code: Some(i64::from(data.code.0)),
+            message: data.message.into_owned(),
+        },
+        other => McpError {
+            operation,
+            code: None,
+            message: other.to_string(),
+        },
+    }
+}
+
+fn timed_out(operation: &'static str) -> McpError {
+    McpError {
+        operation,
+        code: None,
+        message: format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()),
+    }
+}
+
+async fn timed<T>(
+    operation: &'static str,
+    call: impl std::future::Future<Output = Result<T, ServiceError>>,
+) -> Result<T, McpError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
+        Ok(result) => result.map_err(|e| failed(operation, e)),
+        Err(_) => Err(timed_out(operation)),
+    }
+}
+
+/// Opens sessions to installed connectors, reading their credential from
+/// Secrets Manager when they have one.
+#[derive(Clone)]
+pub struct McpConnectors {
+    secrets: SecretsClient,
+}
+
+impl McpConnectors {
+    pub fn from_sdk(sdk: &aws_config::SdkConfig) -> Self {
+        Self {
+            secrets: SecretsClient::new(sdk),
+        }
+    }
+
+    async fn token(&self, arn: &str) -> Result<String, McpError> {
+        let out = self.secrets.get_secret_value().secret_id(arn).send().await.map_err(|e| McpError {
+            operation: "connect",
+            code: None,
+            message: format!(
+                "the install's credential could not be read: {}",
+                aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
+            ),
+        })?;
+        out.secret_string().map(str::to_owned).ok_or_else(|| McpError {
+            operation: "connect",
+            code: None,
+            message: "the install's credential secret has no string value".into(),
+        })
+    }
+
+    /// Connects to `url` with an optional bearer token.
+    pub async fn open(url: &str, token: Option<String>) -> Result<McpClient, McpError> {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+        if let Some(token) = token {
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let client_config = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("scheduled-agent-tasks", env!("CARGO_PKG_VERSION")),
+        );
+        let lifecycle = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28, ProtocolVersion::V_2025_11_25],
+            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+        };
+        let client = tokio::time::timeout(REQUEST_TIMEOUT, client_config.serve_with_lifecycle(transport, lifecycle))
+            .await
+            .map_err(|_| timed_out("connect"))?
+            .map_err(|e| McpError {
+                operation: "connect",
+                code: None,
+                message: e.to_string(),
+            })?;
+        client.set_response_cache_config(ClientCacheConfig::disabled()).await;
+        Ok(McpClient { client })
+    }
+}
+
+impl Connectors for McpConnectors {
+    type Session = McpClient;
+
+    async fn connect(&self, install: &Install) -> Result<McpClient, McpError> {
+        let token = match &install.credential_secret_arn {
+            Some(arn) => Some(self.token(arn).await?),
+            None => None,
+        };
+        Self::open(&install.url, token).await
+    }
+}
+
+/// One open MCP session.
+pub struct McpClient {
+    client: RunningService<RoleClient, ClientConfig>,
+}
+
+impl McpClient {
+    /// The negotiated protocol version.
+    pub fn protocol_version(&self) -> Option<String> {
+        self.client.peer_info().map(|p| p.protocol_version.to_string())
+    }
+
+    /// The full `prompts/list`, every page.
+    pub async fn list_prompts(&self) -> Result<Vec<Prompt>, McpError> {
+        let mut prompts = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
+            let page = timed("prompts/list", self.client.list_prompts(Some(params))).await?;
+            prompts.extend(page.prompts);
+            cursor = page.next_cursor;
+            if cursor.is_none() {
+                return Ok(prompts);
+            }
+        }
+        Err(McpError {
+            operation: "prompts/list",
+            code: None,
+            message: format!("more than {MAX_PAGES} pages"),
+        })
+    }
+}
+
+fn text_of(content: &[rmcp::model::ContentBlock]) -> String {
+    content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl McpSession for McpClient {
+    async fn get_prompt(&self, name: &str, arguments: &BTreeMap<String, String>) -> Result<Vec<Message>, McpError> {
+        let args: JsonObject = arguments.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+        let params = GetPromptRequestParams::new(name.to_owned()).with_arguments(args);
+        match timed("prompts/get", self.client.get_prompt_once(params)).await? {
+            GetPromptResponse::Complete(result) => Ok(result
+                .messages
+                .iter()
+                .map(|m| Message {
+                    role: match m.role {
+                        McpRole::Assistant => Role::Assistant,
+                        _ => Role::User,
+                    },
+                    content: vec![Block::Text(m.content.as_text().map(|t| t.text.clone()).unwrap_or_default())],
+                })
+                .collect()),
+            _ => Err(McpError {
+                operation: "prompts/get",
+                code: None,
+                message: "the server asked for input (InputRequiredResult); an unattended run cannot give it".into(),
+            }),
+        }
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ServerTool>, McpError> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
+            let page = timed("tools/list", self.client.list_tools(Some(params))).await?;
+            tools.extend(page.tools.into_iter().map(|t| ServerTool {
+                name: t.name.to_string(),
+                description: t.description.map(|d| d.to_string()).unwrap_or_default(),
+                input_schema: Value::Object((*t.input_schema).clone()),
+            }));
+            cursor = page.next_cursor;
+            if cursor.is_none() {
+                return Ok(tools);
+            }
+        }
+        Err(McpError {
+            operation: "tools/list",
+            code: None,
+            message: format!("more than {MAX_PAGES} pages"),
+        })
+    }
+
+    async fn call_tool(&self, name: &str, input: Value) -> Result<ToolOutput, McpError> {
+        let mut params = CallToolRequestParams::new(name.to_owned());
+        if let Value::Object(args) = input {
+            params = params.with_arguments(args);
+        }
+        let result = timed("tools/call", self.client.call_tool(params)).await?;
+        Ok(ToolOutput {
+            text: text_of(&result.content),
+            is_error: result.is_error.unwrap_or(false),
+        })
+    }
+}

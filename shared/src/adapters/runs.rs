@@ -1,0 +1,271 @@
+//! The runner's store on the same table: occurrence claims on task items,
+//! the run ledger, budget settlement and account charges.
+//!
+//! The claim is one `UpdateItem` on the task item: it sets
+//! `claims.<occurrence>` (absent before), adds the task's per-run reserve to
+//! `budget_used.<period>` when that still fits `budget_threshold_usd`, and
+//! returns the whole task (`ALL_NEW`), or the task as it was when refused
+//! (`ALL_OLD`) so the use case can tell why. The settle is one transaction:
+//! the run record, the claim finished (fenced on the execution id), the budget
+//! settled, the account charged.
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
+use chrono::{DateTime, Duration, Utc};
+
+use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item};
+use super::keys::{Key, PK, SK};
+use crate::domain::install::Install;
+use crate::domain::occurrence::{RunRecord, RunStatus, cap_output};
+use crate::domain::task::{Task, TaskId};
+use crate::ports::{ClaimAnswer, ClaimRequest, RunStore, Settled, Settlement, StoreError};
+
+/// Malformed messages are kept this long.
+const MALFORMED_DAYS: i64 = 14;
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+fn n(value: impl ToString) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+fn task_from(item: Option<Item>) -> Result<Option<Box<Task>>, StoreError> {
+    item.map(|item| read_item::<Task>(item, "task").map(Box::new)).transpose()
+}
+
+impl DynamoStore {
+    async fn update_claim(
+        &self,
+        request: &ClaimRequest<'_>,
+        update: &str,
+        condition: &str,
+        values: Vec<(&str, AttributeValue)>,
+        names: Vec<(&str, &str)>,
+    ) -> Result<ClaimAnswer, StoreError> {
+        self.counted();
+        let mut call = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(Key::task(request.workspace, request.task_id.as_str()).to_map()))
+            .update_expression(update)
+            .condition_expression(condition)
+            .expression_attribute_names("#occ", request.occurrence)
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        for (name, value) in names {
+            call = call.expression_attribute_names(name, value);
+        }
+        for (name, value) in values {
+            call = call.expression_attribute_values(name, value);
+        }
+        match call.send().await {
+            Ok(out) => Ok(ClaimAnswer::Claimed(
+                task_from(out.attributes)?.ok_or_else(|| StoreError::Corrupt {
+                    what: "claimed task".into(),
+                    source: "UpdateItem returned no attributes".into(),
+                })?,
+            )),
+            Err(err) => match err.into_service_error() {
+                UpdateItemError::ConditionalCheckFailedException(e) => Ok(ClaimAnswer::Refused(task_from(e.item)?)),
+                other => Err(request_error("UpdateItem", other)),
+            },
+        }
+    }
+}
+
+impl RunStore for DynamoStore {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
+        let claim = serde_dynamo::to_attribute_value(request.claim).map_err(|e| StoreError::Corrupt {
+            what: "claim".into(),
+            source: Box::new(e),
+        })?;
+        self.update_claim(
+            request,
+            "SET claims.#occ = :claim, budget_used.#period = if_not_exists(budget_used.#period, :zero) + budget_reserve_usd",
+            "attribute_exists(#pk) AND attribute_not_exists(claims.#occ) AND (attribute_not_exists(budget_threshold_usd) \
+             OR attribute_not_exists(budget_used.#period) OR budget_used.#period <= budget_threshold_usd)",
+            vec![(":claim", claim), (":zero", n(0))],
+            vec![("#period", request.period), ("#pk", PK)],
+        )
+        .await
+    }
+
+    async fn take_over(&self, request: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
+        self.update_claim(
+            request,
+            "SET claims.#occ.lease_until = :lease, claims.#occ.execution_id = :exec, \
+             claims.#occ.attempts = claims.#occ.attempts + :one",
+            "claims.#occ.#status = :running AND claims.#occ.lease_until < :now",
+            vec![
+                (":lease", n(request.claim.lease_until)),
+                (":exec", s(&request.claim.execution_id)),
+                (":one", n(1)),
+                (":running", s(RunStatus::Running.as_str())),
+                (":now", n(request.now.timestamp())),
+            ],
+            vec![("#status", "status")],
+        )
+        .await
+    }
+
+    async fn install(&self, workspace: &str, install_id: &str) -> Result<Option<Install>, StoreError> {
+        self.get_item(Key::install(workspace, install_id), "install").await
+    }
+
+    async fn settle(&self, settlement: &Settlement<'_>) -> Result<Settled, StoreError> {
+        let record = settlement.record;
+        let run_key = Key::run(&record.task_id, &record.scheduled_time);
+        let run_put = Put::builder()
+            .table_name(self.table())
+            .set_item(Some(to_item(record, &run_key, "run")?))
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
+
+        let task = settlement.task;
+        let mut set = vec![
+            "claims.#occ.#status = :status".to_owned(),
+            "claims.#occ.notified = :notified".to_owned(),
+            "budget_used.#period = budget_used.#period - :reserved + :actual".to_owned(),
+        ];
+        let mut update = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(Key::task(&task.workspace, task.task_id.as_str()).to_map()))
+            .condition_expression("claims.#occ.execution_id = :exec AND claims.#occ.#status = :running")
+            .expression_attribute_names("#occ", settlement.occurrence)
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#period", settlement.period)
+            .expression_attribute_values(":status", s(record.status.as_str()))
+            // A skip sends no event, so it has nothing left to notify.
+            .expression_attribute_values(":notified", AttributeValue::Bool(record.status == RunStatus::Skipped))
+            .expression_attribute_values(":reserved", n(settlement.reserved_usd))
+            .expression_attribute_values(":actual", n(record.cost_usd))
+            .expression_attribute_values(":exec", s(settlement.execution_id))
+            .expression_attribute_values(":running", s(RunStatus::Running.as_str()));
+        if settlement.complete {
+            set.push("completed_at = :finished".into());
+            set.push("#state = :completed".into());
+            set.push("updated_at = :finished".into());
+            set.push("version = version + :one".into());
+            update = update
+                .expression_attribute_names("#state", "state")
+                .expression_attribute_values(":finished", s(&crate::domain::schedule::format_utc(record.finished_at)))
+                .expression_attribute_values(":completed", s("completed"))
+                .expression_attribute_values(":one", n(1));
+        }
+        let mut expression = format!("SET {}", set.join(", "));
+        if !settlement.prune.is_empty() {
+            let removals: Vec<String> = (0..settlement.prune.len()).map(|i| format!("claims.#old{i}")).collect();
+            expression.push_str(&format!(" REMOVE {}", removals.join(", ")));
+            for (i, occurrence) in settlement.prune.iter().enumerate() {
+                update = update.expression_attribute_names(format!("#old{i}"), occurrence);
+            }
+        }
+        let update = update
+            .update_expression(expression)
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
+
+        let mut items = vec![
+            TransactWriteItem::builder().put(run_put).build(),
+            TransactWriteItem::builder().update(update).build(),
+        ];
+        if let Some(account) = settlement.account {
+            let charge = Update::builder()
+                .table_name(self.table())
+                .set_key(Some(Key::account(account, settlement.period).to_map()))
+                .update_expression("SET entity = :entity ADD spent_usd :actual, runs :one")
+                .expression_attribute_values(":entity", s("account"))
+                .expression_attribute_values(":actual", n(record.cost_usd))
+                .expression_attribute_values(":one", n(1))
+                .build()
+                .map_err(|e| request_error("TransactWriteItems", e))?;
+            items.push(TransactWriteItem::builder().update(charge).build());
+        }
+        self.counted();
+        match self.client().transact_write_items().set_transact_items(Some(items)).send().await {
+            Ok(_) => Ok(Settled::Done),
+            Err(err) => {
+                let lost = matches!(
+                    err.as_service_error(),
+                    Some(TransactWriteItemsError::TransactionCanceledException(e))
+                        if e.cancellation_reasons().get(1).and_then(|r| r.code()) == Some("ConditionalCheckFailed")
+                );
+                if lost { Ok(Settled::LostClaim) } else { Err(request_error("TransactWriteItems", err)) }
+            }
+        }
+    }
+
+    async fn record_unclaimed(&self, record: &RunRecord) -> Result<(), StoreError> {
+        let key = Key::run(&record.task_id, &record.scheduled_time);
+        self.counted();
+        let result = self
+            .client()
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(to_item(record, &key, "run")?))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", PK)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // The occurrence already has a record: a real run's is never overwritten.
+            Err(e) if e.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(e) => Err(request_error("PutItem", e)),
+        }
+    }
+
+    async fn mark_notified(&self, workspace: &str, task_id: &TaskId, occurrence: &str) -> Result<(), StoreError> {
+        self.counted();
+        let result = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(Key::task(workspace, task_id.as_str()).to_map()))
+            .update_expression("SET claims.#occ.notified = :true")
+            .condition_expression("attribute_exists(claims.#occ)")
+            .expression_attribute_names("#occ", occurrence)
+            .expression_attribute_values(":true", AttributeValue::Bool(true))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(e) => Err(request_error("UpdateItem", e)),
+        }
+    }
+
+    async fn record_malformed(
+        &self,
+        message_id: &str,
+        body: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let key = Key::malformed(&now.format("%Y-%m-%d").to_string(), message_id);
+        let item = Item::from([
+            (PK.to_owned(), s(&key.pk)),
+            (SK.to_owned(), s(&key.sk)),
+            ("entity".to_owned(), s("malformed")),
+            ("reason".to_owned(), s(reason)),
+            ("body".to_owned(), s(&cap_output(body))),
+            ("received_at".to_owned(), s(&crate::domain::schedule::format_utc(now))),
+            ("ttl".to_owned(), n((now + Duration::days(MALFORMED_DAYS)).timestamp())),
+        ]);
+        self.counted();
+        self.client()
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| request_error("PutItem", e))?;
+        Ok(())
+    }
+}

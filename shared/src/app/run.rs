@@ -1,0 +1,598 @@
+//! The run use case (SPEC §7): one runs-queue message becomes at most one
+//! effective run of its occurrence, whatever Scheduler and SQS redeliver.
+//!
+//! 1. **Door** before any read: worker flag, lateness. A skip is recorded.
+//! 2. **Claim**: one conditional write on the task item claims the occurrence
+//!    (a lease until the function's deadline), reserves the run's maximum
+//!    against the task's period budget, and returns the task, so the claim is
+//!    also the task read. Refused, the old task says why: finished (a
+//!    duplicate: acknowledged, its event sent if it never was), running
+//!    under a live lease (retry later), running under an expired lease (take
+//!    over), missing, or over budget.
+//! 3. **Door** again with the task (and the install of a connector task).
+//! 4. **Procedure**: a reminder's instruction, or `prompts/get` on the
+//!    connector's server with the approved arguments, at every run. Any MCP
+//!    error fails the run; it never withdraws the task.
+//! 5. **Agent loop** on the model, offering exactly the approved tools,
+//!    within the turn, tool-call, output-token, wall-time and budget limits.
+//! 6. **Settle**: one transaction writes the run record, finishes the claim,
+//!    settles the budget to the actual cost and charges the account; it is
+//!    fenced on this execution still holding the claim.
+//! 7. **Notify** after accounting, then mark the claim notified, so a
+//!    redelivery sends the event only if it never went out.
+//!
+//! DynamoDB requests: 3 for a run (claim, settle, notified mark; a connector
+//! task adds its install read), 1 for a duplicate, 1 for a skip at the first
+//! door, 2 for a skip after the claim.
+
+use std::collections::BTreeMap;
+use std::time::Duration as StdDuration;
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::Value;
+
+use crate::domain::agent::{Block, Message, ModelRequest, Role, SYSTEM_PROMPT, StopReason, ToolSpec, offered_name};
+use crate::domain::budget::{self, Price, Prices};
+use crate::domain::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
+use crate::domain::install::Install;
+use crate::domain::notification::RunFinished;
+use crate::domain::occurrence::{
+    Claim, ClaimOutcome, RunMessage, RunRecord, RunStatus, Usage, cap_output, diagnose, occurrence_key, prunable,
+    run_id, ttl_for,
+};
+use crate::domain::task::{Provenance, Task, TaskId, TaskKind};
+use crate::ports::{
+    ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, Notifier, NotifyError, RunStore, Settled,
+    Settlement, StoreError,
+};
+
+/// What the runner reads besides its ports.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    pub worker_enabled: bool,
+    /// `CATCH_UP_SECONDS`: deliveries later than this after their scheduled
+    /// time are skipped as missed.
+    pub catch_up: Duration,
+    pub model_id: String,
+    pub prices: Prices,
+}
+
+/// Kept past the function's deadline on a lease, so a slow settle after the
+/// deadline is not mistaken for a crash.
+pub const LEASE_MARGIN_SECONDS: i64 = 30;
+/// Left for the settle and the notification at the end of an invocation.
+pub const SETTLE_RESERVE_SECONDS: i64 = 10;
+
+/// What became of one message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Disposition {
+    Ran(RunStatus),
+    Skipped(SkipReason),
+    /// A delivery of an occurrence that already finished (or that another
+    /// execution took over): nothing done but a missing notification.
+    Duplicate,
+    /// Not a run message: recorded for an operator and acknowledged.
+    Malformed(String),
+    /// Another execution is running this occurrence: deliver again later.
+    Busy,
+}
+
+/// A transient failure: the message is returned to the queue.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Notify(#[from] NotifyError),
+}
+
+pub struct Runner<S, N, M, C> {
+    store: S,
+    notifier: N,
+    model: M,
+    connectors: C,
+    settings: RunSettings,
+}
+
+/// A message that parsed into an occurrence.
+struct Occurrence {
+    message: RunMessage,
+    task_id: TaskId,
+    scheduled: DateTime<Utc>,
+    key: String,
+}
+
+fn parse(body: &str) -> Result<Occurrence, String> {
+    let message: RunMessage = serde_json::from_str(body).map_err(|e| format!("not a run message: {e}"))?;
+    let task_id = TaskId::parse(&message.task_id).ok_or_else(|| format!("`{}` is not a task id", message.task_id))?;
+    let scheduled = message
+        .scheduled()
+        .ok_or_else(|| format!("scheduled_time `{}` is not an RFC 3339 instant", message.scheduled_time))?;
+    if message.workspace.is_empty() || message.workspace.contains('#') {
+        return Err(format!("`{}` is not a workspace id", message.workspace));
+    }
+    Ok(Occurrence {
+        key: occurrence_key(scheduled),
+        message,
+        task_id,
+        scheduled,
+    })
+}
+
+/// How a run ended, before it is recorded.
+struct Outcome {
+    status: RunStatus,
+    reason: Option<String>,
+    usage: Usage,
+    output: Option<String>,
+    cost: f64,
+}
+
+impl Outcome {
+    fn failed(reason: impl Into<String>, usage: Usage, cost: f64, output: Option<String>) -> Self {
+        Self {
+            status: RunStatus::Failed,
+            reason: Some(reason.into()),
+            usage,
+            output,
+            cost,
+        }
+    }
+}
+
+/// Where an offered tool name leads: a session and the server's own name.
+struct Route {
+    session: usize,
+    tool: String,
+}
+
+impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
+    pub fn new(store: S, notifier: N, model: M, connectors: C, settings: RunSettings) -> Self {
+        Self {
+            store,
+            notifier,
+            model,
+            connectors,
+            settings,
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Handles one runs-queue message at `now`, in an invocation that must
+    /// end by `deadline`.
+    #[tracing::instrument(skip_all, fields(message_id, task_id, workspace, occurrence))]
+    pub async fn deliver(
+        &self,
+        message_id: &str,
+        body: &str,
+        now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Result<Disposition, RunError> {
+        let span = tracing::Span::current();
+        span.record("message_id", message_id);
+        let occ = match parse(body) {
+            Ok(occ) => occ,
+            Err(reason) => {
+                self.store.record_malformed(message_id, body, &reason, now).await?;
+                tracing::warn!(reason = %reason, "malformed message recorded and acknowledged");
+                return Ok(Disposition::Malformed(reason));
+            }
+        };
+        span.record("task_id", occ.task_id.as_str());
+        span.record("workspace", occ.message.workspace.as_str());
+        span.record("occurrence", occ.key.as_str());
+
+        let facts = self.facts(&occ, now, TaskFacts::Unknown);
+        if let Verdict::Skip(reason) = verdict(&facts) {
+            return self.skip_unclaimed(&occ, reason, now, 0).await;
+        }
+
+        let period = budget::period(occ.scheduled);
+        let claim = Claim {
+            status: RunStatus::Running,
+            lease_until: (deadline + Duration::seconds(LEASE_MARGIN_SECONDS)).timestamp(),
+            execution_id: occ.message.execution_id.clone(),
+            attempts: 1,
+            started_at: now,
+            notified: false,
+        };
+        let request = ClaimRequest {
+            workspace: &occ.message.workspace,
+            task_id: &occ.task_id,
+            occurrence: &occ.key,
+            period: &period,
+            claim: &claim,
+            now,
+        };
+        let task = match self.store.claim(&request).await? {
+            ClaimAnswer::Claimed(task) => task,
+            ClaimAnswer::Refused(old) => match diagnose(old.as_deref(), &occ.key, now) {
+                ClaimOutcome::Claimed { .. } => return Ok(Disposition::Busy),
+                ClaimOutcome::Finished { status, notified } => {
+                    if !notified && RunFinished::is_sent_for(status) {
+                        self.notify(&occ, status).await?;
+                    }
+                    tracing::info!(status = status.as_str(), "duplicate delivery of a finished occurrence");
+                    return Ok(Disposition::Duplicate);
+                }
+                ClaimOutcome::Busy { lease_until } => {
+                    tracing::info!(lease_until, "occurrence is running elsewhere; retry later");
+                    return Ok(Disposition::Busy);
+                }
+                ClaimOutcome::Expired => match self.store.take_over(&request).await? {
+                    ClaimAnswer::Claimed(task) => {
+                        tracing::warn!("took over an expired lease");
+                        task
+                    }
+                    ClaimAnswer::Refused(_) => return Ok(Disposition::Busy),
+                },
+                ClaimOutcome::Missing => return self.skip_unclaimed(&occ, SkipReason::Missing, now, 1).await,
+                ClaimOutcome::BudgetExhausted => {
+                    // The door speaks first: a paused task is skipped as paused.
+                    let reason = match old.as_deref() {
+                        Some(old) => {
+                            let install = self.install_of(old).await?;
+                            let facts = self.facts(&occ, now, TaskFacts::Present { task: old, install: install.as_ref() });
+                            match verdict(&facts) {
+                                Verdict::Skip(reason) => reason,
+                                Verdict::Run => SkipReason::BudgetExhausted,
+                            }
+                        }
+                        None => SkipReason::Missing,
+                    };
+                    return self.skip_unclaimed(&occ, reason, now, 1).await;
+                }
+            },
+        };
+
+        let attempts = task.claims.get(&occ.key).map_or(1, |c| c.attempts);
+        let install = self.install_of(&task).await?;
+        let facts = self.facts(&occ, now, TaskFacts::Present { task: &task, install: install.as_ref() });
+        let outcome = match verdict(&facts) {
+            Verdict::Skip(reason) => {
+                tracing::info!(reason = reason.code(), "skipped at the door");
+                Outcome {
+                    status: RunStatus::Skipped,
+                    reason: Some(reason.describe()),
+                    usage: Usage::default(),
+                    output: None,
+                    cost: 0.0,
+                }
+            }
+            Verdict::Run => self.run(&task, install.as_ref(), now, deadline).await,
+        };
+        let finished_at = Utc::now().max(now);
+        let record = RunRecord {
+            run_id: run_id(occ.task_id.as_str(), occ.scheduled),
+            task_id: occ.task_id.to_string(),
+            workspace: occ.message.workspace.clone(),
+            scheduled_time: occ.key.clone(),
+            status: outcome.status,
+            reason: outcome.reason.clone(),
+            attempts,
+            usage: outcome.usage,
+            cost_usd: outcome.cost,
+            output: outcome.output.clone(),
+            model_id: (outcome.status != RunStatus::Skipped).then(|| self.settings.model_id.clone()),
+            execution_id: Some(occ.message.execution_id.clone()),
+            started_at: now,
+            finished_at,
+            ttl: ttl_for(finished_at),
+        };
+        let account = match (&task.provenance, &install) {
+            (Provenance::User { principal }, _) => Some(budget::account_of_principal(principal)),
+            (Provenance::Connector { .. }, Some(install)) => Some(install.account.clone()),
+            (Provenance::Connector { .. }, None) => None,
+        };
+        let settlement = Settlement {
+            task: &task,
+            occurrence: &occ.key,
+            execution_id: &occ.message.execution_id,
+            period: &period,
+            reserved_usd: budget::reservation(&task),
+            account: account.as_deref().filter(|_| outcome.status != RunStatus::Skipped),
+            record: &record,
+            complete: task.spec.schedule.is_one_time() && outcome.status != RunStatus::Skipped,
+            prune: prunable(&task, now, self.settings.catch_up * 2),
+        };
+        if self.store.settle(&settlement).await? == Settled::LostClaim {
+            tracing::warn!("the claim was taken over before this run settled; its outcome is not recorded");
+            return Ok(Disposition::Duplicate);
+        }
+        tracing::info!(status = outcome.status.as_str(), cost_usd = outcome.cost, "occurrence settled");
+        if outcome.status == RunStatus::Skipped {
+            let reason = match verdict(&facts) {
+                Verdict::Skip(reason) => reason,
+                Verdict::Run => SkipReason::Missing,
+            };
+            return Ok(Disposition::Skipped(reason));
+        }
+        self.notify(&occ, outcome.status).await?;
+        Ok(Disposition::Ran(outcome.status))
+    }
+
+    fn facts<'a>(&self, occ: &Occurrence, now: DateTime<Utc>, task: TaskFacts<'a>) -> Facts<'a> {
+        Facts {
+            worker_enabled: self.settings.worker_enabled,
+            scheduled: occ.scheduled,
+            now,
+            catch_up: self.settings.catch_up,
+            task,
+        }
+    }
+
+    async fn install_of(&self, task: &Task) -> Result<Option<Install>, StoreError> {
+        match &task.provenance {
+            Provenance::Connector { install_id, .. } => self.store.install(&task.workspace, install_id).await,
+            Provenance::User { .. } => Ok(None),
+        }
+    }
+
+    async fn skip_unclaimed(
+        &self,
+        occ: &Occurrence,
+        reason: SkipReason,
+        now: DateTime<Utc>,
+        attempts: u32,
+    ) -> Result<Disposition, RunError> {
+        let record = RunRecord {
+            run_id: run_id(occ.task_id.as_str(), occ.scheduled),
+            task_id: occ.task_id.to_string(),
+            workspace: occ.message.workspace.clone(),
+            scheduled_time: occ.key.clone(),
+            status: RunStatus::Skipped,
+            reason: Some(reason.describe()),
+            attempts,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            output: None,
+            model_id: None,
+            execution_id: Some(occ.message.execution_id.clone()),
+            started_at: now,
+            finished_at: now,
+            ttl: ttl_for(now),
+        };
+        self.store.record_unclaimed(&record).await?;
+        tracing::info!(reason = reason.code(), "skipped at the door");
+        Ok(Disposition::Skipped(reason))
+    }
+
+    async fn notify(&self, occ: &Occurrence, status: RunStatus) -> Result<(), RunError> {
+        let event = RunFinished {
+            workspace: occ.message.workspace.clone(),
+            task_id: occ.task_id.to_string(),
+            run_id: run_id(occ.task_id.as_str(), occ.scheduled),
+            scheduled_time: occ.key.clone(),
+            status,
+        };
+        self.notifier.run_finished(&event).await?;
+        self.store.mark_notified(&occ.message.workspace, &occ.task_id, &occ.key).await?;
+        Ok(())
+    }
+
+    /// The procedure and the agent loop. Every failure here is the run's
+    /// outcome, never an error of the delivery.
+    async fn run(&self, task: &Task, install: Option<&Install>, now: DateTime<Utc>, deadline: DateTime<Utc>) -> Outcome {
+        let price = match self.settings.prices.of(&self.settings.model_id) {
+            Ok(price) => price,
+            Err(e) => return Outcome::failed(e.to_string(), Usage::default(), 0.0, None),
+        };
+        let limits = task.spec.limits;
+        let wall_deadline = (now + Duration::seconds(i64::from(limits.timeout_seconds)))
+            .min(deadline - Duration::seconds(SETTLE_RESERVE_SECONDS));
+        let setup = match task.kind {
+            TaskKind::Reminder => Ok(Conversation::reminder(task)),
+            TaskKind::Connector => self.connector_conversation(task, install).await,
+        };
+        let conversation = match setup {
+            Ok(conversation) => conversation,
+            Err(e) => return Outcome::failed(e.to_string(), Usage::default(), 0.0, None),
+        };
+        self.agent_loop(task, conversation, price, wall_deadline).await
+    }
+
+    async fn connector_conversation(
+        &self,
+        task: &Task,
+        install: Option<&Install>,
+    ) -> Result<Conversation<C::Session>, McpError> {
+        let (Provenance::Connector { prompt, .. }, Some(install)) = (&task.provenance, install) else {
+            return Err(McpError {
+                operation: "connect",
+                code: None,
+                message: "the connector task has no install".into(),
+            });
+        };
+        let session = self.connectors.connect(install).await?;
+        let messages = session.get_prompt(prompt, &task.spec.arguments).await?;
+        let mut conversation = Conversation {
+            messages,
+            tools: Vec::new(),
+            routes: BTreeMap::new(),
+            sessions: Vec::new(),
+        };
+        let own = session.list_tools().await?;
+        conversation.offer(&install.server, own, |name| task.spec.tools.contains(name), session);
+        for install_id in task.spec.bindings.values().flatten() {
+            let bound = match self.store.install(&task.workspace, install_id).await {
+                Ok(Some(bound)) if bound.may_serve_a_need() => bound,
+                Ok(_) => continue,
+                Err(e) => {
+                    return Err(McpError {
+                        operation: "connect",
+                        code: None,
+                        message: format!("bound install {install_id} could not be read: {e}"),
+                    });
+                }
+            };
+            let session = self.connectors.connect(&bound).await?;
+            let tools = session.list_tools().await?;
+            conversation.offer(&bound.server, tools, |_| true, session);
+        }
+        Ok(conversation)
+    }
+
+    async fn agent_loop(
+        &self,
+        task: &Task,
+        mut conversation: Conversation<C::Session>,
+        price: Price,
+        wall_deadline: DateTime<Utc>,
+    ) -> Outcome {
+        let limits = task.spec.limits;
+        let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
+        let mut usage = Usage::default();
+        let mut next_input_estimate = 0u64;
+        let mut last_text: Option<String> = None;
+        let fail = |reason: String, usage: Usage, text: &Option<String>| {
+            Outcome::failed(reason, usage, price.cost(usage.tokens()), text.as_deref().map(cap_output))
+        };
+        loop {
+            if usage.turns >= limits.max_turns {
+                return fail(format!("turn limit of {} reached", limits.max_turns), usage, &last_text);
+            }
+            let tokens_left = u64::from(limits.max_output_tokens).saturating_sub(usage.output_tokens);
+            let affordable = run_budget.map_or(u64::MAX, |b| {
+                price.affordable_output(b - price.cost(usage.tokens()), next_input_estimate)
+            });
+            if affordable == 0 {
+                return fail(format!("per-run budget of ${:.4} reached", run_budget.unwrap_or_default()), usage, &last_text);
+            }
+            if tokens_left == 0 {
+                return fail(format!("output token limit of {} reached", limits.max_output_tokens), usage, &last_text);
+            }
+            let max_tokens = u32::try_from(tokens_left.min(affordable)).unwrap_or(u32::MAX);
+            let Some(remaining) = (wall_deadline - Utc::now()).to_std().ok().filter(|d| !d.is_zero()) else {
+                return fail(format!("time limit of {} s reached", limits.timeout_seconds), usage, &last_text);
+            };
+            let request = ModelRequest {
+                system: SYSTEM_PROMPT.to_owned(),
+                messages: conversation.messages.clone(),
+                tools: conversation.tools.clone(),
+                max_tokens,
+            };
+            let reply = match tokio::time::timeout(remaining, self.model.converse(&self.settings.model_id, &request)).await {
+                Err(_) => return fail(format!("time limit of {} s reached", limits.timeout_seconds), usage, &last_text),
+                Ok(Err(e)) => return fail(e.to_string(), usage, &last_text),
+                Ok(Ok(reply)) => reply,
+            };
+            usage.turns += 1;
+            usage.input_tokens += reply.input_tokens;
+            usage.output_tokens += reply.output_tokens;
+            next_input_estimate = reply.input_tokens + reply.output_tokens;
+            let text = reply.message.text();
+            if !text.is_empty() {
+                last_text = Some(text.clone());
+            }
+            conversation.messages.push(reply.message.clone());
+            if let Some(b) = run_budget
+                && price.cost(usage.tokens()) > b
+            {
+                return fail(format!("per-run budget of ${b:.4} exceeded"), usage, &last_text);
+            }
+            match reply.stop {
+                StopReason::EndTurn | StopReason::StopSequence => {
+                    return Outcome {
+                        status: RunStatus::Succeeded,
+                        reason: None,
+                        usage,
+                        output: Some(cap_output(&text)),
+                        cost: price.cost(usage.tokens()),
+                    };
+                }
+                StopReason::MaxTokens if max_tokens as u64 == affordable && run_budget.is_some() => {
+                    return fail(format!("per-run budget of ${:.4} reached", run_budget.unwrap_or_default()), usage, &last_text);
+                }
+                StopReason::MaxTokens => {
+                    return fail(format!("output token limit of {} reached", limits.max_output_tokens), usage, &last_text);
+                }
+                StopReason::Other(reason) => return fail(format!("the model stopped: {reason}"), usage, &last_text),
+                StopReason::ToolUse => {
+                    let mut results = Vec::new();
+                    for block in &reply.message.content {
+                        let Block::ToolUse { id, name, input } = block else { continue };
+                        let Some(route) = conversation.routes.get(name) else {
+                            usage.refused_tool_calls += 1;
+                            tracing::warn!(tool = %name, "refused a call to a tool this task is not offered");
+                            results.push(Block::ToolResult {
+                                id: id.clone(),
+                                text: format!("refused: `{name}` is not a tool of this task"),
+                                is_error: true,
+                            });
+                            continue;
+                        };
+                        if usage.tool_calls >= limits.max_tool_calls {
+                            return fail(format!("tool call limit of {} reached", limits.max_tool_calls), usage, &last_text);
+                        }
+                        usage.tool_calls += 1;
+                        let left = (wall_deadline - Utc::now()).to_std().unwrap_or(StdDuration::ZERO);
+                        let session = &conversation.sessions[route.session];
+                        let result = match tokio::time::timeout(left, session.call_tool(&route.tool, input.clone())).await {
+                            Err(_) => {
+                                return fail(format!("time limit of {} s reached", limits.timeout_seconds), usage, &last_text);
+                            }
+                            Ok(Ok(out)) => Block::ToolResult { id: id.clone(), text: out.text, is_error: out.is_error },
+                            Ok(Err(e)) => Block::ToolResult { id: id.clone(), text: e.to_string(), is_error: true },
+                        };
+                        results.push(result);
+                    }
+                    if results.is_empty() {
+                        return fail("the model asked for tools but named none".to_owned(), usage, &last_text);
+                    }
+                    conversation.messages.push(Message { role: Role::User, content: results });
+                }
+            }
+        }
+    }
+}
+
+/// The run's conversation: messages, offered tools and where each leads.
+struct Conversation<T> {
+    messages: Vec<Message>,
+    tools: Vec<ToolSpec>,
+    routes: BTreeMap<String, Route>,
+    sessions: Vec<T>,
+}
+
+impl<T> Conversation<T> {
+    fn reminder(task: &Task) -> Self {
+        let instruction = task.instruction.as_deref().unwrap_or_default();
+        Self {
+            messages: vec![Message::user_text(format!(
+                "It is time for the reminder the user set, titled \"{}\". Their instruction: {instruction}\n\
+                 Write the reminder message to send them.",
+                task.title
+            ))],
+            tools: Vec::new(),
+            routes: BTreeMap::new(),
+            sessions: Vec::new(),
+        }
+    }
+
+    /// Offers a server's tools that pass `allowed`, under namespaced names.
+    fn offer(
+        &mut self,
+        server: &str,
+        tools: Vec<crate::ports::ServerTool>,
+        allowed: impl Fn(&str) -> bool,
+        session: T,
+    ) {
+        let index = self.sessions.len();
+        self.sessions.push(session);
+        for tool in tools.into_iter().filter(|t| allowed(&t.name)) {
+            let name = offered_name(server, &tool.name);
+            if self.routes.contains_key(&name) {
+                continue;
+            }
+            self.tools.push(ToolSpec {
+                name: name.clone(),
+                description: tool.description,
+                input_schema: if tool.input_schema.is_object() { tool.input_schema } else { Value::Object(Default::default()) },
+            });
+            self.routes.insert(name, Route { session: index, tool: tool.name });
+        }
+    }
+}

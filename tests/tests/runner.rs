@@ -1,0 +1,381 @@
+//! The runner against moto, the Converse stand-in and real MCP servers on
+//! loopback: the door, one effective run per occurrence, the procedure, the
+//! agent loop's bounds, accounting and notification.
+
+use chrono::{Duration, Utc};
+use local::converse::Reply;
+use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
+use serde_json::{Value, json};
+use shared::app::run::Disposition;
+use shared::domain::door::SkipReason;
+use shared::domain::hold::HoldReason;
+use shared::domain::install::{InstallScope, InstallStatus};
+use shared::domain::occurrence::{RunStatus, occurrence_key};
+use shared::domain::overrides::Overrides;
+use shared::domain::task::Task;
+use tests::{RunStack, connector_task, install, reminder, run_message, run_settings};
+
+fn deadline() -> chrono::DateTime<Utc> {
+    Utc::now() + Duration::minutes(5)
+}
+
+async fn fixture() -> McpFixture {
+    McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "weekly_summary",
+            json!({"version": 1}),
+            &[("repo", true)],
+            "Summarise this week's issues in {{repo}}.",
+        )],
+        tools: vec![tool("list_issues"), tool("post_summary"), tool("delete_repo")],
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+async fn insert(s: &RunStack, task: &Task) {
+    s.store().insert_task(task).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
+    let s = RunStack::start().await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let task = reminder(at);
+    insert(&s, &task).await;
+    s.model.script([Reply::text("Time to call mom about Sunday!", 1000, 100)]).await;
+    let runner = s.runner();
+    let before = runner.store().requests();
+
+    let got = runner.deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline()).await.unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    assert_eq!(runner.store().requests() - before, 3, "claim, settle, notified mark");
+
+    let requests = s.model.requests().await;
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].0, tests::MODEL);
+    assert!(requests[0].1.get("toolConfig").is_none(), "a reminder is offered no tools");
+
+    let occurrence = occurrence_key(at);
+    let record = s.run_record(&task.task_id, &occurrence).await.expect("run record");
+    assert_eq!(record["status"], "succeeded");
+    assert_eq!(record["attempts"], 1);
+    assert_eq!(record["usage"]["input_tokens"], 1000);
+    assert_eq!(record["usage"]["output_tokens"], 100);
+    let cost = 1000.0 * 3.0 / 1e6 + 100.0 * 15.0 / 1e6;
+    assert!((record["cost_usd"].as_f64().unwrap() - cost).abs() < 1e-12);
+    assert_eq!(record["output"], "Time to call mom about Sunday!");
+    assert!(record["ttl"].as_i64().unwrap() > Utc::now().timestamp());
+
+    let item = s.task_item(&task).await;
+    assert_eq!(item["state"], "completed", "a one-time task is done after its run");
+    assert_eq!(item["claims"][&occurrence]["status"], "succeeded");
+    assert_eq!(item["claims"][&occurrence]["notified"], true);
+    let account = s.account("principal:usr_123", &at.format("%Y-%m").to_string()).await.expect("account charge");
+    assert_eq!(account["runs"], 1);
+    assert!((account["spent_usd"].as_f64().unwrap() - cost).abs() < 1e-12);
+
+    let events = s.events().await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["detail-type"], "Scheduled run finished");
+    assert_eq!(
+        events[0]["detail"],
+        json!({"workspace": "ws_1", "task_id": task.task_id, "run_id": format!("{}@{occurrence}", task.task_id),
+               "scheduled_time": occurrence, "status": "succeeded"})
+    );
+
+    // A duplicate delivery: one request, nothing else.
+    let before = runner.store().requests();
+    let again = runner.deliver("m2", &run_message(&task, at, "e2"), Utc::now(), deadline()).await.unwrap();
+    assert_eq!(again, Disposition::Duplicate);
+    assert_eq!(runner.store().requests() - before, 1);
+    assert_eq!(s.model.requests().await.len(), 1);
+    assert!(s.events().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
+    let s = RunStack::start().await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let task = reminder(at);
+    insert(&s, &task).await;
+    let runner = s.runner();
+    let body = run_message(&task, at, "e1");
+    let deliveries = (0..20).map(|i| runner.deliver(Box::leak(format!("m{i}").into_boxed_str()), &body, Utc::now(), deadline()));
+    let outcomes = futures::future::join_all(deliveries).await;
+    let ran = outcomes.iter().filter(|o| matches!(o, Ok(Disposition::Ran(RunStatus::Succeeded)))).count();
+    assert_eq!(ran, 1, "{outcomes:?}");
+    assert!(outcomes.iter().all(|o| matches!(o, Ok(Disposition::Ran(_) | Disposition::Busy | Disposition::Duplicate))));
+    // The ones told to come back later find it finished.
+    for _ in 0..19 {
+        let again = runner.deliver("late", &body, Utc::now(), deadline()).await.unwrap();
+        assert_eq!(again, Disposition::Duplicate);
+    }
+    assert_eq!(s.model.requests().await.len(), 1, "one model call");
+    let account = s.account("principal:usr_123", &at.format("%Y-%m").to_string()).await.unwrap();
+    assert_eq!(account["runs"], 1, "one charge");
+    assert_eq!(s.events().await.len(), 1, "one event");
+}
+
+/// Settles nothing the first time: the process dies after the model call
+/// and before the record.
+struct CrashBeforeSettle {
+    inner: shared::adapters::dynamo::DynamoStore,
+    crashed: std::sync::atomic::AtomicBool,
+}
+
+impl shared::ports::RunStore for CrashBeforeSettle {
+    async fn claim(&self, r: &shared::ports::ClaimRequest<'_>) -> Result<shared::ports::ClaimAnswer, shared::ports::StoreError> {
+        self.inner.claim(r).await
+    }
+    async fn take_over(&self, r: &shared::ports::ClaimRequest<'_>) -> Result<shared::ports::ClaimAnswer, shared::ports::StoreError> {
+        self.inner.take_over(r).await
+    }
+    async fn install(&self, w: &str, i: &str) -> Result<Option<shared::domain::install::Install>, shared::ports::StoreError> {
+        self.inner.install(w, i).await
+    }
+    async fn settle(&self, s: &shared::ports::Settlement<'_>) -> Result<shared::ports::Settled, shared::ports::StoreError> {
+        if !self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(shared::ports::StoreError::Request { operation: "TransactWriteItems", source: "injected crash".into() });
+        }
+        self.inner.settle(s).await
+    }
+    async fn record_unclaimed(&self, r: &shared::domain::occurrence::RunRecord) -> Result<(), shared::ports::StoreError> {
+        self.inner.record_unclaimed(r).await
+    }
+    async fn mark_notified(&self, w: &str, t: &shared::domain::task::TaskId, o: &str) -> Result<(), shared::ports::StoreError> {
+        self.inner.mark_notified(w, t, o).await
+    }
+    async fn record_malformed(&self, m: &str, b: &str, r: &str, n: chrono::DateTime<Utc>) -> Result<(), shared::ports::StoreError> {
+        self.inner.record_malformed(m, b, r, n).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once() {
+    let s = RunStack::start().await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let task = reminder(at);
+    insert(&s, &task).await;
+    let crashing = s.runner_on(
+        CrashBeforeSettle { inner: s.store(), crashed: Default::default() },
+        run_settings(true),
+    );
+    let body = run_message(&task, at, "e1");
+    let now = Utc::now();
+    let short_deadline = now + Duration::seconds(20);
+    assert!(crashing.deliver("m1", &body, now, short_deadline).await.is_err(), "the crash returns the message");
+    let occurrence = occurrence_key(at);
+    assert!(s.run_record(&task.task_id, &occurrence).await.is_none());
+
+    // Redelivered while the lease lives: retry later.
+    assert_eq!(crashing.deliver("m1", &body, now + Duration::seconds(1), deadline()).await.unwrap(), Disposition::Busy);
+    // Redelivered after the lease: taken over, run, recorded once.
+    let later = short_deadline + Duration::seconds(shared::app::run::LEASE_MARGIN_SECONDS + 1);
+    let got = crashing.deliver("m1", &run_message(&task, at, "e2"), later, later + Duration::minutes(5)).await.unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    let record = s.run_record(&task.task_id, &occurrence).await.unwrap();
+    assert_eq!(record["attempts"], 2);
+    assert_eq!(record["execution_id"], "e2");
+    assert_eq!(s.model.requests().await.len(), 2, "the model ran in both attempts; only one is recorded");
+    let account = s.account("principal:usr_123", &at.format("%Y-%m").to_string()).await.unwrap();
+    assert_eq!(account["runs"], 1);
+    assert_eq!(s.events().await.len(), 1);
+    assert_eq!(crashing.deliver("m1", &body, later, later).await.unwrap(), Disposition::Duplicate);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_skip_reason_is_recorded_and_sends_no_event() {
+    let s = RunStack::start().await.unwrap();
+    let fixture = fixture().await;
+    s.store().put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace)).await.unwrap();
+    let runner = s.runner();
+    let now = Utc::now();
+    let at = now - Duration::seconds(5);
+
+    let mut cases: Vec<(Task, chrono::DateTime<Utc>, &str)> = Vec::new();
+    let missed = reminder(now - Duration::hours(2));
+    cases.push((missed.clone(), now - Duration::hours(2), "missed"));
+    let mut deleted = reminder(at);
+    deleted.task_id = shared::domain::task::TaskId::for_reminder("ws_1", "usr_123", "deleted");
+    deleted.overrides = Some(Overrides { deleted: true, ..Default::default() });
+    cases.push((deleted, at, "deleted"));
+    let mut paused = reminder(at);
+    paused.task_id = shared::domain::task::TaskId::for_reminder("ws_1", "usr_123", "paused");
+    paused.overrides = Some(Overrides { paused: true, note: Some("holiday".into()), ..Default::default() });
+    cases.push((paused, at, "paused"));
+    let mut held = connector_task("issues", "held", &["list_issues"], &[("repo", "acme/web")]);
+    held.hold.place(HoldReason::AwaitingApproval, now, "new declaration");
+    cases.push((held, at, "held: awaiting_approval"));
+    let mut uninstalled = connector_task("other", "weekly_summary", &[], &[("repo", "acme/web")]);
+    uninstalled.provenance = shared::domain::task::Provenance::Connector {
+        install_id: "ins_gone".into(),
+        server: "other".into(),
+        prompt: "weekly_summary".into(),
+    };
+    let mut gone = install("ins_gone", "other", &fixture.url(), InstallScope::Workspace);
+    gone.status = InstallStatus::Uninstalled;
+    s.store().put_install(&gone).await.unwrap();
+    cases.push((uninstalled, at, "uninstalled"));
+    let mut broke = connector_task("issues", "expensive", &[], &[("repo", "acme/web")]);
+    broke.budget_used.insert(at.format("%Y-%m").to_string(), 4.9);
+    cases.push((broke, at, "budget exhausted"));
+
+    for (task, scheduled, reason) in &cases {
+        insert(&s, task).await;
+        let got = runner.deliver("m", &run_message(task, *scheduled, "e"), now, deadline()).await.unwrap();
+        assert!(matches!(got, Disposition::Skipped(_)), "{reason}: {got:?}");
+        let record = s.run_record(&task.task_id, &occurrence_key(*scheduled)).await.expect(reason);
+        assert_eq!(record["status"], "skipped", "{reason}");
+        assert_eq!(record["reason"], *reason);
+    }
+    // No task at all.
+    let ghost = reminder(at - Duration::seconds(1));
+    let got = runner.deliver("m", &run_message(&ghost, at, "e"), now, deadline()).await.unwrap();
+    assert_eq!(got, Disposition::Skipped(SkipReason::Missing));
+    assert_eq!(s.run_record(&ghost.task_id, &occurrence_key(at)).await.unwrap()["reason"], "missing");
+
+    assert!(s.model.requests().await.is_empty(), "nothing ran");
+    assert!(s.events().await.is_empty(), "skips send no event");
+    // A reservation released: the paused task's budget is untouched.
+    let broke_item = s.task_item(&cases[5].0).await;
+    assert_eq!(broke_item["budget_used"][at.format("%Y-%m").to_string()], 4.9);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn worker_flag_off_skips_without_reading_the_task() {
+    let s = RunStack::start().await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let task = reminder(at);
+    insert(&s, &task).await;
+    let runner = s.runner_on(s.store(), run_settings(false));
+    let got = runner.deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline()).await.unwrap();
+    assert_eq!(got, Disposition::Skipped(SkipReason::WorkerDisabled));
+    assert_eq!(runner.store().requests(), 1, "only the skip record");
+    assert_eq!(s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap()["reason"], "worker disabled");
+    assert_eq!(s.task_item(&task).await["state"], "scheduled", "the task is untouched");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
+    let s = RunStack::start().await.unwrap();
+    let fixture = fixture().await;
+    s.store().put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace)).await.unwrap();
+    let task = connector_task("issues", "weekly_summary", &["list_issues", "post_summary"], &[("repo", "acme/web")]);
+    insert(&s, &task).await;
+    s.model
+        .script([
+            Reply::tool("issues__list_issues", json!({"text": "open"}), 500, 50),
+            Reply::tool("issues__delete_repo", json!({}), 600, 50),
+            Reply::tool("search__everything", json!({}), 700, 50),
+            Reply::text("Posted the summary.", 800, 40),
+        ])
+        .await;
+    let at = Utc::now() - Duration::seconds(5);
+    let got = s.runner().deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline()).await.unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+
+    let state = fixture.state().read().await;
+    assert_eq!(state.prompt_gets, vec![("weekly_summary".to_owned(), [("repo".to_owned(), "acme/web".to_owned())].into())]);
+    assert_eq!(state.calls.len(), 1, "only the approved tool ran: {:?}", state.calls);
+    assert_eq!(state.calls[0].0, "list_issues");
+
+    let requests = s.model.requests().await;
+    let offered: Vec<&str> = requests[0].1["toolConfig"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["toolSpec"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, vec!["issues__list_issues", "issues__post_summary"]);
+    let first = requests[0].1["messages"][0]["content"][0]["text"].as_str().unwrap();
+    assert_eq!(first, "Summarise this week's issues in acme/web.");
+
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    assert_eq!(record["usage"]["tool_calls"], 1);
+    assert_eq!(record["usage"]["refused_tool_calls"], 2);
+    assert_eq!(record["usage"]["turns"], 4);
+    let period = at.format("%Y-%m").to_string();
+    let cost = record["cost_usd"].as_f64().unwrap();
+    let item = s.task_item(&task).await;
+    assert!((item["budget_used"][&period].as_f64().unwrap() - cost).abs() < 1e-12, "the reservation settled to the cost");
+    let account = s.account("acct_ins_1", &period).await.unwrap();
+    assert!((account["spent_usd"].as_f64().unwrap() - cost).abs() < 1e-12, "charged to the install's account");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_required_argument_fails_the_run_and_holds_nothing() {
+    let s = RunStack::start().await.unwrap();
+    let fixture = fixture().await;
+    s.store().put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace)).await.unwrap();
+    let task = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
+    insert(&s, &task).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let got = s.runner().deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline()).await.unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let reason = record["reason"].as_str().unwrap();
+    assert!(reason.contains("-32602") && reason.contains("repo"), "{reason}");
+    let item = s.task_item(&task).await;
+    assert!(item.get("hold").is_none(), "a run-time -32602 is never a withdrawal");
+    assert_eq!(item["state"], "scheduled");
+    assert!(s.model.requests().await.is_empty());
+    assert_eq!(s.events().await[0]["detail"]["status"], "failed", "a failed run is notified");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_per_run_budget_stops_the_loop() {
+    let s = RunStack::start().await.unwrap();
+    let fixture = fixture().await;
+    s.store().put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace)).await.unwrap();
+    let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
+    task.spec.budget = Some(shared::domain::task::Budget { max_usd_per_run: 0.01, max_usd_per_month: 5.0 });
+    insert(&s, &task).await;
+    // 3000 input tokens cost $0.009: the next turn cannot be paid for.
+    s.model.script([Reply::tool("issues__list_issues", json!({}), 3000, 10), Reply::text("never", 10, 10)]).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let got = s.runner().deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline()).await.unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    assert!(record["reason"].as_str().unwrap().contains("per-run budget"), "{record}");
+    assert!(record["cost_usd"].as_f64().unwrap() <= 0.01);
+    assert_eq!(s.model.requests().await.len(), 1, "the loop stopped before an unaffordable call");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_stop_the_loop_and_unpriced_models_never_run() {
+    let s = RunStack::start().await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let mut task = reminder(at);
+    task.spec.limits.max_turns = 1;
+    insert(&s, &task).await;
+    s.model.script([Reply::Stop { reason: "max_tokens".into(), text: "cut".into(), input_tokens: 10, output_tokens: 2000 }]).await;
+    let got = s.runner().deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline()).await.unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    assert!(record["reason"].as_str().unwrap().contains("output token limit"), "{record}");
+
+    let other = reminder(at + Duration::seconds(1));
+    insert(&s, &other).await;
+    let mut settings = run_settings(true);
+    settings.model_id = "unpriced.model".into();
+    let got = s.runner_on(s.store(), settings).deliver("m", &run_message(&other, at, "e"), Utc::now(), deadline()).await.unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
+    let record = s.run_record(&other.task_id, &occurrence_key(at)).await.unwrap();
+    assert!(record["reason"].as_str().unwrap().contains("no price"), "{record}");
+    assert_eq!(s.model.requests().await.len(), 1, "the unpriced run never called the model");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_message_is_recorded_and_acknowledged() {
+    let s = RunStack::start().await.unwrap();
+    let runner = s.runner();
+    for body in ["not json", r#"{"task_id": "x"}"#, r#"{"task_id": "rem_0123456789abcdef0123456789abcdef", "workspace": "ws_1", "scheduled_time": "yesterday", "execution_id": "e", "attempt": "1"}"#] {
+        let got = runner.deliver("bad-1", body, Utc::now(), deadline()).await.unwrap();
+        assert!(matches!(got, Disposition::Malformed(_)), "{body}: {got:?}");
+    }
+    let kept: Vec<Value> = s.t.items_of("malformed").await;
+    assert_eq!(kept.len(), 1, "one message id, kept once");
+    assert!(kept[0]["reason"].as_str().unwrap().contains("yesterday"));
+}
