@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 infra/scripts/venv.sh
+infra/scripts/node.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
 echo "== format"

@@ -265,7 +265,10 @@ mod tests {
             ("EVENT_BUS_NAME", "bus"),
             ("AGENT_SCHEDULE_WORKER_ENABLED", "true"),
             ("MODEL_ID", "m"),
-            ("MODEL_PRICES", r#"{"m": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}"#),
+            (
+                "MODEL_PRICES",
+                r#"{"m": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}"#,
+            ),
         ];
         let config = RunnerConfig::from(&env(&base)).unwrap();
         assert_eq!(config.catch_up_seconds, DEFAULT_CATCH_UP_SECONDS);
@@ -273,12 +276,21 @@ mod tests {
         let mut late = base.to_vec();
         late.push(("CATCH_UP_SECONDS", "60"));
         assert_eq!(RunnerConfig::from(&env(&late)).unwrap().catch_up_seconds, 60);
-        for (name, value) in [("CATCH_UP_SECONDS", "-5"), ("MODEL_PRICES", r#"{"m": {"input_per_mtok": 3.0}}"#)] {
+        for (name, value) in [
+            ("CATCH_UP_SECONDS", "-5"),
+            ("MODEL_PRICES", r#"{"m": {"input_per_mtok": 3.0}}"#),
+        ] {
             let mut bad: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
             bad.push((name, value));
             assert!(matches!(RunnerConfig::from(&env(&bad)), Err(ConfigError::Malformed { name: n, .. }) if n == name));
         }
-        for name in ["TABLE_NAME", "EVENT_BUS_NAME", "MODEL_ID", "MODEL_PRICES", "AGENT_SCHEDULE_WORKER_ENABLED"] {
+        for name in [
+            "TABLE_NAME",
+            "EVENT_BUS_NAME",
+            "MODEL_ID",
+            "MODEL_PRICES",
+            "AGENT_SCHEDULE_WORKER_ENABLED",
+        ] {
             let without: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
             assert_eq!(RunnerConfig::from(&env(&without)), Err(ConfigError::Missing(name)));
         }

@@ -170,8 +170,11 @@ pub trait RunStore: Send + Sync {
     fn claim(&self, request: &ClaimRequest<'_>) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send;
     /// Takes over a running claim whose lease expired.
     fn take_over(&self, request: &ClaimRequest<'_>) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send;
-    fn install(&self, workspace: &str, install_id: &str)
-    -> impl Future<Output = Result<Option<Install>, StoreError>> + Send;
+    fn install(
+        &self,
+        workspace: &str,
+        install_id: &str,
+    ) -> impl Future<Output = Result<Option<Install>, StoreError>> + Send;
     fn settle(&self, settlement: &Settlement<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send;
     /// Records an outcome that held no claim (a skip before or instead of a
     /// claim). Never overwrites an existing record.

@@ -194,7 +194,10 @@ pub type TestRunner<S = DynamoStore> = Runner<S, EventBridgeNotifier, BedrockMod
 pub fn prices() -> Prices {
     Prices::new(BTreeMap::from([(
         MODEL.to_owned(),
-        Price { input_per_mtok: 3.0, output_per_mtok: 15.0 },
+        Price {
+            input_per_mtok: 3.0,
+            output_per_mtok: 15.0,
+        },
     )]))
     .expect("valid prices")
 }
@@ -247,15 +250,22 @@ impl RunStack {
     }
 
     pub async fn run_record(&self, task_id: &TaskId, occurrence: &str) -> Option<Value> {
-        self.t.item(&format!("TASK#{task_id}"), &format!("RUN#{occurrence}")).await
+        self.t
+            .item(&format!("TASK#{task_id}"), &format!("RUN#{occurrence}"))
+            .await
     }
 
     pub async fn task_item(&self, task: &Task) -> Value {
-        self.t.item(&format!("WS#{}", task.workspace), &format!("TASK#{}", task.task_id)).await.expect("task item")
+        self.t
+            .item(&format!("WS#{}", task.workspace), &format!("TASK#{}", task.task_id))
+            .await
+            .expect("task item")
     }
 
     pub async fn account(&self, account: &str, period: &str) -> Option<Value> {
-        self.t.item(&format!("ACCOUNT#{account}"), &format!("PERIOD#{period}")).await
+        self.t
+            .item(&format!("ACCOUNT#{account}"), &format!("PERIOD#{period}"))
+            .await
     }
 }
 
@@ -272,7 +282,12 @@ pub fn run_message(task: &Task, scheduled: DateTime<Utc>, execution_id: &str) ->
 }
 
 pub fn limits() -> Limits {
-    Limits { max_turns: 4, max_tool_calls: 3, max_output_tokens: 2000, timeout_seconds: 60 }
+    Limits {
+        max_turns: 4,
+        max_tool_calls: 3,
+        max_output_tokens: 2000,
+        timeout_seconds: 60,
+    }
 }
 
 /// A reminder due at `at`, as create would have written it.
@@ -281,7 +296,9 @@ pub fn reminder(at: DateTime<Utc>) -> Task {
         task_id: TaskId::for_reminder("ws_1", "usr_123", &uuid_like(at)),
         workspace: "ws_1".into(),
         kind: TaskKind::Reminder,
-        provenance: Provenance::User { principal: "usr_123".into() },
+        provenance: Provenance::User {
+            principal: "usr_123".into(),
+        },
         title: "Call mom".into(),
         instruction: Some("Remind me to call mom about Sunday.".into()),
         spec: Spec {
@@ -325,10 +342,19 @@ pub fn connector_task(server: &str, prompt: &str, tools: &[&str], arguments: &[(
     };
     task.title = prompt.into();
     task.instruction = None;
-    task.spec.schedule = Schedule::Cron { cron: "0 9 * * MON-FRI".into(), timezone: "Europe/Berlin".into() };
+    task.spec.schedule = Schedule::Cron {
+        cron: "0 9 * * MON-FRI".into(),
+        timezone: "Europe/Berlin".into(),
+    };
     task.spec.tools = tools.iter().map(|t| (*t).to_owned()).collect();
-    task.spec.budget = Some(Budget { max_usd_per_run: 0.25, max_usd_per_month: 5.0 });
-    task.spec.arguments = arguments.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    task.spec.budget = Some(Budget {
+        max_usd_per_run: 0.25,
+        max_usd_per_month: 5.0,
+    });
+    task.spec.arguments = arguments
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
     task
 }
 

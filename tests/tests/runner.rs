@@ -44,18 +44,26 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
     let at = Utc::now() - Duration::seconds(5);
     let task = reminder(at);
     insert(&s, &task).await;
-    s.model.script([Reply::text("Time to call mom about Sunday!", 1000, 100)]).await;
+    s.model
+        .script([Reply::text("Time to call mom about Sunday!", 1000, 100)])
+        .await;
     let runner = s.runner();
     let before = runner.store().requests();
 
-    let got = runner.deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline()).await.unwrap();
+    let got = runner
+        .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline())
+        .await
+        .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
     assert_eq!(runner.store().requests() - before, 3, "claim, settle, notified mark");
 
     let requests = s.model.requests().await;
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].0, tests::MODEL);
-    assert!(requests[0].1.get("toolConfig").is_none(), "a reminder is offered no tools");
+    assert!(
+        requests[0].1.get("toolConfig").is_none(),
+        "a reminder is offered no tools"
+    );
 
     let occurrence = occurrence_key(at);
     let record = s.run_record(&task.task_id, &occurrence).await.expect("run record");
@@ -72,7 +80,10 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
     assert_eq!(item["state"], "completed", "a one-time task is done after its run");
     assert_eq!(item["claims"][&occurrence]["status"], "succeeded");
     assert_eq!(item["claims"][&occurrence]["notified"], true);
-    let account = s.account("principal:usr_123", &at.format("%Y-%m").to_string()).await.expect("account charge");
+    let account = s
+        .account("principal:usr_123", &at.format("%Y-%m").to_string())
+        .await
+        .expect("account charge");
     assert_eq!(account["runs"], 1);
     assert!((account["spent_usd"].as_f64().unwrap() - cost).abs() < 1e-12);
 
@@ -87,7 +98,10 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
 
     // A duplicate delivery: one request, nothing else.
     let before = runner.store().requests();
-    let again = runner.deliver("m2", &run_message(&task, at, "e2"), Utc::now(), deadline()).await.unwrap();
+    let again = runner
+        .deliver("m2", &run_message(&task, at, "e2"), Utc::now(), deadline())
+        .await
+        .unwrap();
     assert_eq!(again, Disposition::Duplicate);
     assert_eq!(runner.store().requests() - before, 1);
     assert_eq!(s.model.requests().await.len(), 1);
@@ -102,18 +116,35 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
     insert(&s, &task).await;
     let runner = s.runner();
     let body = run_message(&task, at, "e1");
-    let deliveries = (0..20).map(|i| runner.deliver(Box::leak(format!("m{i}").into_boxed_str()), &body, Utc::now(), deadline()));
+    let deliveries = (0..20).map(|i| {
+        runner.deliver(
+            Box::leak(format!("m{i}").into_boxed_str()),
+            &body,
+            Utc::now(),
+            deadline(),
+        )
+    });
     let outcomes = futures::future::join_all(deliveries).await;
-    let ran = outcomes.iter().filter(|o| matches!(o, Ok(Disposition::Ran(RunStatus::Succeeded)))).count();
+    let ran = outcomes
+        .iter()
+        .filter(|o| matches!(o, Ok(Disposition::Ran(RunStatus::Succeeded))))
+        .count();
     assert_eq!(ran, 1, "{outcomes:?}");
-    assert!(outcomes.iter().all(|o| matches!(o, Ok(Disposition::Ran(_) | Disposition::Busy | Disposition::Duplicate))));
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Ok(Disposition::Ran(_) | Disposition::Busy | Disposition::Duplicate)))
+    );
     // The ones told to come back later find it finished.
     for _ in 0..19 {
         let again = runner.deliver("late", &body, Utc::now(), deadline()).await.unwrap();
         assert_eq!(again, Disposition::Duplicate);
     }
     assert_eq!(s.model.requests().await.len(), 1, "one model call");
-    let account = s.account("principal:usr_123", &at.format("%Y-%m").to_string()).await.unwrap();
+    let account = s
+        .account("principal:usr_123", &at.format("%Y-%m").to_string())
+        .await
+        .unwrap();
     assert_eq!(account["runs"], 1, "one charge");
     assert_eq!(s.events().await.len(), 1, "one event");
 }
@@ -126,28 +157,58 @@ struct CrashBeforeSettle {
 }
 
 impl shared::ports::RunStore for CrashBeforeSettle {
-    async fn claim(&self, r: &shared::ports::ClaimRequest<'_>) -> Result<shared::ports::ClaimAnswer, shared::ports::StoreError> {
+    async fn claim(
+        &self,
+        r: &shared::ports::ClaimRequest<'_>,
+    ) -> Result<shared::ports::ClaimAnswer, shared::ports::StoreError> {
         self.inner.claim(r).await
     }
-    async fn take_over(&self, r: &shared::ports::ClaimRequest<'_>) -> Result<shared::ports::ClaimAnswer, shared::ports::StoreError> {
+    async fn take_over(
+        &self,
+        r: &shared::ports::ClaimRequest<'_>,
+    ) -> Result<shared::ports::ClaimAnswer, shared::ports::StoreError> {
         self.inner.take_over(r).await
     }
-    async fn install(&self, w: &str, i: &str) -> Result<Option<shared::domain::install::Install>, shared::ports::StoreError> {
+    async fn install(
+        &self,
+        w: &str,
+        i: &str,
+    ) -> Result<Option<shared::domain::install::Install>, shared::ports::StoreError> {
         self.inner.install(w, i).await
     }
-    async fn settle(&self, s: &shared::ports::Settlement<'_>) -> Result<shared::ports::Settled, shared::ports::StoreError> {
+    async fn settle(
+        &self,
+        s: &shared::ports::Settlement<'_>,
+    ) -> Result<shared::ports::Settled, shared::ports::StoreError> {
         if !self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Err(shared::ports::StoreError::Request { operation: "TransactWriteItems", source: "injected crash".into() });
+            return Err(shared::ports::StoreError::Request {
+                operation: "TransactWriteItems",
+                source: "injected crash".into(),
+            });
         }
         self.inner.settle(s).await
     }
-    async fn record_unclaimed(&self, r: &shared::domain::occurrence::RunRecord) -> Result<(), shared::ports::StoreError> {
+    async fn record_unclaimed(
+        &self,
+        r: &shared::domain::occurrence::RunRecord,
+    ) -> Result<(), shared::ports::StoreError> {
         self.inner.record_unclaimed(r).await
     }
-    async fn mark_notified(&self, w: &str, t: &shared::domain::task::TaskId, o: &str) -> Result<(), shared::ports::StoreError> {
+    async fn mark_notified(
+        &self,
+        w: &str,
+        t: &shared::domain::task::TaskId,
+        o: &str,
+    ) -> Result<(), shared::ports::StoreError> {
         self.inner.mark_notified(w, t, o).await
     }
-    async fn record_malformed(&self, m: &str, b: &str, r: &str, n: chrono::DateTime<Utc>) -> Result<(), shared::ports::StoreError> {
+    async fn record_malformed(
+        &self,
+        m: &str,
+        b: &str,
+        r: &str,
+        n: chrono::DateTime<Utc>,
+    ) -> Result<(), shared::ports::StoreError> {
         self.inner.record_malformed(m, b, r, n).await
     }
 }
@@ -159,37 +220,65 @@ async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once()
     let task = reminder(at);
     insert(&s, &task).await;
     let crashing = s.runner_on(
-        CrashBeforeSettle { inner: s.store(), crashed: Default::default() },
+        CrashBeforeSettle {
+            inner: s.store(),
+            crashed: Default::default(),
+        },
         run_settings(true),
     );
     let body = run_message(&task, at, "e1");
     let now = Utc::now();
     let short_deadline = now + Duration::seconds(20);
-    assert!(crashing.deliver("m1", &body, now, short_deadline).await.is_err(), "the crash returns the message");
+    assert!(
+        crashing.deliver("m1", &body, now, short_deadline).await.is_err(),
+        "the crash returns the message"
+    );
     let occurrence = occurrence_key(at);
     assert!(s.run_record(&task.task_id, &occurrence).await.is_none());
 
     // Redelivered while the lease lives: retry later.
-    assert_eq!(crashing.deliver("m1", &body, now + Duration::seconds(1), deadline()).await.unwrap(), Disposition::Busy);
+    assert_eq!(
+        crashing
+            .deliver("m1", &body, now + Duration::seconds(1), deadline())
+            .await
+            .unwrap(),
+        Disposition::Busy
+    );
     // Redelivered after the lease: taken over, run, recorded once.
     let later = short_deadline + Duration::seconds(shared::app::run::LEASE_MARGIN_SECONDS + 1);
-    let got = crashing.deliver("m1", &run_message(&task, at, "e2"), later, later + Duration::minutes(5)).await.unwrap();
+    let got = crashing
+        .deliver("m1", &run_message(&task, at, "e2"), later, later + Duration::minutes(5))
+        .await
+        .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
     let record = s.run_record(&task.task_id, &occurrence).await.unwrap();
     assert_eq!(record["attempts"], 2);
     assert_eq!(record["execution_id"], "e2");
-    assert_eq!(s.model.requests().await.len(), 2, "the model ran in both attempts; only one is recorded");
-    let account = s.account("principal:usr_123", &at.format("%Y-%m").to_string()).await.unwrap();
+    assert_eq!(
+        s.model.requests().await.len(),
+        2,
+        "the model ran in both attempts; only one is recorded"
+    );
+    let account = s
+        .account("principal:usr_123", &at.format("%Y-%m").to_string())
+        .await
+        .unwrap();
     assert_eq!(account["runs"], 1);
     assert_eq!(s.events().await.len(), 1);
-    assert_eq!(crashing.deliver("m1", &body, later, later).await.unwrap(), Disposition::Duplicate);
+    assert_eq!(
+        crashing.deliver("m1", &body, later, later).await.unwrap(),
+        Disposition::Duplicate
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_skip_reason_is_recorded_and_sends_no_event() {
     let s = RunStack::start().await.unwrap();
     let fixture = fixture().await;
-    s.store().put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace)).await.unwrap();
+    s.store()
+        .put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
     let runner = s.runner();
     let now = Utc::now();
     let at = now - Duration::seconds(5);
@@ -199,11 +288,18 @@ async fn every_skip_reason_is_recorded_and_sends_no_event() {
     cases.push((missed.clone(), now - Duration::hours(2), "missed"));
     let mut deleted = reminder(at);
     deleted.task_id = shared::domain::task::TaskId::for_reminder("ws_1", "usr_123", "deleted");
-    deleted.overrides = Some(Overrides { deleted: true, ..Default::default() });
+    deleted.overrides = Some(Overrides {
+        deleted: true,
+        ..Default::default()
+    });
     cases.push((deleted, at, "deleted"));
     let mut paused = reminder(at);
     paused.task_id = shared::domain::task::TaskId::for_reminder("ws_1", "usr_123", "paused");
-    paused.overrides = Some(Overrides { paused: true, note: Some("holiday".into()), ..Default::default() });
+    paused.overrides = Some(Overrides {
+        paused: true,
+        note: Some("holiday".into()),
+        ..Default::default()
+    });
     cases.push((paused, at, "paused"));
     let mut held = connector_task("issues", "held", &["list_issues"], &[("repo", "acme/web")]);
     held.hold.place(HoldReason::AwaitingApproval, now, "new declaration");
@@ -224,17 +320,29 @@ async fn every_skip_reason_is_recorded_and_sends_no_event() {
 
     for (task, scheduled, reason) in &cases {
         insert(&s, task).await;
-        let got = runner.deliver("m", &run_message(task, *scheduled, "e"), now, deadline()).await.unwrap();
+        let got = runner
+            .deliver("m", &run_message(task, *scheduled, "e"), now, deadline())
+            .await
+            .unwrap();
         assert!(matches!(got, Disposition::Skipped(_)), "{reason}: {got:?}");
-        let record = s.run_record(&task.task_id, &occurrence_key(*scheduled)).await.expect(reason);
+        let record = s
+            .run_record(&task.task_id, &occurrence_key(*scheduled))
+            .await
+            .expect(reason);
         assert_eq!(record["status"], "skipped", "{reason}");
         assert_eq!(record["reason"], *reason);
     }
     // No task at all.
     let ghost = reminder(at - Duration::seconds(1));
-    let got = runner.deliver("m", &run_message(&ghost, at, "e"), now, deadline()).await.unwrap();
+    let got = runner
+        .deliver("m", &run_message(&ghost, at, "e"), now, deadline())
+        .await
+        .unwrap();
     assert_eq!(got, Disposition::Skipped(SkipReason::Missing));
-    assert_eq!(s.run_record(&ghost.task_id, &occurrence_key(at)).await.unwrap()["reason"], "missing");
+    assert_eq!(
+        s.run_record(&ghost.task_id, &occurrence_key(at)).await.unwrap()["reason"],
+        "missing"
+    );
 
     assert!(s.model.requests().await.is_empty(), "nothing ran");
     assert!(s.events().await.is_empty(), "skips send no event");
@@ -250,10 +358,16 @@ async fn worker_flag_off_skips_without_reading_the_task() {
     let task = reminder(at);
     insert(&s, &task).await;
     let runner = s.runner_on(s.store(), run_settings(false));
-    let got = runner.deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline()).await.unwrap();
+    let got = runner
+        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
+        .await
+        .unwrap();
     assert_eq!(got, Disposition::Skipped(SkipReason::WorkerDisabled));
     assert_eq!(runner.store().requests(), 1, "only the skip record");
-    assert_eq!(s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap()["reason"], "worker disabled");
+    assert_eq!(
+        s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap()["reason"],
+        "worker disabled"
+    );
     assert_eq!(s.task_item(&task).await["state"], "scheduled", "the task is untouched");
 }
 
@@ -261,8 +375,16 @@ async fn worker_flag_off_skips_without_reading_the_task() {
 async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
     let s = RunStack::start().await.unwrap();
     let fixture = fixture().await;
-    s.store().put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace)).await.unwrap();
-    let task = connector_task("issues", "weekly_summary", &["list_issues", "post_summary"], &[("repo", "acme/web")]);
+    s.store()
+        .put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    let task = connector_task(
+        "issues",
+        "weekly_summary",
+        &["list_issues", "post_summary"],
+        &[("repo", "acme/web")],
+    );
     insert(&s, &task).await;
     s.model
         .script([
@@ -273,11 +395,21 @@ async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
         ])
         .await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s.runner().deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline()).await.unwrap();
+    let got = s
+        .runner()
+        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
+        .await
+        .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
 
     let state = fixture.state().read().await;
-    assert_eq!(state.prompt_gets, vec![("weekly_summary".to_owned(), [("repo".to_owned(), "acme/web".to_owned())].into())]);
+    assert_eq!(
+        state.prompt_gets,
+        vec![(
+            "weekly_summary".to_owned(),
+            [("repo".to_owned(), "acme/web".to_owned())].into()
+        )]
+    );
     assert_eq!(state.calls.len(), 1, "only the approved tool ran: {:?}", state.calls);
     assert_eq!(state.calls[0].0, "list_issues");
 
@@ -299,20 +431,33 @@ async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
     let period = at.format("%Y-%m").to_string();
     let cost = record["cost_usd"].as_f64().unwrap();
     let item = s.task_item(&task).await;
-    assert!((item["budget_used"][&period].as_f64().unwrap() - cost).abs() < 1e-12, "the reservation settled to the cost");
+    assert!(
+        (item["budget_used"][&period].as_f64().unwrap() - cost).abs() < 1e-12,
+        "the reservation settled to the cost"
+    );
     let account = s.account("acct_ins_1", &period).await.unwrap();
-    assert!((account["spent_usd"].as_f64().unwrap() - cost).abs() < 1e-12, "charged to the install's account");
+    assert!(
+        (account["spent_usd"].as_f64().unwrap() - cost).abs() < 1e-12,
+        "charged to the install's account"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_required_argument_fails_the_run_and_holds_nothing() {
     let s = RunStack::start().await.unwrap();
     let fixture = fixture().await;
-    s.store().put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace)).await.unwrap();
+    s.store()
+        .put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
     let task = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
     insert(&s, &task).await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s.runner().deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline()).await.unwrap();
+    let got = s
+        .runner()
+        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
+        .await
+        .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Failed));
     let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
     let reason = record["reason"].as_str().unwrap();
@@ -321,26 +466,52 @@ async fn a_missing_required_argument_fails_the_run_and_holds_nothing() {
     assert!(item.get("hold").is_none(), "a run-time -32602 is never a withdrawal");
     assert_eq!(item["state"], "scheduled");
     assert!(s.model.requests().await.is_empty());
-    assert_eq!(s.events().await[0]["detail"]["status"], "failed", "a failed run is notified");
+    assert_eq!(
+        s.events().await[0]["detail"]["status"],
+        "failed",
+        "a failed run is notified"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_per_run_budget_stops_the_loop() {
     let s = RunStack::start().await.unwrap();
     let fixture = fixture().await;
-    s.store().put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace)).await.unwrap();
+    s.store()
+        .put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
     let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
-    task.spec.budget = Some(shared::domain::task::Budget { max_usd_per_run: 0.01, max_usd_per_month: 5.0 });
+    task.spec.budget = Some(shared::domain::task::Budget {
+        max_usd_per_run: 0.01,
+        max_usd_per_month: 5.0,
+    });
     insert(&s, &task).await;
     // 3000 input tokens cost $0.009: the next turn cannot be paid for.
-    s.model.script([Reply::tool("issues__list_issues", json!({}), 3000, 10), Reply::text("never", 10, 10)]).await;
+    s.model
+        .script([
+            Reply::tool("issues__list_issues", json!({}), 3000, 10),
+            Reply::text("never", 10, 10),
+        ])
+        .await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s.runner().deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline()).await.unwrap();
+    let got = s
+        .runner()
+        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
+        .await
+        .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Failed));
     let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
-    assert!(record["reason"].as_str().unwrap().contains("per-run budget"), "{record}");
+    assert!(
+        record["reason"].as_str().unwrap().contains("per-run budget"),
+        "{record}"
+    );
     assert!(record["cost_usd"].as_f64().unwrap() <= 0.01);
-    assert_eq!(s.model.requests().await.len(), 1, "the loop stopped before an unaffordable call");
+    assert_eq!(
+        s.model.requests().await.len(),
+        1,
+        "the loop stopped before an unaffordable call"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -350,28 +521,54 @@ async fn limits_stop_the_loop_and_unpriced_models_never_run() {
     let mut task = reminder(at);
     task.spec.limits.max_turns = 1;
     insert(&s, &task).await;
-    s.model.script([Reply::Stop { reason: "max_tokens".into(), text: "cut".into(), input_tokens: 10, output_tokens: 2000 }]).await;
-    let got = s.runner().deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline()).await.unwrap();
+    s.model
+        .script([Reply::Stop {
+            reason: "max_tokens".into(),
+            text: "cut".into(),
+            input_tokens: 10,
+            output_tokens: 2000,
+        }])
+        .await;
+    let got = s
+        .runner()
+        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
+        .await
+        .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Failed));
     let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
-    assert!(record["reason"].as_str().unwrap().contains("output token limit"), "{record}");
+    assert!(
+        record["reason"].as_str().unwrap().contains("output token limit"),
+        "{record}"
+    );
 
     let other = reminder(at + Duration::seconds(1));
     insert(&s, &other).await;
     let mut settings = run_settings(true);
     settings.model_id = "unpriced.model".into();
-    let got = s.runner_on(s.store(), settings).deliver("m", &run_message(&other, at, "e"), Utc::now(), deadline()).await.unwrap();
+    let got = s
+        .runner_on(s.store(), settings)
+        .deliver("m", &run_message(&other, at, "e"), Utc::now(), deadline())
+        .await
+        .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Failed));
     let record = s.run_record(&other.task_id, &occurrence_key(at)).await.unwrap();
     assert!(record["reason"].as_str().unwrap().contains("no price"), "{record}");
-    assert_eq!(s.model.requests().await.len(), 1, "the unpriced run never called the model");
+    assert_eq!(
+        s.model.requests().await.len(),
+        1,
+        "the unpriced run never called the model"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_malformed_message_is_recorded_and_acknowledged() {
     let s = RunStack::start().await.unwrap();
     let runner = s.runner();
-    for body in ["not json", r#"{"task_id": "x"}"#, r#"{"task_id": "rem_0123456789abcdef0123456789abcdef", "workspace": "ws_1", "scheduled_time": "yesterday", "execution_id": "e", "attempt": "1"}"#] {
+    for body in [
+        "not json",
+        r#"{"task_id": "x"}"#,
+        r#"{"task_id": "rem_0123456789abcdef0123456789abcdef", "workspace": "ws_1", "scheduled_time": "yesterday", "execution_id": "e", "attempt": "1"}"#,
+    ] {
         let got = runner.deliver("bad-1", body, Utc::now(), deadline()).await.unwrap();
         assert!(matches!(got, Disposition::Malformed(_)), "{body}: {got:?}");
     }

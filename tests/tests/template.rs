@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use serde_yaml::Value;
-use shared::config::CreateConfig;
+use shared::config::{CreateConfig, RunnerConfig};
 
 fn template() -> Value {
     let path = local::moto::repo_root().join("template.yaml");
@@ -135,4 +135,34 @@ fn the_create_function_is_built_and_configured_as_the_code_expects() {
         .filter_map(Value::as_str)
         .collect();
     assert_eq!(vars, CreateConfig::VARIABLES.into_iter().collect());
+}
+
+#[test]
+fn the_runner_consumes_the_runs_queue_with_partial_batch_failures() {
+    let t = template();
+    let runner = resource(&t, "RunnerFunction");
+    assert_eq!(runner["Metadata"]["BuildMethod"], "rust-cargolambda");
+    assert_eq!(runner["Metadata"]["BuildProperties"]["Binary"], "runner");
+    let props = &runner["Properties"];
+    let event = &props["Events"]["Runs"];
+    assert_eq!(event["Type"], "SQS");
+    assert_eq!(get_att(&event["Properties"]["Queue"]), "RunsQueue.Arn");
+    assert_eq!(
+        event["Properties"]["FunctionResponseTypes"][0],
+        "ReportBatchItemFailures"
+    );
+    let timeout = num(&props["Timeout"]);
+    let visibility = num(&props_of_runs_queue(&t)["VisibilityTimeout"]);
+    assert!(visibility >= 6 * timeout, "visibility {visibility} < 6 x {timeout}");
+    let vars: BTreeSet<&str> = props["Environment"]["Variables"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(vars, RunnerConfig::VARIABLES.into_iter().collect());
+}
+
+fn props_of_runs_queue(t: &Value) -> &Value {
+    props(t, "RunsQueue")
 }

@@ -21,22 +21,45 @@ use tokio::sync::Mutex;
 #[derive(Debug, Clone)]
 pub enum Reply {
     /// Finish the turn with this text.
-    Text { text: String, input_tokens: u64, output_tokens: u64 },
+    Text {
+        text: String,
+        input_tokens: u64,
+        output_tokens: u64,
+    },
     /// Ask for one tool call.
-    ToolUse { name: String, input: Value, input_tokens: u64, output_tokens: u64 },
+    ToolUse {
+        name: String,
+        input: Value,
+        input_tokens: u64,
+        output_tokens: u64,
+    },
     /// Stop for another reason (`max_tokens`, `guardrail_intervened`, ...).
-    Stop { reason: String, text: String, input_tokens: u64, output_tokens: u64 },
+    Stop {
+        reason: String,
+        text: String,
+        input_tokens: u64,
+        output_tokens: u64,
+    },
     /// Answer an error, as Bedrock would (`ThrottlingException`, 429).
     Error { status: u16, code: String },
 }
 
 impl Reply {
     pub fn text(text: &str, input_tokens: u64, output_tokens: u64) -> Self {
-        Reply::Text { text: text.to_owned(), input_tokens, output_tokens }
+        Reply::Text {
+            text: text.to_owned(),
+            input_tokens,
+            output_tokens,
+        }
     }
 
     pub fn tool(name: &str, input: Value, input_tokens: u64, output_tokens: u64) -> Self {
-        Reply::ToolUse { name: name.to_owned(), input, input_tokens, output_tokens }
+        Reply::ToolUse {
+            name: name.to_owned(),
+            input,
+            input_tokens,
+            output_tokens,
+        }
     }
 }
 
@@ -71,9 +94,11 @@ fn tokens(text: &str) -> u64 {
 fn default_reply(request: &Value) -> Reply {
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
     let input_tokens = tokens(&request.to_string());
-    let last_result = messages.iter().rev().flat_map(|m| m["content"].as_array().cloned().unwrap_or_default()).find_map(|c| {
-        c["toolResult"]["content"][0]["text"].as_str().map(str::to_owned)
-    });
+    let last_result = messages
+        .iter()
+        .rev()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find_map(|c| c["toolResult"]["content"][0]["text"].as_str().map(str::to_owned));
     let first_tool = request["toolConfig"]["tools"][0]["toolSpec"]["name"].as_str();
     match (last_result, first_tool) {
         (None, Some(tool)) => Reply::tool(tool, json!({}), input_tokens, 20),
@@ -82,36 +107,62 @@ fn default_reply(request: &Value) -> Reply {
             Reply::text(&text, input_tokens, tokens(&text))
         }
         (None, None) => {
-            let prompt = messages.first().map(|m| m["content"][0]["text"].as_str().unwrap_or_default().to_owned()).unwrap_or_default();
+            let prompt = messages
+                .first()
+                .map(|m| m["content"][0]["text"].as_str().unwrap_or_default().to_owned())
+                .unwrap_or_default();
             let text = format!("Reminder: {}", prompt.chars().take(200).collect::<String>());
             Reply::text(&text, input_tokens, tokens(&text))
         }
     }
 }
 
-async fn converse(State(script): State<Arc<Mutex<Script>>>, Path(model): Path<String>, request: axum::Json<Value>) -> impl IntoResponse {
+async fn converse(
+    State(script): State<Arc<Mutex<Script>>>,
+    Path(model): Path<String>,
+    request: axum::Json<Value>,
+) -> impl IntoResponse {
     let mut script = script.lock().await;
     script.requests.push((model, request.0.clone()));
     let reply = script.replies.pop_front().unwrap_or_else(|| default_reply(&request.0));
     let mut headers = HeaderMap::new();
     headers.insert("content-type", HeaderValue::from_static("application/json"));
     let (status, value) = match reply {
-        Reply::Text { text, input_tokens, output_tokens } => {
-            (StatusCode::OK, body(vec![json!({"text": text})], "end_turn", input_tokens, output_tokens))
-        }
-        Reply::ToolUse { name, input, input_tokens, output_tokens } => {
+        Reply::Text {
+            text,
+            input_tokens,
+            output_tokens,
+        } => (
+            StatusCode::OK,
+            body(vec![json!({"text": text})], "end_turn", input_tokens, output_tokens),
+        ),
+        Reply::ToolUse {
+            name,
+            input,
+            input_tokens,
+            output_tokens,
+        } => {
             let id = format!("tooluse_{}", script.requests.len());
             let content = vec![json!({"toolUse": {"toolUseId": id, "name": name, "input": input}})];
             (StatusCode::OK, body(content, "tool_use", input_tokens, output_tokens))
         }
-        Reply::Stop { reason, text, input_tokens, output_tokens } => {
-            (StatusCode::OK, body(vec![json!({"text": text})], &reason, input_tokens, output_tokens))
-        }
+        Reply::Stop {
+            reason,
+            text,
+            input_tokens,
+            output_tokens,
+        } => (
+            StatusCode::OK,
+            body(vec![json!({"text": text})], &reason, input_tokens, output_tokens),
+        ),
         Reply::Error { status, code } => {
             if let Ok(v) = HeaderValue::from_str(&code) {
                 headers.insert("x-amzn-errortype", v);
             }
-            (StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), json!({"message": format!("{code} from the stand-in")}))
+            (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                json!({"message": format!("{code} from the stand-in")}),
+            )
         }
     };
     (status, headers, axum::Json(value))
@@ -120,7 +171,9 @@ async fn converse(State(script): State<Arc<Mutex<Script>>>, Path(model): Path<St
 impl ConverseStandIn {
     pub async fn start() -> anyhow::Result<Self> {
         let script = Arc::new(Mutex::new(Script::default()));
-        let app = Router::new().route("/model/{model}/converse", post(converse)).with_state(script.clone());
+        let app = Router::new()
+            .route("/model/{model}/converse", post(converse))
+            .with_state(script.clone());
         let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let port = listener.local_addr()?.port();
         let server = tokio::spawn(async move {

@@ -136,7 +136,10 @@ impl ServerHandler for Handler {
             match args.get(name) {
                 Some(value) => text = text.replace(&format!("{{{{{name}}}}}"), value),
                 None if *required => {
-                    return Err(ErrorData::invalid_params(format!("missing required argument: {name}"), None));
+                    return Err(ErrorData::invalid_params(
+                        format!("missing required argument: {name}"),
+                        None,
+                    ));
                 }
                 None => {}
             }
@@ -174,7 +177,10 @@ impl ServerHandler for Handler {
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         state.calls.push((request.name.to_string(), args.clone()));
         if !state.tools.iter().any(|t| t.name == request.name) {
-            return Err(ErrorData::invalid_params(format!("unknown tool: {}", request.name), None));
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool: {}", request.name),
+                None,
+            ));
         }
         Ok(CallToolResult::success(vec![ContentBlock::text(format!("{} done with {args}", request.name))]).into())
     }
@@ -192,7 +198,11 @@ impl McpFixture {
         let state = Arc::new(RwLock::new(initial));
         let for_service = state.clone();
         let service = StreamableHttpService::new(
-            move || Ok(Handler { state: for_service.clone() }),
+            move || {
+                Ok(Handler {
+                    state: for_service.clone(),
+                })
+            },
             Arc::new(LocalSessionManager::default()),
             StreamableHttpServerConfig::default(),
         );

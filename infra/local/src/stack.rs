@@ -179,7 +179,12 @@ impl Stack {
             .put_targets()
             .rule("capture")
             .event_bus_name(&names.event_bus)
-            .targets(aws_sdk_eventbridge::types::Target::builder().id("capture").arn(events_capture_arn).build()?)
+            .targets(
+                aws_sdk_eventbridge::types::Target::builder()
+                    .id("capture")
+                    .arn(events_capture_arn)
+                    .build()?,
+            )
             .send()
             .await?;
 
@@ -214,7 +219,11 @@ impl Stack {
                     events.push(serde_json::from_str(body)?);
                 }
                 if let Some(handle) = message.receipt_handle() {
-                    sqs.delete_message().queue_url(&self.events_capture_url).receipt_handle(handle).send().await?;
+                    sqs.delete_message()
+                        .queue_url(&self.events_capture_url)
+                        .receipt_handle(handle)
+                        .send()
+                        .await?;
                 }
             }
         }

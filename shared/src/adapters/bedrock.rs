@@ -8,8 +8,8 @@ use aws_sdk_bedrockruntime::Client;
 use aws_sdk_bedrockruntime::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_bedrockruntime::types::{
     AutoToolChoice, ContentBlock, ConversationRole, ConverseOutput, InferenceConfiguration, Message as SdkMessage,
-    StopReason as SdkStop, SystemContentBlock, Tool, ToolChoice, ToolConfiguration, ToolInputSchema,
-    ToolResultBlock, ToolResultContentBlock, ToolResultStatus, ToolSpecification, ToolUseBlock,
+    StopReason as SdkStop, SystemContentBlock, Tool, ToolChoice, ToolConfiguration, ToolInputSchema, ToolResultBlock,
+    ToolResultContentBlock, ToolResultStatus, ToolSpecification, ToolUseBlock,
 };
 use aws_smithy_types::{Document, Number};
 use serde_json::Value;
@@ -87,7 +87,11 @@ fn to_sdk(message: &Message) -> Result<SdkMessage, ModelError> {
                 ToolResultBlock::builder()
                     .tool_use_id(id)
                     .content(ToolResultContentBlock::Text(text.clone()))
-                    .status(if *is_error { ToolResultStatus::Error } else { ToolResultStatus::Success })
+                    .status(if *is_error {
+                        ToolResultStatus::Error
+                    } else {
+                        ToolResultStatus::Success
+                    })
                     .build()
                     .map_err(|e| error(e.to_string()))?,
             ),
@@ -142,7 +146,8 @@ impl Model for BedrockModel {
                     .build(),
             );
         if !request.tools.is_empty() {
-            let mut config = ToolConfiguration::builder().tool_choice(ToolChoice::Auto(AutoToolChoice::builder().build()));
+            let mut config =
+                ToolConfiguration::builder().tool_choice(ToolChoice::Auto(AutoToolChoice::builder().build()));
             for tool in &request.tools {
                 config = config.tools(Tool::ToolSpec(
                     ToolSpecification::builder()
@@ -156,7 +161,11 @@ impl Model for BedrockModel {
             call = call.tool_config(config.build().map_err(|e| error(e.to_string()))?);
         }
         let out = call.send().await.map_err(|e| {
-            let code = e.as_service_error().and_then(|s| s.code()).unwrap_or("unknown").to_owned();
+            let code = e
+                .as_service_error()
+                .and_then(|s| s.code())
+                .unwrap_or("unknown")
+                .to_owned();
             ModelError {
                 message: format!("{code}: {}", DisplayErrorContext(&e)),
                 source: Some(Box::new(e)),

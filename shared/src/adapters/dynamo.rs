@@ -154,7 +154,10 @@ impl DynamoStore {
             .await;
         match result {
             Ok(_) => Ok(Inserted::Created),
-            Err(e) if e.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
                 Ok(Inserted::KeyTaken)
             }
             Err(e) => Err(request("PutItem", e)),

@@ -77,14 +77,20 @@ impl McpConnectors {
     }
 
     async fn token(&self, arn: &str) -> Result<String, McpError> {
-        let out = self.secrets.get_secret_value().secret_id(arn).send().await.map_err(|e| McpError {
-            operation: "connect",
-            code: None,
-            message: format!(
-                "the install's credential could not be read: {}",
-                aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
-            ),
-        })?;
+        let out = self
+            .secrets
+            .get_secret_value()
+            .secret_id(arn)
+            .send()
+            .await
+            .map_err(|e| McpError {
+                operation: "connect",
+                code: None,
+                message: format!(
+                    "the install's credential could not be read: {}",
+                    aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
+                ),
+            })?;
         out.secret_string().map(str::to_owned).ok_or_else(|| McpError {
             operation: "connect",
             code: None,
@@ -107,14 +113,17 @@ impl McpConnectors {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28, ProtocolVersion::V_2025_11_25],
             legacy_version: Some(ProtocolVersion::V_2025_11_25),
         };
-        let client = tokio::time::timeout(REQUEST_TIMEOUT, client_config.serve_with_lifecycle(transport, lifecycle))
-            .await
-            .map_err(|_| timed_out("connect"))?
-            .map_err(|e| McpError {
-                operation: "connect",
-                code: None,
-                message: e.to_string(),
-            })?;
+        let client = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            client_config.serve_with_lifecycle(transport, lifecycle),
+        )
+        .await
+        .map_err(|_| timed_out("connect"))?
+        .map_err(|e| McpError {
+            operation: "connect",
+            code: None,
+            message: e.to_string(),
+        })?;
         client.set_response_cache_config(ClientCacheConfig::disabled()).await;
         Ok(McpClient { client })
     }
@@ -174,7 +183,10 @@ fn text_of(content: &[rmcp::model::ContentBlock]) -> String {
 
 impl McpSession for McpClient {
     async fn get_prompt(&self, name: &str, arguments: &BTreeMap<String, String>) -> Result<Vec<Message>, McpError> {
-        let args: JsonObject = arguments.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+        let args: JsonObject = arguments
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
         let params = GetPromptRequestParams::new(name.to_owned()).with_arguments(args);
         match timed("prompts/get", self.client.get_prompt_once(params)).await? {
             GetPromptResponse::Complete(result) => Ok(result
@@ -185,7 +197,9 @@ impl McpSession for McpClient {
                         McpRole::Assistant => Role::Assistant,
                         _ => Role::User,
                     },
-                    content: vec![Block::Text(m.content.as_text().map(|t| t.text.clone()).unwrap_or_default())],
+                    content: vec![Block::Text(
+                        m.content.as_text().map(|t| t.text.clone()).unwrap_or_default(),
+                    )],
                 })
                 .collect()),
             _ => Err(McpError {

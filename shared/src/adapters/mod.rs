@@ -5,8 +5,8 @@
 pub mod bedrock;
 pub mod dynamo;
 pub mod events;
-pub mod mcp;
 pub mod keys;
+pub mod mcp;
 pub mod runs;
 pub mod scheduler;
 pub mod telemetry;

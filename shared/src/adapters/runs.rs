@@ -35,7 +35,8 @@ fn n(value: impl ToString) -> AttributeValue {
 }
 
 fn task_from(item: Option<Item>) -> Result<Option<Box<Task>>, StoreError> {
-    item.map(|item| read_item::<Task>(item, "task").map(Box::new)).transpose()
+    item.map(|item| read_item::<Task>(item, "task").map(Box::new))
+        .transpose()
 }
 
 impl DynamoStore {
@@ -65,12 +66,12 @@ impl DynamoStore {
             call = call.expression_attribute_values(name, value);
         }
         match call.send().await {
-            Ok(out) => Ok(ClaimAnswer::Claimed(
-                task_from(out.attributes)?.ok_or_else(|| StoreError::Corrupt {
+            Ok(out) => Ok(ClaimAnswer::Claimed(task_from(out.attributes)?.ok_or_else(|| {
+                StoreError::Corrupt {
                     what: "claimed task".into(),
                     source: "UpdateItem returned no attributes".into(),
-                })?,
-            )),
+                }
+            })?)),
             Err(err) => match err.into_service_error() {
                 UpdateItemError::ConditionalCheckFailedException(e) => Ok(ClaimAnswer::Refused(task_from(e.item)?)),
                 other => Err(request_error("UpdateItem", other)),
@@ -188,7 +189,13 @@ impl RunStore for DynamoStore {
             items.push(TransactWriteItem::builder().update(charge).build());
         }
         self.counted();
-        match self.client().transact_write_items().set_transact_items(Some(items)).send().await {
+        match self
+            .client()
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
             Ok(_) => Ok(Settled::Done),
             Err(err) => {
                 let lost = matches!(
@@ -196,7 +203,11 @@ impl RunStore for DynamoStore {
                     Some(TransactWriteItemsError::TransactionCanceledException(e))
                         if e.cancellation_reasons().get(1).and_then(|r| r.code()) == Some("ConditionalCheckFailed")
                 );
-                if lost { Ok(Settled::LostClaim) } else { Err(request_error("TransactWriteItems", err)) }
+                if lost {
+                    Ok(Settled::LostClaim)
+                } else {
+                    Err(request_error("TransactWriteItems", err))
+                }
             }
         }
     }
@@ -216,7 +227,12 @@ impl RunStore for DynamoStore {
         match result {
             Ok(_) => Ok(()),
             // The occurrence already has a record: a real run's is never overwritten.
-            Err(e) if e.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
             Err(e) => Err(request_error("PutItem", e)),
         }
     }
@@ -236,7 +252,12 @@ impl RunStore for DynamoStore {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
             Err(e) => Err(request_error("UpdateItem", e)),
         }
     }

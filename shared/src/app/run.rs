@@ -235,7 +235,14 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
                     let reason = match old.as_deref() {
                         Some(old) => {
                             let install = self.install_of(old).await?;
-                            let facts = self.facts(&occ, now, TaskFacts::Present { task: old, install: install.as_ref() });
+                            let facts = self.facts(
+                                &occ,
+                                now,
+                                TaskFacts::Present {
+                                    task: old,
+                                    install: install.as_ref(),
+                                },
+                            );
                             match verdict(&facts) {
                                 Verdict::Skip(reason) => reason,
                                 Verdict::Run => SkipReason::BudgetExhausted,
@@ -250,7 +257,14 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
 
         let attempts = task.claims.get(&occ.key).map_or(1, |c| c.attempts);
         let install = self.install_of(&task).await?;
-        let facts = self.facts(&occ, now, TaskFacts::Present { task: &task, install: install.as_ref() });
+        let facts = self.facts(
+            &occ,
+            now,
+            TaskFacts::Present {
+                task: &task,
+                install: install.as_ref(),
+            },
+        );
         let outcome = match verdict(&facts) {
             Verdict::Skip(reason) => {
                 tracing::info!(reason = reason.code(), "skipped at the door");
@@ -302,7 +316,11 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
             tracing::warn!("the claim was taken over before this run settled; its outcome is not recorded");
             return Ok(Disposition::Duplicate);
         }
-        tracing::info!(status = outcome.status.as_str(), cost_usd = outcome.cost, "occurrence settled");
+        tracing::info!(
+            status = outcome.status.as_str(),
+            cost_usd = outcome.cost,
+            "occurrence settled"
+        );
         if outcome.status == RunStatus::Skipped {
             let reason = match verdict(&facts) {
                 Verdict::Skip(reason) => reason,
@@ -369,13 +387,21 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
             status,
         };
         self.notifier.run_finished(&event).await?;
-        self.store.mark_notified(&occ.message.workspace, &occ.task_id, &occ.key).await?;
+        self.store
+            .mark_notified(&occ.message.workspace, &occ.task_id, &occ.key)
+            .await?;
         Ok(())
     }
 
     /// The procedure and the agent loop. Every failure here is the run's
     /// outcome, never an error of the delivery.
-    async fn run(&self, task: &Task, install: Option<&Install>, now: DateTime<Utc>, deadline: DateTime<Utc>) -> Outcome {
+    async fn run(
+        &self,
+        task: &Task,
+        install: Option<&Install>,
+        now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Outcome {
         let price = match self.settings.prices.of(&self.settings.model_id) {
             Ok(price) => price,
             Err(e) => return Outcome::failed(e.to_string(), Usage::default(), 0.0, None),
@@ -448,7 +474,12 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
         let mut next_input_estimate = 0u64;
         let mut last_text: Option<String> = None;
         let fail = |reason: String, usage: Usage, text: &Option<String>| {
-            Outcome::failed(reason, usage, price.cost(usage.tokens()), text.as_deref().map(cap_output))
+            Outcome::failed(
+                reason,
+                usage,
+                price.cost(usage.tokens()),
+                text.as_deref().map(cap_output),
+            )
         };
         loop {
             if usage.turns >= limits.max_turns {
@@ -459,14 +490,26 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
                 price.affordable_output(b - price.cost(usage.tokens()), next_input_estimate)
             });
             if affordable == 0 {
-                return fail(format!("per-run budget of ${:.4} reached", run_budget.unwrap_or_default()), usage, &last_text);
+                return fail(
+                    format!("per-run budget of ${:.4} reached", run_budget.unwrap_or_default()),
+                    usage,
+                    &last_text,
+                );
             }
             if tokens_left == 0 {
-                return fail(format!("output token limit of {} reached", limits.max_output_tokens), usage, &last_text);
+                return fail(
+                    format!("output token limit of {} reached", limits.max_output_tokens),
+                    usage,
+                    &last_text,
+                );
             }
             let max_tokens = u32::try_from(tokens_left.min(affordable)).unwrap_or(u32::MAX);
             let Some(remaining) = (wall_deadline - Utc::now()).to_std().ok().filter(|d| !d.is_zero()) else {
-                return fail(format!("time limit of {} s reached", limits.timeout_seconds), usage, &last_text);
+                return fail(
+                    format!("time limit of {} s reached", limits.timeout_seconds),
+                    usage,
+                    &last_text,
+                );
             };
             let request = ModelRequest {
                 system: SYSTEM_PROMPT.to_owned(),
@@ -474,11 +517,18 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
                 tools: conversation.tools.clone(),
                 max_tokens,
             };
-            let reply = match tokio::time::timeout(remaining, self.model.converse(&self.settings.model_id, &request)).await {
-                Err(_) => return fail(format!("time limit of {} s reached", limits.timeout_seconds), usage, &last_text),
-                Ok(Err(e)) => return fail(e.to_string(), usage, &last_text),
-                Ok(Ok(reply)) => reply,
-            };
+            let reply =
+                match tokio::time::timeout(remaining, self.model.converse(&self.settings.model_id, &request)).await {
+                    Err(_) => {
+                        return fail(
+                            format!("time limit of {} s reached", limits.timeout_seconds),
+                            usage,
+                            &last_text,
+                        );
+                    }
+                    Ok(Err(e)) => return fail(e.to_string(), usage, &last_text),
+                    Ok(Ok(reply)) => reply,
+                };
             usage.turns += 1;
             usage.input_tokens += reply.input_tokens;
             usage.output_tokens += reply.output_tokens;
@@ -504,16 +554,26 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
                     };
                 }
                 StopReason::MaxTokens if max_tokens as u64 == affordable && run_budget.is_some() => {
-                    return fail(format!("per-run budget of ${:.4} reached", run_budget.unwrap_or_default()), usage, &last_text);
+                    return fail(
+                        format!("per-run budget of ${:.4} reached", run_budget.unwrap_or_default()),
+                        usage,
+                        &last_text,
+                    );
                 }
                 StopReason::MaxTokens => {
-                    return fail(format!("output token limit of {} reached", limits.max_output_tokens), usage, &last_text);
+                    return fail(
+                        format!("output token limit of {} reached", limits.max_output_tokens),
+                        usage,
+                        &last_text,
+                    );
                 }
                 StopReason::Other(reason) => return fail(format!("the model stopped: {reason}"), usage, &last_text),
                 StopReason::ToolUse => {
                     let mut results = Vec::new();
                     for block in &reply.message.content {
-                        let Block::ToolUse { id, name, input } = block else { continue };
+                        let Block::ToolUse { id, name, input } = block else {
+                            continue;
+                        };
                         let Some(route) = conversation.routes.get(name) else {
                             usage.refused_tool_calls += 1;
                             tracing::warn!(tool = %name, "refused a call to a tool this task is not offered");
@@ -525,24 +585,44 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
                             continue;
                         };
                         if usage.tool_calls >= limits.max_tool_calls {
-                            return fail(format!("tool call limit of {} reached", limits.max_tool_calls), usage, &last_text);
+                            return fail(
+                                format!("tool call limit of {} reached", limits.max_tool_calls),
+                                usage,
+                                &last_text,
+                            );
                         }
                         usage.tool_calls += 1;
                         let left = (wall_deadline - Utc::now()).to_std().unwrap_or(StdDuration::ZERO);
                         let session = &conversation.sessions[route.session];
-                        let result = match tokio::time::timeout(left, session.call_tool(&route.tool, input.clone())).await {
-                            Err(_) => {
-                                return fail(format!("time limit of {} s reached", limits.timeout_seconds), usage, &last_text);
-                            }
-                            Ok(Ok(out)) => Block::ToolResult { id: id.clone(), text: out.text, is_error: out.is_error },
-                            Ok(Err(e)) => Block::ToolResult { id: id.clone(), text: e.to_string(), is_error: true },
-                        };
+                        let result =
+                            match tokio::time::timeout(left, session.call_tool(&route.tool, input.clone())).await {
+                                Err(_) => {
+                                    return fail(
+                                        format!("time limit of {} s reached", limits.timeout_seconds),
+                                        usage,
+                                        &last_text,
+                                    );
+                                }
+                                Ok(Ok(out)) => Block::ToolResult {
+                                    id: id.clone(),
+                                    text: out.text,
+                                    is_error: out.is_error,
+                                },
+                                Ok(Err(e)) => Block::ToolResult {
+                                    id: id.clone(),
+                                    text: e.to_string(),
+                                    is_error: true,
+                                },
+                            };
                         results.push(result);
                     }
                     if results.is_empty() {
                         return fail("the model asked for tools but named none".to_owned(), usage, &last_text);
                     }
-                    conversation.messages.push(Message { role: Role::User, content: results });
+                    conversation.messages.push(Message {
+                        role: Role::User,
+                        content: results,
+                    });
                 }
             }
         }
@@ -590,9 +670,19 @@ impl<T> Conversation<T> {
             self.tools.push(ToolSpec {
                 name: name.clone(),
                 description: tool.description,
-                input_schema: if tool.input_schema.is_object() { tool.input_schema } else { Value::Object(Default::default()) },
+                input_schema: if tool.input_schema.is_object() {
+                    tool.input_schema
+                } else {
+                    Value::Object(Default::default())
+                },
             });
-            self.routes.insert(name, Route { session: index, tool: tool.name });
+            self.routes.insert(
+                name,
+                Route {
+                    session: index,
+                    tool: tool.name,
+                },
+            );
         }
     }
 }

@@ -19,16 +19,8 @@ pub enum Role {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
     Text(String),
-    ToolUse {
-        id: String,
-        name: String,
-        input: Value,
-    },
-    ToolResult {
-        id: String,
-        text: String,
-        is_error: bool,
-    },
+    ToolUse { id: String, name: String, input: Value },
+    ToolResult { id: String, text: String, is_error: bool },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -101,7 +93,13 @@ pub struct ModelReply {
 pub fn offered_name(server: &str, tool: &str) -> String {
     let clean = |s: &str| -> String {
         s.chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect()
     };
     let name = format!("{}__{}", clean(server), clean(tool));
@@ -132,7 +130,11 @@ mod tests {
             role: Role::Assistant,
             content: vec![
                 Block::Text("a".into()),
-                Block::ToolUse { id: "1".into(), name: "x".into(), input: Value::Null },
+                Block::ToolUse {
+                    id: "1".into(),
+                    name: "x".into(),
+                    input: Value::Null,
+                },
                 Block::Text("b".into()),
             ],
         };

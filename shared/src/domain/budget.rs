@@ -47,7 +47,10 @@ impl Prices {
     }
 
     pub fn of(&self, model: &str) -> Result<Price, PriceError> {
-        self.0.get(model).copied().ok_or_else(|| PriceError::Unpriced(model.to_owned()))
+        self.0
+            .get(model)
+            .copied()
+            .ok_or_else(|| PriceError::Unpriced(model.to_owned()))
     }
 }
 
@@ -113,12 +116,18 @@ mod tests {
     use proptest::prelude::*;
 
     fn price() -> Price {
-        Price { input_per_mtok: 3.0, output_per_mtok: 15.0 }
+        Price {
+            input_per_mtok: 3.0,
+            output_per_mtok: 15.0,
+        }
     }
 
     #[test]
     fn cost_is_per_million_tokens() {
-        let c = price().cost(Tokens { input: 1_000_000, output: 100_000 });
+        let c = price().cost(Tokens {
+            input: 1_000_000,
+            output: 100_000,
+        });
         assert!((c - 4.5).abs() < 1e-9);
     }
 
@@ -127,14 +136,23 @@ mod tests {
         let prices = Prices::new(BTreeMap::from([("m".to_owned(), price())])).unwrap();
         assert_eq!(prices.of("m"), Ok(price()));
         assert_eq!(prices.of("other"), Err(PriceError::Unpriced("other".into())));
-        let bad = BTreeMap::from([("m".to_owned(), Price { input_per_mtok: -1.0, output_per_mtok: 1.0 })]);
+        let bad = BTreeMap::from([(
+            "m".to_owned(),
+            Price {
+                input_per_mtok: -1.0,
+                output_per_mtok: 1.0,
+            },
+        )]);
         assert_eq!(Prices::new(bad), Err(PriceError::Invalid("m".into())));
     }
 
     #[test]
     fn periods_are_utc_months() {
         use chrono::TimeZone;
-        assert_eq!(period(Utc.with_ymd_and_hms(2026, 12, 31, 23, 59, 59).unwrap()), "2026-12");
+        assert_eq!(
+            period(Utc.with_ymd_and_hms(2026, 12, 31, 23, 59, 59).unwrap()),
+            "2026-12"
+        );
     }
 
     proptest! {

@@ -154,41 +154,90 @@ mod tests {
     }
 
     fn facts<'a>(task: TaskFacts<'a>) -> Facts<'a> {
-        Facts { worker_enabled: true, scheduled: t0(), now: t0() + Duration::seconds(5), catch_up: Duration::seconds(3600), task }
+        Facts {
+            worker_enabled: true,
+            scheduled: t0(),
+            now: t0() + Duration::seconds(5),
+            catch_up: Duration::seconds(3600),
+            task,
+        }
     }
 
     #[test]
     fn each_skip_reason_in_order() {
         let reminder = reminder_task(t0());
-        let present = TaskFacts::Present { task: &reminder, install: None };
+        let present = TaskFacts::Present {
+            task: &reminder,
+            install: None,
+        };
         assert_eq!(verdict(&facts(present)), Verdict::Run);
         assert_eq!(verdict(&facts(TaskFacts::Unknown)), Verdict::Run);
 
-        let off = Facts { worker_enabled: false, ..facts(present) };
+        let off = Facts {
+            worker_enabled: false,
+            ..facts(present)
+        };
         assert_eq!(verdict(&off), Verdict::Skip(SkipReason::WorkerDisabled));
-        let late = Facts { now: t0() + Duration::seconds(3601), ..facts(TaskFacts::Unknown) };
+        let late = Facts {
+            now: t0() + Duration::seconds(3601),
+            ..facts(TaskFacts::Unknown)
+        };
         assert_eq!(verdict(&late), Verdict::Skip(SkipReason::Missed));
-        let on_the_edge = Facts { now: t0() + Duration::seconds(3600), ..facts(present) };
+        let on_the_edge = Facts {
+            now: t0() + Duration::seconds(3600),
+            ..facts(present)
+        };
         assert_eq!(verdict(&on_the_edge), Verdict::Run);
         assert_eq!(verdict(&facts(TaskFacts::Missing)), Verdict::Skip(SkipReason::Missing));
 
         let mut deleted = reminder.clone();
-        deleted.overrides = Some(Overrides { deleted: true, paused: true, ..Default::default() });
-        assert_eq!(verdict(&facts(TaskFacts::Present { task: &deleted, install: None })), Verdict::Skip(SkipReason::Deleted));
+        deleted.overrides = Some(Overrides {
+            deleted: true,
+            paused: true,
+            ..Default::default()
+        });
+        assert_eq!(
+            verdict(&facts(TaskFacts::Present {
+                task: &deleted,
+                install: None
+            })),
+            Verdict::Skip(SkipReason::Deleted)
+        );
         let mut paused = reminder.clone();
-        paused.overrides = Some(Overrides { paused: true, ..Default::default() });
+        paused.overrides = Some(Overrides {
+            paused: true,
+            ..Default::default()
+        });
         paused.hold.place(HoldReason::Withdrawn, t0(), "gone");
-        assert_eq!(verdict(&facts(TaskFacts::Present { task: &paused, install: None })), Verdict::Skip(SkipReason::Paused));
+        assert_eq!(
+            verdict(&facts(TaskFacts::Present {
+                task: &paused,
+                install: None
+            })),
+            Verdict::Skip(SkipReason::Paused)
+        );
         let mut held = reminder.clone();
         held.hold.place(HoldReason::AwaitingArgument, t0(), "team");
         held.hold.place(HoldReason::Withdrawn, t0(), "gone");
         assert_eq!(
-            verdict(&facts(TaskFacts::Present { task: &held, install: None })),
-            Verdict::Skip(SkipReason::Held(vec![HoldReason::Withdrawn, HoldReason::AwaitingArgument]))
+            verdict(&facts(TaskFacts::Present {
+                task: &held,
+                install: None
+            })),
+            Verdict::Skip(SkipReason::Held(vec![
+                HoldReason::Withdrawn,
+                HoldReason::AwaitingArgument
+            ]))
         );
         let mut done = reminder.clone();
         done.completed_at = Some(t0());
-        assert_eq!(verdict(&facts(TaskFacts::Present { task: &done, install: None })), Verdict::Skip(SkipReason::Completed));
+        assert_eq!(
+            verdict(&facts(TaskFacts::Present {
+                task: &done,
+                install: None
+            })),
+            Verdict::Skip(SkipReason::Completed)
+        );
     }
 
     #[test]
@@ -196,17 +245,35 @@ mod tests {
         let task = connector_task(t0());
         let installed = install(InstallStatus::Installed);
         let gone = install(InstallStatus::Uninstalled);
-        assert_eq!(verdict(&facts(TaskFacts::Present { task: &task, install: Some(&installed) })), Verdict::Run);
         assert_eq!(
-            verdict(&facts(TaskFacts::Present { task: &task, install: Some(&gone) })),
+            verdict(&facts(TaskFacts::Present {
+                task: &task,
+                install: Some(&installed)
+            })),
+            Verdict::Run
+        );
+        assert_eq!(
+            verdict(&facts(TaskFacts::Present {
+                task: &task,
+                install: Some(&gone)
+            })),
             Verdict::Skip(SkipReason::Uninstalled)
         );
-        assert_eq!(verdict(&facts(TaskFacts::Present { task: &task, install: None })), Verdict::Skip(SkipReason::Uninstalled));
+        assert_eq!(
+            verdict(&facts(TaskFacts::Present {
+                task: &task,
+                install: None
+            })),
+            Verdict::Skip(SkipReason::Uninstalled)
+        );
     }
 
     #[test]
     fn reasons_have_stable_codes() {
-        assert_eq!(SkipReason::Held(vec![HoldReason::NeedUnbound]).describe(), "held: need_unbound");
+        assert_eq!(
+            SkipReason::Held(vec![HoldReason::NeedUnbound]).describe(),
+            "held: need_unbound"
+        );
         assert_eq!(SkipReason::WorkerDisabled.describe(), "worker disabled");
         assert_eq!(SkipReason::BudgetExhausted.code(), "budget_exhausted");
     }

@@ -42,7 +42,9 @@ pub fn schedule_input(task_id: &TaskId, workspace: &str) -> String {
 impl RunMessage {
     /// The occurrence's scheduled time, as Scheduler filled it in.
     pub fn scheduled(&self) -> Option<DateTime<Utc>> {
-        DateTime::parse_from_rfc3339(&self.scheduled_time).ok().map(|t| t.with_timezone(&Utc))
+        DateTime::parse_from_rfc3339(&self.scheduled_time)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
     }
 }
 
@@ -97,11 +99,18 @@ pub struct Claim {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClaimOutcome {
     /// This execution owns the occurrence now.
-    Claimed { takeover: bool },
+    Claimed {
+        takeover: bool,
+    },
     /// The occurrence finished before; `notified` says whether its event went out.
-    Finished { status: RunStatus, notified: bool },
+    Finished {
+        status: RunStatus,
+        notified: bool,
+    },
     /// Another execution holds a live lease: retry later.
-    Busy { lease_until: i64 },
+    Busy {
+        lease_until: i64,
+    },
     /// A running claim whose lease ran out: take it over.
     Expired,
     Missing,
@@ -233,7 +242,14 @@ mod claim_tests {
 
     fn claim(status: RunStatus, lease_until: i64, notified: bool) -> Claim {
         let t = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
-        Claim { status, lease_until, execution_id: "e1".into(), attempts: 1, started_at: t, notified }
+        Claim {
+            status,
+            lease_until,
+            execution_id: "e1".into(),
+            attempts: 1,
+            started_at: t,
+            notified,
+        }
     }
 
     #[test]
@@ -244,10 +260,23 @@ mod claim_tests {
         let mut task = reminder_task(now);
         assert_eq!(diagnose(Some(&task), occ, now), ClaimOutcome::BudgetExhausted);
         task.claims.insert(occ.into(), claim(RunStatus::Succeeded, 0, false));
-        assert_eq!(diagnose(Some(&task), occ, now), ClaimOutcome::Finished { status: RunStatus::Succeeded, notified: false });
-        task.claims.insert(occ.into(), claim(RunStatus::Running, now.timestamp() + 10, false));
-        assert_eq!(diagnose(Some(&task), occ, now), ClaimOutcome::Busy { lease_until: now.timestamp() + 10 });
-        task.claims.insert(occ.into(), claim(RunStatus::Running, now.timestamp() - 1, false));
+        assert_eq!(
+            diagnose(Some(&task), occ, now),
+            ClaimOutcome::Finished {
+                status: RunStatus::Succeeded,
+                notified: false
+            }
+        );
+        task.claims
+            .insert(occ.into(), claim(RunStatus::Running, now.timestamp() + 10, false));
+        assert_eq!(
+            diagnose(Some(&task), occ, now),
+            ClaimOutcome::Busy {
+                lease_until: now.timestamp() + 10
+            }
+        );
+        task.claims
+            .insert(occ.into(), claim(RunStatus::Running, now.timestamp() - 1, false));
         assert_eq!(diagnose(Some(&task), occ, now), ClaimOutcome::Expired);
     }
 
@@ -255,10 +284,16 @@ mod claim_tests {
     fn only_old_finished_claims_are_pruned() {
         let now = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
         let mut task = reminder_task(now);
-        task.claims.insert("2026-12-24T10:00:00Z".into(), claim(RunStatus::Succeeded, 0, true));
-        task.claims.insert("2026-12-24T09:00:00Z".into(), claim(RunStatus::Running, 0, false));
-        task.claims.insert("2026-12-24T17:30:00Z".into(), claim(RunStatus::Failed, 0, true));
-        assert_eq!(prunable(&task, now, Duration::hours(2)), vec!["2026-12-24T10:00:00Z".to_owned()]);
+        task.claims
+            .insert("2026-12-24T10:00:00Z".into(), claim(RunStatus::Succeeded, 0, true));
+        task.claims
+            .insert("2026-12-24T09:00:00Z".into(), claim(RunStatus::Running, 0, false));
+        task.claims
+            .insert("2026-12-24T17:30:00Z".into(), claim(RunStatus::Failed, 0, true));
+        assert_eq!(
+            prunable(&task, now, Duration::hours(2)),
+            vec!["2026-12-24T10:00:00Z".to_owned()]
+        );
     }
 
     #[test]

@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::approval::Approval;
-use super::occurrence::Claim;
 use super::hold::Hold;
 use super::limits::Limits;
+use super::occurrence::Claim;
 use super::overrides::Overrides;
 use super::schedule::Schedule;
 
@@ -236,13 +236,20 @@ pub(crate) mod tests_support {
             task_id: TaskId::for_reminder("ws_1", "usr_1", "k1"),
             workspace: "ws_1".into(),
             kind: TaskKind::Reminder,
-            provenance: Provenance::User { principal: "usr_1".into() },
+            provenance: Provenance::User {
+                principal: "usr_1".into(),
+            },
             title: "Call mom".into(),
             instruction: Some("Remind me".into()),
             spec: Spec {
                 schedule: Schedule::At { at },
                 tools: BTreeSet::new(),
-                limits: Limits { max_turns: 1, max_tool_calls: 0, max_output_tokens: 10, timeout_seconds: 10 },
+                limits: Limits {
+                    max_turns: 1,
+                    max_tool_calls: 0,
+                    max_output_tokens: 10,
+                    timeout_seconds: 10,
+                },
                 budget: None,
                 arguments: BTreeMap::new(),
                 bindings: BTreeMap::new(),
@@ -266,10 +273,20 @@ pub(crate) mod tests_support {
         let mut task = reminder_task(at);
         task.task_id = TaskId::for_connector("ws_1", "issues", "weekly");
         task.kind = TaskKind::Connector;
-        task.provenance = Provenance::Connector { install_id: "ins_1".into(), server: "issues".into(), prompt: "weekly".into() };
+        task.provenance = Provenance::Connector {
+            install_id: "ins_1".into(),
+            server: "issues".into(),
+            prompt: "weekly".into(),
+        };
         task.instruction = None;
-        task.spec.schedule = Schedule::Rate { every: 1, unit: super::super::schedule::RateUnit::Days };
-        task.spec.budget = Some(Budget { max_usd_per_run: 0.25, max_usd_per_month: 5.0 });
+        task.spec.schedule = Schedule::Rate {
+            every: 1,
+            unit: super::super::schedule::RateUnit::Days,
+        };
+        task.spec.budget = Some(Budget {
+            max_usd_per_run: 0.25,
+            max_usd_per_month: 5.0,
+        });
         task
     }
 }

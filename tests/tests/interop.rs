@@ -1,0 +1,87 @@
+//! `prompts/get` against a third-party MCP server: the reference
+//! `server-everything` (npm), through the runner's real MCP client.
+
+use chrono::{Duration, Utc};
+use local::everything::ServerEverything;
+use shared::adapters::mcp::McpConnectors;
+use shared::app::run::Disposition;
+use shared::domain::install::InstallScope;
+use shared::domain::occurrence::{RunStatus, occurrence_key};
+use shared::ports::McpSession;
+use tests::{RunStack, connector_task, install, run_message};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_negotiates_and_reads_prompts_and_errors() {
+    let server = ServerEverything::start().unwrap();
+    let client = McpConnectors::open(&server.url(), None).await.unwrap();
+    assert_eq!(
+        client.protocol_version().as_deref(),
+        Some("2025-11-25"),
+        "fell back from 2026-07-28"
+    );
+    let prompts = client.list_prompts().await.unwrap();
+    assert!(prompts.iter().any(|p| p.name == "args-prompt"));
+
+    let ok = client
+        .get_prompt("args-prompt", &[("city".to_owned(), "Berlin".to_owned())].into())
+        .await
+        .unwrap();
+    assert!(ok.iter().any(|m| m.text().contains("Berlin")), "{ok:?}");
+    let missing = client.get_prompt("args-prompt", &Default::default()).await.unwrap_err();
+    assert_eq!(missing.code, Some(-32602), "{missing}");
+    let unknown = client
+        .get_prompt("no-such-prompt", &Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code, Some(-32602), "{unknown}");
+    let tools = client.list_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "echo"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_against_server_everything_fails_cleanly_on_a_missing_argument() {
+    let server = ServerEverything::start().unwrap();
+    let s = RunStack::start().await.unwrap();
+    s.store()
+        .put_install(&install("ins_1", "everything", &server.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    let good = connector_task("everything", "args-prompt", &["echo"], &[("city", "Berlin")]);
+    let bad = connector_task(
+        "everything",
+        "completable-prompt",
+        &["echo"],
+        &[("department", "Sales")],
+    );
+    s.store().insert_task(&good).await.unwrap();
+    s.store().insert_task(&bad).await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let deadline = Utc::now() + Duration::minutes(5);
+    let runner = s.runner();
+
+    assert_eq!(
+        runner
+            .deliver("m1", &run_message(&good, at, "e1"), Utc::now(), deadline)
+            .await
+            .unwrap(),
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+    let first = &s.model.requests().await[0].1;
+    assert!(
+        first["messages"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Berlin")
+    );
+
+    assert_eq!(
+        runner
+            .deliver("m2", &run_message(&bad, at, "e2"), Utc::now(), deadline)
+            .await
+            .unwrap(),
+        Disposition::Ran(RunStatus::Failed)
+    );
+    let record = s.run_record(&bad.task_id, &occurrence_key(at)).await.unwrap();
+    assert!(record["reason"].as_str().unwrap().contains("-32602"), "{record}");
+    assert!(s.task_item(&bad).await.get("hold").is_none());
+}
