@@ -179,6 +179,9 @@ pub trait RunStore: Send + Sync {
     /// Records an outcome that held no claim (a skip before or instead of a
     /// claim). Never overwrites an existing record.
     fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Takes over sending a finished occurrence's event from a settler whose
+    /// lease expired before it marked the event sent. `false`: someone else has.
+    fn claim_notification(&self, request: &ClaimRequest<'_>) -> impl Future<Output = Result<bool, StoreError>> + Send;
     fn mark_notified(
         &self,
         workspace: &str,

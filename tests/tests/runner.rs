@@ -135,7 +135,7 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
             .iter()
             .all(|o| matches!(o, Ok(Disposition::Ran(_) | Disposition::Busy | Disposition::Duplicate)))
     );
-    // The ones told to come back later find it finished.
+    // The ones told to come back later find it finished and notified.
     for _ in 0..19 {
         let again = runner.deliver("late", &body, Utc::now(), deadline()).await.unwrap();
         assert_eq!(again, Disposition::Duplicate);
@@ -193,6 +193,9 @@ impl shared::ports::RunStore for CrashBeforeSettle {
         r: &shared::domain::occurrence::RunRecord,
     ) -> Result<(), shared::ports::StoreError> {
         self.inner.record_unclaimed(r).await
+    }
+    async fn claim_notification(&self, r: &shared::ports::ClaimRequest<'_>) -> Result<bool, shared::ports::StoreError> {
+        self.inner.claim_notification(r).await
     }
     async fn mark_notified(
         &self,
@@ -575,4 +578,80 @@ async fn a_malformed_message_is_recorded_and_acknowledged() {
     let kept: Vec<Value> = s.t.items_of("malformed").await;
     assert_eq!(kept.len(), 1, "one message id, kept once");
     assert!(kept[0]["reason"].as_str().unwrap().contains("yesterday"));
+}
+
+/// Fails the first event: the process dies after accounting, before notifying.
+struct FailFirstEvent {
+    inner: shared::adapters::events::EventBridgeNotifier,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl shared::ports::Notifier for FailFirstEvent {
+    async fn run_finished(
+        &self,
+        event: &shared::domain::notification::RunFinished,
+    ) -> Result<(), shared::ports::NotifyError> {
+        if !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(shared::ports::NotifyError("injected crash before PutEvents".into()));
+        }
+        self.inner.run_finished(event).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_lost_after_accounting_is_sent_once_by_a_later_delivery() {
+    let s = RunStack::start().await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let task = reminder(at);
+    insert(&s, &task).await;
+    let runner = shared::app::run::Runner::new(
+        s.store(),
+        FailFirstEvent {
+            inner: shared::adapters::events::EventBridgeNotifier::from_sdk(&s.t.aws.sdk, &s.t.stack.names.event_bus),
+            failed: Default::default(),
+        },
+        shared::adapters::bedrock::BedrockModel::from_sdk(&s.model_sdk),
+        shared::adapters::mcp::McpConnectors::from_sdk(&s.t.aws.sdk),
+        run_settings(true),
+    );
+    let body = run_message(&task, at, "e1");
+    let now = Utc::now();
+    let short = now + Duration::seconds(20);
+    assert!(
+        runner.deliver("m1", &body, now, short).await.is_err(),
+        "the message goes back"
+    );
+    assert_eq!(
+        s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap()["status"],
+        "succeeded"
+    );
+    assert!(s.events().await.is_empty());
+
+    // Within the settler's lease, a redelivery waits.
+    assert_eq!(
+        runner
+            .deliver("m1", &body, now + Duration::seconds(1), deadline())
+            .await
+            .unwrap(),
+        Disposition::Busy
+    );
+    // After it, one delivery sends the event; later ones find it sent.
+    let later = short + Duration::seconds(shared::app::run::LEASE_MARGIN_SECONDS + 1);
+    let outcomes =
+        futures::future::join_all((0..5).map(|_| runner.deliver("m1", &body, later, later + Duration::minutes(5))))
+            .await;
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Ok(Disposition::Duplicate | Disposition::Busy))),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        runner.deliver("m1", &body, later, later).await.unwrap(),
+        Disposition::Duplicate
+    );
+    let events = s.events().await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["detail"]["status"], "succeeded");
+    assert_eq!(s.model.requests().await.len(), 1, "the run itself never repeated");
 }

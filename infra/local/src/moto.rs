@@ -14,12 +14,17 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `moto_server` from the venv that `infra/scripts/venv.sh` creates, or
-/// `MOTO_SERVER` when set.
-pub fn moto_server_path() -> PathBuf {
-    std::env::var_os("MOTO_SERVER")
+/// The venv's Python, from `infra/scripts/venv.sh`, or `MOTO_PYTHON` when set.
+pub fn python_path() -> PathBuf {
+    std::env::var_os("MOTO_PYTHON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".venv/bin/moto_server"))
+        .unwrap_or_else(|| repo_root().join(".venv/bin/python"))
+}
+
+/// moto's server behind a lock, so each request is atomic as on AWS (see
+/// the script's docstring).
+pub fn launcher_path() -> PathBuf {
+    repo_root().join("infra/python/moto_serial.py")
 }
 
 /// A free port on 127.0.0.1, as the OS hands it out.
@@ -37,10 +42,10 @@ pub struct Moto {
 impl Moto {
     /// Starts moto on 127.0.0.1 and waits until it accepts connections.
     pub fn start() -> anyhow::Result<Self> {
-        let path = moto_server_path();
+        let path = python_path();
         if !path.exists() {
             bail!(
-                "{} not found: run infra/scripts/venv.sh (the test and local scripts do) or set MOTO_SERVER",
+                "{} not found: run infra/scripts/venv.sh (the test and local scripts do) or set MOTO_PYTHON",
                 path.display()
             );
         }
@@ -49,6 +54,7 @@ impl Moto {
         for _ in 0..5 {
             let port = free_port()?;
             let child = Command::new(&path)
+                .arg(launcher_path())
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

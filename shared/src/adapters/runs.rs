@@ -237,6 +237,34 @@ impl RunStore for DynamoStore {
         }
     }
 
+    async fn claim_notification(&self, request: &ClaimRequest<'_>) -> Result<bool, StoreError> {
+        self.counted();
+        let result = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(Key::task(request.workspace, request.task_id.as_str()).to_map()))
+            .update_expression("SET claims.#occ.lease_until = :lease, claims.#occ.execution_id = :exec")
+            .condition_expression("claims.#occ.notified = :false AND claims.#occ.lease_until < :now")
+            .expression_attribute_names("#occ", request.occurrence)
+            .expression_attribute_values(":lease", n(request.claim.lease_until))
+            .expression_attribute_values(":exec", s(&request.claim.execution_id))
+            .expression_attribute_values(":false", AttributeValue::Bool(false))
+            .expression_attribute_values(":now", n(request.now.timestamp()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(request_error("UpdateItem", e)),
+        }
+    }
+
     async fn mark_notified(&self, workspace: &str, task_id: &TaskId, occurrence: &str) -> Result<(), StoreError> {
         self.counted();
         let result = self

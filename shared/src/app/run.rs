@@ -18,8 +18,10 @@
 //! 6. **Settle**: one transaction writes the run record, finishes the claim,
 //!    settles the budget to the actual cost and charges the account; it is
 //!    fenced on this execution still holding the claim.
-//! 7. **Notify** after accounting, then mark the claim notified, so a
-//!    redelivery sends the event only if it never went out.
+//! 7. **Notify** after accounting, then mark the claim notified. A delivery
+//!    that finds the occurrence finished but not notified waits while the
+//!    settler's lease lives, and after it takes the notification over with a
+//!    conditional write: one event per run, whoever sends it.
 //!
 //! DynamoDB requests: 3 for a run (claim, settle, notified mark; a connector
 //! task adds its install read), 1 for a duplicate, 1 for a skip at the first
@@ -211,8 +213,18 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
             ClaimAnswer::Claimed(task) => task,
             ClaimAnswer::Refused(old) => match diagnose(old.as_deref(), &occ.key, now) {
                 ClaimOutcome::Claimed { .. } => return Ok(Disposition::Busy),
-                ClaimOutcome::Finished { status, notified } => {
+                ClaimOutcome::Finished {
+                    status,
+                    notified,
+                    lease_until,
+                } => {
                     if !notified && RunFinished::is_sent_for(status) {
+                        // Its settler may be sending the event right now; once
+                        // its lease is over, one delivery takes the job over.
+                        if lease_until >= now.timestamp() || !self.store.claim_notification(&request).await? {
+                            return Ok(Disposition::Busy);
+                        }
+                        tracing::warn!("sending the event of a run whose settler stopped before it");
                         self.notify(&occ, status).await?;
                     }
                     tracing::info!(status = status.as_str(), "duplicate delivery of a finished occurrence");

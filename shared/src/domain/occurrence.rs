@@ -102,10 +102,12 @@ pub enum ClaimOutcome {
     Claimed {
         takeover: bool,
     },
-    /// The occurrence finished before; `notified` says whether its event went out.
+    /// The occurrence finished before; `notified` says whether its event
+    /// went out, `lease_until` until when its settler may still be sending it.
     Finished {
         status: RunStatus,
         notified: bool,
+        lease_until: i64,
     },
     /// Another execution holds a live lease: retry later.
     Busy {
@@ -127,6 +129,7 @@ pub fn diagnose(old: Option<&Task>, occurrence: &str, now: DateTime<Utc>) -> Cla
         Some(claim) if claim.status != RunStatus::Running => ClaimOutcome::Finished {
             status: claim.status,
             notified: claim.notified,
+            lease_until: claim.lease_until,
         },
         Some(claim) if claim.lease_until >= now.timestamp() => ClaimOutcome::Busy {
             lease_until: claim.lease_until,
