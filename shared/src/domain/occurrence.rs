@@ -267,7 +267,8 @@ mod claim_tests {
             diagnose(Some(&task), occ, now),
             ClaimOutcome::Finished {
                 status: RunStatus::Succeeded,
-                notified: false
+                notified: false,
+                lease_until: 0,
             }
         );
         task.claims
