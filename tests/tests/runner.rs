@@ -655,3 +655,89 @@ async fn an_event_lost_after_accounting_is_sent_once_by_a_later_delivery() {
     assert_eq!(events[0]["detail"]["status"], "succeeded");
     assert_eq!(s.model.requests().await.len(), 1, "the run itself never repeated");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bound_workspace_connectors_lend_their_tools_and_credentials_come_from_secrets_manager() {
+    let s = RunStack::start().await.unwrap();
+    let declaring = fixture().await;
+    let chat = McpFixture::start(FixtureState {
+        tools: vec![tool("post_message")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let personal = McpFixture::start(FixtureState {
+        tools: vec![tool("read_my_mail")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    let secret = aws_sdk_secretsmanager::Client::new(&s.t.aws.sdk)
+        .create_secret()
+        .name("connectors/ins_1")
+        .secret_string("s3cr3t-token")
+        .send()
+        .await
+        .unwrap();
+    let mut issues = install("ins_1", "issues", &declaring.url(), InstallScope::Workspace);
+    issues.credential_secret_arn = secret.arn().map(str::to_owned);
+    s.store().put_install(&issues).await.unwrap();
+    s.store()
+        .put_install(&install("ins_chat", "chat", &chat.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    s.store()
+        .put_install(&install("ins_mine", "mail", &personal.url(), InstallScope::Personal))
+        .await
+        .unwrap();
+
+    let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
+    task.spec.bindings = [
+        ("summary_channel".to_owned(), Some("ins_chat".to_owned())),
+        ("inbox".to_owned(), Some("ins_mine".to_owned())),
+        ("archive".to_owned(), None),
+    ]
+    .into();
+    insert(&s, &task).await;
+    s.model
+        .script([
+            Reply::tool("chat__post_message", json!({"text": "summary"}), 100, 10),
+            Reply::tool("mail__read_my_mail", json!({}), 100, 10),
+            Reply::text("done", 100, 10),
+        ])
+        .await;
+    let at = Utc::now() - Duration::seconds(5);
+    let got = s
+        .runner()
+        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+
+    let offered: Vec<String> = s.model.requests().await[0].1["toolConfig"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["toolSpec"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        offered,
+        vec!["issues__list_issues", "chat__post_message"],
+        "no personal connector's tools"
+    );
+    assert_eq!(chat.state().read().await.calls.len(), 1);
+    assert!(personal.state().read().await.calls.is_empty());
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    assert_eq!(record["usage"]["refused_tool_calls"], 1);
+
+    let auth = declaring.state().read().await.authorizations.clone();
+    assert!(
+        !auth.is_empty() && auth.iter().all(|a| a == "Bearer s3cr3t-token"),
+        "{auth:?}"
+    );
+    assert!(
+        chat.state().read().await.authorizations.is_empty(),
+        "no credential, no header"
+    );
+}
