@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod approval;
 pub mod budget;
+pub mod declaration;
 pub mod descriptor;
 pub mod door;
 pub mod hold;

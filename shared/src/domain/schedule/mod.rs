@@ -9,6 +9,8 @@
 use chrono::{DateTime, Duration, FixedOffset, NaiveDate, NaiveDateTime, SecondsFormat, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 
+pub mod cron;
+
 /// How far ahead a one-time instant may lie (SPEC §4 rule 3).
 pub const MAX_DAYS_AHEAD: i64 = 366;
 
