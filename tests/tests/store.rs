@@ -34,6 +34,7 @@ fn connector_task() -> Task {
             max_usd_per_month: 5.0,
         }),
         arguments: BTreeMap::from([("repo".to_owned(), "acme/web".to_owned())]),
+        needs: BTreeMap::new(),
         bindings: BTreeMap::from([
             ("summary_channel".to_owned(), Some("ins_chat".to_owned())),
             ("archive".to_owned(), None),
@@ -76,6 +77,8 @@ fn connector_task() -> Task {
         }),
         approval: None,
         completed_at: None,
+        prompt_arguments: BTreeMap::new(),
+        declaration_error: None,
         claims: BTreeMap::new(),
         budget_used: BTreeMap::from([("2026-11".to_owned(), 0.75)]),
         version: 3,

@@ -15,6 +15,7 @@ pub mod limits;
 pub mod notification;
 pub mod occurrence;
 pub mod overrides;
+pub mod reconcile;
 pub mod reminder;
 pub mod schedule;
 pub mod task;

@@ -259,6 +259,7 @@ impl CheckedRequest {
             limits: ceilings.derive(&agent.limits),
             budget: None,
             arguments: BTreeMap::new(),
+            needs: BTreeMap::new(),
             bindings: BTreeMap::new(),
             agent: Some(AgentPin {
                 id: agent.id,
@@ -282,6 +283,8 @@ impl CheckedRequest {
             overrides: None,
             approval: Some(self.approval),
             completed_at: None,
+            prompt_arguments: BTreeMap::new(),
+            declaration_error: None,
             claims: BTreeMap::new(),
             budget_used: BTreeMap::new(),
             version: 1,

@@ -105,7 +105,7 @@ pub struct AgentPin {
 }
 
 /// Spending bounds in US dollars.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     pub max_usd_per_run: f64,
@@ -125,6 +125,9 @@ pub struct Spec {
     /// Approved values of the prompt's arguments.
     #[serde(default)]
     pub arguments: BTreeMap<String, String>,
+    /// Needs the declaration states, in words: id -> description.
+    #[serde(default)]
+    pub needs: BTreeMap<String, String>,
     /// Need id -> bound install id, or `None` when the admin left it unbound.
     #[serde(default)]
     pub bindings: BTreeMap<String, Option<String>>,
@@ -188,6 +191,12 @@ pub struct Task {
     /// When a one-time task's only occurrence finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<DateTime<Utc>>,
+    /// Reconcile's record of the prompt's arguments: name -> required.
+    #[serde(default)]
+    pub prompt_arguments: BTreeMap<String, bool>,
+    /// Why the server's latest declaration of this prompt was refused, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declaration_error: Option<String>,
     /// Runtime bookkeeping: occurrence -> its claim (lease, then outcome).
     /// Always stored, even empty, so the claim can set one entry in place.
     #[serde(default)]
@@ -252,6 +261,7 @@ pub(crate) mod tests_support {
                 },
                 budget: None,
                 arguments: BTreeMap::new(),
+                needs: BTreeMap::new(),
                 bindings: BTreeMap::new(),
                 agent: None,
                 scopes: BTreeSet::new(),
@@ -261,6 +271,8 @@ pub(crate) mod tests_support {
             overrides: None,
             approval: None,
             completed_at: None,
+            prompt_arguments: BTreeMap::new(),
+            declaration_error: None,
             claims: BTreeMap::new(),
             budget_used: BTreeMap::new(),
             version: 1,

@@ -10,6 +10,7 @@ use chrono::{DateTime, Duration, FixedOffset, NaiveDate, NaiveDateTime, SecondsF
 use serde::{Deserialize, Serialize};
 
 pub mod cron;
+pub mod preview;
 
 /// How far ahead a one-time instant may lie (SPEC §4 rule 3).
 pub const MAX_DAYS_AHEAD: i64 = 366;
@@ -44,6 +45,31 @@ pub struct Expression {
 impl Schedule {
     pub fn is_one_time(&self) -> bool {
         matches!(self, Schedule::At { .. })
+    }
+
+    /// The EventBridge Scheduler expression and zone this schedule runs on.
+    pub fn expression(&self) -> Result<Expression, cron::CronError> {
+        Ok(match self {
+            Schedule::At { at } => at_expression(*at),
+            Schedule::Cron { cron, timezone } => Expression {
+                expression: cron::Cron::parse(cron)?.to_eventbridge(),
+                timezone: timezone.clone(),
+            },
+            Schedule::Rate { every, unit } => {
+                let unit = match (unit, *every == 1) {
+                    (RateUnit::Minutes, true) => "minute",
+                    (RateUnit::Minutes, false) => "minutes",
+                    (RateUnit::Hours, true) => "hour",
+                    (RateUnit::Hours, false) => "hours",
+                    (RateUnit::Days, true) => "day",
+                    (RateUnit::Days, false) => "days",
+                };
+                Expression {
+                    expression: format!("rate({every} {unit})"),
+                    timezone: "UTC".to_owned(),
+                }
+            }
+        })
     }
 }
 

@@ -1,0 +1,859 @@
+//! The reconcile plan (SPEC §6): what a server declares against what is
+//! stored, as one pure function that says which tasks to write and why.
+//!
+//! Invariants: never deletes a task; never writes `override`; never touches a
+//! tombstoned task; a change that only narrows the approved bounds applies at
+//! once, any widening (even mixed with narrowings) waits whole as `pending`
+//! while the approved `spec` keeps running; a new required argument holds the
+//! task until an admin gives a value; withdrawal is decided here, from
+//! `prompts/list`, and nowhere else; each runtime hold is lifted only when
+//! its own cause has cleared; a plan of an unchanged input writes nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde_json::Value;
+
+use super::declaration::{self, Declaration};
+use super::hold::{Hold, HoldReason};
+use super::install::Install;
+use super::limits::Ceilings;
+use super::schedule::cron::Cron;
+use super::schedule::{RateUnit, Schedule};
+use super::task::{Pending, Provenance, Spec, Task, TaskId, TaskKind};
+
+/// A prompt as the server's `prompts/list` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedPrompt {
+    pub name: String,
+    /// name -> required
+    pub arguments: BTreeMap<String, bool>,
+    /// The marker's value, when the prompt's `_meta` carries it.
+    pub marker: Option<Value>,
+}
+
+/// What reconcile read from one install's server.
+#[derive(Debug, Clone)]
+pub struct ServerView<'a> {
+    pub install: &'a Install,
+    pub prompts: &'a [ListedPrompt],
+    pub tools: &'a BTreeSet<String>,
+}
+
+/// One difference between approved and declared bounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Difference {
+    pub what: String,
+    pub from: String,
+    pub to: String,
+    pub widens: bool,
+}
+
+impl fmt::Display for Difference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verb = if self.widens { "raised" } else { "lowered" };
+        write!(f, "{} {verb} from {} to {}", self.what, self.from, self.to)
+    }
+}
+
+/// How often a schedule fires in a reference year: the measure of "fires
+/// more often". DST shifts are ignored; they move fires, not their number.
+pub fn fires_per_year(schedule: &Schedule) -> u64 {
+    match schedule {
+        Schedule::At { .. } => 1,
+        Schedule::Rate { every, unit } => {
+            let minutes = match unit {
+                RateUnit::Minutes => 1,
+                RateUnit::Hours => 60,
+                RateUnit::Days => 1440,
+            } * u64::from(*every);
+            365 * 1440 / minutes.max(1)
+        }
+        Schedule::Cron { cron, .. } => match Cron::parse(cron) {
+            Ok(cron) => {
+                let per_day = (cron.hours.len() * cron.minutes.len()) as u64;
+                let days = (1..=365)
+                    .filter_map(|d| NaiveDate::from_yo_opt(2027, d))
+                    .filter(|date| cron.fires_on(*date))
+                    .count() as u64;
+                days * per_day
+            }
+            Err(_) => u64::MAX,
+        },
+    }
+}
+
+fn describe_schedule(schedule: &Schedule) -> String {
+    match schedule {
+        Schedule::At { at } => format!("once at {}", super::schedule::format_utc(*at)),
+        Schedule::Cron { cron, timezone } => format!("`{cron}` in {timezone}"),
+        Schedule::Rate { every, unit } => format!("every {every} {unit:?}").to_lowercase(),
+    }
+}
+
+fn list(set: &BTreeSet<String>) -> String {
+    if set.is_empty() {
+        "none".into()
+    } else {
+        set.iter().cloned().collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Every difference between approved bounds `old` and declared bounds `new`.
+pub fn compare(old: &Spec, new: &Spec) -> Vec<Difference> {
+    let mut out = Vec::new();
+    let mut push = |what: &str, from: String, to: String, widens: bool| {
+        out.push(Difference {
+            what: what.into(),
+            from,
+            to,
+            widens,
+        });
+    };
+    if old.tools != new.tools {
+        push(
+            "tools",
+            list(&old.tools),
+            list(&new.tools),
+            !new.tools.is_subset(&old.tools),
+        );
+    }
+    let (o, n) = (old.limits, new.limits);
+    for (what, a, b) in [
+        ("max_turns", o.max_turns, n.max_turns),
+        ("max_tool_calls", o.max_tool_calls, n.max_tool_calls),
+        ("max_output_tokens", o.max_output_tokens, n.max_output_tokens),
+        ("timeout_seconds", o.timeout_seconds, n.timeout_seconds),
+    ] {
+        if a != b {
+            push(what, a.to_string(), b.to_string(), b > a);
+        }
+    }
+    let money = |v: f64| format!("${v:.2}");
+    let (ob, nb) = (old.budget.unwrap_or_default(), new.budget.unwrap_or_default());
+    if ob.max_usd_per_run != nb.max_usd_per_run {
+        push(
+            "budget per run",
+            money(ob.max_usd_per_run),
+            money(nb.max_usd_per_run),
+            nb.max_usd_per_run > ob.max_usd_per_run,
+        );
+    }
+    if ob.max_usd_per_month != nb.max_usd_per_month {
+        push(
+            "budget per month",
+            money(ob.max_usd_per_month),
+            money(nb.max_usd_per_month),
+            nb.max_usd_per_month > ob.max_usd_per_month,
+        );
+    }
+    let (old_needs, new_needs): (BTreeSet<String>, BTreeSet<String>) =
+        (old.needs.keys().cloned().collect(), new.needs.keys().cloned().collect());
+    if old_needs != new_needs {
+        push(
+            "needs",
+            list(&old_needs),
+            list(&new_needs),
+            !new_needs.is_subset(&old_needs),
+        );
+    }
+    if old.schedule != new.schedule {
+        let widens = fires_per_year(&new.schedule) > fires_per_year(&old.schedule);
+        push(
+            "schedule",
+            describe_schedule(&old.schedule),
+            describe_schedule(&new.schedule),
+            widens,
+        );
+    }
+    out
+}
+
+/// A kind of change, for logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Change {
+    Created,
+    Narrowed,
+    PendingStored,
+    PendingCleared,
+    ProposalUpdated,
+    HoldPlaced(HoldReason),
+    HoldLifted(HoldReason),
+    ArgumentsDropped,
+    DeclarationRefused,
+    DeclarationAccepted,
+}
+
+impl Change {
+    pub fn kind(&self) -> String {
+        match self {
+            Change::HoldPlaced(r) => format!("hold_placed_{}", r.as_str()),
+            Change::HoldLifted(r) => format!("hold_lifted_{}", r.as_str()),
+            other => format!("{other:?}").chars().fold(String::new(), |mut s, c| {
+                if c.is_uppercase() && !s.is_empty() {
+                    s.push('_');
+                }
+                s.push(c.to_ascii_lowercase());
+                s
+            }),
+        }
+    }
+}
+
+/// A task to write: its new state, the version it was read at (`None`: a new
+/// task), and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write {
+    pub task: Task,
+    pub read_version: Option<u64>,
+    pub changes: Vec<Change>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Plan {
+    pub writes: Vec<Write>,
+    /// Prompts whose declaration was refused, and why.
+    pub refused: BTreeMap<String, String>,
+}
+
+fn declared_spec(d: &Declaration) -> Spec {
+    Spec {
+        schedule: d.schedule.clone(),
+        tools: d.tools.clone(),
+        limits: d.limits,
+        budget: Some(d.budget),
+        arguments: BTreeMap::new(),
+        needs: d.needs.clone(),
+        bindings: BTreeMap::new(),
+        agent: None,
+        scopes: BTreeSet::new(),
+    }
+}
+
+fn place(task: &mut Task, changes: &mut Vec<Change>, reason: HoldReason, now: DateTime<Utc>, detail: String) {
+    let same = task.hold.entries().any(|(r, e)| r == reason && e.detail == detail);
+    if !same {
+        if !task.hold.has(reason) {
+            changes.push(Change::HoldPlaced(reason));
+        }
+        task.hold.place(reason, now, detail);
+    }
+}
+
+fn lift(task: &mut Task, changes: &mut Vec<Change>, reason: HoldReason) {
+    if task.hold.lift(reason) {
+        changes.push(Change::HoldLifted(reason));
+    }
+}
+
+/// Holds that follow from the approved spec and the workspace's installs:
+/// a required argument without a value, a need bound to a connector that is
+/// gone. Shared with the admin's approve, which lifts them the same way.
+pub fn settle_holds(
+    task: &mut Task,
+    changes: &mut Vec<Change>,
+    installs: &BTreeMap<String, Install>,
+    now: DateTime<Utc>,
+) {
+    if task.hold.has(HoldReason::AwaitingApproval) {
+        return;
+    }
+    let missing: Vec<&String> = task
+        .prompt_arguments
+        .iter()
+        .filter(|(name, required)| **required && !task.spec.arguments.contains_key(*name))
+        .map(|(name, _)| name)
+        .collect();
+    if missing.is_empty() {
+        lift(task, changes, HoldReason::AwaitingArgument);
+    } else {
+        let detail = format!(
+            "no value for required argument {}",
+            missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+        );
+        place(task, changes, HoldReason::AwaitingArgument, now, detail);
+    }
+    let unbound: Vec<&String> = task
+        .spec
+        .bindings
+        .iter()
+        .filter(|(_, install)| {
+            install
+                .as_ref()
+                .is_some_and(|id| !installs.get(id).is_some_and(Install::may_serve_a_need))
+        })
+        .map(|(need, _)| need)
+        .collect();
+    if unbound.is_empty() {
+        lift(task, changes, HoldReason::NeedUnbound);
+    } else {
+        let detail = format!(
+            "the connector bound to {} is not installed",
+            unbound.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+        );
+        place(task, changes, HoldReason::NeedUnbound, now, detail);
+    }
+}
+
+/// The plan for one install's server. `stored` are the tasks of this install;
+/// `installs` are the workspace's installs (needs bind to them).
+pub fn plan(
+    view: &ServerView<'_>,
+    stored: &[Task],
+    installs: &BTreeMap<String, Install>,
+    ceilings: &Ceilings,
+    now: DateTime<Utc>,
+) -> Plan {
+    let install = view.install;
+    let mut plan = Plan::default();
+    let mut by_id: BTreeMap<TaskId, &Task> = stored.iter().map(|t| (t.task_id.clone(), t)).collect();
+
+    for prompt in view.prompts {
+        let id = TaskId::for_connector(&install.workspace, &install.server, &prompt.name);
+        let existing = by_id.remove(&id);
+        let Some(marker) = &prompt.marker else {
+            if let Some(task) = existing {
+                withdraw(
+                    &mut plan,
+                    task,
+                    "the prompt no longer carries the scheduled-prompts marker",
+                    now,
+                );
+            }
+            continue;
+        };
+        let declaration = match declaration::parse(marker, view.tools, ceilings) {
+            Ok(d) => d,
+            Err(e) => {
+                let reason = e.to_string();
+                plan.refused.insert(prompt.name.clone(), reason.clone());
+                if let Some(task) =
+                    existing.filter(|t| !is_tombstoned(t) && t.declaration_error.as_ref() != Some(&reason))
+                {
+                    let mut t = task.clone();
+                    t.declaration_error = Some(reason);
+                    push(&mut plan, task, t, vec![Change::DeclarationRefused], now);
+                }
+                continue;
+            }
+        };
+        let declared = declared_spec(&declaration);
+        match existing {
+            None => {
+                let mut hold = Hold::default();
+                hold.place(
+                    HoldReason::AwaitingApproval,
+                    now,
+                    "a new scheduled prompt waits for an admin's approval",
+                );
+                let task = Task {
+                    task_id: id,
+                    workspace: install.workspace.clone(),
+                    kind: TaskKind::Connector,
+                    provenance: Provenance::Connector {
+                        install_id: install.install_id.clone(),
+                        server: install.server.clone(),
+                        prompt: prompt.name.clone(),
+                    },
+                    title: prompt.name.clone(),
+                    instruction: None,
+                    spec: declared,
+                    pending: None,
+                    hold,
+                    overrides: None,
+                    approval: None,
+                    completed_at: None,
+                    prompt_arguments: prompt.arguments.clone(),
+                    declaration_error: None,
+                    claims: BTreeMap::new(),
+                    budget_used: BTreeMap::new(),
+                    version: 1,
+                    created_at: now,
+                    updated_at: now,
+                };
+                plan.writes.push(Write {
+                    task,
+                    read_version: None,
+                    changes: vec![Change::Created],
+                });
+            }
+            Some(task) if is_tombstoned(task) => {}
+            Some(task) => {
+                let mut t = task.clone();
+                let mut changes = Vec::new();
+                if t.declaration_error.take().is_some() {
+                    changes.push(Change::DeclarationAccepted);
+                }
+                lift(&mut t, &mut changes, HoldReason::Withdrawn);
+                // Arguments: a removed one narrows (its value goes); the
+                // required ones are checked by `settle_holds`.
+                let dropped: Vec<String> = t
+                    .spec
+                    .arguments
+                    .keys()
+                    .filter(|a| !prompt.arguments.contains_key(*a))
+                    .cloned()
+                    .collect();
+                for name in &dropped {
+                    t.spec.arguments.remove(name);
+                    if let Some(p) = t.pending.as_mut() {
+                        p.spec.arguments.remove(name);
+                    }
+                }
+                if !dropped.is_empty() {
+                    changes.push(Change::ArgumentsDropped);
+                }
+                t.prompt_arguments = prompt.arguments.clone();
+
+                if t.hold.has(HoldReason::AwaitingApproval) {
+                    // Not approved yet: the proposal follows the server.
+                    let mut proposal = declared.clone();
+                    proposal.arguments = t.spec.arguments.clone();
+                    if t.spec != proposal {
+                        t.spec = proposal;
+                        changes.push(Change::ProposalUpdated);
+                    }
+                } else {
+                    let mut target = declared.clone();
+                    target.arguments = t.spec.arguments.clone();
+                    target.bindings = t
+                        .spec
+                        .bindings
+                        .iter()
+                        .filter(|(need, _)| target.needs.contains_key(*need))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    target.agent = t.spec.agent.clone();
+                    target.scopes = t.spec.scopes.clone();
+                    let differences = compare(&t.spec, &target);
+                    if differences.iter().any(|d| d.widens) {
+                        if t.pending.as_ref().map(|p| &p.spec) != Some(&target) {
+                            t.pending = Some(Pending {
+                                spec: target,
+                                since: now,
+                            });
+                            changes.push(Change::PendingStored);
+                        }
+                    } else {
+                        if t.pending.take().is_some() {
+                            changes.push(Change::PendingCleared);
+                        }
+                        if t.spec != target {
+                            t.spec = target;
+                            changes.push(Change::Narrowed);
+                        }
+                    }
+                }
+                settle_holds(&mut t, &mut changes, installs, now);
+                push(&mut plan, task, t, changes, now);
+            }
+        }
+    }
+    // Stored tasks whose prompt is gone from the list.
+    for task in by_id.into_values() {
+        withdraw(&mut plan, task, "the prompt is gone from prompts/list", now);
+    }
+    plan
+}
+
+fn is_tombstoned(task: &Task) -> bool {
+    task.overrides.as_ref().is_some_and(|o| o.deleted)
+}
+
+fn withdraw(plan: &mut Plan, task: &Task, detail: &str, now: DateTime<Utc>) {
+    if is_tombstoned(task) || task.hold.has(HoldReason::Withdrawn) {
+        return;
+    }
+    let mut t = task.clone();
+    let mut changes = Vec::new();
+    place(&mut t, &mut changes, HoldReason::Withdrawn, now, detail.to_owned());
+    push(plan, task, t, changes, now);
+}
+
+fn push(plan: &mut Plan, before: &Task, mut after: Task, changes: Vec<Change>, now: DateTime<Utc>) {
+    if changes.is_empty() || after == *before {
+        return;
+    }
+    after.version = before.version + 1;
+    after.updated_at = now;
+    plan.writes.push(Write {
+        task: after,
+        read_version: Some(before.version),
+        changes,
+    });
+}
+
+/// The holds that an install's uninstall or reinstall changes on the
+/// workspace's tasks bound to it: `need_unbound` placed or lifted.
+pub fn rebind(tasks: &[Task], installs: &BTreeMap<String, Install>, now: DateTime<Utc>) -> Vec<Write> {
+    let mut writes = Vec::new();
+    for task in tasks
+        .iter()
+        .filter(|t| !is_tombstoned(t) && t.spec.bindings.values().any(Option::is_some))
+    {
+        let mut t = task.clone();
+        let mut changes = Vec::new();
+        settle_holds(&mut t, &mut changes, installs, now);
+        if !changes.is_empty() {
+            t.version = task.version + 1;
+            t.updated_at = now;
+            writes.push(Write {
+                task: t,
+                read_version: Some(task.version),
+                changes,
+            });
+        }
+    }
+    writes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::install::{InstallScope, InstallStatus};
+    use crate::domain::limits::Limits;
+    use crate::domain::overrides::Overrides;
+    use chrono::{Duration, TimeZone};
+    use serde_json::json;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap()
+    }
+
+    fn ceilings() -> Ceilings {
+        Ceilings::new(Limits {
+            max_turns: 10,
+            max_tool_calls: 20,
+            max_output_tokens: 4000,
+            timeout_seconds: 300,
+        })
+        .unwrap()
+    }
+
+    fn install(id: &str, status: InstallStatus) -> Install {
+        Install {
+            install_id: id.into(),
+            workspace: "ws_1".into(),
+            server: if id == "ins_1" {
+                "issues".into()
+            } else {
+                format!("srv_{id}")
+            },
+            url: "http://127.0.0.1:1/mcp".into(),
+            scope: InstallScope::Workspace,
+            account: "acct_1".into(),
+            credential_secret_arn: None,
+            status,
+            updated_at: now(),
+        }
+    }
+
+    fn installs() -> BTreeMap<String, Install> {
+        [
+            ("ins_1", InstallStatus::Installed),
+            ("ins_chat", InstallStatus::Installed),
+        ]
+        .into_iter()
+        .map(|(id, s)| (id.to_owned(), install(id, s)))
+        .collect()
+    }
+
+    fn marker() -> Value {
+        json!({"version": 1,
+               "schedule": {"cron": "0 9 * * MON-FRI", "timezone": "Europe/Berlin"},
+               "tools": ["list_issues"],
+               "limits": {"max_turns": 8},
+               "budget": {"max_usd_per_run": 0.25, "max_usd_per_month": 5.0},
+               "needs": [{"id": "summary_channel", "description": "a channel"}]})
+    }
+
+    fn prompt(marker: Option<Value>, args: &[(&str, bool)]) -> ListedPrompt {
+        ListedPrompt {
+            name: "weekly".into(),
+            arguments: args.iter().map(|(n, r)| ((*n).to_owned(), *r)).collect(),
+            marker,
+        }
+    }
+
+    fn tools() -> BTreeSet<String> {
+        ["list_issues", "post_summary"].into_iter().map(str::to_owned).collect()
+    }
+
+    fn run(prompts: &[ListedPrompt], stored: &[Task]) -> Plan {
+        run_with(prompts, stored, &installs())
+    }
+
+    fn run_with(prompts: &[ListedPrompt], stored: &[Task], installs: &BTreeMap<String, Install>) -> Plan {
+        let install = install("ins_1", InstallStatus::Installed);
+        let tools = tools();
+        let view = ServerView {
+            install: &install,
+            prompts,
+            tools: &tools,
+        };
+        plan(&view, stored, installs, &ceilings(), now())
+    }
+
+    /// The task as an admin approved it: arguments given, need bound.
+    fn approved(args: &[(&str, bool)]) -> Task {
+        let created = run(&[prompt(Some(marker()), args)], &[]).writes.remove(0).task;
+        let mut t = created;
+        t.hold = Hold::default();
+        t.spec.arguments = args.iter().map(|(n, _)| ((*n).to_owned(), "v".to_owned())).collect();
+        t.spec.bindings = [("summary_channel".to_owned(), Some("ins_chat".to_owned()))].into();
+        t.version = 2;
+        t
+    }
+
+    fn with(mutate: impl FnOnce(&mut Value)) -> Value {
+        let mut m = marker();
+        mutate(&mut m);
+        m
+    }
+
+    #[test]
+    fn row_new_declared_prompt_creates_a_held_task() {
+        let plan = run(&[prompt(Some(marker()), &[("repo", true)])], &[]);
+        assert_eq!(plan.writes.len(), 1);
+        let w = &plan.writes[0];
+        assert_eq!(w.read_version, None);
+        assert_eq!(w.changes, vec![Change::Created]);
+        assert!(w.task.hold.has(HoldReason::AwaitingApproval));
+        assert!(!w.task.should_fire(), "no run until an admin approves");
+        assert_eq!(w.task.task_id, TaskId::for_connector("ws_1", "issues", "weekly"));
+        assert_eq!(w.task.prompt_arguments, [("repo".to_owned(), true)].into());
+    }
+
+    #[test]
+    fn row_equal_declaration_writes_nothing_and_a_second_reconcile_neither() {
+        let task = approved(&[("repo", true)]);
+        assert_eq!(
+            run(
+                &[prompt(Some(marker()), &[("repo", true)])],
+                std::slice::from_ref(&task)
+            ),
+            Plan::default()
+        );
+        let created = run(&[prompt(Some(marker()), &[])], &[]).writes.remove(0).task;
+        assert!(
+            run(&[prompt(Some(marker()), &[])], &[created]).writes.is_empty(),
+            "an unapproved task is stable too"
+        );
+    }
+
+    #[test]
+    fn row_narrowing_applies_at_once() {
+        let task = approved(&[]);
+        let narrower = with(|m| {
+            m["limits"]["max_turns"] = json!(5);
+            m["budget"]["max_usd_per_run"] = json!(0.1);
+            m["tools"] = json!([]);
+            m["schedule"]["cron"] = json!("0 9 * * MON");
+            m["needs"] = json!([]);
+        });
+        let plan = run(&[prompt(Some(narrower), &[])], &[task.clone()]);
+        let w = &plan.writes[0];
+        assert_eq!(w.changes, vec![Change::Narrowed]);
+        assert_eq!(w.read_version, Some(2));
+        assert_eq!(w.task.version, 3);
+        assert_eq!(w.task.spec.limits.max_turns, 5);
+        assert!(w.task.spec.tools.is_empty());
+        assert!(w.task.spec.bindings.is_empty(), "a removed need drops its binding");
+        assert!(w.task.pending.is_none());
+        assert!(w.task.should_fire());
+    }
+
+    #[test]
+    fn row_any_widening_waits_whole_and_the_approved_spec_keeps_running() {
+        let task = approved(&[]);
+        let mixed = with(|m| {
+            m["limits"]["max_turns"] = json!(5);
+            m["budget"]["max_usd_per_run"] = json!(0.5);
+        });
+        let plan = run(&[prompt(Some(mixed), &[])], &[task.clone()]);
+        let w = &plan.writes[0];
+        assert_eq!(w.changes, vec![Change::PendingStored]);
+        assert_eq!(w.task.spec, task.spec, "nothing applied, not even the narrowing");
+        let pending = &w.task.pending.as_ref().unwrap().spec;
+        assert_eq!(pending.limits.max_turns, 5);
+        assert_eq!(pending.bindings, task.spec.bindings, "bindings carry over");
+        let diff = compare(&task.spec, pending);
+        assert!(
+            diff.iter()
+                .any(|d| d.widens && d.to_string() == "budget per run raised from $0.25 to $0.50")
+        );
+        assert!(w.task.should_fire());
+        // The same release again writes nothing.
+        assert!(
+            run(
+                &[prompt(
+                    Some(with(|m| {
+                        m["limits"]["max_turns"] = json!(5);
+                        m["budget"]["max_usd_per_run"] = json!(0.5);
+                    })),
+                    &[]
+                )],
+                &[w.task.clone()]
+            )
+            .writes
+            .is_empty()
+        );
+        for widen in [
+            with(|m| m["tools"] = json!(["list_issues", "post_summary"])),
+            with(|m| m["schedule"]["cron"] = json!("0 * * * *")),
+            with(|m| {
+                m["needs"] =
+                    json!([{"id": "summary_channel", "description": "a"}, {"id": "archive", "description": "b"}])
+            }),
+            with(|m| m["budget"]["max_usd_per_month"] = json!(9.0)),
+        ] {
+            let plan = run(&[prompt(Some(widen.clone()), &[])], &[task.clone()]);
+            assert_eq!(plan.writes[0].changes, vec![Change::PendingStored], "{widen}");
+        }
+    }
+
+    #[test]
+    fn row_a_new_required_argument_holds_until_a_value_and_a_removed_one_narrows() {
+        let task = approved(&[("repo", true)]);
+        let plan = run(
+            &[prompt(Some(marker()), &[("repo", true), ("team", true)])],
+            &[task.clone()],
+        );
+        let w = &plan.writes[0];
+        assert_eq!(w.changes, vec![Change::HoldPlaced(HoldReason::AwaitingArgument)]);
+        assert_eq!(w.task.spec.arguments, task.spec.arguments, "old values kept");
+        assert!(
+            w.task
+                .hold
+                .entries()
+                .any(|(r, e)| r == HoldReason::AwaitingArgument && e.detail.contains("`team`"))
+        );
+        // The admin gives the value: the next reconcile lifts the hold.
+        let mut given = w.task.clone();
+        given.spec.arguments.insert("team".into(), "web".into());
+        let plan = run(&[prompt(Some(marker()), &[("repo", true), ("team", true)])], &[given]);
+        assert_eq!(
+            plan.writes[0].changes,
+            vec![Change::HoldLifted(HoldReason::AwaitingArgument)]
+        );
+        // An optional new argument holds nothing; a removed one drops its value.
+        let plan = run(&[prompt(Some(marker()), &[("verbose", false)])], &[task.clone()]);
+        assert_eq!(plan.writes[0].changes, vec![Change::ArgumentsDropped]);
+        assert!(plan.writes[0].task.spec.arguments.is_empty());
+        assert!(plan.writes[0].task.should_fire());
+    }
+
+    #[test]
+    fn row_gone_or_unmarked_prompts_are_withdrawn_and_come_back() {
+        let task = approved(&[]);
+        for prompts in [vec![], vec![prompt(None, &[])]] {
+            let plan = run(&prompts, &[task.clone()]);
+            assert_eq!(plan.writes[0].changes, vec![Change::HoldPlaced(HoldReason::Withdrawn)]);
+            let withdrawn = plan.writes[0].task.clone();
+            assert!(run(&prompts, &[withdrawn.clone()]).writes.is_empty(), "withdrawn once");
+            // Back, with a widening: the hold lifts, the widening waits.
+            let back = with(|m| m["limits"]["max_turns"] = json!(10));
+            let plan = run(&[prompt(Some(back), &[])], &[withdrawn]);
+            let w = &plan.writes[0];
+            assert_eq!(
+                w.changes,
+                vec![Change::HoldLifted(HoldReason::Withdrawn), Change::PendingStored]
+            );
+            assert!(w.task.should_fire());
+        }
+    }
+
+    #[test]
+    fn row_a_bound_connector_uninstalled_holds_until_it_is_back() {
+        let task = approved(&[]);
+        let mut gone = installs();
+        gone.insert("ins_chat".into(), install("ins_chat", InstallStatus::Uninstalled));
+        let writes = rebind(&[task.clone()], &gone, now());
+        assert_eq!(writes[0].changes, vec![Change::HoldPlaced(HoldReason::NeedUnbound)]);
+        let held = writes[0].task.clone();
+        assert!(rebind(&[held.clone()], &gone, now()).is_empty());
+        let writes = rebind(&[held], &installs(), now());
+        assert_eq!(writes[0].changes, vec![Change::HoldLifted(HoldReason::NeedUnbound)]);
+        // A need left unbound by decision holds nothing.
+        let mut unbound = task;
+        unbound.spec.bindings = [("summary_channel".to_owned(), None)].into();
+        assert!(rebind(&[unbound], &gone, now()).is_empty());
+    }
+
+    #[test]
+    fn row_overrides_survive_and_tombstones_are_never_touched() {
+        let mut paused = approved(&[]);
+        paused.overrides = Some(Overrides {
+            paused: true,
+            note: Some("quiet".into()),
+            ..Default::default()
+        });
+        let plan = run(&[], &[paused.clone()]);
+        assert_eq!(plan.writes[0].task.overrides, paused.overrides, "a pause survives");
+        let plan = run(&[prompt(Some(marker()), &[])], &[plan.writes[0].task.clone()]);
+        assert_eq!(plan.writes[0].changes, vec![Change::HoldLifted(HoldReason::Withdrawn)]);
+        assert_eq!(
+            plan.writes[0].task.overrides, paused.overrides,
+            "lifting a hold never lifts a pause"
+        );
+
+        let mut deleted = approved(&[]);
+        deleted.overrides = Some(Overrides {
+            deleted: true,
+            ..Default::default()
+        });
+        for prompts in [
+            vec![],
+            vec![prompt(Some(marker()), &[])],
+            vec![prompt(Some(with(|m| m["limits"]["max_turns"] = json!(10))), &[])],
+        ] {
+            assert_eq!(
+                run(&prompts, &[deleted.clone()]),
+                Plan::default(),
+                "never re-created or re-enabled"
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_declarations_change_no_bounds_and_are_recorded() {
+        let foreign = with(|m| m["tools"] = json!(["github__create_issue"]));
+        let plan = run(&[prompt(Some(foreign.clone()), &[])], &[]);
+        assert!(plan.writes.is_empty(), "no task from an invalid declaration");
+        assert!(plan.refused["weekly"].contains("github__create_issue"));
+        let task = approved(&[]);
+        let plan = run(&[prompt(Some(foreign.clone()), &[])], &[task.clone()]);
+        let w = &plan.writes[0];
+        assert_eq!(w.changes, vec![Change::DeclarationRefused]);
+        assert_eq!(w.task.spec, task.spec);
+        assert!(w.task.should_fire(), "an invalid release is not a withdrawal");
+        assert!(run(&[prompt(Some(foreign), &[])], &[w.task.clone()]).writes.is_empty());
+        let plan = run(&[prompt(Some(marker()), &[])], &[w.task.clone()]);
+        assert_eq!(plan.writes[0].changes, vec![Change::DeclarationAccepted]);
+    }
+
+    #[test]
+    fn frequency_orders_schedules() {
+        let cron = |c: &str| Schedule::Cron {
+            cron: c.into(),
+            timezone: "UTC".into(),
+        };
+        assert!(fires_per_year(&cron("0 9 * * MON-FRI")) < fires_per_year(&cron("0 9 * * *")));
+        assert_eq!(fires_per_year(&cron("0 9 * * *")), 365);
+        assert_eq!(
+            fires_per_year(&Schedule::Rate {
+                every: 1,
+                unit: RateUnit::Days
+            }),
+            365
+        );
+        assert!(
+            fires_per_year(&Schedule::Rate {
+                every: 5,
+                unit: RateUnit::Minutes
+            }) > fires_per_year(&cron("0 * * * *"))
+        );
+        let _ = Duration::zero();
+    }
+}
