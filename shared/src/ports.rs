@@ -84,6 +84,23 @@ pub struct ScheduleDefinition {
 }
 
 impl ScheduleDefinition {
+    /// The schedule a task's approved spec runs on, enabled exactly when the
+    /// task should fire.
+    pub fn for_task(task: &Task) -> Result<Self, crate::domain::schedule::cron::CronError> {
+        let expression = task.spec.schedule.expression()?;
+        Ok(Self {
+            name: task.task_id.to_string(),
+            expression,
+            one_time: task.spec.schedule.is_one_time(),
+            enabled: task.should_fire(),
+            input: schedule_input(&task.task_id, &task.workspace),
+            description: match task.kind {
+                TaskKind::Reminder => format!("reminder {}", task.task_id),
+                TaskKind::Connector => format!("connector task {}", task.task_id),
+            },
+        })
+    }
+
     /// The schedule of a one-time task firing at `at`.
     pub fn one_time(task: &Task, at: DateTime<Utc>) -> Self {
         let kind = match task.kind {
@@ -255,10 +272,49 @@ pub trait McpSession: Send + Sync {
     ) -> impl Future<Output = Result<Vec<Message>, McpError>> + Send;
     /// The full `tools/list`, all pages.
     fn list_tools(&self) -> impl Future<Output = Result<Vec<ServerTool>, McpError>> + Send;
+    /// The full `prompts/list`, all pages, with each prompt's marker.
+    fn list_prompts(
+        &self,
+    ) -> impl Future<Output = Result<Vec<crate::domain::reconcile::ListedPrompt>, McpError>> + Send;
     fn call_tool(&self, name: &str, input: Value) -> impl Future<Output = Result<ToolOutput, McpError>> + Send;
 }
 
 pub trait Connectors: Send + Sync {
     type Session: McpSession;
     fn connect(&self, install: &Install) -> impl Future<Output = Result<Self::Session, McpError>> + Send;
+}
+
+// ---- Reconcile and admin ------------------------------------------------------
+
+use crate::domain::reconcile::Write;
+
+/// The outcome of a write conditional on the version read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Versioned {
+    Written,
+    /// Someone wrote the task since it was read: re-read and decide again.
+    Conflict,
+}
+
+pub trait TaskCatalog: Send + Sync {
+    /// The workspace's tasks (all kinds).
+    fn workspace_tasks(&self, workspace: &str) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send;
+    fn workspace_installs(&self, workspace: &str) -> impl Future<Output = Result<Vec<Install>, StoreError>> + Send;
+    fn install(
+        &self,
+        workspace: &str,
+        install_id: &str,
+    ) -> impl Future<Output = Result<Option<Install>, StoreError>> + Send;
+    fn put_install(&self, install: &Install) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Every install of every workspace (the daily reconcile).
+    fn all_installs(&self) -> impl Future<Output = Result<Vec<Install>, StoreError>> + Send;
+    /// Writes a planned task: created if new, else updated in the attributes
+    /// reconcile and admin own, conditional on the version it was read at.
+    fn write_task(&self, write: &Write) -> impl Future<Output = Result<Versioned, StoreError>> + Send;
+    /// Records a webhook id; `false` if it was already recorded.
+    fn first_delivery(
+        &self,
+        webhook_id: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }

@@ -372,5 +372,6 @@ pub fn install(id: &str, server: &str, url: &str, scope: InstallScope) -> Instal
         credential_secret_arn: None,
         status: InstallStatus::Installed,
         updated_at: Utc::now(),
+        declaration_errors: Default::default(),
     }
 }

@@ -19,7 +19,7 @@ async fn the_client_negotiates_and_reads_prompts_and_errors() {
         Some("2025-11-25"),
         "fell back from 2026-07-28"
     );
-    let prompts = client.list_prompts().await.unwrap();
+    let prompts = client.raw_prompts().await.unwrap();
     assert!(prompts.iter().any(|p| p.name == "args-prompt"));
 
     let ok = client

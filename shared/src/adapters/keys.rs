@@ -9,6 +9,7 @@
 //! | idempotency | `IDEM#<principal>`    | `KEY#<key>`                  |
 //! | account     | `ACCOUNT#<account>`   | `PERIOD#<YYYY-MM>`           |
 //! | malformed   | `MALFORMED#<YYYY-MM-DD>` | `MSG#<message id>`        |
+//! | webhook id  | `WEBHOOK#<id>`        | `WEBHOOK`                    |
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -67,6 +68,14 @@ impl Key {
         Self {
             pk: format!("MALFORMED#{day}"),
             sk: format!("MSG#{message_id}"),
+        }
+    }
+
+    /// A webhook id already delivered (duplicates are ignored).
+    pub fn webhook(id: &str) -> Self {
+        Self {
+            pk: format!("WEBHOOK#{id}"),
+            sk: "WEBHOOK".to_owned(),
         }
     }
 

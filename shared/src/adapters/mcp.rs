@@ -21,7 +21,9 @@ use rmcp::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, RoleClient,
 use serde_json::Value;
 
 use crate::domain::agent::{Block, Message, Role};
+use crate::domain::declaration::MARKER;
 use crate::domain::install::Install;
+use crate::domain::reconcile::ListedPrompt;
 use crate::ports::{Connectors, McpError, McpSession, ServerTool, ToolOutput};
 
 /// Every MCP request ends within this, or fails the step that made it.
@@ -152,8 +154,8 @@ impl McpClient {
         self.client.peer_info().map(|p| p.protocol_version.to_string())
     }
 
-    /// The full `prompts/list`, every page.
-    pub async fn list_prompts(&self) -> Result<Vec<Prompt>, McpError> {
+    /// The full `prompts/list`, every page, as the server sent it.
+    pub async fn raw_prompts(&self) -> Result<Vec<Prompt>, McpError> {
         let mut prompts = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
@@ -231,6 +233,24 @@ impl McpSession for McpClient {
             code: None,
             message: format!("more than {MAX_PAGES} pages"),
         })
+    }
+
+    async fn list_prompts(&self) -> Result<Vec<ListedPrompt>, McpError> {
+        Ok(self
+            .raw_prompts()
+            .await?
+            .into_iter()
+            .map(|p| ListedPrompt {
+                marker: p.meta.as_ref().and_then(|m| m.0.get(MARKER).cloned()),
+                arguments: p
+                    .arguments
+                    .iter()
+                    .flatten()
+                    .map(|a| (a.name.clone(), a.required.unwrap_or(false)))
+                    .collect(),
+                name: p.name.to_string(),
+            })
+            .collect())
     }
 
     async fn call_tool(&self, name: &str, input: Value) -> Result<ToolOutput, McpError> {

@@ -2,4 +2,5 @@
 //! domain, and says what to write in which order. No AWS types here.
 
 pub mod create;
+pub mod reconcile;
 pub mod run;

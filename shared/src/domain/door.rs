@@ -150,6 +150,7 @@ mod tests {
             credential_secret_arn: None,
             status,
             updated_at: t0(),
+            declaration_errors: Default::default(),
         }
     }
 

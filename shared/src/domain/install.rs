@@ -39,6 +39,9 @@ pub struct Install {
     pub credential_secret_arn: Option<String>,
     pub status: InstallStatus,
     pub updated_at: DateTime<Utc>,
+    /// Prompts whose latest declaration was refused, and why (reconcile).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub declaration_errors: std::collections::BTreeMap<String, String>,
 }
 
 impl Install {

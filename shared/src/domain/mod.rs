@@ -19,3 +19,4 @@ pub mod reconcile;
 pub mod reminder;
 pub mod schedule;
 pub mod task;
+pub mod webhook;

@@ -183,6 +183,7 @@ pub enum Change {
     ArgumentsDropped,
     DeclarationRefused,
     DeclarationAccepted,
+    Reattached,
 }
 
 impl Change {
@@ -382,6 +383,13 @@ pub fn plan(
             Some(task) => {
                 let mut t = task.clone();
                 let mut changes = Vec::new();
+                // A reinstall gives the server a new install id: its tasks follow.
+                if let Provenance::Connector { install_id, .. } = &mut t.provenance
+                    && *install_id != install.install_id
+                {
+                    install_id.clone_from(&install.install_id);
+                    changes.push(Change::Reattached);
+                }
                 if t.declaration_error.take().is_some() {
                     changes.push(Change::DeclarationAccepted);
                 }
@@ -546,6 +554,7 @@ mod tests {
             credential_secret_arn: None,
             status,
             updated_at: now(),
+            declaration_errors: Default::default(),
         }
     }
 

@@ -1,0 +1,203 @@
+//! Reconcile's and admin's view of the table: a workspace's tasks and
+//! installs, versioned task writes, webhook ids.
+//!
+//! Invariant: a write of an existing task sets only the attributes its
+//! owners hold (spec, pending, hold, override, approval, the prompt's
+//! arguments, the declaration note, the derived attributes, version), never
+//! the runner's (`claims`, `budget_used`), and only if the version is still
+//! the one read; so an admin, a reconcile and a run never lose each other's
+//! change.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Duration, Utc};
+
+use super::dynamo::{DynamoStore, Item, read_item, request_error, task_item, to_item};
+use super::keys::{Key, PK, SK};
+use crate::domain::install::Install;
+use crate::domain::reconcile::Write;
+use crate::domain::task::Task;
+use crate::ports::{Inserted, StoreError, TaskCatalog, Versioned};
+
+/// The attributes a versioned task write owns.
+const OWNED: [&str; 15] = [
+    "title",
+    "provenance",
+    "spec",
+    "pending",
+    "hold",
+    "override",
+    "approval",
+    "prompt_arguments",
+    "declaration_error",
+    "completed_at",
+    "state",
+    "budget_reserve_usd",
+    "budget_threshold_usd",
+    "version",
+    "updated_at",
+];
+
+/// Webhook ids are remembered this long; the replay window is five minutes.
+const WEBHOOK_ID_DAYS: i64 = 2;
+
+impl DynamoStore {
+    async fn query_prefix(&self, pk: &str, prefix: &str) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            self.counted();
+            let out = self
+                .client()
+                .query()
+                .table_name(self.table())
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_names("#sk", SK)
+                .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
+                .expression_attribute_values(":prefix", AttributeValue::S(prefix.to_owned()))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| request_error("Query", e))?;
+            items.extend(out.items.unwrap_or_default());
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                return Ok(items);
+            }
+        }
+    }
+}
+
+impl TaskCatalog for DynamoStore {
+    async fn workspace_tasks(&self, workspace: &str) -> Result<Vec<Task>, StoreError> {
+        let items = self.query_prefix(&format!("WS#{workspace}"), "TASK#").await?;
+        items.into_iter().map(|i| read_item(i, "task")).collect()
+    }
+
+    async fn workspace_installs(&self, workspace: &str) -> Result<Vec<Install>, StoreError> {
+        let items = self.query_prefix(&format!("WS#{workspace}"), "INSTALL#").await?;
+        items.into_iter().map(|i| read_item(i, "install")).collect()
+    }
+
+    async fn install(&self, workspace: &str, install_id: &str) -> Result<Option<Install>, StoreError> {
+        self.get_item(Key::install(workspace, install_id), "install").await
+    }
+
+    async fn put_install(&self, install: &Install) -> Result<(), StoreError> {
+        DynamoStore::put_install(self, install).await
+    }
+
+    async fn all_installs(&self) -> Result<Vec<Install>, StoreError> {
+        let mut installs = Vec::new();
+        let mut start = None;
+        loop {
+            self.counted();
+            let out = self
+                .client()
+                .scan()
+                .table_name(self.table())
+                .filter_expression("entity = :install")
+                .expression_attribute_values(":install", AttributeValue::S("install".into()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| request_error("Scan", e))?;
+            for item in out.items.unwrap_or_default() {
+                installs.push(read_item(item, "install")?);
+            }
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                return Ok(installs);
+            }
+        }
+    }
+
+    async fn write_task(&self, write: &Write) -> Result<Versioned, StoreError> {
+        let Some(read_version) = write.read_version else {
+            return Ok(match self.insert_task(&write.task).await? {
+                Inserted::Created => Versioned::Written,
+                Inserted::KeyTaken => Versioned::Conflict,
+            });
+        };
+        let item = task_item(&write.task)?;
+        let mut sets = Vec::new();
+        let mut removes = Vec::new();
+        let mut update = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(
+                Key::task(&write.task.workspace, write.task.task_id.as_str()).to_map(),
+            ))
+            .condition_expression("#version = :read")
+            .expression_attribute_values(":read", AttributeValue::N(read_version.to_string()));
+        for (i, name) in OWNED.iter().enumerate() {
+            update = update.expression_attribute_names(format!("#a{i}"), *name);
+            match item.get(*name) {
+                Some(value) => {
+                    sets.push(format!("#a{i} = :v{i}"));
+                    update = update.expression_attribute_values(format!(":v{i}"), value.clone());
+                }
+                None => removes.push(format!("#a{i}")),
+            }
+        }
+        let mut expression = format!("SET {}", sets.join(", "));
+        if !removes.is_empty() {
+            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
+        }
+        self.counted();
+        let result = update
+            .update_expression(expression)
+            .expression_attribute_names("#version", "version")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Versioned::Written),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(Versioned::Conflict)
+            }
+            Err(e) => Err(request_error("UpdateItem", e)),
+        }
+    }
+
+    async fn first_delivery(&self, webhook_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        #[derive(serde::Serialize)]
+        struct Seen {
+            received_at: DateTime<Utc>,
+            ttl: i64,
+        }
+        let key = Key::webhook(webhook_id);
+        let item = to_item(
+            &Seen {
+                received_at: now,
+                ttl: (now + Duration::days(WEBHOOK_ID_DAYS)).timestamp(),
+            },
+            &key,
+            "webhook",
+        )?;
+        self.counted();
+        let result = self
+            .client()
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", PK)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(request_error("PutItem", e)),
+        }
+    }
+}

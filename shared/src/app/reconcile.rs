@@ -1,0 +1,260 @@
+//! The reconcile use case (SPEC §6): a webhook event or a scheduled pass
+//! brings one install's tasks in step with what its server declares.
+//!
+//! Work for one install is serialised by the caller (the FIFO queue's message
+//! group); writes are conditional on the version read all the same, since an
+//! admin may write concurrently: a conflict re-reads and plans again. A
+//! failure to read the server changes nothing (withdrawal is decided only
+//! from a `prompts/list` that answered). Each written task's Scheduler
+//! schedule is put in step with its approved schedule and state.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::install::{Install, InstallStatus};
+use crate::domain::limits::Ceilings;
+use crate::domain::reconcile::{self, ServerView, Write};
+use crate::domain::task::{Provenance, Task};
+use crate::domain::webhook::{Event, InstallRef};
+use crate::ports::{
+    Connectors, McpError, McpSession, ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskCatalog, Versioned,
+};
+
+/// Conflicting writes are re-planned this many times before the pass fails
+/// (and its message comes back).
+const ATTEMPTS: usize = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error("reading the server of install {install}: {source}")]
+    Mcp {
+        install: String,
+        #[source]
+        source: McpError,
+    },
+    #[error("install {0}'s tasks kept changing under reconcile")]
+    Contended(String),
+    #[error("task {0} has a schedule EventBridge cannot take: {1}")]
+    Unschedulable(String, String),
+}
+
+/// What a pass did, for logs and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// change kind -> count
+    pub changes: BTreeMap<String, u32>,
+    /// prompt -> why its declaration was refused
+    pub refused: BTreeMap<String, String>,
+    pub tasks_written: u32,
+}
+
+impl Summary {
+    fn count(&mut self, writes: &[Write]) {
+        for write in writes {
+            self.tasks_written += 1;
+            for change in &write.changes {
+                *self.changes.entry(change.kind()).or_default() += 1;
+            }
+        }
+    }
+}
+
+pub struct Reconciler<S, G, C> {
+    store: S,
+    schedules: G,
+    connectors: C,
+    ceilings: Ceilings,
+}
+
+impl<S: TaskCatalog, G: Schedules, C: Connectors> Reconciler<S, G, C> {
+    pub fn new(store: S, schedules: G, connectors: C, ceilings: Ceilings) -> Self {
+        Self {
+            store,
+            schedules,
+            connectors,
+            ceilings,
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Applies one platform event.
+    #[tracing::instrument(skip_all, fields(workspace = event.workspace(), install = event.install_id()))]
+    pub async fn apply(&self, event: &Event, now: DateTime<Utc>) -> Result<Summary, ReconcileError> {
+        match event {
+            Event::Installed { workspace, install } => {
+                let record = Install {
+                    install_id: install.id.clone(),
+                    workspace: workspace.clone(),
+                    server: install.server.clone(),
+                    url: install.url.clone(),
+                    scope: install.scope,
+                    account: install.account.clone(),
+                    credential_secret_arn: install.credential_secret_arn.clone(),
+                    status: InstallStatus::Installed,
+                    updated_at: now,
+                    declaration_errors: BTreeMap::new(),
+                };
+                self.store.put_install(&record).await?;
+                let mut summary = self.rebind(workspace, now).await?;
+                let pass = self.reconcile_install(workspace, &install.id, now).await?;
+                merge(&mut summary, pass);
+                Ok(summary)
+            }
+            Event::Connected { workspace, install } | Event::ListChanged { workspace, install } => {
+                self.reconcile_install(workspace, &install.id, now).await
+            }
+            Event::Uninstalled { workspace, install } => self.uninstall(workspace, install, now).await,
+        }
+    }
+
+    async fn uninstall(
+        &self,
+        workspace: &str,
+        install: &InstallRef,
+        now: DateTime<Utc>,
+    ) -> Result<Summary, ReconcileError> {
+        if let Some(mut record) = self.store.install(workspace, &install.id).await? {
+            record.status = InstallStatus::Uninstalled;
+            record.updated_at = now;
+            self.store.put_install(&record).await?;
+        }
+        // Its own tasks stay as they are: the door skips their runs.
+        self.rebind(workspace, now).await
+    }
+
+    /// Places or lifts `need_unbound` on the workspace's tasks after an
+    /// install came or went.
+    async fn rebind(&self, workspace: &str, now: DateTime<Utc>) -> Result<Summary, ReconcileError> {
+        let mut summary = Summary::default();
+        for _ in 0..ATTEMPTS {
+            let installs = self.installs(workspace).await?;
+            let tasks = self.store.workspace_tasks(workspace).await?;
+            let writes = reconcile::rebind(&tasks, &installs, now);
+            if self.write_all(&writes, &mut summary).await? {
+                return Ok(summary);
+            }
+        }
+        Err(ReconcileError::Contended(workspace.to_owned()))
+    }
+
+    async fn installs(&self, workspace: &str) -> Result<BTreeMap<String, Install>, StoreError> {
+        Ok(self
+            .store
+            .workspace_installs(workspace)
+            .await?
+            .into_iter()
+            .map(|i| (i.install_id.clone(), i))
+            .collect())
+    }
+
+    /// Writes every planned task and puts its schedule; `false` if one write
+    /// met a newer version (the caller re-plans).
+    async fn write_all(&self, writes: &[Write], summary: &mut Summary) -> Result<bool, ReconcileError> {
+        for write in writes {
+            if self.store.write_task(write).await? == Versioned::Conflict {
+                return Ok(false);
+            }
+            self.sync_schedule(&write.task).await?;
+            summary.count(std::slice::from_ref(write));
+        }
+        Ok(true)
+    }
+
+    async fn sync_schedule(&self, task: &Task) -> Result<(), ReconcileError> {
+        let definition = ScheduleDefinition::for_task(task)
+            .map_err(|e| ReconcileError::Unschedulable(task.task_id.to_string(), e.to_string()))?;
+        self.schedules.put(&definition).await?;
+        Ok(())
+    }
+
+    /// One install's pass: read its server, plan, write.
+    #[tracing::instrument(skip_all, fields(workspace, install = install_id))]
+    pub async fn reconcile_install(
+        &self,
+        workspace: &str,
+        install_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Summary, ReconcileError> {
+        let Some(install) = self.store.install(workspace, install_id).await? else {
+            tracing::info!("unknown install: nothing to reconcile");
+            return Ok(Summary::default());
+        };
+        if install.status != InstallStatus::Installed {
+            tracing::info!("uninstalled: nothing to reconcile");
+            return Ok(Summary::default());
+        }
+        let mcp = |source| ReconcileError::Mcp {
+            install: install_id.to_owned(),
+            source,
+        };
+        let session = self.connectors.connect(&install).await.map_err(mcp)?;
+        let prompts = session.list_prompts().await.map_err(mcp)?;
+        let tools: BTreeSet<String> = session
+            .list_tools()
+            .await
+            .map_err(mcp)?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+
+        let mut summary = Summary::default();
+        for _ in 0..ATTEMPTS {
+            let installs = self.installs(workspace).await?;
+            let stored: Vec<Task> = self
+                .store
+                .workspace_tasks(workspace)
+                .await?
+                .into_iter()
+                .filter(|t| matches!(&t.provenance, Provenance::Connector { server, .. } if *server == install.server))
+                .collect();
+            let view = ServerView {
+                install: &install,
+                prompts: &prompts,
+                tools: &tools,
+            };
+            let plan = reconcile::plan(&view, &stored, &installs, &self.ceilings, now);
+            if !self.write_all(&plan.writes, &mut summary).await? {
+                continue;
+            }
+            if plan.refused != install.declaration_errors {
+                for (prompt, reason) in &plan.refused {
+                    tracing::warn!(prompt = %prompt, reason = %reason, "declaration refused");
+                }
+                let mut updated = install.clone();
+                updated.declaration_errors = plan.refused.clone();
+                self.store.put_install(&updated).await?;
+            }
+            summary.refused = plan.refused;
+            tracing::info!(tasks_written = summary.tasks_written, changes = ?summary.changes, "reconciled");
+            return Ok(summary);
+        }
+        Err(ReconcileError::Contended(install_id.to_owned()))
+    }
+
+    /// Every install, for the daily pass (the caller queues one message each).
+    pub async fn installs_to_reconcile(&self) -> Result<Vec<Install>, ReconcileError> {
+        Ok(self
+            .store
+            .all_installs()
+            .await?
+            .into_iter()
+            .filter(Install::is_installed)
+            .collect())
+    }
+}
+
+fn merge(into: &mut Summary, other: Summary) {
+    for (k, v) in other.changes {
+        *into.changes.entry(k).or_default() += v;
+    }
+    into.refused.extend(other.refused);
+    into.tasks_written += other.tasks_written;
+}
