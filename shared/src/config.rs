@@ -213,6 +213,75 @@ impl RunnerConfig {
     }
 }
 
+/// Everything the reconcile function reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReconcileConfig {
+    /// `TABLE_NAME`
+    pub table_name: String,
+    pub target: ScheduleTarget,
+    pub ceilings: Ceilings,
+    /// `WEBHOOK_SECRET_ARN`: the Standard Webhooks secret in Secrets Manager.
+    pub webhook_secret_arn: String,
+    /// `RECONCILE_QUEUE_URL`: the FIFO queue that serialises work per install.
+    pub queue_url: String,
+}
+
+impl ReconcileConfig {
+    pub const VARIABLES: [&'static str; 8] = [
+        "TABLE_NAME",
+        "SCHEDULE_GROUP",
+        "RUN_QUEUE_ARN",
+        "SCHEDULER_ROLE_ARN",
+        "SCHEDULER_DLQ_ARN",
+        "SCHEDULE_CEILINGS",
+        "WEBHOOK_SECRET_ARN",
+        "RECONCILE_QUEUE_URL",
+    ];
+
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from(&Env::process())
+    }
+
+    pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            table_name: env.required("TABLE_NAME")?,
+            target: ScheduleTarget::from_env(env)?,
+            ceilings: ceilings(env)?,
+            webhook_secret_arn: env.required("WEBHOOK_SECRET_ARN")?,
+            queue_url: env.required("RECONCILE_QUEUE_URL")?,
+        })
+    }
+}
+
+/// Everything the admin function reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// `TABLE_NAME`
+    pub table_name: String,
+    pub target: ScheduleTarget,
+}
+
+impl AdminConfig {
+    pub const VARIABLES: [&'static str; 5] = [
+        "TABLE_NAME",
+        "SCHEDULE_GROUP",
+        "RUN_QUEUE_ARN",
+        "SCHEDULER_ROLE_ARN",
+        "SCHEDULER_DLQ_ARN",
+    ];
+
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from(&Env::process())
+    }
+
+    pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            table_name: env.required("TABLE_NAME")?,
+            target: ScheduleTarget::from_env(env)?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -311,10 +311,26 @@ pub trait TaskCatalog: Send + Sync {
     /// Writes a planned task: created if new, else updated in the attributes
     /// reconcile and admin own, conditional on the version it was read at.
     fn write_task(&self, write: &Write) -> impl Future<Output = Result<Versioned, StoreError>> + Send;
+    /// Whether a webhook id was already recorded.
+    fn seen_delivery(&self, webhook_id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Records a webhook id; `false` if it was already recorded.
     fn first_delivery(
         &self,
         webhook_id: &str,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("SQS {operation} failed")]
+pub struct QueueError {
+    pub operation: &'static str,
+    #[source]
+    pub source: BoxError,
+}
+
+/// The reconcile work queue (SQS FIFO): one message group per install, so
+/// work for one install runs one at a time and in order.
+pub trait WorkQueue: Send + Sync {
+    fn enqueue(&self, group: &str, dedup_id: &str, body: &str) -> impl Future<Output = Result<(), QueueError>> + Send;
 }

@@ -164,6 +164,15 @@ impl TaskCatalog for DynamoStore {
         }
     }
 
+    async fn seen_delivery(&self, webhook_id: &str) -> Result<bool, StoreError> {
+        #[derive(serde::Deserialize)]
+        struct Seen {}
+        Ok(self
+            .get_item::<Seen>(Key::webhook(webhook_id), "webhook id")
+            .await?
+            .is_some())
+    }
+
     async fn first_delivery(&self, webhook_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
         #[derive(serde::Serialize)]
         struct Seen {

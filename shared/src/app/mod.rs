@@ -1,6 +1,7 @@
 //! Use cases: each takes ports, the clock's `now` and a request, applies the
 //! domain, and says what to write in which order. No AWS types here.
 
+pub mod admin;
 pub mod create;
 pub mod reconcile;
 pub mod run;

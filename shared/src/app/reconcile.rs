@@ -16,10 +16,114 @@ use crate::domain::install::{Install, InstallStatus};
 use crate::domain::limits::Ceilings;
 use crate::domain::reconcile::{self, ServerView, Write};
 use crate::domain::task::{Provenance, Task};
-use crate::domain::webhook::{Event, InstallRef};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::webhook::{Event, InstallRef, WebhookError, WebhookSecret};
 use crate::ports::{
-    Connectors, McpError, McpSession, ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskCatalog, Versioned,
+    Connectors, McpError, McpSession, QueueError, ScheduleDefinition, ScheduleError, Schedules, StoreError,
+    TaskCatalog, Versioned, WorkQueue,
 };
+
+/// A reconcile work item on the FIFO queue: a platform event, or a pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Work {
+    Event(Event),
+    Pass(Pass),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Pass {
+    /// Reconcile one install.
+    #[serde(rename = "reconcile.install")]
+    Install { workspace: String, install: InstallRef },
+    /// Queue a pass for every install (daily, and at deploy).
+    #[serde(rename = "reconcile.all")]
+    All,
+}
+
+/// The FIFO message group of an install's work.
+pub fn group(workspace: &str, install_id: &str) -> String {
+    format!("{workspace}/{install_id}")
+}
+
+/// The answer to a webhook delivery (SPEC §6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookAnswer {
+    /// 202: queued.
+    Accepted,
+    /// 200: this id was delivered before; nothing more happens.
+    Duplicate,
+    /// 401: bad or missing signature; nothing happens.
+    Unauthorized(WebhookError),
+    /// 400: the body is not an event; nothing happens.
+    Malformed(String),
+}
+
+impl WebhookAnswer {
+    pub fn status(&self) -> u16 {
+        match self {
+            WebhookAnswer::Accepted => 202,
+            WebhookAnswer::Duplicate => 200,
+            WebhookAnswer::Unauthorized(_) => 401,
+            WebhookAnswer::Malformed(_) => 400,
+        }
+    }
+}
+
+/// A webhook delivery's headers, as received.
+#[derive(Debug, Clone, Default)]
+pub struct Delivery<'a> {
+    pub id: Option<&'a str>,
+    pub timestamp: Option<&'a str>,
+    pub signature: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+/// Takes in one webhook: authenticate, parse, drop a repeated id, queue.
+/// The queue's deduplication id is the webhook id, so a delivery retried
+/// after a failure between queueing and recording the id queues once.
+pub async fn intake<S: TaskCatalog, Q: WorkQueue>(
+    store: &S,
+    queue: &Q,
+    secret: &WebhookSecret,
+    delivery: &Delivery<'_>,
+    now: DateTime<Utc>,
+) -> Result<WebhookAnswer, IntakeError> {
+    if let Err(e) = secret.verify(delivery.id, delivery.timestamp, delivery.signature, delivery.body, now) {
+        tracing::warn!(reason = %e, "webhook refused");
+        return Ok(WebhookAnswer::Unauthorized(e));
+    }
+    let event = match Event::parse(delivery.body) {
+        Ok(event) => event,
+        Err(reason) => return Ok(WebhookAnswer::Malformed(reason)),
+    };
+    let id = delivery.id.unwrap_or_default();
+    if store.seen_delivery(id).await? {
+        return Ok(WebhookAnswer::Duplicate);
+    }
+    let body = serde_json::to_string(&Work::Event(event.clone())).unwrap_or_default();
+    queue
+        .enqueue(&group(event.workspace(), event.install_id()), id, &body)
+        .await?;
+    store.first_delivery(id, now).await?;
+    tracing::info!(
+        webhook_id = id,
+        workspace = event.workspace(),
+        install = event.install_id(),
+        "webhook queued"
+    );
+    Ok(WebhookAnswer::Accepted)
+}
 
 /// Conflicting writes are re-planned this many times before the pass fails
 /// (and its message comes back).
@@ -39,6 +143,10 @@ pub enum ReconcileError {
     },
     #[error("install {0}'s tasks kept changing under reconcile")]
     Contended(String),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error("not a reconcile work item: {0}")]
+    Malformed(String),
     #[error("task {0} has a schedule EventBridge cannot take: {1}")]
     Unschedulable(String, String),
 }
@@ -64,25 +172,66 @@ impl Summary {
     }
 }
 
-pub struct Reconciler<S, G, C> {
+pub struct Reconciler<S, G, C, Q> {
     store: S,
     schedules: G,
     connectors: C,
+    queue: Q,
     ceilings: Ceilings,
 }
 
-impl<S: TaskCatalog, G: Schedules, C: Connectors> Reconciler<S, G, C> {
-    pub fn new(store: S, schedules: G, connectors: C, ceilings: Ceilings) -> Self {
+impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G, C, Q> {
+    pub fn new(store: S, schedules: G, connectors: C, queue: Q, ceilings: Ceilings) -> Self {
         Self {
             store,
             schedules,
             connectors,
+            queue,
             ceilings,
         }
     }
 
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    pub fn queue(&self) -> &Q {
+        &self.queue
+    }
+
+    /// Does one work item from the queue.
+    pub async fn work(&self, body: &str, now: DateTime<Utc>) -> Result<Summary, ReconcileError> {
+        let work: Work = serde_json::from_str(body).map_err(|e| ReconcileError::Malformed(e.to_string()))?;
+        match work {
+            Work::Event(event) => self.apply(&event, now).await,
+            Work::Pass(Pass::Install { workspace, install }) => {
+                self.reconcile_install(&workspace, &install.id, now).await
+            }
+            Work::Pass(Pass::All) => {
+                self.queue_all(now).await?;
+                Ok(Summary::default())
+            }
+        }
+    }
+
+    /// Queues one pass per installed connector, each in its install's group.
+    pub async fn queue_all(&self, now: DateTime<Utc>) -> Result<usize, ReconcileError> {
+        let installs = self.installs_to_reconcile().await?;
+        for install in &installs {
+            let pass = Pass::Install {
+                workspace: install.workspace.clone(),
+                install: InstallRef {
+                    id: install.install_id.clone(),
+                },
+            };
+            let body = serde_json::to_string(&Work::Pass(pass)).unwrap_or_default();
+            let dedup = format!("pass-{}-{}", now.timestamp(), install.install_id);
+            self.queue
+                .enqueue(&group(&install.workspace, &install.install_id), &dedup, &body)
+                .await?;
+        }
+        tracing::info!(installs = installs.len(), "queued a reconcile pass for every install");
+        Ok(installs.len())
     }
 
     /// Applies one platform event.

@@ -1,0 +1,161 @@
+//! The reconcile handler. One function, four doors, told apart by the shape
+//! of the event:
+//! - a Lambda function URL request: a platform webhook, authenticated and
+//!   queued (202), refused (401, 400) or recognised as a duplicate (200);
+//! - an SQS FIFO batch: work items, one install per message group, done in
+//!   order; after a failure the rest of the batch comes back, so no item of
+//!   a group overtakes one that failed;
+//! - `{"op": "reconcile_all"}`: queue a pass over every install (the daily
+//!   schedule and operators);
+//! - a CloudFormation custom resource request: the same, at deploy.
+
+use aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use base64::Engine;
+use chrono::Utc;
+use lambda_runtime::{Error, LambdaEvent};
+use serde_json::{Value, json};
+use shared::adapters::dynamo::DynamoStore;
+use shared::adapters::mcp::McpConnectors;
+use shared::adapters::queue::{FifoQueue, secret_string};
+use shared::adapters::scheduler::EventBridgeSchedules;
+use shared::app::reconcile::{Delivery, Reconciler, intake};
+use shared::config::ReconcileConfig;
+use shared::domain::webhook::WebhookSecret;
+
+pub struct App {
+    pub reconciler: Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>,
+    pub secret: WebhookSecret,
+}
+
+/// Wires the use case to the AWS adapters and reads the webhook secret.
+pub async fn build(sdk: &aws_config::SdkConfig, config: ReconcileConfig) -> Result<App, Error> {
+    let secret_text = secret_string(sdk, &config.webhook_secret_arn)
+        .await
+        .map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
+    let secret = WebhookSecret::parse(&secret_text).ok_or("WEBHOOK_SECRET_ARN does not hold a whsec_ secret")?;
+    Ok(App {
+        reconciler: Reconciler::new(
+            DynamoStore::from_sdk(sdk, config.table_name),
+            EventBridgeSchedules::from_sdk(sdk, config.target),
+            McpConnectors::from_sdk(sdk),
+            FifoQueue::from_sdk(sdk, config.queue_url),
+            config.ceilings,
+        ),
+        secret,
+    })
+}
+
+fn response(status: u16, body: Value) -> Value {
+    json!({"statusCode": status, "headers": {"content-type": "application/json"}, "body": body.to_string()})
+}
+
+async fn webhook(app: &App, request: LambdaFunctionUrlRequest) -> Result<Value, Error> {
+    let header = |name: &str| request.headers.get(name).and_then(|v| v.to_str().ok());
+    let raw = request.body.clone().unwrap_or_default();
+    let body = if request.is_base64_encoded {
+        match base64::engine::general_purpose::STANDARD.decode(raw.as_bytes()) {
+            Ok(bytes) => bytes,
+            Err(_) => return Ok(response(400, json!({"error": "body is not valid base64"}))),
+        }
+    } else {
+        raw.into_bytes()
+    };
+    let delivery = Delivery {
+        id: header("webhook-id"),
+        timestamp: header("webhook-timestamp"),
+        signature: header("webhook-signature"),
+        body: &body,
+    };
+    let answer = intake(
+        app.reconciler.store(),
+        app.reconciler.queue(),
+        &app.secret,
+        &delivery,
+        Utc::now(),
+    )
+    .await?;
+    let message = match &answer {
+        shared::app::reconcile::WebhookAnswer::Accepted => "accepted".to_owned(),
+        shared::app::reconcile::WebhookAnswer::Duplicate => "duplicate id: ignored".to_owned(),
+        shared::app::reconcile::WebhookAnswer::Unauthorized(_) => "unauthorized".to_owned(),
+        shared::app::reconcile::WebhookAnswer::Malformed(reason) => reason.clone(),
+    };
+    Ok(response(answer.status(), json!({"result": message})))
+}
+
+async fn batch(app: &App, event: SqsEvent) -> Value {
+    let mut response = SqsBatchResponse::default();
+    let mut failed = false;
+    for record in &event.records {
+        let id = record.message_id.clone().unwrap_or_default();
+        if failed {
+            response.add_failure(id);
+            continue;
+        }
+        let body = record.body.as_deref().unwrap_or_default();
+        match app.reconciler.work(body, Utc::now()).await {
+            Ok(_) => {}
+            Err(shared::app::reconcile::ReconcileError::Malformed(reason)) => {
+                tracing::error!(message_id = %id, reason = %reason, "dropped a message that is not reconcile work");
+            }
+            Err(error) => {
+                tracing::error!(message_id = %id, error = %shared::error_chain(&error), "reconcile failed; the message comes back");
+                failed = true;
+                response.add_failure(id);
+            }
+        }
+    }
+    serde_json::to_value(response).unwrap_or(Value::Null)
+}
+
+/// Answers a CloudFormation custom resource: a pass at deploy.
+async fn custom_resource(app: &App, event: &Value) -> Result<Value, Error> {
+    let kind = event["RequestType"].as_str().unwrap_or_default();
+    let (status, reason) = if kind == "Delete" {
+        ("SUCCESS", String::new())
+    } else {
+        match app.reconciler.queue_all(Utc::now()).await {
+            Ok(n) => ("SUCCESS", format!("queued a reconcile pass for {n} installs")),
+            Err(e) => ("FAILED", shared::error_chain(&e)),
+        }
+    };
+    let answer = json!({
+        "Status": status,
+        "Reason": reason,
+        "PhysicalResourceId": event["PhysicalResourceId"].as_str().unwrap_or("reconcile-at-deploy"),
+        "StackId": event["StackId"],
+        "RequestId": event["RequestId"],
+        "LogicalResourceId": event["LogicalResourceId"],
+    });
+    let url = event["ResponseURL"]
+        .as_str()
+        .ok_or("custom resource event without ResponseURL")?;
+    reqwest::Client::new()
+        .put(url)
+        .body(answer.to_string())
+        .send()
+        .await?
+        .error_for_status()?;
+    Ok(json!({"status": status}))
+}
+
+pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
+    let payload = event.payload;
+    if payload.get("requestContext").and_then(|c| c.get("http")).is_some() {
+        let request: LambdaFunctionUrlRequest = serde_json::from_value(payload)?;
+        return webhook(app, request).await;
+    }
+    if payload.get("Records").is_some() {
+        let event: SqsEvent = serde_json::from_value(payload)?;
+        return Ok(batch(app, event).await);
+    }
+    if payload.get("ResponseURL").is_some() && payload.get("RequestType").is_some() {
+        return custom_resource(app, &payload).await;
+    }
+    if payload["op"] == "reconcile_all" {
+        let queued = app.reconciler.queue_all(Utc::now()).await?;
+        return Ok(json!({"ok": true, "queued": queued}));
+    }
+    Err("unrecognised event: expected a function URL request, an SQS batch, a custom resource or {\"op\": \"reconcile_all\"}".into())
+}

@@ -1,0 +1,18 @@
+//! The reconcile Lambda: signed webhooks (function URL), the FIFO work
+//! queue, the daily pass and the pass at deploy (SPEC §6). Start-up parses the
+//! configuration, reads the webhook secret and builds the clients once.
+
+// The SDK futures nest deeply; their layout needs more than the default depth.
+#![recursion_limit = "256"]
+
+use lambda_runtime::{Error, run, service_fn};
+use shared::adapters::{sdk_config, telemetry};
+use shared::config::ReconcileConfig;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    telemetry::init();
+    let config = ReconcileConfig::from_env()?;
+    let app = reconcile::build(&sdk_config().await, config).await?;
+    run(service_fn(|event| reconcile::handle(&app, event))).await
+}

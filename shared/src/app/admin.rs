@@ -1,0 +1,472 @@
+//! The admin use case (SPEC §8): a workspace admin lists, reads, approves,
+//! pauses, resumes, deletes and restores tasks.
+//!
+//! Invariants: the caller holds `schedule.admin` and acts in its own
+//! workspace only; every write is conditional on the version the caller
+//! read (`expected_version`), so an admin and a concurrent reconcile never
+//! lose each other's change; admin writes touch `override`, and approval
+//! writes `spec` (never `hold` directly: the runtime's holds are lifted by
+//! the same rule reconcile uses, `reconcile::settle_holds`); the task's
+//! schedule follows every change.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::domain::approval::Approval;
+use crate::domain::hold::HoldReason;
+use crate::domain::install::Install;
+use crate::domain::overrides::Overrides;
+use crate::domain::reconcile::{self, Write, compare};
+use crate::domain::reminder::Principal;
+use crate::domain::schedule::format_utc;
+use crate::domain::schedule::preview::next_fires;
+use crate::domain::task::{Task, TaskId, TaskState};
+use crate::ports::{ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, Versioned};
+
+pub const ADMIN_SCOPE: &str = "schedule.admin";
+/// Fire times shown by `get`.
+pub const PREVIEW_COUNT: usize = 5;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminRefusal {
+    #[error("the principal does not hold `{ADMIN_SCOPE}` in this workspace")]
+    Forbidden,
+    #[error("no task {0} in this workspace")]
+    NotFound(String),
+    #[error("the task changed since version {expected} (now {current}): read it again")]
+    VersionConflict { expected: u64, current: u64 },
+    #[error("{0}")]
+    InvalidRequest(String),
+}
+
+impl AdminRefusal {
+    pub fn code(&self) -> &'static str {
+        match self {
+            AdminRefusal::Forbidden => "forbidden",
+            AdminRefusal::NotFound(_) => "not_found",
+            AdminRefusal::VersionConflict { .. } => "version_conflict",
+            AdminRefusal::InvalidRequest(_) => "invalid_request",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error("task {0}'s schedule cannot be expressed: {1}")]
+    Unschedulable(String, String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Request {
+    List {
+        principal: Principal,
+    },
+    Get {
+        principal: Principal,
+        task_id: String,
+    },
+    Approve {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+        #[serde(default)]
+        arguments: BTreeMap<String, String>,
+        #[serde(default)]
+        bindings: BTreeMap<String, Option<String>>,
+    },
+    Pause {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+        #[serde(default)]
+        note: Option<String>,
+    },
+    Resume {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+    },
+    Delete {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+        #[serde(default)]
+        note: Option<String>,
+    },
+    Restore {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+    },
+}
+
+pub struct Admin<S, G> {
+    store: S,
+    schedules: G,
+}
+
+fn refused(refusal: AdminRefusal) -> Value {
+    json!({"ok": false, "error": {"code": refusal.code(), "message": refusal.to_string()}})
+}
+
+/// The door's verdict in words: whether and when the task runs next, and why.
+pub fn explain(task: &Task, now: DateTime<Utc>) -> String {
+    let overrides = task.overrides.clone().unwrap_or_default();
+    let who = |o: &Overrides| {
+        format!(
+            "{} on {}",
+            o.by.as_deref().unwrap_or("an admin"),
+            o.at.map(|t| t.format("%Y-%m-%d").to_string()).unwrap_or_default()
+        )
+    };
+    let pending = task.pending.as_ref().map(|p| {
+        let widened: Vec<String> = compare(&task.spec, &p.spec)
+            .iter()
+            .filter(|d| d.widens)
+            .map(|d| d.to_string())
+            .collect();
+        widened.join("; ")
+    });
+    let base = match task.state() {
+        TaskState::Deleted => format!("never runs: deleted by {}", who(&overrides)),
+        TaskState::Completed => format!(
+            "completed on {}",
+            task.completed_at.map(|t| format_utc(t)).unwrap_or_default()
+        ),
+        TaskState::Paused => {
+            let note = overrides.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+            format!("skipped: paused by {}{note}", who(&overrides))
+        }
+        TaskState::Held if task.hold.has(HoldReason::AwaitingApproval) => {
+            "waits for an admin to approve it before its first run".to_owned()
+        }
+        TaskState::Held => {
+            let reasons: Vec<String> = task
+                .hold
+                .entries()
+                .map(|(r, e)| format!("{} ({})", r.as_str(), e.detail))
+                .collect();
+            format!("skipped: held, {}", reasons.join("; "))
+        }
+        TaskState::Scheduled => match next_fires(&task.spec.schedule, now, 3)
+            .ok()
+            .and_then(|f| f.into_iter().find_map(|f| f.at))
+        {
+            Some(at) => format!("runs next at {}", format_utc(at)),
+            None => "has no further fire time".to_owned(),
+        },
+    };
+    match pending {
+        Some(widened) if !widened.is_empty() => format!("{base}; a release waits for an admin to approve: {widened}"),
+        _ => base,
+    }
+}
+
+fn view(task: &Task) -> Value {
+    json!({
+        "task_id": task.task_id,
+        "kind": task.kind,
+        "title": task.title,
+        "state": task.state().as_str(),
+        "version": task.version,
+        "hold": task.hold.entries().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
+        "pending": task.pending.is_some(),
+    })
+}
+
+impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
+    pub fn new(store: S, schedules: G) -> Self {
+        Self { store, schedules }
+    }
+
+    /// Answers one invoke payload. Refusals are `ok: false` answers;
+    /// internal failures are errors (the caller retries).
+    pub async fn handle(&self, payload: Value, now: DateTime<Utc>) -> Result<Value, AdminError> {
+        let request: Request = match serde_json::from_value(payload) {
+            Ok(r) => r,
+            Err(e) => return Ok(refused(AdminRefusal::InvalidRequest(format!("malformed request: {e}")))),
+        };
+        match self.dispatch(request, now).await? {
+            Ok(answer) => Ok(answer),
+            Err(refusal) => {
+                tracing::info!(code = refusal.code(), "admin request refused");
+                Ok(refused(refusal))
+            }
+        }
+    }
+
+    async fn load(&self, principal: &Principal, task_id: &str) -> Result<Result<Task, AdminRefusal>, AdminError> {
+        let Some(id) = TaskId::parse(task_id) else {
+            return Ok(Err(AdminRefusal::NotFound(task_id.to_owned())));
+        };
+        Ok(self
+            .store
+            .task(&principal.workspace, &id)
+            .await?
+            .ok_or_else(|| AdminRefusal::NotFound(task_id.to_owned())))
+    }
+
+    async fn dispatch(&self, request: Request, now: DateTime<Utc>) -> Result<Result<Value, AdminRefusal>, AdminError> {
+        let principal = match &request {
+            Request::List { principal }
+            | Request::Get { principal, .. }
+            | Request::Approve { principal, .. }
+            | Request::Pause { principal, .. }
+            | Request::Resume { principal, .. }
+            | Request::Delete { principal, .. }
+            | Request::Restore { principal, .. } => principal.clone(),
+        };
+        if !principal.holds(ADMIN_SCOPE) {
+            return Ok(Err(AdminRefusal::Forbidden));
+        }
+        match request {
+            Request::List { .. } => {
+                let tasks = self.store.workspace_tasks(&principal.workspace).await?;
+                Ok(Ok(
+                    json!({"ok": true, "tasks": tasks.iter().map(view).collect::<Vec<_>>()}),
+                ))
+            }
+            Request::Get { task_id, .. } => {
+                let task = match self.load(&principal, &task_id).await? {
+                    Ok(task) => task,
+                    Err(refusal) => return Ok(Err(refusal)),
+                };
+                let fires = next_fires(&task.spec.schedule, now, crate::app::admin::PREVIEW_COUNT).unwrap_or_default();
+                let diff: Vec<Value> = task
+                    .pending
+                    .as_ref()
+                    .map(|p| compare(&task.spec, &p.spec))
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|d| json!({"what": d.what, "from": d.from, "to": d.to, "widens": d.widens, "text": d.to_string()}))
+                    .collect();
+                Ok(Ok(json!({
+                    "ok": true,
+                    "task": serde_json::to_value(&task).unwrap_or(Value::Null),
+                    "state": task.state().as_str(),
+                    "version": task.version,
+                    "pending_diff": diff,
+                    "next_fires": fires,
+                    "explanation": explain(&task, now),
+                })))
+            }
+            Request::Approve {
+                task_id,
+                expected_version,
+                arguments,
+                bindings,
+                ..
+            } => {
+                self.change(&principal, &task_id, expected_version, now, |task, installs| {
+                    approve(task, installs, &principal, arguments, bindings, now)
+                })
+                .await
+            }
+            Request::Pause {
+                task_id,
+                expected_version,
+                note,
+                ..
+            } => {
+                self.change(&principal, &task_id, expected_version, now, |task, _| {
+                    set_override(task, &principal, now, |o| {
+                        o.paused = true;
+                        o.note = note;
+                    })
+                })
+                .await
+            }
+            Request::Resume {
+                task_id,
+                expected_version,
+                ..
+            } => {
+                self.change(&principal, &task_id, expected_version, now, |task, _| {
+                    set_override(task, &principal, now, |o| {
+                        o.paused = false;
+                        o.note = None;
+                    })
+                })
+                .await
+            }
+            Request::Delete {
+                task_id,
+                expected_version,
+                note,
+                ..
+            } => {
+                self.change(&principal, &task_id, expected_version, now, |task, _| {
+                    set_override(task, &principal, now, |o| {
+                        o.deleted = true;
+                        o.note = note;
+                    })
+                })
+                .await
+            }
+            Request::Restore {
+                task_id,
+                expected_version,
+                ..
+            } => {
+                self.change(&principal, &task_id, expected_version, now, |task, _| {
+                    set_override(task, &principal, now, |o| o.deleted = false)
+                })
+                .await
+            }
+        }
+    }
+
+    /// Reads, checks the version, applies `edit`, writes conditionally, and
+    /// puts the schedule in step.
+    async fn change(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        expected_version: u64,
+        now: DateTime<Utc>,
+        edit: impl FnOnce(&mut Task, &BTreeMap<String, Install>) -> Result<(), AdminRefusal>,
+    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
+        let task = match self.load(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if task.version != expected_version {
+            return Ok(Err(AdminRefusal::VersionConflict {
+                expected: expected_version,
+                current: task.version,
+            }));
+        }
+        let installs: BTreeMap<String, Install> = self
+            .store
+            .workspace_installs(&principal.workspace)
+            .await?
+            .into_iter()
+            .map(|i| (i.install_id.clone(), i))
+            .collect();
+        let mut updated = task.clone();
+        if let Err(refusal) = edit(&mut updated, &installs) {
+            return Ok(Err(refusal));
+        }
+        updated.version = task.version + 1;
+        updated.updated_at = now;
+        let write = Write {
+            task: updated.clone(),
+            read_version: Some(task.version),
+            changes: Vec::new(),
+        };
+        if self.store.write_task(&write).await? == Versioned::Conflict {
+            let current = self
+                .store
+                .task(&task.workspace, &task.task_id)
+                .await?
+                .map_or(0, |t| t.version);
+            return Ok(Err(AdminRefusal::VersionConflict {
+                expected: expected_version,
+                current,
+            }));
+        }
+        let definition = ScheduleDefinition::for_task(&updated)
+            .map_err(|e| AdminError::Unschedulable(updated.task_id.to_string(), e.to_string()))?;
+        self.schedules.put(&definition).await?;
+        tracing::info!(task_id = %updated.task_id, version = updated.version, state = updated.state().as_str(), "admin change written");
+        Ok(Ok(
+            json!({"ok": true, "task": view(&updated), "explanation": explain(&updated, now)}),
+        ))
+    }
+}
+
+fn set_override(
+    task: &mut Task,
+    principal: &Principal,
+    now: DateTime<Utc>,
+    edit: impl FnOnce(&mut Overrides),
+) -> Result<(), AdminRefusal> {
+    let mut overrides = task.overrides.clone().unwrap_or_default();
+    edit(&mut overrides);
+    overrides.by = Some(principal.id.clone());
+    overrides.at = Some(now);
+    task.overrides = if overrides.is_set() || overrides.note.is_some() {
+        Some(overrides)
+    } else {
+        None
+    };
+    Ok(())
+}
+
+/// Approves the pending (or first declared) bounds with argument values and
+/// need bindings.
+fn approve(
+    task: &mut Task,
+    installs: &BTreeMap<String, Install>,
+    principal: &Principal,
+    arguments: BTreeMap<String, String>,
+    bindings: BTreeMap<String, Option<String>>,
+    now: DateTime<Utc>,
+) -> Result<(), AdminRefusal> {
+    let invalid = |m: String| Err(AdminRefusal::InvalidRequest(m));
+    if task.kind != crate::domain::task::TaskKind::Connector {
+        return invalid("only connector tasks are approved here; a reminder was approved by its user".into());
+    }
+    let mut target = task
+        .pending
+        .as_ref()
+        .map_or_else(|| task.spec.clone(), |p| p.spec.clone());
+    for (name, value) in arguments {
+        if !task.prompt_arguments.contains_key(&name) {
+            return invalid(format!("the prompt has no argument `{name}`"));
+        }
+        target.arguments.insert(name, value);
+    }
+    if let Some((name, _)) = task
+        .prompt_arguments
+        .iter()
+        .find(|(n, required)| **required && !target.arguments.contains_key(*n))
+    {
+        return invalid(format!("the required argument `{name}` has no value"));
+    }
+    for (need, install) in bindings {
+        if !target.needs.contains_key(&need) {
+            return invalid(format!("the task declares no need `{need}`"));
+        }
+        if let Some(id) = &install {
+            match installs.get(id) {
+                Some(i) if i.may_serve_a_need() => {}
+                Some(i) if i.scope == crate::domain::install::InstallScope::Personal => {
+                    return invalid(format!(
+                        "install `{id}` is personal: only workspace connectors serve a need"
+                    ));
+                }
+                _ => {
+                    return invalid(format!(
+                        "install `{id}` is not an installed connector of this workspace"
+                    ));
+                }
+            }
+        }
+        target.bindings.insert(need, install);
+    }
+    target.bindings.retain(|need, _| target.needs.contains_key(need));
+    if let Some(need) = target.needs.keys().find(|n| !target.bindings.contains_key(*n)) {
+        return invalid(format!(
+            "need `{need}` has no decision: bind it to an install, or pass null to leave it unbound"
+        ));
+    }
+    task.spec = target;
+    task.pending = None;
+    task.hold.lift(HoldReason::AwaitingApproval);
+    reconcile::settle_holds(task, &mut Vec::new(), installs, now);
+    task.approval = Some(Approval {
+        id: format!("admin:{}:{}", principal.id, task.version + 1),
+        approved_at: now,
+        by: Some(principal.id.clone()),
+    });
+    Ok(())
+}
