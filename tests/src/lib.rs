@@ -375,3 +375,81 @@ pub fn install(id: &str, server: &str, url: &str, scope: InstallScope) -> Instal
         declaration_errors: Default::default(),
     }
 }
+
+// ---- Reconcile and admin -------------------------------------------------------
+
+use shared::adapters::queue::FifoQueue;
+use shared::adapters::scheduler::EventBridgeSchedules;
+use shared::app::admin::Admin;
+use shared::app::reconcile::Reconciler;
+
+pub type TestReconciler = Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>;
+
+impl TestStack {
+    pub fn reconciler(&self) -> TestReconciler {
+        let config = self.create_config(ENABLED);
+        Reconciler::new(
+            DynamoStore::from_sdk(&self.aws.sdk, &self.stack.names.table),
+            EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
+            McpConnectors::from_sdk(&self.aws.sdk),
+            FifoQueue::from_sdk(&self.aws.sdk, &self.stack.reconcile_queue_url),
+            config.ceilings,
+        )
+    }
+
+    pub fn admin(&self) -> Admin<DynamoStore, EventBridgeSchedules> {
+        let config = self.create_config(ENABLED);
+        Admin::new(
+            DynamoStore::from_sdk(&self.aws.sdk, &self.stack.names.table),
+            EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
+        )
+    }
+
+    /// Receives and deletes every message of the reconcile FIFO queue.
+    pub async fn take_work(&self) -> Vec<(String, String)> {
+        let sqs = aws_sdk_sqs::Client::new(&self.aws.sdk);
+        let mut out = Vec::new();
+        loop {
+            let got = sqs
+                .receive_message()
+                .queue_url(&self.stack.reconcile_queue_url)
+                .max_number_of_messages(10)
+                .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
+                .send()
+                .await
+                .expect("receive");
+            if got.messages().is_empty() {
+                return out;
+            }
+            for m in got.messages() {
+                let group = m
+                    .attributes()
+                    .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId))
+                    .cloned()
+                    .unwrap_or_default();
+                out.push((group, m.body().unwrap_or_default().to_owned()));
+                sqs.delete_message()
+                    .queue_url(&self.stack.reconcile_queue_url)
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .send()
+                    .await
+                    .expect("delete");
+            }
+        }
+    }
+}
+
+/// A workspace admin of ws_1.
+pub fn admin_principal() -> Value {
+    json!({"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]})
+}
+
+pub fn installed(id: &str, server: &str, url: &str, scope: &str) -> shared::domain::webhook::Event {
+    serde_json::from_value(json!({"type": "connector.installed", "workspace": "ws_1",
+        "install": {"id": id, "server": server, "url": url, "scope": scope, "account": format!("acct_{id}")}}))
+    .expect("event")
+}
+
+pub fn event(kind: &str, id: &str) -> shared::domain::webhook::Event {
+    serde_json::from_value(json!({"type": kind, "workspace": "ws_1", "install": {"id": id}})).expect("event")
+}

@@ -20,6 +20,8 @@ pub struct StackSpec {
     /// Deliveries of one message before it moves to the runs DLQ.
     pub runs_max_receive_count: u32,
     pub dlq_retention_seconds: u32,
+    /// Reconcile work queue: at least six times the reconcile function's timeout.
+    pub reconcile_visibility_timeout: u32,
 }
 
 pub const STACK: StackSpec = StackSpec {
@@ -29,7 +31,13 @@ pub const STACK: StackSpec = StackSpec {
     runs_retention_seconds: 345_600,
     runs_max_receive_count: 5,
     dlq_retention_seconds: 1_209_600,
+    reconcile_visibility_timeout: 720,
 };
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
 
 /// Names of one stack's resources: unique per test, so tests never share state.
 #[derive(Debug, Clone)]
@@ -43,6 +51,9 @@ pub struct StackNames {
     /// Local only: a queue that receives every event on the bus, so tests
     /// and the main job can read the notifications.
     pub events_capture: String,
+    /// The reconcile work queue (FIFO: the name ends in `.fifo`).
+    pub reconcile_queue: String,
+    pub webhook_secret: String,
 }
 
 impl StackNames {
@@ -57,6 +68,8 @@ impl StackNames {
             schedule_group: format!("{prefix}-{suffix}"),
             event_bus: format!("{prefix}-bus-{suffix}"),
             events_capture: format!("{prefix}-events-{suffix}"),
+            reconcile_queue: format!("{prefix}-reconcile-{suffix}.fifo"),
+            webhook_secret: format!("{prefix}-webhook-{suffix}"),
         }
     }
 }
@@ -73,6 +86,10 @@ pub struct Stack {
     /// moto does not check roles; the ARN has the template's shape.
     pub scheduler_role_arn: String,
     pub events_capture_url: String,
+    pub reconcile_queue_url: String,
+    pub webhook_secret_arn: String,
+    /// The Standard Webhooks secret the platform signs with (`whsec_...`).
+    pub webhook_secret: String,
 }
 
 async fn queue(
@@ -188,7 +205,33 @@ impl Stack {
             .send()
             .await?;
 
+        let (reconcile_queue_url, _) = queue(
+            &sqs,
+            &names.reconcile_queue,
+            &[
+                (QueueAttributeName::FifoQueue, "true".to_owned()),
+                (
+                    QueueAttributeName::VisibilityTimeout,
+                    STACK.reconcile_visibility_timeout.to_string(),
+                ),
+            ],
+        )
+        .await?;
+        let webhook_secret = format!("whsec_{}", uuid::Uuid::new_v4().simple());
+        let webhook_secret = format!("whsec_{}", base64_encode(webhook_secret.as_bytes()));
+        let webhook_secret_arn = aws_sdk_secretsmanager::Client::new(sdk)
+            .create_secret()
+            .name(&names.webhook_secret)
+            .secret_string(&webhook_secret)
+            .send()
+            .await?
+            .arn
+            .unwrap_or_default();
+
         Ok(Self {
+            reconcile_queue_url,
+            webhook_secret_arn,
+            webhook_secret,
             events_capture_url,
             scheduler_role_arn: format!("arn:aws:iam::123456789012:role/{}-scheduler", names.schedule_group),
             names,
@@ -238,6 +281,8 @@ impl Stack {
             ("SCHEDULER_ROLE_ARN", self.scheduler_role_arn.clone()),
             ("SCHEDULER_DLQ_ARN", self.scheduler_dlq_arn.clone()),
             ("EVENT_BUS_NAME", self.names.event_bus.clone()),
+            ("WEBHOOK_SECRET_ARN", self.webhook_secret_arn.clone()),
+            ("RECONCILE_QUEUE_URL", self.reconcile_queue_url.clone()),
         ]
     }
 }

@@ -181,6 +181,8 @@ pub enum Change {
     HoldPlaced(HoldReason),
     HoldLifted(HoldReason),
     ArgumentsDropped,
+    /// The prompt's argument list changed (names or required flags).
+    ArgumentsChanged,
     DeclarationRefused,
     DeclarationAccepted,
     Reattached,
@@ -412,7 +414,10 @@ pub fn plan(
                 if !dropped.is_empty() {
                     changes.push(Change::ArgumentsDropped);
                 }
-                t.prompt_arguments = prompt.arguments.clone();
+                if t.prompt_arguments != prompt.arguments {
+                    t.prompt_arguments = prompt.arguments.clone();
+                    changes.push(Change::ArgumentsChanged);
+                }
 
                 if t.hold.has(HoldReason::AwaitingApproval) {
                     // Not approved yet: the proposal follows the server.
@@ -730,7 +735,13 @@ mod tests {
             &[task.clone()],
         );
         let w = &plan.writes[0];
-        assert_eq!(w.changes, vec![Change::HoldPlaced(HoldReason::AwaitingArgument)]);
+        assert_eq!(
+            w.changes,
+            vec![
+                Change::ArgumentsChanged,
+                Change::HoldPlaced(HoldReason::AwaitingArgument)
+            ]
+        );
         assert_eq!(w.task.spec.arguments, task.spec.arguments, "old values kept");
         assert!(
             w.task
@@ -748,7 +759,10 @@ mod tests {
         );
         // An optional new argument holds nothing; a removed one drops its value.
         let plan = run(&[prompt(Some(marker()), &[("verbose", false)])], &[task.clone()]);
-        assert_eq!(plan.writes[0].changes, vec![Change::ArgumentsDropped]);
+        assert_eq!(
+            plan.writes[0].changes,
+            vec![Change::ArgumentsDropped, Change::ArgumentsChanged]
+        );
         assert!(plan.writes[0].task.spec.arguments.is_empty());
         assert!(plan.writes[0].task.should_fire());
     }

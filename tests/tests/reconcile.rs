@@ -1,0 +1,417 @@
+//! Reconcile and admin against moto and real MCP servers on loopback: the
+//! project's fixture server, whose declarations change between reconciles,
+//! reading task items (`spec`, `pending`, `hold`, `override`, `state`) and
+//! schedules after each step.
+
+use chrono::Utc;
+use local::mcp_fixture::{FixturePrompt, FixtureState, McpFixture, scheduled_prompt, tool};
+use serde_json::{Value, json};
+use shared::domain::task::TaskId;
+use tests::{TestStack, admin_principal, event, installed};
+
+fn marker() -> Value {
+    json!({"version": 1,
+           "schedule": {"cron": "0 9 * * MON-FRI", "timezone": "Europe/Berlin"},
+           "tools": ["list_issues"],
+           "limits": {"max_turns": 8, "max_tool_calls": 10, "max_output_tokens": 2000, "timeout_seconds": 120},
+           "budget": {"max_usd_per_run": 0.25, "max_usd_per_month": 5.0},
+           "needs": [{"id": "summary_channel", "description": "a chat channel to post the weekly summary in"}]})
+}
+
+fn weekly(marker: Value, args: &[(&str, bool)]) -> FixturePrompt {
+    scheduled_prompt(
+        "weekly_summary",
+        marker,
+        args,
+        "Summarise the week's issues in {{repo}}.",
+    )
+}
+
+struct World {
+    t: TestStack,
+    issues: McpFixture,
+    _chat: McpFixture,
+    task_id: TaskId,
+}
+
+impl World {
+    async fn start() -> Self {
+        let t = TestStack::start().await.unwrap();
+        let issues = McpFixture::start(FixtureState {
+            prompts: vec![
+                weekly(marker(), &[("repo", true)]),
+                FixturePrompt {
+                    name: "plain".into(),
+                    description: "an ordinary prompt".into(),
+                    arguments: vec![],
+                    meta: None,
+                    template: "hi".into(),
+                },
+            ],
+            tools: vec![tool("list_issues"), tool("post_summary")],
+            page_size: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let chat = McpFixture::start(FixtureState {
+            tools: vec![tool("post_message")],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let r = t.reconciler();
+        r.apply(&installed("ins_chat", "chat", &chat.url(), "workspace"), Utc::now())
+            .await
+            .unwrap();
+        r.apply(&installed("ins_me", "mail", &chat.url(), "personal"), Utc::now())
+            .await
+            .unwrap();
+        let task_id = TaskId::for_connector("ws_1", "issues", "weekly_summary");
+        World {
+            t,
+            issues,
+            _chat: chat,
+            task_id,
+        }
+    }
+
+    async fn task(&self) -> Value {
+        self.t
+            .item("WS#ws_1", &format!("TASK#{}", self.task_id))
+            .await
+            .expect("task item")
+    }
+
+    async fn schedule_state(&self) -> String {
+        self.t
+            .schedule(self.task_id.as_str())
+            .await
+            .state()
+            .map(|s| s.as_str().to_owned())
+            .unwrap_or_default()
+    }
+
+    async fn list_changed(&self) -> shared::app::reconcile::Summary {
+        self.t
+            .reconciler()
+            .apply(&event("prompts.list_changed", "ins_1"), Utc::now())
+            .await
+            .unwrap()
+    }
+
+    async fn release(&self, prompts: Vec<FixturePrompt>) {
+        self.issues.state().write().await.prompts = prompts;
+    }
+
+    async fn admin(&self, op: &str, extra: Value) -> Value {
+        let mut request = json!({"op": op, "principal": admin_principal(), "task_id": self.task_id});
+        for (k, v) in extra.as_object().unwrap() {
+            request[k] = v.clone();
+        }
+        self.t.admin().handle(request, Utc::now()).await.unwrap()
+    }
+
+    async fn version(&self) -> u64 {
+        self.task().await["version"].as_u64().unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connectors_standing_work_follows_its_releases_under_admin_control() {
+    let w = World::start().await;
+
+    // Installed: the marked prompt becomes a task awaiting approval; the
+    // unmarked one does not.
+    let summary =
+        w.t.reconciler()
+            .apply(&installed("ins_1", "issues", &w.issues.url(), "workspace"), Utc::now())
+            .await
+            .unwrap();
+    assert_eq!(summary.changes.get("created"), Some(&1));
+    let task = w.task().await;
+    assert_eq!(task["state"], "held");
+    assert!(task["hold"]["awaiting_approval"].is_object());
+    assert_eq!(task["kind"], "connector");
+    assert_eq!(
+        task["provenance"],
+        json!({"type": "connector", "install_id": "ins_1", "server": "issues", "prompt": "weekly_summary"})
+    );
+    assert_eq!(w.t.items_of("task").await.len(), 1, "no task for the unmarked prompt");
+    let schedule = w.t.schedule(w.task_id.as_str()).await;
+    assert_eq!(schedule.schedule_expression(), Some("cron(0 9 ? * 2-6 *)"));
+    assert_eq!(schedule.schedule_expression_timezone(), Some("Europe/Berlin"));
+    assert_eq!(schedule.action_after_completion().map(|a| a.as_str()), Some("NONE"));
+    assert_eq!(w.schedule_state().await, "DISABLED", "no run before approval");
+
+    // A second reconcile of the same declarations writes nothing.
+    let again = w.list_changed().await;
+    assert_eq!(again.tasks_written, 0);
+    assert_eq!(w.version().await, 1);
+
+    // The admin reads it, then approves; bad approvals change nothing.
+    let got = w.admin("get", json!({})).await;
+    assert!(
+        got["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("waits for an admin to approve")
+    );
+    assert_eq!(got["next_fires"].as_array().unwrap().len(), 5);
+    let v = w.version().await;
+    let missing_arg = w
+        .admin(
+            "approve",
+            json!({"expected_version": v, "bindings": {"summary_channel": "ins_chat"}}),
+        )
+        .await;
+    assert_eq!(missing_arg["error"]["code"], "invalid_request");
+    assert!(missing_arg["error"]["message"].as_str().unwrap().contains("repo"));
+    let personal = w.admin("approve", json!({"expected_version": v, "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_me"}})).await;
+    assert!(personal["error"]["message"].as_str().unwrap().contains("personal"));
+    let unknown = w.admin("approve", json!({"expected_version": v, "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_nope"}})).await;
+    assert_eq!(unknown["error"]["code"], "invalid_request");
+    let undecided = w
+        .admin(
+            "approve",
+            json!({"expected_version": v, "arguments": {"repo": "acme/web"}}),
+        )
+        .await;
+    assert!(
+        undecided["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("summary_channel")
+    );
+    assert_eq!(w.version().await, v, "refused approvals write nothing");
+    let approved = w.admin("approve", json!({"expected_version": v, "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_chat"}})).await;
+    assert_eq!(approved["ok"], true, "{approved}");
+    let task = w.task().await;
+    assert_eq!(task["state"], "scheduled");
+    assert!(task.get("hold").is_none());
+    assert_eq!(task["spec"]["arguments"], json!({"repo": "acme/web"}));
+    assert_eq!(task["spec"]["bindings"], json!({"summary_channel": "ins_chat"}));
+    assert_eq!(task["approval"]["by"], "adm_1");
+    assert_eq!(w.schedule_state().await, "ENABLED");
+    let stale = w.admin("pause", json!({"expected_version": v})).await;
+    assert_eq!(stale["error"]["code"], "version_conflict");
+
+    // A release adds a tool and raises the budget: it waits, the approved
+    // bounds keep running.
+    let mut wider = marker();
+    wider["tools"] = json!(["list_issues", "post_summary"]);
+    wider["budget"]["max_usd_per_run"] = json!(0.5);
+    w.release(vec![weekly(wider.clone(), &[("repo", true)])]).await;
+    let summary = w.list_changed().await;
+    assert_eq!(summary.changes.get("pending_stored"), Some(&1));
+    let task = w.task().await;
+    assert_eq!(task["spec"]["tools"], json!(["list_issues"]));
+    assert_eq!(task["pending"]["spec"]["tools"], json!(["list_issues", "post_summary"]));
+    assert_eq!(task["state"], "scheduled");
+    assert_eq!(w.schedule_state().await, "ENABLED");
+    let got = w.admin("get", json!({})).await;
+    let diff: Vec<&str> = got["pending_diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["text"].as_str().unwrap())
+        .collect();
+    assert!(diff.contains(&"budget per run raised from $0.25 to $0.50"), "{diff:?}");
+    assert!(
+        got["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("waits for an admin to approve: tools raised"),
+        "{}",
+        got["explanation"]
+    );
+
+    // The prompt is withdrawn: held, schedule off.
+    w.release(vec![]).await;
+    w.list_changed().await;
+    let task = w.task().await;
+    assert_eq!(task["state"], "held");
+    assert!(task["hold"]["withdrawn"]["detail"].as_str().unwrap().contains("gone"));
+    assert_eq!(w.schedule_state().await, "DISABLED");
+
+    // Restored: the hold lifts, the widening still waits.
+    w.release(vec![weekly(wider.clone(), &[("repo", true)])]).await;
+    w.list_changed().await;
+    let task = w.task().await;
+    assert_eq!(task["state"], "scheduled");
+    assert!(task["pending"].is_object());
+    assert_eq!(w.schedule_state().await, "ENABLED");
+
+    // A new required argument holds until the admin gives a value.
+    w.release(vec![weekly(wider.clone(), &[("repo", true), ("team", true)])])
+        .await;
+    w.list_changed().await;
+    let task = w.task().await;
+    assert!(
+        task["hold"]["awaiting_argument"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("team")
+    );
+    assert_eq!(
+        task["spec"]["arguments"],
+        json!({"repo": "acme/web"}),
+        "old values kept"
+    );
+    assert_eq!(w.schedule_state().await, "DISABLED");
+
+    // A concurrent reconcile moved the version: the admin must re-read.
+    let v = w.version().await;
+    w.release(vec![weekly(
+        wider.clone(),
+        &[("repo", true), ("team", true), ("verbose", false)],
+    )])
+    .await;
+    w.list_changed().await;
+    let conflict = w
+        .admin("approve", json!({"expected_version": v, "arguments": {"team": "web"}}))
+        .await;
+    assert_eq!(conflict["error"]["code"], "version_conflict");
+    let v = w.version().await;
+    let ok = w
+        .admin("approve", json!({"expected_version": v, "arguments": {"team": "web"}}))
+        .await;
+    assert_eq!(ok["ok"], true, "{ok}");
+    let task = w.task().await;
+    assert_eq!(task["state"], "scheduled");
+    assert_eq!(
+        task["spec"]["tools"],
+        json!(["list_issues", "post_summary"]),
+        "approving takes the pending bounds"
+    );
+    assert!(task.get("pending").is_none());
+    assert_eq!(task["spec"]["arguments"], json!({"repo": "acme/web", "team": "web"}));
+
+    // Pause survives reconciles; a narrowing still applies beneath it.
+    let v = w.version().await;
+    assert_eq!(
+        w.admin("pause", json!({"expected_version": v, "note": "quiet week"}))
+            .await["ok"],
+        true
+    );
+    assert_eq!(w.schedule_state().await, "DISABLED");
+    let mut narrower = wider.clone();
+    narrower["limits"]["max_turns"] = json!(4);
+    w.release(vec![weekly(narrower.clone(), &[("repo", true), ("team", true)])])
+        .await;
+    w.list_changed().await;
+    let task = w.task().await;
+    assert_eq!(task["override"]["paused"], true);
+    assert_eq!(task["override"]["note"], "quiet week");
+    assert_eq!(task["spec"]["limits"]["max_turns"], 4);
+    assert_eq!(task["state"], "paused");
+    let got = w.admin("get", json!({})).await;
+    assert!(
+        got["explanation"]
+            .as_str()
+            .unwrap()
+            .starts_with("skipped: paused by adm_1"),
+        "{}",
+        got["explanation"]
+    );
+    let v = w.version().await;
+    assert_eq!(w.admin("resume", json!({"expected_version": v})).await["ok"], true);
+    assert_eq!(w.schedule_state().await, "ENABLED");
+
+    // A bound connector uninstalled holds the task; its reinstall lifts it.
+    w.t.reconciler()
+        .apply(&event("connector.uninstalled", "ins_chat"), Utc::now())
+        .await
+        .unwrap();
+    assert!(w.task().await["hold"]["need_unbound"].is_object());
+    let chat_url = w.t.item("WS#ws_1", "INSTALL#ins_chat").await.unwrap()["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    w.t.reconciler()
+        .apply(&installed("ins_chat", "chat", &chat_url, "workspace"), Utc::now())
+        .await
+        .unwrap();
+    assert!(w.task().await.get("hold").is_none());
+
+    // The connector itself uninstalled: its task is left alone (the door skips).
+    let before = w.version().await;
+    w.t.reconciler()
+        .apply(&event("connector.uninstalled", "ins_1"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(w.version().await, before);
+    assert_eq!(
+        w.t.item("WS#ws_1", "INSTALL#ins_1").await.unwrap()["status"],
+        "uninstalled"
+    );
+    w.t.reconciler()
+        .apply(&installed("ins_1", "issues", &w.issues.url(), "workspace"), Utc::now())
+        .await
+        .unwrap();
+
+    // Deleted: a tombstone no release revives; restore brings it back.
+    let v = w.version().await;
+    assert_eq!(w.admin("delete", json!({"expected_version": v})).await["ok"], true);
+    let tombstoned = w.version().await;
+    w.release(vec![]).await;
+    w.list_changed().await;
+    w.release(vec![weekly(marker(), &[("repo", true)])]).await;
+    w.list_changed().await;
+    assert_eq!(w.version().await, tombstoned, "never touched");
+    assert_eq!(w.task().await["state"], "deleted");
+    assert_eq!(w.schedule_state().await, "DISABLED");
+    assert_eq!(
+        w.admin("restore", json!({"expected_version": tombstoned})).await["ok"],
+        true
+    );
+    assert_eq!(w.task().await["state"], "scheduled");
+    assert_eq!(w.t.items_of("task").await.len(), 1, "never deleted, never duplicated");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_declarations_are_recorded_and_admin_needs_its_scope() {
+    let w = World::start().await;
+    let mut foreign = marker();
+    foreign["tools"] = json!(["list_issues", "github__create_issue"]);
+    w.release(vec![weekly(foreign, &[])]).await;
+    w.t.reconciler()
+        .apply(&installed("ins_1", "issues", &w.issues.url(), "workspace"), Utc::now())
+        .await
+        .unwrap();
+    assert!(
+        w.t.items_of("task").await.is_empty(),
+        "an invalid declaration creates no task"
+    );
+    let install = w.t.item("WS#ws_1", "INSTALL#ins_1").await.unwrap();
+    assert!(
+        install["declaration_errors"]["weekly_summary"]
+            .as_str()
+            .unwrap()
+            .contains("github__create_issue")
+    );
+
+    let forbidden = w
+        .t
+        .admin()
+        .handle(json!({"op": "list", "principal": {"id": "u", "workspace": "ws_1", "scopes": ["schedule.write", "schedule.*"]}}), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(forbidden["error"]["code"], "forbidden");
+    let elsewhere = w
+        .t
+        .admin()
+        .handle(json!({"op": "get", "principal": {"id": "a", "workspace": "ws_2", "scopes": ["schedule.admin"]}, "task_id": w.task_id}), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(
+        elsewhere["error"]["code"], "not_found",
+        "another workspace's task is not visible"
+    );
+    let listed =
+        w.t.admin()
+            .handle(json!({"op": "list", "principal": admin_principal()}), Utc::now())
+            .await
+            .unwrap();
+    assert_eq!(listed["tasks"], json!([]));
+}
