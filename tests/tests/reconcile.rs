@@ -415,3 +415,28 @@ async fn invalid_declarations_are_recorded_and_admin_needs_its_scope() {
             .unwrap();
     assert_eq!(listed["tasks"], json!([]));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_marker_is_read_from_a_server_written_with_another_sdk() {
+    let python = local::python_mcp::PythonMcp::start().unwrap();
+    let t = TestStack::start().await.unwrap();
+    let summary = t
+        .reconciler()
+        .apply(&installed("ins_py", "digest", python.url(), "workspace"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(summary.changes.get("created"), Some(&1), "{summary:?}");
+    let tasks = t.items_of("task").await;
+    assert_eq!(tasks.len(), 1, "the marked prompt only");
+    let task = &tasks[0];
+    assert_eq!(task["provenance"]["prompt"], "daily_digest");
+    assert_eq!(
+        task["spec"]["schedule"],
+        json!({"type": "cron", "cron": "0 8 * * *", "timezone": "Europe/Berlin"})
+    );
+    assert_eq!(task["spec"]["tools"], json!(["search"]));
+    assert_eq!(task["spec"]["limits"]["max_turns"], 4);
+    assert_eq!(task["prompt_arguments"], json!({"topic": true}));
+    let id = task["task_id"].as_str().unwrap();
+    assert_eq!(t.schedule(id).await.schedule_expression(), Some("cron(0 8 * * ? *)"));
+}

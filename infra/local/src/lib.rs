@@ -7,6 +7,7 @@ pub mod converse;
 pub mod everything;
 pub mod mcp_fixture;
 pub mod moto;
+pub mod python_mcp;
 pub mod runtime;
 pub mod stack;
 
