@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use serde_yaml::Value;
-use shared::config::{CreateConfig, RunnerConfig};
+use shared::config::{AdminConfig, CreateConfig, ReconcileConfig, RunnerConfig};
 
 fn template() -> Value {
     let path = local::moto::repo_root().join("template.yaml");
@@ -165,4 +165,54 @@ fn the_runner_consumes_the_runs_queue_with_partial_batch_failures() {
 
 fn props_of_runs_queue(t: &Value) -> &Value {
     props(t, "RunsQueue")
+}
+
+fn variables(t: &Value, function: &str) -> BTreeSet<String> {
+    props(t, function)["Environment"]["Variables"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn reconcile_and_admin_read_what_the_template_sets() {
+    let t = template();
+    let want = |vars: &[&str]| vars.iter().map(|v| (*v).to_owned()).collect::<BTreeSet<_>>();
+    assert_eq!(variables(&t, "ReconcileFunction"), want(&ReconcileConfig::VARIABLES));
+    assert_eq!(variables(&t, "AdminFunction"), want(&AdminConfig::VARIABLES));
+    let reconcile = resource(&t, "ReconcileFunction");
+    assert_eq!(reconcile["Metadata"]["BuildProperties"]["Binary"], "reconcile");
+    assert_eq!(
+        resource(&t, "AdminFunction")["Metadata"]["BuildProperties"]["Binary"],
+        "admin"
+    );
+    let work = &reconcile["Properties"]["Events"]["Work"]["Properties"];
+    assert_eq!(get_att(&work["Queue"]), "ReconcileQueue.Arn");
+    assert_eq!(work["FunctionResponseTypes"][0], "ReportBatchItemFailures");
+    assert_eq!(
+        reconcile["Properties"]["FunctionUrlConfig"]["AuthType"], "NONE",
+        "webhooks authenticate by signature"
+    );
+    let queue = props(&t, "ReconcileQueue");
+    assert_eq!(queue["FifoQueue"], true);
+    assert_eq!(
+        num(&queue["VisibilityTimeout"]),
+        u64::from(local::STACK.reconcile_visibility_timeout)
+    );
+    assert!(num(&queue["VisibilityTimeout"]) >= 6 * num(&reconcile["Properties"]["Timeout"]));
+    let daily = props(&t, "DailyReconcileSchedule");
+    assert_eq!(daily["ScheduleExpression"], "rate(1 day)");
+    assert_eq!(daily["Target"]["Input"], r#"{"type": "reconcile.all"}"#);
+    let pass: shared::app::reconcile::Work = serde_json::from_str(daily["Target"]["Input"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        pass,
+        shared::app::reconcile::Work::Pass(shared::app::reconcile::Pass::All)
+    );
+    assert_eq!(
+        resource(&t, "ReconcileAtDeploy")["Type"],
+        "AWS::CloudFormation::CustomResource"
+    );
 }

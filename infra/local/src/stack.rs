@@ -210,6 +210,7 @@ impl Stack {
             &names.reconcile_queue,
             &[
                 (QueueAttributeName::FifoQueue, "true".to_owned()),
+                (QueueAttributeName::ContentBasedDeduplication, "true".to_owned()),
                 (
                     QueueAttributeName::VisibilityTimeout,
                     STACK.reconcile_visibility_timeout.to_string(),

@@ -1,0 +1,134 @@
+//! The real `reconcile` binary under a Lambda Runtime API emulator, against
+//! moto and the MCP fixture: a signed webhook as a function URL request, the
+//! FIFO batch it queues, a forged webhook, and the pass at deploy answering
+//! CloudFormation.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
+use local::runtime::{FunctionProcess, RuntimeApi};
+use serde_json::{Value, json};
+use shared::domain::webhook::WebhookSecret;
+use tests::TestStack;
+use tokio::sync::Mutex;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_reconcile");
+const CEILINGS: &str = r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#;
+
+fn url_event(headers: Value, body: &str) -> Value {
+    json!({
+        "version": "2.0", "routeKey": "$default", "rawPath": "/", "rawQueryString": "",
+        "headers": headers,
+        "requestContext": {"accountId": "anonymous", "apiId": "fn", "domainName": "fn.lambda-url.us-east-1.on.aws",
+                           "domainPrefix": "fn", "requestId": "r1", "routeKey": "$default", "stage": "$default",
+                           "time": "30/Nov/2026:12:00:00 +0000", "timeEpoch": 1796040000000_i64,
+                           "http": {"method": "POST", "path": "/", "protocol": "HTTP/1.1",
+                                    "sourceIp": "127.0.0.1", "userAgent": "platform"}},
+        "body": body, "isBase64Encoded": false
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_binary_takes_webhooks_works_its_queue_and_answers_cloudformation() {
+    let t = TestStack::start().await.unwrap();
+    let fixture = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "weekly_summary",
+            json!({"version": 1, "schedule": {"rate": "1 day"}, "tools": ["list_issues"],
+                   "budget": {"max_usd_per_run": 0.25, "max_usd_per_month": 5.0}}),
+            &[],
+            "Summarise.",
+        )],
+        tools: vec![tool("list_issues")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    let mut env = t.aws.sdk_env();
+    env.extend(t.stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
+    env.push(("SCHEDULE_CEILINGS".into(), CEILINGS.into()));
+    let api = RuntimeApi::start("reconcile", Duration::from_secs(60)).await.unwrap();
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("reconcile-{}.log", uuid::Uuid::new_v4().simple()));
+    let _function = FunctionProcess::spawn(Path::new(BINARY), &api, "reconcile", &env, Some(&log)).unwrap();
+
+    let secret = WebhookSecret::parse(&t.stack.webhook_secret).unwrap();
+    let body = json!({"type": "connector.installed", "workspace": "ws_1",
+        "install": {"id": "ins_1", "server": "issues", "url": fixture.url(), "scope": "workspace", "account": "acct_1"}})
+    .to_string();
+    let now = Utc::now().timestamp();
+    let signed = |id: &str| {
+        json!({"content-type": "application/json", "webhook-id": id, "webhook-timestamp": now.to_string(),
+               "webhook-signature": secret.sign(id, now, body.as_bytes())})
+    };
+
+    let forged = api
+        .invoke_ok(&url_event(
+            json!({"webhook-id": "wh_0", "webhook-timestamp": now.to_string(), "webhook-signature": "v1,AAAA"}),
+            &body,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(forged["statusCode"], 401);
+    let accepted = api.invoke_ok(&url_event(signed("wh_1"), &body)).await.unwrap();
+    assert_eq!(accepted["statusCode"], 202, "{accepted}");
+    let duplicate = api.invoke_ok(&url_event(signed("wh_1"), &body)).await.unwrap();
+    assert_eq!(duplicate["statusCode"], 200);
+    assert!(t.items_of("task").await.is_empty(), "the webhook only queues");
+
+    // The queued work, delivered as the FIFO event source would.
+    let work = t.take_work().await;
+    assert_eq!(work.len(), 1);
+    let records: Vec<Value> = work
+        .iter()
+        .enumerate()
+        .map(|(i, (group, body))| {
+            json!({"messageId": format!("w{i}"), "receiptHandle": "rh", "body": body,
+            "attributes": {"MessageGroupId": group}, "messageAttributes": {}, "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
+        })
+        .collect();
+    let batch = api.invoke_ok(&json!({"Records": records})).await.unwrap();
+    assert_eq!(batch["batchItemFailures"], json!([]), "{batch}");
+    let tasks = t.items_of("task").await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["state"], "held");
+
+    // The pass at deploy: queue every install, answer CloudFormation.
+    let answers = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let record = answers.clone();
+    let app = axum::Router::new().route(
+        "/cfn",
+        axum::routing::put(move |body: String| {
+            let record = record.clone();
+            async move {
+                record
+                    .lock()
+                    .await
+                    .push(serde_json::from_str(&body).unwrap_or(Value::Null));
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let deploy = json!({"RequestType": "Create", "ResponseURL": format!("http://127.0.0.1:{port}/cfn"),
+        "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/s/1", "RequestId": "req-1",
+        "LogicalResourceId": "ReconcileAtDeploy", "ResourceType": "AWS::CloudFormation::CustomResource",
+        "ResourceProperties": {}});
+    let answer = api.invoke_ok(&deploy).await.unwrap();
+    assert_eq!(answer["status"], "SUCCESS");
+    let sent = answers.lock().await.clone();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["Status"], "SUCCESS");
+    assert_eq!(sent[0]["RequestId"], "req-1");
+    let queued = t.take_work().await;
+    assert_eq!(queued.len(), 1, "one pass per install");
+    assert_eq!(queued[0].0, "ws_1/ins_1");
+}
