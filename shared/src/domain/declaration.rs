@@ -356,6 +356,50 @@ mod tests {
         );
     }
 
+    /// The published schema and the parser agree on what is well-formed.
+    #[test]
+    fn the_published_schema_agrees_with_the_parser() {
+        let schema: Value = serde_json::from_str(include_str!("../../schemas/scheduled-prompts.schema.json")).unwrap();
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let mut cases: Vec<(Value, bool)> = vec![(example(), true)];
+        let mut push = |mutate: fn(&mut Value), valid: bool| {
+            let mut v = example();
+            mutate(&mut v);
+            cases.push((v, valid));
+        };
+        push(|v| v["schedule"] = json!({"rate": "5 minutes"}), true);
+        push(
+            |v| {
+                v.as_object_mut().unwrap().remove("needs");
+                v.as_object_mut().unwrap().remove("limits");
+            },
+            true,
+        );
+        push(|v| v["version"] = json!(2), false);
+        push(
+            |v| {
+                v.as_object_mut().unwrap().remove("budget");
+            },
+            false,
+        );
+        push(|v| v["schedule"] = json!({"cron": "0 9 * * *"}), false);
+        push(
+            |v| v["schedule"] = json!({"cron": "0 9 * * *", "timezone": "UTC", "rate": "1 day"}),
+            false,
+        );
+        push(|v| v["schedule"] = json!({"rate": "0 minutes"}), false);
+        push(|v| v["schedule"] = json!({"cron": "0 9 * *", "timezone": "UTC"}), false);
+        push(|v| v["limits"]["max_turns"] = json!(0), false);
+        push(|v| v["budget"]["max_usd_per_run"] = json!(-1), false);
+        push(|v| v["needs"] = json!([{"id": "a b", "description": "x"}]), false);
+        push(|v| v["trigger"] = json!({"event": "x"}), false);
+        push(|v| v["extra"] = json!(true), false);
+        for (value, valid) in cases {
+            assert_eq!(validator.is_valid(&value), valid, "schema on {value}");
+            assert_eq!(parse(&value, &tools(), &ceilings()).is_ok(), valid, "parser on {value}");
+        }
+    }
+
     #[test]
     fn rates_and_missing_limits() {
         let mut v = example();
