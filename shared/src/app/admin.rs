@@ -137,10 +137,7 @@ pub fn explain(task: &Task, now: DateTime<Utc>) -> String {
     });
     let base = match task.state() {
         TaskState::Deleted => format!("never runs: deleted by {}", who(&overrides)),
-        TaskState::Completed => format!(
-            "completed on {}",
-            task.completed_at.map(format_utc).unwrap_or_default()
-        ),
+        TaskState::Completed => format!("completed on {}", task.completed_at.map(format_utc).unwrap_or_default()),
         TaskState::Paused => {
             let note = overrides.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
             format!("skipped: paused by {}{note}", who(&overrides))

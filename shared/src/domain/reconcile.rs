@@ -666,7 +666,7 @@ mod tests {
             m["schedule"]["cron"] = json!("0 9 * * MON");
             m["needs"] = json!([]);
         });
-        let plan = run(&[prompt(Some(narrower), &[])], &[task.clone()]);
+        let plan = run(&[prompt(Some(narrower), &[])], std::slice::from_ref(&task));
         let w = &plan.writes[0];
         assert_eq!(w.changes, vec![Change::Narrowed]);
         assert_eq!(w.read_version, Some(2));
@@ -685,7 +685,7 @@ mod tests {
             m["limits"]["max_turns"] = json!(5);
             m["budget"]["max_usd_per_run"] = json!(0.5);
         });
-        let plan = run(&[prompt(Some(mixed), &[])], &[task.clone()]);
+        let plan = run(&[prompt(Some(mixed), &[])], std::slice::from_ref(&task));
         let w = &plan.writes[0];
         assert_eq!(w.changes, vec![Change::PendingStored]);
         assert_eq!(w.task.spec, task.spec, "nothing applied, not even the narrowing");
@@ -708,7 +708,7 @@ mod tests {
                     })),
                     &[]
                 )],
-                &[w.task.clone()]
+                std::slice::from_ref(&w.task)
             )
             .writes
             .is_empty()
@@ -722,7 +722,7 @@ mod tests {
             }),
             with(|m| m["budget"]["max_usd_per_month"] = json!(9.0)),
         ] {
-            let plan = run(&[prompt(Some(widen.clone()), &[])], &[task.clone()]);
+            let plan = run(&[prompt(Some(widen.clone()), &[])], std::slice::from_ref(&task));
             assert_eq!(plan.writes[0].changes, vec![Change::PendingStored], "{widen}");
         }
     }
@@ -732,7 +732,7 @@ mod tests {
         let task = approved(&[("repo", true)]);
         let plan = run(
             &[prompt(Some(marker()), &[("repo", true), ("team", true)])],
-            &[task.clone()],
+            std::slice::from_ref(&task),
         );
         let w = &plan.writes[0];
         assert_eq!(
@@ -758,7 +758,10 @@ mod tests {
             vec![Change::HoldLifted(HoldReason::AwaitingArgument)]
         );
         // An optional new argument holds nothing; a removed one drops its value.
-        let plan = run(&[prompt(Some(marker()), &[("verbose", false)])], &[task.clone()]);
+        let plan = run(
+            &[prompt(Some(marker()), &[("verbose", false)])],
+            std::slice::from_ref(&task),
+        );
         assert_eq!(
             plan.writes[0].changes,
             vec![Change::ArgumentsDropped, Change::ArgumentsChanged]
@@ -771,10 +774,13 @@ mod tests {
     fn row_gone_or_unmarked_prompts_are_withdrawn_and_come_back() {
         let task = approved(&[]);
         for prompts in [vec![], vec![prompt(None, &[])]] {
-            let plan = run(&prompts, &[task.clone()]);
+            let plan = run(&prompts, std::slice::from_ref(&task));
             assert_eq!(plan.writes[0].changes, vec![Change::HoldPlaced(HoldReason::Withdrawn)]);
             let withdrawn = plan.writes[0].task.clone();
-            assert!(run(&prompts, &[withdrawn.clone()]).writes.is_empty(), "withdrawn once");
+            assert!(
+                run(&prompts, std::slice::from_ref(&withdrawn)).writes.is_empty(),
+                "withdrawn once"
+            );
             // Back, with a widening: the hold lifts, the widening waits.
             let back = with(|m| m["limits"]["max_turns"] = json!(10));
             let plan = run(&[prompt(Some(back), &[])], &[withdrawn]);
@@ -792,10 +798,10 @@ mod tests {
         let task = approved(&[]);
         let mut gone = installs();
         gone.insert("ins_chat".into(), install("ins_chat", InstallStatus::Uninstalled));
-        let writes = rebind(&[task.clone()], &gone, now());
+        let writes = rebind(std::slice::from_ref(&task), &gone, now());
         assert_eq!(writes[0].changes, vec![Change::HoldPlaced(HoldReason::NeedUnbound)]);
         let held = writes[0].task.clone();
-        assert!(rebind(&[held.clone()], &gone, now()).is_empty());
+        assert!(rebind(std::slice::from_ref(&held), &gone, now()).is_empty());
         let writes = rebind(&[held], &installs(), now());
         assert_eq!(writes[0].changes, vec![Change::HoldLifted(HoldReason::NeedUnbound)]);
         // A need left unbound by decision holds nothing.
@@ -812,7 +818,7 @@ mod tests {
             note: Some("quiet".into()),
             ..Default::default()
         });
-        let plan = run(&[], &[paused.clone()]);
+        let plan = run(&[], std::slice::from_ref(&paused));
         assert_eq!(plan.writes[0].task.overrides, paused.overrides, "a pause survives");
         let plan = run(&[prompt(Some(marker()), &[])], &[plan.writes[0].task.clone()]);
         assert_eq!(plan.writes[0].changes, vec![Change::HoldLifted(HoldReason::Withdrawn)]);
@@ -832,7 +838,7 @@ mod tests {
             vec![prompt(Some(with(|m| m["limits"]["max_turns"] = json!(10))), &[])],
         ] {
             assert_eq!(
-                run(&prompts, &[deleted.clone()]),
+                run(&prompts, std::slice::from_ref(&deleted)),
                 Plan::default(),
                 "never re-created or re-enabled"
             );
@@ -846,13 +852,17 @@ mod tests {
         assert!(plan.writes.is_empty(), "no task from an invalid declaration");
         assert!(plan.refused["weekly"].contains("github__create_issue"));
         let task = approved(&[]);
-        let plan = run(&[prompt(Some(foreign.clone()), &[])], &[task.clone()]);
+        let plan = run(&[prompt(Some(foreign.clone()), &[])], std::slice::from_ref(&task));
         let w = &plan.writes[0];
         assert_eq!(w.changes, vec![Change::DeclarationRefused]);
         assert_eq!(w.task.spec, task.spec);
         assert!(w.task.should_fire(), "an invalid release is not a withdrawal");
-        assert!(run(&[prompt(Some(foreign), &[])], &[w.task.clone()]).writes.is_empty());
-        let plan = run(&[prompt(Some(marker()), &[])], &[w.task.clone()]);
+        assert!(
+            run(&[prompt(Some(foreign), &[])], std::slice::from_ref(&w.task))
+                .writes
+                .is_empty()
+        );
+        let plan = run(&[prompt(Some(marker()), &[])], std::slice::from_ref(&w.task));
         assert_eq!(plan.writes[0].changes, vec![Change::DeclarationAccepted]);
     }
 
