@@ -26,3 +26,27 @@ async fn the_event_fixtures_answer_as_documented() {
     assert_eq!(created["task"]["at"], "2027-06-24T17:00:00Z");
     assert_eq!(code(&answer("create-naive-instant.json").await), "naive_instant");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reconcile_admin_and_runner_fixtures_are_what_the_functions_take() {
+    let webhook =
+        std::fs::read(local::moto::repo_root().join("infra/events/webhook-connector-installed.json")).unwrap();
+    let event = shared::domain::webhook::Event::parse(&webhook).unwrap();
+    assert_eq!(event.install_id(), "ins_1");
+
+    let batch = fixture("runner-sqs-batch.json");
+    let body = batch["Records"][0]["body"].as_str().unwrap();
+    let message: shared::domain::occurrence::RunMessage = serde_json::from_str(body).unwrap();
+    assert!(shared::domain::task::TaskId::parse(&message.task_id).is_some());
+    assert!(message.scheduled().is_some());
+
+    assert_eq!(fixture("reconcile-all.json")["op"], "reconcile_all");
+
+    // The admin fixtures name a task that does not exist here: they parse,
+    // pass the scope check and answer not_found.
+    let t = TestStack::start().await.unwrap();
+    for name in ["admin-get.json", "admin-approve.json", "admin-pause.json"] {
+        let answer = t.admin().handle(fixture(name), Utc::now()).await.unwrap();
+        assert_eq!(answer["error"]["code"], "not_found", "{name}: {answer}");
+    }
+}
