@@ -95,7 +95,14 @@ async fn batch(app: &App, event: SqsEvent) -> Value {
         }
         let body = record.body.as_deref().unwrap_or_default();
         match app.reconciler.work(body, Utc::now()).await {
-            Ok(_) => {}
+            Ok(summary) => {
+                for (kind, n) in &summary.changes {
+                    shared::adapters::metrics::count("ReconcileChanges", u64::from(*n), Some(("Kind", kind)));
+                }
+                if !summary.refused.is_empty() {
+                    shared::adapters::metrics::count("DeclarationsRefused", summary.refused.len() as u64, None);
+                }
+            }
             Err(shared::app::reconcile::ReconcileError::Malformed(reason)) => {
                 tracing::error!(message_id = %id, reason = %reason, "dropped a message that is not reconcile work");
             }

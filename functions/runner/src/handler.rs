@@ -11,6 +11,7 @@ use shared::adapters::bedrock::BedrockModel;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::events::EventBridgeNotifier;
 use shared::adapters::mcp::McpConnectors;
+use shared::adapters::metrics;
 use shared::app::run::{Disposition, RunSettings, Runner};
 use shared::config::RunnerConfig;
 
@@ -37,12 +38,37 @@ async fn deliver(app: &App, record: &SqsMessage, deadline: DateTime<Utc>) -> Opt
     let id = record.message_id.clone().unwrap_or_default();
     let body = record.body.as_deref().unwrap_or_default();
     match app.deliver(&id, body, Utc::now(), deadline).await {
-        Ok(Disposition::Busy) => Some(id),
-        Ok(_) => None,
+        Ok(disposition) => {
+            emit(&disposition);
+            (disposition == Disposition::Busy).then_some(id)
+        }
         Err(error) => {
             tracing::error!(message_id = %id, error = %shared::error_chain(&error), "delivery failed; returned to the queue");
             Some(id)
         }
+    }
+}
+
+/// The delivery's metrics (CloudWatch EMF).
+fn emit(disposition: &Disposition) {
+    use shared::domain::door::SkipReason;
+    use shared::domain::occurrence::RunStatus;
+    match disposition {
+        Disposition::Ran(status) => {
+            metrics::count("RunsStarted", 1, None);
+            match status {
+                RunStatus::Failed => metrics::count("RunsFailed", 1, None),
+                _ => metrics::count("RunsSucceeded", 1, None),
+            }
+        }
+        Disposition::Skipped(reason) => {
+            metrics::count("RunsSkipped", 1, Some(("Reason", reason.code())));
+            if *reason == SkipReason::BudgetExhausted {
+                metrics::count("BudgetRefusals", 1, None);
+            }
+        }
+        Disposition::Duplicate | Disposition::Busy => metrics::count("DuplicatesAbsorbed", 1, None),
+        Disposition::Malformed(_) => metrics::count("MalformedMessages", 1, None),
     }
 }
 

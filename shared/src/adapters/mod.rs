@@ -8,6 +8,7 @@ pub mod dynamo;
 pub mod events;
 pub mod keys;
 pub mod mcp;
+pub mod metrics;
 pub mod queue;
 pub mod runs;
 pub mod scheduler;

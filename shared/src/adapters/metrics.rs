@@ -1,0 +1,64 @@
+//! CloudWatch metrics in Embedded Metric Format: one JSON line on stdout per
+//! data point, which Lambda's log pipeline turns into a metric. No API call,
+//! no latency on the hot path.
+//!
+//! Namespace `ScheduledAgentTasks`. Runner: `RunsStarted`, `RunsSucceeded`,
+//! `RunsFailed`, `RunsSkipped` (dimension `Reason`), `DuplicatesAbsorbed`,
+//! `BudgetRefusals`. Reconcile: `ReconcileChanges` (dimension `Kind`),
+//! `DeclarationsRefused`.
+
+use std::io::Write;
+
+use serde_json::{Map, Value, json};
+
+pub const NAMESPACE: &str = "ScheduledAgentTasks";
+
+/// One EMF record: a count, with at most one dimension.
+pub fn record(name: &str, value: u64, dimension: Option<(&str, &str)>) -> Value {
+    let dimensions: Vec<Vec<&str>> = dimension.map(|(k, _)| vec![vec![k]]).unwrap_or_else(|| vec![vec![]]);
+    let mut line = Map::new();
+    line.insert(
+        "_aws".into(),
+        json!({
+            "Timestamp": chrono::Utc::now().timestamp_millis(),
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": dimensions,
+                "Metrics": [{"Name": name, "Unit": "Count"}],
+            }],
+        }),
+    );
+    if let Some((k, v)) = dimension {
+        line.insert(k.into(), Value::String(v.into()));
+    }
+    line.insert(name.into(), json!(value));
+    Value::Object(line)
+}
+
+/// Writes a count to stdout as EMF.
+pub fn count(name: &str, value: u64, dimension: Option<(&str, &str)>) {
+    let line = record(name, value, dimension);
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_embedded_metric_format() {
+        let r = record("RunsSkipped", 1, Some(("Reason", "paused")));
+        assert_eq!(r["_aws"]["CloudWatchMetrics"][0]["Namespace"], NAMESPACE);
+        assert_eq!(r["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["Reason"]]));
+        assert_eq!(
+            r["_aws"]["CloudWatchMetrics"][0]["Metrics"][0],
+            json!({"Name": "RunsSkipped", "Unit": "Count"})
+        );
+        assert_eq!(r["Reason"], "paused");
+        assert_eq!(r["RunsSkipped"], 1);
+        assert!(r["_aws"]["Timestamp"].as_i64().unwrap() > 0);
+        let plain = record("RunsStarted", 2, None);
+        assert_eq!(plain["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([[]]));
+    }
+}
