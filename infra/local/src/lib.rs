@@ -4,6 +4,7 @@
 //! the tests both stand on this crate.
 
 pub mod converse;
+pub mod dispatcher;
 pub mod everything;
 pub mod mcp_fixture;
 pub mod moto;

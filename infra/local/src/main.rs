@@ -1,26 +1,47 @@
-//! The main job, locally (README; SPEC §10): starts moto, creates the stack,
-//! runs the real `create` binary under the Lambda Runtime API emulator, and
-//! walks a chat backend's reminder through it, printing what it leaves in the
-//! table and in EventBridge Scheduler.
+//! The main job, locally (README; SPEC §10): the whole system on one machine.
+//! moto stands in for AWS, a scripted stand-in for Bedrock `Converse`, and
+//! the four real function binaries run under Lambda Runtime API emulators.
+//! A local dispatcher does what Scheduler, the SQS event sources and the
+//! platform would. It walks a reminder and a connector's standing work
+//! through their lives and prints a timeline and the final task items.
+//! `--serve` keeps everything up afterwards for `cargo lambda invoke`.
+
+// The SDK futures nest deeply; their layout needs more than the default depth.
+#![recursion_limit = "256"]
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::{FixedOffset, SecondsFormat, Utc};
-use local::LocalAws;
+use local::converse::ConverseStandIn;
+use local::dispatcher::Dispatcher;
+use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
 use local::runtime::{FunctionProcess, RuntimeApi};
+use local::{LocalAws, Stack};
 use serde_json::{Value, json};
 
 const CEILINGS: &str = r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#;
+const MODEL: &str = "anthropic.claude-3-5-haiku-20241022-v1:0";
 
-fn step(text: &str) {
-    println!("\n== {text}");
+struct Clock(Instant);
+
+impl Clock {
+    fn step(&self, text: &str) {
+        println!("\n[t+{:>5.1}s] == {text}", self.0.elapsed().as_secs_f64());
+    }
+}
+
+fn say(text: impl AsRef<str>) {
+    println!("           {}", text.as_ref());
 }
 
 fn show(label: &str, value: &Value) {
     let text = serde_json::to_string_pretty(value).unwrap_or_default();
-    println!("{label}:\n{text}");
+    println!("           {label}:");
+    for line in text.lines() {
+        println!("             {line}");
+    }
 }
 
 /// The function binaries are built beside this one.
@@ -34,136 +55,378 @@ fn binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+struct Function {
+    api: RuntimeApi,
+    _process: FunctionProcess,
+}
+
+/// Starts a function binary; its JSON logs and EMF metrics go to
+/// `target/local-logs/<name>.log`.
+async fn start(name: &str, env: &[(String, String)]) -> anyhow::Result<Function> {
+    let api = RuntimeApi::start(name, Duration::from_secs(120)).await?;
+    let logs = local::moto::repo_root().join("target/local-logs");
+    std::fs::create_dir_all(&logs)?;
+    let process = FunctionProcess::spawn(&binary(name)?, &api, name, env, Some(&logs.join(format!("{name}.log"))))?;
+    Ok(Function { api, _process: process })
+}
+
+fn weekly_marker(budget: f64, tools: &[&str]) -> Value {
+    json!({"version": 1,
+           "schedule": {"cron": "0 9 * * MON-FRI", "timezone": "Europe/Berlin"},
+           "tools": tools,
+           "limits": {"max_turns": 6, "max_tool_calls": 6, "max_output_tokens": 2000, "timeout_seconds": 120},
+           "budget": {"max_usd_per_run": budget, "max_usd_per_month": 5.0},
+           "needs": [{"id": "summary_channel", "description": "a chat channel to post the weekly summary in"}]})
+}
+
+fn weekly(marker: Value) -> local::mcp_fixture::FixturePrompt {
+    scheduled_prompt(
+        "weekly_summary",
+        marker,
+        &[("repo", true)],
+        "Summarise this week's new issues in {{repo}} and post the summary.",
+    )
+}
+
+fn sweep() -> local::mcp_fixture::FixturePrompt {
+    scheduled_prompt(
+        "stale_issue_sweep",
+        json!({"version": 1, "schedule": {"cron": "0 18 * * FRI", "timezone": "America/New_York"},
+               "tools": ["list_issues"], "budget": {"max_usd_per_run": 0.1, "max_usd_per_month": 2.0}}),
+        &[],
+        "List issues untouched for 30 days.",
+    )
+}
+
+async fn invoke(f: &Function, payload: Value) -> anyhow::Result<Value> {
+    f.api.invoke_ok(&payload).await
+}
+
+fn admin(op: &str, task_id: &str, extra: Value) -> Value {
+    let mut request = json!({"op": op, "principal": {"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]}, "task_id": task_id});
+    if let Some(map) = extra.as_object() {
+        for (k, v) in map {
+            request[k] = v.clone();
+        }
+    }
+    request
+}
+
+async fn item(aws: &LocalAws, stack: &Stack, pk: &str, sk: &str) -> anyhow::Result<Value> {
+    let out = aws_sdk_dynamodb::Client::new(&aws.sdk)
+        .get_item()
+        .table_name(&stack.names.table)
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(pk.into()))
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S(sk.into()))
+        .send()
+        .await?;
+    Ok(out.item.map(local::item_json).unwrap_or(Value::Null))
+}
+
+fn run_summary(record: &Value) -> Value {
+    json!({"status": record["status"], "reason": record["reason"], "usage": record["usage"],
+           "cost_usd": record["cost_usd"], "output": record["output"]})
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    step("Starting the local AWS (moto on loopback) and creating the stack");
+    let clock = Clock(Instant::now());
+    clock.step("Starting the local AWS (moto on loopback), the stack, and the Bedrock stand-in");
     let (aws, stack) = LocalAws::with_stack("local").await?;
-    println!("moto: {} (pid {})", aws.moto.endpoint(), aws.moto.pid());
-    println!(
-        "table {}, runs queue {}, schedule group {}",
-        stack.names.table, stack.names.runs_queue, stack.names.schedule_group
-    );
+    let model = ConverseStandIn::start().await?;
+    say(format!("moto: {} (pid {})", aws.moto.endpoint(), aws.moto.pid()));
+    say(format!(
+        "Bedrock is NOT called: Converse goes to a scripted stand-in at {} (AWS_ENDPOINT_URL_BEDROCK_RUNTIME). \
+         It calls the first tool it is offered once, then finishes; its answers are not a model's.",
+        model.endpoint()
+    ));
 
-    step("Starting the real `create` binary under the Lambda Runtime API emulator");
-    let api = RuntimeApi::start("create", Duration::from_secs(30)).await?;
+    clock.step("Starting the sample connector (MCP, two scheduled prompts) and a chat connector");
+    let issues = McpFixture::start(FixtureState {
+        prompts: vec![weekly(weekly_marker(0.25, &["list_issues", "post_summary"])), sweep()],
+        tools: vec![tool("list_issues"), tool("post_summary"), tool("close_issue")],
+        ..Default::default()
+    })
+    .await?;
+    let chat = McpFixture::start(FixtureState {
+        tools: vec![tool("post_message")],
+        ..Default::default()
+    })
+    .await?;
+    say(format!(
+        "issues connector: {}   chat connector: {}",
+        issues.url(),
+        chat.url()
+    ));
+
+    clock.step("Starting the four real function binaries under Lambda Runtime API emulators");
     let mut env = aws.sdk_env();
     env.extend(stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
     env.extend(
         [
-            ("AGENT_SCHEDULE_API_ENABLED", "true"),
-            ("AGENT_SCHEDULE_WORKER_ENABLED", "true"),
-            ("SCHEDULE_CEILINGS", CEILINGS),
-            ("RUST_LOG", "warn"),
+            ("AGENT_SCHEDULE_API_ENABLED", "true".to_owned()),
+            ("AGENT_SCHEDULE_WORKER_ENABLED", "true".to_owned()),
+            ("SCHEDULE_CEILINGS", CEILINGS.to_owned()),
+            ("MODEL_ID", MODEL.to_owned()),
+            (
+                "MODEL_PRICES",
+                json!({MODEL: {"input_per_mtok": 0.8, "output_per_mtok": 4.0}}).to_string(),
+            ),
+            ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", model.endpoint()),
+            ("RUST_LOG", "info".to_owned()),
         ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+        .map(|(k, v)| (k.to_owned(), v)),
     );
-    let _create = FunctionProcess::spawn(&binary("create")?, &api, "create", &env, None)?;
-    println!("runtime API on {}", api.address());
+    let create = start("create", &env).await?;
+    let runner = start("runner", &env).await?;
+    let reconcile = start("reconcile", &env).await?;
+    let admin_fn = start("admin", &env).await?;
+    let dispatch = Dispatcher {
+        sdk: &aws.sdk,
+        stack: &stack,
+        runner: &runner.api,
+        reconcile: &reconcile.api,
+    };
+    say("their JSON logs and EMF metrics: target/local-logs/<function>.log");
 
-    step("A chat backend asks for the tool descriptor");
-    let describe = api.invoke_ok(&json!({"op": "describe"})).await?;
-    show("descriptor.classification", &describe["descriptor"]["classification"]);
-
-    step("The user approved \"remind me in ten seconds\"; the chat backend calls create");
+    // ---- A reminder ----------------------------------------------------------
+    clock.step("A chat user approved \"remind me in five seconds\"; the chat backend invokes create");
     let now = Utc::now();
-    let berlin = FixedOffset::east_opt(3600).context("offset")?;
-    let at = (now + chrono::Duration::seconds(10)).with_timezone(&berlin);
-    let request = json!({
-        "op": "create",
-        "principal": {"id": "usr_123", "workspace": "ws_1", "scopes": ["schedule.write"]},
-        "idempotency_key": format!("call_{}", now.timestamp()),
-        "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard",
-                  "limits": {"max_turns": 6, "max_tool_calls": 0, "max_output_tokens": 2000, "timeout_seconds": 120}},
-        "approval": {"id": "apr_9", "approved_at": now.to_rfc3339_opts(SecondsFormat::Secs, true)},
-        "input": {"title": "Call mom", "instruction": "Remind me to call mom about Sunday.",
-                  "at": at.to_rfc3339_opts(SecondsFormat::Secs, false)}
-    });
-    show("request.input", &request["input"]);
-    let created = api.invoke_ok(&request).await?;
-    show("response", &created);
-    anyhow::ensure!(created["ok"] == true, "create refused the request");
-    let task_id = created["task"]["task_id"].as_str().context("task id")?.to_owned();
-
-    step("The chat backend retries the same call (a lost response)");
-    let replayed = api.invoke_ok(&request).await?;
-    println!(
-        "ok: {}, replayed: {}, same task: {}",
-        replayed["ok"],
-        replayed["replayed"],
-        replayed["task"]["task_id"] == task_id
-    );
-
-    step("A model that forgot the time zone is refused, and nothing is written");
-    let mut naive = request.clone();
-    naive["idempotency_key"] = json!("call_naive");
-    naive["input"]["at"] = json!(at.naive_local().format("%Y-%m-%dT%H:%M:%S").to_string());
-    let refused = api.invoke_ok(&naive).await?;
-    show("response", &refused);
-
-    step("The task item in DynamoDB");
-    let dynamo = aws_sdk_dynamodb::Client::new(&aws.sdk);
-    let items = dynamo.scan().table_name(&stack.names.table).send().await?;
-    println!(
-        "{} items in the table (the task and its idempotency record)",
-        items.items().len()
-    );
-    let item = dynamo
-        .get_item()
-        .table_name(&stack.names.table)
-        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("WS#ws_1".into()))
-        .key(
-            "sk",
-            aws_sdk_dynamodb::types::AttributeValue::S(format!("TASK#{task_id}")),
-        )
-        .send()
-        .await?
-        .item
-        .map(local::item_json)
-        .context("the task item")?;
-    show(&format!("WS#ws_1 / TASK#{task_id}"), &item);
-
-    step("Its one-time schedule in EventBridge Scheduler");
-    let schedule = aws_sdk_scheduler::Client::new(&aws.sdk)
-        .get_schedule()
-        .group_name(&stack.names.schedule_group)
-        .name(&task_id)
-        .send()
-        .await?;
-    let target = schedule.target();
-    show(
-        &format!("schedule {}/{task_id}", stack.names.schedule_group),
-        &json!({
-            "expression": schedule.schedule_expression(),
-            "timezone": schedule.schedule_expression_timezone(),
-            "flexible_time_window": schedule.flexible_time_window().map(|w| w.mode().as_str()),
-            "action_after_completion": schedule.action_after_completion().map(|a| a.as_str()),
-            "state": schedule.state().map(|s| s.as_str()),
-            "target": target.map(|t| t.arn()),
-            "role": target.map(|t| t.role_arn()),
-            "dead_letter_queue": target.and_then(|t| t.dead_letter_config()).and_then(|d| d.arn()),
-            "retry_policy": target.and_then(|t| t.retry_policy()).map(|r| json!({
-                "maximum_event_age_in_seconds": r.maximum_event_age_in_seconds(),
-                "maximum_retry_attempts": r.maximum_retry_attempts(),
-            })),
-            "input": target.and_then(|t| t.input()).and_then(|i| serde_json::from_str::<Value>(i).ok()),
+    let at = (now + chrono::Duration::seconds(5)).with_timezone(&FixedOffset::east_opt(3600).context("offset")?);
+    let created = invoke(
+        &create,
+        json!({
+            "op": "create",
+            "principal": {"id": "usr_123", "workspace": "ws_1", "scopes": ["schedule.write"]},
+            "idempotency_key": format!("call_{}", now.timestamp()),
+            "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard", "limits": {"max_turns": 2}},
+            "approval": {"id": "apr_9", "approved_at": now.to_rfc3339_opts(SecondsFormat::Secs, true)},
+            "input": {"title": "Call mom", "instruction": "Remind me to call mom about Sunday.",
+                      "at": at.to_rfc3339_opts(SecondsFormat::Secs, false)}
         }),
-    );
+    )
+    .await?;
+    show("create answered", &created);
+    let reminder_id = created["task"]["task_id"].as_str().context("task id")?.to_owned();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    clock.step("The reminder is due: the dispatcher fires its at() schedule into the runs queue");
+    for fired in dispatch.fire_due(Utc::now()).await? {
+        say(format!("fired {} for {}", fired.schedule, fired.scheduled_time));
+    }
+    dispatch.drain_runs().await?;
+    let occurrence = created["task"]["at"].as_str().unwrap_or_default().to_owned();
+    let record = item(
+        &aws,
+        &stack,
+        &format!("TASK#{reminder_id}"),
+        &format!("RUN#{occurrence}"),
+    )
+    .await?;
+    show("the runner's run record", &run_summary(&record));
 
-    if std::env::args().any(|a| a == "--serve") {
-        return serve(&env).await;
+    // ---- A connector's standing work ----------------------------------------
+    clock.step("The platform installs the chat and issues connectors (signed webhooks to reconcile)");
+    for (id, server, url) in [("ins_chat", "chat", chat.url()), ("ins_issues", "issues", issues.url())] {
+        let status = dispatch
+            .webhook(&json!({"type": "connector.installed", "workspace": "ws_1",
+                "install": {"id": id, "server": server, "url": url, "scope": "workspace", "account": "acct_1"}}))
+            .await?;
+        say(format!("connector.installed {id}: HTTP {status}"));
+    }
+    dispatch.drain_reconcile().await?;
+    let listed = invoke(
+        &admin_fn,
+        json!({"op": "list", "principal": {"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]}}),
+    )
+    .await?;
+    show("admin list", &listed["tasks"]);
+    let weekly_id = shared::domain::task::TaskId::for_connector("ws_1", "issues", "weekly_summary").to_string();
+    let sweep_id = shared::domain::task::TaskId::for_connector("ws_1", "issues", "stale_issue_sweep").to_string();
+    let got = invoke(&admin_fn, admin("get", &weekly_id, json!({}))).await?;
+    say(format!(
+        "weekly_summary: {}",
+        got["explanation"].as_str().unwrap_or_default()
+    ));
+
+    clock.step("A workspace admin approves both, binding the need to the chat connector");
+    let approved = invoke(
+        &admin_fn,
+        admin(
+            "approve",
+            &weekly_id,
+            json!({"expected_version": got["version"],
+        "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_chat"}}),
+        ),
+    )
+    .await?;
+    say(format!(
+        "weekly_summary: {}",
+        approved["explanation"].as_str().unwrap_or_default()
+    ));
+    let sweep_task = invoke(&admin_fn, admin("get", &sweep_id, json!({}))).await?;
+    let approved = invoke(
+        &admin_fn,
+        admin("approve", &sweep_id, json!({"expected_version": sweep_task["version"]})),
+    )
+    .await?;
+    say(format!(
+        "stale_issue_sweep: {}",
+        approved["explanation"].as_str().unwrap_or_default()
+    ));
+    let fires: Vec<String> = sweep_task["next_fires"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|f| {
+            format!(
+                "{} local{}",
+                f["local"].as_str().unwrap_or_default(),
+                f["note"].as_str().map(|n| format!(" ({n})")).unwrap_or_default()
+            )
+        })
+        .collect();
+    say(format!(
+        "stale_issue_sweep fires next (America/New_York): {}",
+        fires.join("; ")
+    ));
+
+    // Each fast-forward delivers the occurrence after the last one delivered.
+    let last_fired = std::cell::Cell::new(Utc::now());
+    let run_next = |label: &'static str, task: String| {
+        let dispatch = &dispatch;
+        let aws = &aws;
+        let stack = &stack;
+        let model = &model;
+        let last_fired = &last_fired;
+        async move {
+            let Some(fired) = dispatch.fire_next(&task, last_fired.get()).await? else {
+                say(format!(
+                    "{label}: its schedule is disabled; Scheduler would not fire it"
+                ));
+                return anyhow::Ok(());
+            };
+            last_fired.set(fired.scheduled_time);
+            say(format!(
+                "{label}: delivering the occurrence of {} now (the dispatcher fast-forwards)",
+                fired.scheduled_time
+            ));
+            dispatch.drain_runs().await?;
+            let key = shared::domain::occurrence::occurrence_key(fired.scheduled_time);
+            let record = item(aws, stack, &format!("TASK#{task}"), &format!("RUN#{key}")).await?;
+            show("run record", &run_summary(&record));
+            let offered: Vec<String> = model
+                .requests()
+                .await
+                .last()
+                .map(|(_, r)| {
+                    r["toolConfig"]["tools"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|t| t["toolSpec"]["name"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            say(format!("tools offered to the model: {}", offered.join(", ")));
+            anyhow::Ok(())
+        }
+    };
+
+    clock.step("weekly_summary runs on its schedule: prompts/get on the connector, then the agent loop");
+    run_next("weekly_summary", weekly_id.clone()).await?;
+
+    clock.step("A release widens the bounds (a new tool, a higher budget): it waits for the admin");
+    issues.state().write().await.prompts = vec![
+        weekly(weekly_marker(0.5, &["list_issues", "post_summary", "close_issue"])),
+        sweep(),
+    ];
+    dispatch
+        .webhook(&json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_issues"}}))
+        .await?;
+    dispatch.drain_reconcile().await?;
+    let got = invoke(&admin_fn, admin("get", &weekly_id, json!({}))).await?;
+    say(format!(
+        "weekly_summary: {}",
+        got["explanation"].as_str().unwrap_or_default()
+    ));
+    say("the old bounds keep running:");
+    run_next("weekly_summary", weekly_id.clone()).await?;
+
+    clock.step("The next release withdraws the prompt: the task is held, its schedule disabled");
+    issues.state().write().await.prompts = vec![sweep()];
+    dispatch
+        .webhook(&json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_issues"}}))
+        .await?;
+    dispatch.drain_reconcile().await?;
+    let got = invoke(&admin_fn, admin("get", &weekly_id, json!({}))).await?;
+    say(format!(
+        "weekly_summary: {}",
+        got["explanation"].as_str().unwrap_or_default()
+    ));
+    run_next("weekly_summary", weekly_id.clone()).await?;
+
+    clock.step("The prompt is restored: the hold lifts, the widening still waits; the admin approves it");
+    issues.state().write().await.prompts = vec![
+        weekly(weekly_marker(0.5, &["list_issues", "post_summary", "close_issue"])),
+        sweep(),
+    ];
+    dispatch
+        .webhook(&json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_issues"}}))
+        .await?;
+    dispatch.drain_reconcile().await?;
+    let got = invoke(&admin_fn, admin("get", &weekly_id, json!({}))).await?;
+    say(format!(
+        "weekly_summary: {}",
+        got["explanation"].as_str().unwrap_or_default()
+    ));
+    let approved = invoke(
+        &admin_fn,
+        admin("approve", &weekly_id, json!({"expected_version": got["version"]})),
+    )
+    .await?;
+    say(format!(
+        "approved: {}",
+        approved["explanation"].as_str().unwrap_or_default()
+    ));
+    run_next("weekly_summary", weekly_id.clone()).await?;
+
+    clock.step("Final task items");
+    for (label, pk, sk) in [
+        ("reminder", "WS#ws_1".to_owned(), format!("TASK#{reminder_id}")),
+        ("weekly_summary", "WS#ws_1".to_owned(), format!("TASK#{weekly_id}")),
+        ("stale_issue_sweep", "WS#ws_1".to_owned(), format!("TASK#{sweep_id}")),
+    ] {
+        let task = item(&aws, &stack, &pk, &sk).await?;
+        show(
+            label,
+            &json!({"task_id": task["task_id"], "kind": task["kind"], "state": task["state"], "version": task["version"],
+            "spec": {"schedule": task["spec"]["schedule"], "tools": task["spec"]["tools"], "budget": task["spec"]["budget"],
+                     "arguments": task["spec"]["arguments"], "bindings": task["spec"]["bindings"]},
+            "pending": task["pending"], "hold": task["hold"], "override": task["override"]}),
+        );
+    }
+    let events = stack.received_events(&aws.sdk).await?;
+    say(format!(
+        "\"Scheduled run finished\" events on the bus: {}",
+        events.len()
+    ));
+    for event in &events {
+        say(event["detail"].to_string());
     }
 
-    println!(
-        "\nmoto stores schedules but never fires them. The runner and the local dispatcher that \
-         delivers due schedules to it are the next step of the project; until then the run itself \
-         is not part of this walk-through."
-    );
+    if std::env::args().any(|a| a == "--serve") {
+        return serve(&env, &dispatch).await;
+    }
+    say("\nDone. Run with --serve to keep the stack up and invoke the functions yourself.");
     Ok(())
 }
 
-/// Keeps the stack up and writes the functions' environment to a file that
-/// `cargo lambda watch --env-file` reads, until Ctrl-C.
-async fn serve(env: &[(String, String)]) -> anyhow::Result<()> {
+/// Keeps everything up: writes the functions' environment for
+/// `cargo lambda watch --env-file`, and keeps dispatching due schedules and
+/// queues to the running binaries, until Ctrl-C.
+async fn serve(env: &[(String, String)], dispatch: &Dispatcher<'_>) -> anyhow::Result<()> {
     let path = local::moto::repo_root().join("target/local.env");
     let text: String = env
         .iter()
@@ -171,10 +434,26 @@ async fn serve(env: &[(String, String)]) -> anyhow::Result<()> {
         .map(|(k, v)| format!("{k}='{v}'\n"))
         .collect();
     std::fs::write(&path, text)?;
-    step("Serving until Ctrl-C");
-    println!("The functions' environment is in {}. In another shell:", path.display());
-    println!("  cargo lambda watch -A 127.0.0.1 --env-file {}", path.display());
-    println!("  cargo lambda invoke create --data-file infra/events/create-reminder.json");
-    tokio::signal::ctrl_c().await?;
-    Ok(())
+    println!(
+        "\n== Serving until Ctrl-C. The functions' environment is in {}.",
+        path.display()
+    );
+    println!("   In another shell:");
+    println!("     cargo lambda watch -A 127.0.0.1 --env-file target/local.env");
+    println!("     cargo lambda invoke create --data-file infra/events/create-reminder.json");
+    println!("     cargo lambda invoke admin --data-file infra/events/admin-get.json");
+    println!("   Due schedules and queued work keep flowing to the binaries started here.");
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = tick.tick() => {
+                for fired in dispatch.fire_due(Utc::now()).await? {
+                    println!("   fired {} for {}", fired.schedule, fired.scheduled_time);
+                }
+                dispatch.drain_runs().await?;
+                dispatch.drain_reconcile().await?;
+            }
+        }
+    }
 }

@@ -1,0 +1,282 @@
+//! The local dispatcher: what EventBridge Scheduler, SQS event source
+//! mappings and the platform do in AWS, done by hand against moto so the real
+//! function binaries run the whole loop locally (SPEC §10).
+//!
+//! - due schedules to the runs queue: moto stores schedules but never fires
+//!   them, so the dispatcher reads each schedule, fills in Scheduler's
+//!   context attributes and sends its input to the target queue (and deletes
+//!   a fired one-time schedule, as `ActionAfterCompletion=DELETE` would);
+//! - queue batches to the handlers: receive from the runs queue or the
+//!   reconcile FIFO queue, invoke the function with an SQS event, delete
+//!   what it acknowledged;
+//! - webhooks to reconcile: sign an event with the stack's Standard
+//!   Webhooks secret and invoke reconcile with a function URL request.
+
+use anyhow::Context;
+use aws_config::SdkConfig;
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use shared::domain::schedule::Expression;
+use shared::domain::schedule::preview::cron_fires;
+use shared::domain::webhook::WebhookSecret;
+
+use crate::Stack;
+use crate::runtime::RuntimeApi;
+
+pub struct Dispatcher<'a> {
+    pub sdk: &'a SdkConfig,
+    pub stack: &'a Stack,
+    pub runner: &'a RuntimeApi,
+    pub reconcile: &'a RuntimeApi,
+}
+
+/// A schedule the dispatcher fired.
+#[derive(Debug, Clone)]
+pub struct Fired {
+    pub schedule: String,
+    pub scheduled_time: DateTime<Utc>,
+}
+
+fn at_time(expression: &str) -> Option<DateTime<Utc>> {
+    let inner = expression.strip_prefix("at(")?.strip_suffix(')')?;
+    chrono::NaiveDateTime::parse_from_str(inner, "%Y-%m-%dT%H:%M:%S")
+        .ok()
+        .map(|t| t.and_utc())
+}
+
+impl Dispatcher<'_> {
+    fn scheduler(&self) -> aws_sdk_scheduler::Client {
+        aws_sdk_scheduler::Client::new(self.sdk)
+    }
+
+    fn sqs(&self) -> aws_sdk_sqs::Client {
+        aws_sdk_sqs::Client::new(self.sdk)
+    }
+
+    /// Sends one occurrence of a schedule to its target, as Scheduler would.
+    async fn deliver(&self, name: &str, scheduled: DateTime<Utc>) -> anyhow::Result<()> {
+        let schedule = self
+            .scheduler()
+            .get_schedule()
+            .group_name(&self.stack.names.schedule_group)
+            .name(name)
+            .send()
+            .await?;
+        let target = schedule.target().context("schedule without target")?;
+        let input = target
+            .input()
+            .unwrap_or_default()
+            .replace(
+                "<aws.scheduler.scheduled-time>",
+                &shared::domain::schedule::format_utc(scheduled),
+            )
+            .replace("<aws.scheduler.execution-id>", &uuid::Uuid::new_v4().to_string())
+            .replace("<aws.scheduler.attempt-number>", "1");
+        self.sqs()
+            .send_message()
+            .queue_url(&self.stack.runs_queue_url)
+            .message_body(input)
+            .send()
+            .await?;
+        Ok(())
+    }
+
+    /// Fires every enabled one-time schedule whose instant has come.
+    pub async fn fire_due(&self, now: DateTime<Utc>) -> anyhow::Result<Vec<Fired>> {
+        let listed = self
+            .scheduler()
+            .list_schedules()
+            .group_name(&self.stack.names.schedule_group)
+            .send()
+            .await?;
+        let mut fired = Vec::new();
+        for summary in listed.schedules() {
+            let name = summary.name().unwrap_or_default();
+            let schedule = self
+                .scheduler()
+                .get_schedule()
+                .group_name(&self.stack.names.schedule_group)
+                .name(name)
+                .send()
+                .await?;
+            let enabled = schedule.state().is_some_and(|s| s.as_str() == "ENABLED");
+            let Some(at) = schedule.schedule_expression().and_then(at_time) else {
+                continue;
+            };
+            if enabled && at <= now {
+                self.deliver(name, at).await?;
+                self.scheduler()
+                    .delete_schedule()
+                    .group_name(&self.stack.names.schedule_group)
+                    .name(name)
+                    .send()
+                    .await?;
+                fired.push(Fired {
+                    schedule: name.to_owned(),
+                    scheduled_time: at,
+                });
+            }
+        }
+        Ok(fired)
+    }
+
+    /// Fast-forwards a recurring schedule: delivers its next occurrence
+    /// after `after` now, whether or not its time has come. `None` when the
+    /// schedule is disabled (Scheduler would not fire it).
+    pub async fn fire_next(&self, name: &str, after: DateTime<Utc>) -> anyhow::Result<Option<Fired>> {
+        let schedule = self
+            .scheduler()
+            .get_schedule()
+            .group_name(&self.stack.names.schedule_group)
+            .name(name)
+            .send()
+            .await?;
+        if schedule.state().is_none_or(|s| s.as_str() != "ENABLED") {
+            return Ok(None);
+        }
+        let expression = Expression {
+            expression: schedule.schedule_expression().unwrap_or_default().to_owned(),
+            timezone: schedule.schedule_expression_timezone().unwrap_or("UTC").to_owned(),
+        };
+        let next = if expression.expression.starts_with("cron(") {
+            cron_fires(&expression, after, 1)?
+                .into_iter()
+                .find_map(|f| f.at)
+                .context("no next fire time")?
+        } else {
+            let rate = expression
+                .expression
+                .strip_prefix("rate(")
+                .and_then(|r| r.strip_suffix(')'))
+                .unwrap_or_default();
+            let (every, unit) = shared::domain::declaration::parse_rate(rate).context("a rate schedule")?;
+            let minutes = i64::from(every)
+                * match unit {
+                    shared::domain::schedule::RateUnit::Minutes => 1,
+                    shared::domain::schedule::RateUnit::Hours => 60,
+                    shared::domain::schedule::RateUnit::Days => 1440,
+                };
+            after + chrono::Duration::minutes(minutes)
+        };
+        self.deliver(name, next).await?;
+        Ok(Some(Fired {
+            schedule: name.to_owned(),
+            scheduled_time: next,
+        }))
+    }
+
+    /// Receives up to ten messages of a queue as an SQS event.
+    async fn receive(&self, queue_url: &str, arn: &str) -> anyhow::Result<(Value, Vec<(String, String)>)> {
+        let out = self
+            .sqs()
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+            .send()
+            .await?;
+        let mut handles = Vec::new();
+        let records: Vec<Value> = out
+            .messages()
+            .iter()
+            .map(|m| {
+                let id = m.message_id().unwrap_or_default().to_owned();
+                handles.push((id.clone(), m.receipt_handle().unwrap_or_default().to_owned()));
+                let mut attributes = json!({"ApproximateReceiveCount": "1"});
+                if let Some(group) = m
+                    .attributes()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+                {
+                    attributes["MessageGroupId"] = json!(group);
+                }
+                json!({"messageId": id, "receiptHandle": m.receipt_handle(), "body": m.body(),
+                       "attributes": attributes,
+                       "messageAttributes": {}, "eventSource": "aws:sqs", "eventSourceARN": arn,
+                       "awsRegion": crate::REGION})
+            })
+            .collect();
+        Ok((json!({"Records": records}), handles))
+    }
+
+    /// Feeds a queue to a function until it is empty or nothing is
+    /// acknowledged; returns the batch responses.
+    async fn drain(&self, queue_url: &str, arn: &str, function: &RuntimeApi) -> anyhow::Result<Vec<Value>> {
+        let mut responses = Vec::new();
+        for _ in 0..20 {
+            let (event, handles) = self.receive(queue_url, arn).await?;
+            if handles.is_empty() {
+                break;
+            }
+            let response = function.invoke_ok(&event).await?;
+            let failed: Vec<String> = response["batchItemFailures"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|f| f["itemIdentifier"].as_str().map(str::to_owned))
+                .collect();
+            for (id, handle) in &handles {
+                if failed.contains(id) {
+                    // Make it visible again at once, as a retry would later.
+                    self.sqs()
+                        .change_message_visibility()
+                        .queue_url(queue_url)
+                        .receipt_handle(handle)
+                        .visibility_timeout(0)
+                        .send()
+                        .await?;
+                } else {
+                    self.sqs()
+                        .delete_message()
+                        .queue_url(queue_url)
+                        .receipt_handle(handle)
+                        .send()
+                        .await?;
+                }
+            }
+            let stuck = failed.len() == handles.len();
+            responses.push(response);
+            if stuck {
+                break;
+            }
+        }
+        Ok(responses)
+    }
+
+    /// Delivers the runs queue to the runner.
+    pub async fn drain_runs(&self) -> anyhow::Result<Vec<Value>> {
+        self.drain(&self.stack.runs_queue_url, &self.stack.runs_queue_arn, self.runner)
+            .await
+    }
+
+    /// Delivers the reconcile work queue to reconcile.
+    pub async fn drain_reconcile(&self) -> anyhow::Result<Vec<Value>> {
+        self.drain(
+            &self.stack.reconcile_queue_url,
+            "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo",
+            self.reconcile,
+        )
+        .await
+    }
+
+    /// Signs an event as the platform would and posts it to reconcile's
+    /// function URL; returns the HTTP status it answered.
+    pub async fn webhook(&self, event: &Value) -> anyhow::Result<u16> {
+        let secret = WebhookSecret::parse(&self.stack.webhook_secret).context("the stack's webhook secret")?;
+        let body = event.to_string();
+        let id = format!("wh_{}", uuid::Uuid::new_v4().simple());
+        let now = Utc::now().timestamp();
+        let request = json!({
+            "version": "2.0", "routeKey": "$default", "rawPath": "/", "rawQueryString": "",
+            "headers": {"content-type": "application/json", "webhook-id": id, "webhook-timestamp": now.to_string(),
+                        "webhook-signature": secret.sign(&id, now, body.as_bytes())},
+            "requestContext": {"accountId": "anonymous", "apiId": "local", "domainName": "localhost", "domainPrefix": "local",
+                               "requestId": id, "routeKey": "$default", "stage": "$default", "time": "", "timeEpoch": now * 1000,
+                               "http": {"method": "POST", "path": "/", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "platform"}},
+            "body": body, "isBase64Encoded": false
+        });
+        let response = self.reconcile.invoke_ok(&request).await?;
+        Ok(response["statusCode"].as_u64().unwrap_or_default() as u16)
+    }
+}

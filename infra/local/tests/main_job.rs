@@ -1,0 +1,33 @@
+//! The README's main job, run as a person runs it: the `local` binary with
+//! the four function binaries beside it. It must finish and tell the story
+//! the README promises.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+#[test]
+fn the_main_job_walks_the_whole_loop() {
+    let out = Command::new(env!("CARGO_BIN_EXE_local"))
+        .output()
+        .expect("the main job starts");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "Bedrock is NOT called",
+        "connector.installed ins_issues: HTTP 202",
+        "weekly_summary: waits for an admin to approve it before its first run",
+        "a release waits for an admin to approve: tools raised",
+        "skipped: held, withdrawn",
+        "its schedule is disabled; Scheduler would not fire it",
+        "tools offered to the model: issues__list_issues, issues__post_summary, issues__close_issue, chat__post_message",
+        "\"Scheduled run finished\" events on the bus: 4",
+    ] {
+        assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
+    }
+}
