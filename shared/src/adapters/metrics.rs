@@ -13,9 +13,10 @@ use serde_json::{Map, Value, json};
 
 pub const NAMESPACE: &str = "ScheduledAgentTasks";
 
-/// One EMF record: a count, with at most one dimension.
+/// One EMF record: a count, with at most one dimension. A dimensioned count
+/// is also published without the dimension, so one alarm watches the total.
 pub fn record(name: &str, value: u64, dimension: Option<(&str, &str)>) -> Value {
-    let dimensions: Vec<Vec<&str>> = dimension.map(|(k, _)| vec![vec![k]]).unwrap_or_else(|| vec![vec![]]);
+    let dimensions: Vec<Vec<&str>> = dimension.map(|(k, _)| vec![vec![k], vec![]]).unwrap_or_else(|| vec![vec![]]);
     let mut line = Map::new();
     line.insert(
         "_aws".into(),
@@ -50,7 +51,7 @@ mod tests {
     fn records_are_embedded_metric_format() {
         let r = record("RunsSkipped", 1, Some(("Reason", "paused")));
         assert_eq!(r["_aws"]["CloudWatchMetrics"][0]["Namespace"], NAMESPACE);
-        assert_eq!(r["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["Reason"]]));
+        assert_eq!(r["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["Reason"], []]));
         assert_eq!(
             r["_aws"]["CloudWatchMetrics"][0]["Metrics"][0],
             json!({"Name": "RunsSkipped", "Unit": "Count"})
