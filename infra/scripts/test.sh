@@ -17,8 +17,16 @@ if cargo tree -p shared --no-default-features -e normal --prefix none | grep -q 
   echo "shared without its aws feature depends on an AWS crate" >&2
   exit 1
 fi
-echo "== template"
+echo "== template: cfn-lint, on the SAM template and on its offline translation; sam validate --lint; checkov"
+infra/scripts/venv.sh checkov
+infra/scripts/venv.sh sam
 cfn-lint template.yaml
+mkdir -p target
+python infra/python/translate_template.py template.yaml > target/template.translated.json
+cfn-lint target/template.translated.json
+SAM_CLI_TELEMETRY=0 .venv-sam/bin/sam validate --lint
+# Every skipped check carries its reason in the template's Metadata.
+.venv-checkov/bin/checkov --skip-download --quiet --compact -f template.yaml
 echo "== tests"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Creates .venv with the pinned Python tools: moto (the local AWS), cfn-lint
-# and aws-sam-translator. Re-installs only when the pins change.
+# Creates a pinned Python venv; re-installs only when its pins change.
+#   venv.sh          .venv          moto, cfn-lint, aws-sam-translator, mcp (tests, main job)
+#   venv.sh checkov  .venv-checkov  checkov (its boto3 pins clash with SAM CLI's)
+#   venv.sh sam      .venv-sam      aws-sam-cli and cargo-lambda (sam validate, sam build)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-venv="$root/.venv"
-requirements="$root/infra/python/requirements.txt"
-constraints="$root/infra/python/constraints.txt"
+case "${1:-main}" in
+  main) venv="$root/.venv"; pins="$root/infra/python" ;;
+  checkov) venv="$root/.venv-checkov"; pins="$root/infra/python/checkov" ;;
+  sam) venv="$root/.venv-sam"; pins="$root/infra/python/sam" ;;
+  *) echo "usage: venv.sh [main|checkov|sam]" >&2; exit 2 ;;
+esac
 stamp="$venv/.installed"
-want="$(cat "$requirements" "$constraints" | sha256sum | cut -d' ' -f1)"
+want="$(cat "$pins/requirements.txt" "$pins/constraints.txt" | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-echo "Installing the pinned Python tools into .venv ..." >&2
+echo "Installing pinned Python tools into $(basename "$venv") ..." >&2
 python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements" -c "$constraints"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r "$pins/requirements.txt" -c "$pins/constraints.txt"
 echo "$want" > "$stamp"
