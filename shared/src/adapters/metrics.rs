@@ -16,7 +16,9 @@ pub const NAMESPACE: &str = "ScheduledAgentTasks";
 /// One EMF record: a count, with at most one dimension. A dimensioned count
 /// is also published without the dimension, so one alarm watches the total.
 pub fn record(name: &str, value: u64, dimension: Option<(&str, &str)>) -> Value {
-    let dimensions: Vec<Vec<&str>> = dimension.map(|(k, _)| vec![vec![k], vec![]]).unwrap_or_else(|| vec![vec![]]);
+    let dimensions: Vec<Vec<&str>> = dimension
+        .map(|(k, _)| vec![vec![k], vec![]])
+        .unwrap_or_else(|| vec![vec![]]);
     let mut line = Map::new();
     line.insert(
         "_aws".into(),

@@ -187,6 +187,16 @@ impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
     /// Answers one invoke payload. Refusals are `ok: false` answers;
     /// internal failures are errors (the caller retries).
     pub async fn handle(&self, payload: Value, now: DateTime<Utc>) -> Result<Value, AdminError> {
+        // A request may name the workspace it acts in; it must be the
+        // principal's own (tasks are only ever looked up there).
+        let named = payload.get("workspace").and_then(Value::as_str).map(str::to_owned);
+        let own = payload
+            .pointer("/principal/workspace")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if named.is_some() && named != own {
+            return Ok(refused(AdminRefusal::Forbidden));
+        }
         let request: Request = match serde_json::from_value(payload) {
             Ok(r) => r,
             Err(e) => return Ok(refused(AdminRefusal::InvalidRequest(format!("malformed request: {e}")))),
