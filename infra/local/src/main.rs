@@ -334,53 +334,47 @@ async fn main() -> anyhow::Result<()> {
         }
     };
 
+    // A release of the issues connector: new declarations, the platform's
+    // list_changed webhook, reconcile's work, and the admin's view after.
+    let release = |prompts: Vec<local::mcp_fixture::FixturePrompt>| {
+        let (issues, dispatch, admin_fn, weekly_id) = (&issues, &dispatch, &admin_fn, &weekly_id);
+        async move {
+            issues.state().write().await.prompts = prompts;
+            dispatch
+                .webhook(&json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_issues"}}))
+                .await?;
+            dispatch.drain_reconcile().await?;
+            let got = invoke(admin_fn, admin("get", weekly_id, json!({}))).await?;
+            say(format!(
+                "weekly_summary: {}",
+                got["explanation"].as_str().unwrap_or_default()
+            ));
+            anyhow::Ok(got)
+        }
+    };
+
     clock.step("weekly_summary runs on its schedule: prompts/get on the connector, then the agent loop");
     run_next("weekly_summary", weekly_id.clone()).await?;
 
     clock.step("A release widens the bounds (a new tool, a higher budget): it waits for the admin");
-    issues.state().write().await.prompts = vec![
+    release(vec![
         weekly(weekly_marker(0.5, &["list_issues", "post_summary", "close_issue"])),
         sweep(),
-    ];
-    dispatch
-        .webhook(&json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_issues"}}))
-        .await?;
-    dispatch.drain_reconcile().await?;
-    let got = invoke(&admin_fn, admin("get", &weekly_id, json!({}))).await?;
-    say(format!(
-        "weekly_summary: {}",
-        got["explanation"].as_str().unwrap_or_default()
-    ));
+    ])
+    .await?;
     say("the old bounds keep running:");
     run_next("weekly_summary", weekly_id.clone()).await?;
 
     clock.step("The next release withdraws the prompt: the task is held, its schedule disabled");
-    issues.state().write().await.prompts = vec![sweep()];
-    dispatch
-        .webhook(&json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_issues"}}))
-        .await?;
-    dispatch.drain_reconcile().await?;
-    let got = invoke(&admin_fn, admin("get", &weekly_id, json!({}))).await?;
-    say(format!(
-        "weekly_summary: {}",
-        got["explanation"].as_str().unwrap_or_default()
-    ));
+    release(vec![sweep()]).await?;
     run_next("weekly_summary", weekly_id.clone()).await?;
 
     clock.step("The prompt is restored: the hold lifts, the widening still waits; the admin approves it");
-    issues.state().write().await.prompts = vec![
+    let got = release(vec![
         weekly(weekly_marker(0.5, &["list_issues", "post_summary", "close_issue"])),
         sweep(),
-    ];
-    dispatch
-        .webhook(&json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_issues"}}))
-        .await?;
-    dispatch.drain_reconcile().await?;
-    let got = invoke(&admin_fn, admin("get", &weekly_id, json!({}))).await?;
-    say(format!(
-        "weekly_summary: {}",
-        got["explanation"].as_str().unwrap_or_default()
-    ));
+    ])
+    .await?;
     let approved = invoke(
         &admin_fn,
         admin("approve", &weekly_id, json!({"expected_version": got["version"]})),

@@ -283,11 +283,9 @@ impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
                 note,
                 ..
             } => {
-                self.change(&principal, &task_id, expected_version, now, |task, _| {
-                    set_override(task, &principal, now, |o| {
-                        o.paused = true;
-                        o.note = note;
-                    })
+                self.set(&principal, &task_id, expected_version, now, |o| {
+                    o.paused = true;
+                    o.note = note;
                 })
                 .await
             }
@@ -296,11 +294,9 @@ impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
                 expected_version,
                 ..
             } => {
-                self.change(&principal, &task_id, expected_version, now, |task, _| {
-                    set_override(task, &principal, now, |o| {
-                        o.paused = false;
-                        o.note = None;
-                    })
+                self.set(&principal, &task_id, expected_version, now, |o| {
+                    o.paused = false;
+                    o.note = None;
                 })
                 .await
             }
@@ -310,11 +306,9 @@ impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
                 note,
                 ..
             } => {
-                self.change(&principal, &task_id, expected_version, now, |task, _| {
-                    set_override(task, &principal, now, |o| {
-                        o.deleted = true;
-                        o.note = note;
-                    })
+                self.set(&principal, &task_id, expected_version, now, |o| {
+                    o.deleted = true;
+                    o.note = note;
                 })
                 .await
             }
@@ -323,12 +317,25 @@ impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
                 expected_version,
                 ..
             } => {
-                self.change(&principal, &task_id, expected_version, now, |task, _| {
-                    set_override(task, &principal, now, |o| o.deleted = false)
-                })
-                .await
+                self.set(&principal, &task_id, expected_version, now, |o| o.deleted = false)
+                    .await
             }
         }
+    }
+
+    /// Changes the admin's overrides of a task.
+    async fn set(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        expected_version: u64,
+        now: DateTime<Utc>,
+        edit: impl FnOnce(&mut Overrides),
+    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
+        self.change(principal, task_id, expected_version, now, |task, _| {
+            set_override(task, principal, now, edit)
+        })
+        .await
     }
 
     /// Reads, checks the version, applies `edit`, writes conditionally, and

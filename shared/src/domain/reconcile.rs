@@ -16,7 +16,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::Value;
 
 use super::declaration::{self, Declaration};
-use super::hold::{Hold, HoldReason};
+use super::hold::HoldReason;
 use super::install::Install;
 use super::limits::Ceilings;
 use super::schedule::cron::Cron;
@@ -344,37 +344,26 @@ pub fn plan(
         let declared = declared_spec(&declaration);
         match existing {
             None => {
-                let mut hold = Hold::default();
-                hold.place(
-                    HoldReason::AwaitingApproval,
-                    now,
-                    "a new scheduled prompt waits for an admin's approval",
-                );
-                let task = Task {
-                    task_id: id,
-                    workspace: install.workspace.clone(),
-                    kind: TaskKind::Connector,
-                    provenance: Provenance::Connector {
+                let mut task = Task::new(
+                    id,
+                    install.workspace.clone(),
+                    TaskKind::Connector,
+                    Provenance::Connector {
                         install_id: install.install_id.clone(),
                         server: install.server.clone(),
                         prompt: prompt.name.clone(),
                     },
-                    title: prompt.name.clone(),
-                    instruction: None,
-                    spec: declared,
-                    pending: None,
-                    hold,
-                    overrides: None,
-                    approval: None,
-                    completed_at: None,
-                    prompt_arguments: prompt.arguments.clone(),
-                    declaration_error: None,
-                    claims: BTreeMap::new(),
-                    budget_used: BTreeMap::new(),
-                    version: 1,
-                    created_at: now,
-                    updated_at: now,
-                };
+                    prompt.name.clone(),
+                    None,
+                    declared,
+                    now,
+                );
+                task.hold.place(
+                    HoldReason::AwaitingApproval,
+                    now,
+                    "a new scheduled prompt waits for an admin's approval",
+                );
+                task.prompt_arguments = prompt.arguments.clone();
                 plan.writes.push(Write {
                     task,
                     read_version: None,
@@ -524,6 +513,7 @@ pub fn rebind(tasks: &[Task], installs: &BTreeMap<String, Install>, now: DateTim
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::hold::Hold;
     use crate::domain::install::{InstallScope, InstallStatus};
     use crate::domain::limits::Limits;
     use crate::domain::overrides::Overrides;

@@ -16,7 +16,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::approval::Approval;
-use super::hold::Hold;
 use super::idempotency::{Fingerprint, IdempotencyRecord};
 use super::limits::{Ceilings, RequestedLimits};
 use super::schedule::{self, InstantError, Schedule};
@@ -268,29 +267,19 @@ impl CheckedRequest {
             }),
             scopes: BTreeSet::new(),
         };
-        let task = Task {
-            task_id: task_id.clone(),
-            workspace: principal.workspace.clone(),
-            kind: TaskKind::Reminder,
-            provenance: Provenance::User {
+        let mut task = Task::new(
+            task_id.clone(),
+            principal.workspace.clone(),
+            TaskKind::Reminder,
+            Provenance::User {
                 principal: principal.id.clone(),
             },
-            title: input.title,
-            instruction: Some(input.instruction),
+            input.title,
+            Some(input.instruction),
             spec,
-            pending: None,
-            hold: Hold::default(),
-            overrides: None,
-            approval: Some(self.approval),
-            completed_at: None,
-            prompt_arguments: BTreeMap::new(),
-            declaration_error: None,
-            claims: BTreeMap::new(),
-            budget_used: BTreeMap::new(),
-            version: 1,
-            created_at: now,
-            updated_at: now,
-        };
+            now,
+        );
+        task.approval = Some(self.approval);
         let record = IdempotencyRecord {
             principal: principal.id,
             key: idempotency_key,

@@ -211,6 +211,42 @@ pub struct Task {
 }
 
 impl Task {
+    /// A new task at version 1, with no runtime state yet: no hold, no
+    /// override, no pending change, no claims.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        task_id: TaskId,
+        workspace: String,
+        kind: TaskKind,
+        provenance: Provenance,
+        title: String,
+        instruction: Option<String>,
+        spec: Spec,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            task_id,
+            workspace,
+            kind,
+            provenance,
+            title,
+            instruction,
+            spec,
+            pending: None,
+            hold: Hold::default(),
+            overrides: None,
+            approval: None,
+            completed_at: None,
+            prompt_arguments: BTreeMap::new(),
+            declaration_error: None,
+            claims: BTreeMap::new(),
+            budget_used: BTreeMap::new(),
+            version: 1,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
     /// The derived state. A tombstone wins over everything; a finished
     /// one-time task is completed whatever else is set; an admin's pause is
     /// shown before the runtime's hold, since it is the one a person must undo.
