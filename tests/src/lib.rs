@@ -181,7 +181,6 @@ use shared::adapters::events::EventBridgeNotifier;
 use shared::adapters::mcp::McpConnectors;
 use shared::app::run::{RunSettings, Runner};
 use shared::domain::budget::{Price, Prices};
-use shared::domain::hold::Hold;
 use shared::domain::install::{Install, InstallScope, InstallStatus};
 use shared::domain::schedule::Schedule;
 use shared::domain::task::{Budget, Provenance, Spec, Task, TaskId, TaskKind};
@@ -292,16 +291,16 @@ pub fn limits() -> Limits {
 
 /// A reminder due at `at`, as create would have written it.
 pub fn reminder(at: DateTime<Utc>) -> Task {
-    Task {
-        task_id: TaskId::for_reminder("ws_1", "usr_123", &uuid_like(at)),
-        workspace: "ws_1".into(),
-        kind: TaskKind::Reminder,
-        provenance: Provenance::User {
+    Task::new(
+        TaskId::for_reminder("ws_1", "usr_123", &uuid_like(at)),
+        "ws_1".into(),
+        TaskKind::Reminder,
+        Provenance::User {
             principal: "usr_123".into(),
         },
-        title: "Call mom".into(),
-        instruction: Some("Remind me to call mom about Sunday.".into()),
-        spec: Spec {
+        "Call mom".into(),
+        Some("Remind me to call mom about Sunday.".into()),
+        Spec {
             schedule: Schedule::At { at },
             tools: BTreeSet::new(),
             limits: limits(),
@@ -312,19 +311,8 @@ pub fn reminder(at: DateTime<Utc>) -> Task {
             agent: None,
             scopes: BTreeSet::new(),
         },
-        pending: None,
-        hold: Hold::default(),
-        overrides: None,
-        approval: None,
-        completed_at: None,
-        prompt_arguments: BTreeMap::new(),
-        declaration_error: None,
-        claims: BTreeMap::new(),
-        budget_used: BTreeMap::new(),
-        version: 1,
-        created_at: at,
-        updated_at: at,
-    }
+        at,
+    )
 }
 
 fn uuid_like(at: DateTime<Utc>) -> String {

@@ -50,19 +50,26 @@ impl Dispatcher<'_> {
         aws_sdk_scheduler::Client::new(self.sdk)
     }
 
+    async fn schedule(
+        &self,
+        name: &str,
+    ) -> anyhow::Result<aws_sdk_scheduler::operation::get_schedule::GetScheduleOutput> {
+        Ok(self
+            .scheduler()
+            .get_schedule()
+            .group_name(&self.stack.names.schedule_group)
+            .name(name)
+            .send()
+            .await?)
+    }
+
     fn sqs(&self) -> aws_sdk_sqs::Client {
         aws_sdk_sqs::Client::new(self.sdk)
     }
 
     /// Sends one occurrence of a schedule to its target, as Scheduler would.
     async fn deliver(&self, name: &str, scheduled: DateTime<Utc>) -> anyhow::Result<()> {
-        let schedule = self
-            .scheduler()
-            .get_schedule()
-            .group_name(&self.stack.names.schedule_group)
-            .name(name)
-            .send()
-            .await?;
+        let schedule = self.schedule(name).await?;
         let target = schedule.target().context("schedule without target")?;
         let input = target
             .input()
@@ -93,13 +100,7 @@ impl Dispatcher<'_> {
         let mut fired = Vec::new();
         for summary in listed.schedules() {
             let name = summary.name().unwrap_or_default();
-            let schedule = self
-                .scheduler()
-                .get_schedule()
-                .group_name(&self.stack.names.schedule_group)
-                .name(name)
-                .send()
-                .await?;
+            let schedule = self.schedule(name).await?;
             let enabled = schedule.state().is_some_and(|s| s.as_str() == "ENABLED");
             let Some(at) = schedule.schedule_expression().and_then(at_time) else {
                 continue;
@@ -125,13 +126,7 @@ impl Dispatcher<'_> {
     /// after `after` now, whether or not its time has come. `None` when the
     /// schedule is disabled (Scheduler would not fire it).
     pub async fn fire_next(&self, name: &str, after: DateTime<Utc>) -> anyhow::Result<Option<Fired>> {
-        let schedule = self
-            .scheduler()
-            .get_schedule()
-            .group_name(&self.stack.names.schedule_group)
-            .name(name)
-            .send()
-            .await?;
+        let schedule = self.schedule(name).await?;
         if schedule.state().is_none_or(|s| s.as_str() != "ENABLED") {
             return Ok(None);
         }
