@@ -40,6 +40,8 @@ struct Invocation {
 
 struct Shared {
     function_name: String,
+    /// When the function first asked for an invocation: its init is over.
+    first_poll: std::sync::Mutex<Option<std::time::Instant>>,
     next: Mutex<mpsc::Receiver<Invocation>>,
     waiting: Mutex<HashMap<String, oneshot::Sender<Outcome>>>,
     init_error: Mutex<Option<Value>>,
@@ -55,6 +57,9 @@ pub struct RuntimeApi {
 }
 
 async fn next(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    if let Ok(mut first) = shared.first_poll.lock() {
+        first.get_or_insert_with(std::time::Instant::now);
+    }
     let invocation = shared.next.lock().await.recv().await;
     let Some(invocation) = invocation else {
         return (StatusCode::GONE, HeaderMap::new(), Bytes::new());
@@ -117,6 +122,7 @@ impl RuntimeApi {
         let (sender, receiver) = mpsc::channel(64);
         let shared = Arc::new(Shared {
             function_name: function_name.to_owned(),
+            first_poll: std::sync::Mutex::new(None),
             next: Mutex::new(receiver),
             waiting: Mutex::default(),
             init_error: Mutex::default(),
@@ -144,6 +150,11 @@ impl RuntimeApi {
     /// `host:port`, for `AWS_LAMBDA_RUNTIME_API`.
     pub fn address(&self) -> String {
         self.addr.to_string()
+    }
+
+    /// When the function first polled for work (its init finished), once it has.
+    pub fn first_poll(&self) -> Option<std::time::Instant> {
+        self.shared.first_poll.lock().ok().and_then(|f| *f)
     }
 
     /// The error the function reported at start, if any.
@@ -227,6 +238,21 @@ impl FunctionProcess {
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
         Ok(Self { child })
+    }
+
+    /// The process id, to read its CPU time from `/proc`.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// User plus system CPU time the process has used so far (Linux).
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
+        // Fields after the command name (which may hold spaces) start after ')'.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // Linux reports in clock ticks of 1/100 s (USER_HZ).
+        Some(Duration::from_millis(ticks * 10))
     }
 
     /// Waits for the process to exit (it only does on a start-up failure).
