@@ -11,7 +11,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
 
-use super::dynamo::{DynamoStore, Item, read_item, request_error, task_item, to_item};
+use super::dynamo::{DynamoStore, Item, read_item, request_error, task_item, to_item, written};
 use super::keys::{Key, PK, SK};
 use crate::domain::install::Install;
 use crate::domain::reconcile::Write;
@@ -152,16 +152,11 @@ impl TaskCatalog for DynamoStore {
             .expression_attribute_names("#version", "version")
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(Versioned::Written),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(Versioned::Conflict)
-            }
-            Err(e) => Err(request_error("UpdateItem", e)),
-        }
+        Ok(if written("UpdateItem", result)? {
+            Versioned::Written
+        } else {
+            Versioned::Conflict
+        })
     }
 
     async fn seen_delivery(&self, webhook_id: &str) -> Result<bool, StoreError> {
@@ -198,15 +193,6 @@ impl TaskCatalog for DynamoStore {
             .expression_attribute_names("#pk", PK)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(request_error("PutItem", e)),
-        }
+        written("PutItem", result)
     }
 }

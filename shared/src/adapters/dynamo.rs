@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use serde::Serialize;
@@ -83,6 +84,21 @@ fn from_item<T: DeserializeOwned>(item: Item, what: &str) -> Result<T, StoreErro
     })
 }
 
+/// A conditional write's outcome: `true` written, `false` its condition
+/// failed (a domain outcome for the caller to name); any other failure is an
+/// error of `operation`.
+pub(crate) fn written<O, E, R>(operation: &'static str, result: Result<O, SdkError<E, R>>) -> Result<bool, StoreError>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(e) if e.as_service_error().and_then(|e| e.code()) == Some("ConditionalCheckFailedException") => Ok(false),
+        Err(e) => Err(request(operation, e)),
+    }
+}
+
 /// A domain value as an item under `key`, with its entity name.
 pub fn to_item<T: Serialize>(value: &T, key: &Key, entity: &str) -> Result<Item, StoreError> {
     let mut item: Item = serde_dynamo::to_item(value).map_err(|e| StoreError::Corrupt {
@@ -152,16 +168,11 @@ impl DynamoStore {
             .expression_attribute_names("#pk", PK)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(Inserted::Created),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(Inserted::KeyTaken)
-            }
-            Err(e) => Err(request("PutItem", e)),
-        }
+        Ok(if written("PutItem", result)? {
+            Inserted::Created
+        } else {
+            Inserted::KeyTaken
+        })
     }
 
     /// Writes an install as the platform reported it.

@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{
 };
 use chrono::{DateTime, Duration, Utc};
 
-use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item};
+use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item, written};
 use super::keys::{Key, PK, SK};
 use crate::domain::install::Install;
 use crate::domain::occurrence::{RunRecord, RunStatus, cap_output};
@@ -224,17 +224,8 @@ impl RunStore for DynamoStore {
             .expression_attribute_names("#pk", PK)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            // The occurrence already has a record: a real run's is never overwritten.
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(request_error("PutItem", e)),
-        }
+        // The occurrence already has a record: a real run's is never overwritten.
+        written("PutItem", result).map(|_| ())
     }
 
     async fn claim_notification(&self, request: &ClaimRequest<'_>) -> Result<bool, StoreError> {
@@ -253,16 +244,7 @@ impl RunStore for DynamoStore {
             .expression_attribute_values(":now", n(request.now.timestamp()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(request_error("UpdateItem", e)),
-        }
+        written("UpdateItem", result)
     }
 
     async fn mark_notified(&self, workspace: &str, task_id: &TaskId, occurrence: &str) -> Result<(), StoreError> {
@@ -278,16 +260,7 @@ impl RunStore for DynamoStore {
             .expression_attribute_values(":true", AttributeValue::Bool(true))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(request_error("UpdateItem", e)),
-        }
+        written("UpdateItem", result).map(|_| ())
     }
 
     async fn record_malformed(

@@ -170,29 +170,10 @@ pub fn parse(
     }
 
     raw.limits.check()?;
-    let limits = ceilings.derive(&raw.limits);
-    let declared = [
-        ("max_turns", raw.limits.max_turns, limits.max_turns),
-        ("max_tool_calls", raw.limits.max_tool_calls, limits.max_tool_calls),
-        (
-            "max_output_tokens",
-            raw.limits.max_output_tokens,
-            limits.max_output_tokens,
-        ),
-        ("timeout_seconds", raw.limits.timeout_seconds, limits.timeout_seconds),
-    ];
-    for (name, asked, granted) in declared {
-        if let Some(asked) = asked
-            && asked > granted
-        {
-            return Err(LimitError::AboveCeiling {
-                name,
-                value: asked,
-                ceiling: granted,
-            }
-            .into());
-        }
-    }
+    // Declared limits stand as declared (a missing one takes the ceiling)
+    // and must be within the ceilings.
+    let limits = ceilings.fill(&raw.limits);
+    limits.check_within(ceilings)?;
 
     let budget = raw
         .budget

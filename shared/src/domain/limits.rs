@@ -113,6 +113,18 @@ impl Ceilings {
         self.0
     }
 
+    /// Limits as requested, a missing one taking the ceiling; not capped
+    /// (a declaration above a ceiling is refused, not trimmed).
+    pub fn fill(&self, requested: &RequestedLimits) -> Limits {
+        let c = self.0;
+        Limits {
+            max_turns: requested.max_turns.unwrap_or(c.max_turns),
+            max_tool_calls: requested.max_tool_calls.unwrap_or(c.max_tool_calls),
+            max_output_tokens: requested.max_output_tokens.unwrap_or(c.max_output_tokens),
+            timeout_seconds: requested.timeout_seconds.unwrap_or(c.timeout_seconds),
+        }
+    }
+
     /// The limits a task gets from what its agent asked for: each the minimum
     /// of the request and the ceiling; a missing request takes the ceiling.
     pub fn derive(&self, requested: &RequestedLimits) -> Limits {
