@@ -2,14 +2,17 @@
 # Creates a pinned Python venv; re-installs only when its pins change.
 #   venv.sh          .venv          moto, cfn-lint, aws-sam-translator, mcp (tests, main job)
 #   venv.sh checkov  .venv-checkov  checkov (its boto3 pins clash with SAM CLI's)
-#   venv.sh sam      .venv-sam      aws-sam-cli and cargo-lambda (sam validate, sam build)
+#   venv.sh sam      .venv-sam      aws-sam-cli (sam validate, sam build)
+#   venv.sh lambda   .venv-lambda   cargo-lambda and its zig (sam build, cargo lambda
+#                                   watch/invoke); not needed by the tests
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 case "${1:-main}" in
   main) venv="$root/.venv"; pins="$root/infra/python" ;;
   checkov) venv="$root/.venv-checkov"; pins="$root/infra/python/checkov" ;;
   sam) venv="$root/.venv-sam"; pins="$root/infra/python/sam" ;;
-  *) echo "usage: venv.sh [main|checkov|sam]" >&2; exit 2 ;;
+  lambda) venv="$root/.venv-lambda"; pins="$root/infra/python/lambda" ;;
+  *) echo "usage: venv.sh [main|checkov|sam|lambda]" >&2; exit 2 ;;
 esac
 stamp="$venv/.installed"
 want="$(cat "$pins/requirements.txt" "$pins/constraints.txt" | sha256sum | cut -d' ' -f1)"

@@ -1,0 +1,12 @@
+//! The integration suite: one test binary, one module per area, so the
+//! workspace links the AWS SDK into as few test executables as it can.
+
+mod create;
+mod create_crash;
+mod events;
+mod interop;
+mod reconcile;
+mod runner;
+mod store;
+mod template;
+mod webhooks;
