@@ -3,6 +3,8 @@
 # what CI runs. Installs what it needs (the pinned venv), starts moto per test.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# The build needs about 3.5 GB (target, venvs, node packages); say what there is.
+echo "== disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free here"
 infra/scripts/venv.sh
 infra/scripts/node.sh
 export PATH="$PWD/.venv/bin:$PATH"

@@ -21,5 +21,5 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 echo "Installing pinned Python tools into $(basename "$venv") ..." >&2
 python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check -r "$pins/requirements.txt" -c "$pins/constraints.txt"
+"$venv/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir -r "$pins/requirements.txt" -c "$pins/constraints.txt"
 echo "$want" > "$stamp"

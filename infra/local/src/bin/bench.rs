@@ -2,7 +2,7 @@
 //! size, init time (process start to its first Runtime API poll), and CPU
 //! time per invocation of create and per run of the runner, against moto and
 //! the Converse stand-in on this machine. DynamoDB requests per run are held
-//! by the tests (`tests/tests/runner.rs` counts them).
+//! by the tests (`tests/tests/suite/runner.rs` counts them).
 //!
 //! `infra/scripts/bench.sh` builds release binaries and runs this.
 
