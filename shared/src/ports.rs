@@ -306,8 +306,13 @@ pub trait TaskCatalog: Send + Sync {
         install_id: &str,
     ) -> impl Future<Output = Result<Option<Install>, StoreError>> + Send;
     fn put_install(&self, install: &Install) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Every install of every workspace (the daily reconcile).
-    fn all_installs(&self) -> impl Future<Output = Result<Vec<Install>, StoreError>> + Send;
+    /// Every installed connector of every workspace (the daily reconcile),
+    /// as (workspace, install id). Read from an index: may lag a write by
+    /// a moment, which a daily pass does not mind.
+    fn installed(&self) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send;
+    /// The workspace a task id belongs to, whichever it is (admin tells a
+    /// task of another workspace from a missing one). Read from an index.
+    fn task_workspace(&self, task_id: &TaskId) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
     /// Writes a planned task: created if new, else updated in the attributes
     /// reconcile and admin own, conditional on the version it was read at.
     fn write_task(&self, write: &Write) -> impl Future<Output = Result<Versioned, StoreError>> + Send;

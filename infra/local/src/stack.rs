@@ -4,15 +4,21 @@
 
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
+use shared::adapters::keys;
 
 /// The settings shared with `template.yaml`.
 #[derive(Debug, Clone, Copy)]
 pub struct StackSpec {
     /// Table hash and range key names, both strings.
     pub table_keys: (&'static str, &'static str),
+    /// The one global secondary index: name, hash and range key names
+    /// (strings), keys-only projection. The adapters' names, so the code,
+    /// this stack and the template (tested) agree.
+    pub table_index: (&'static str, &'static str, &'static str),
     pub ttl_attribute: &'static str,
     /// Runs queue: at least six times the runner's timeout.
     pub runs_visibility_timeout: u32,
@@ -26,6 +32,7 @@ pub struct StackSpec {
 
 pub const STACK: StackSpec = StackSpec {
     table_keys: ("pk", "sk"),
+    table_index: (keys::INDEX, keys::GSI1PK, keys::GSI1SK),
     ttl_attribute: "ttl",
     runs_visibility_timeout: 2160,
     runs_retention_seconds: 345_600,
@@ -126,14 +133,25 @@ impl Stack {
                 .build()
         };
         let key = |name: &str, kind| KeySchemaElement::builder().attribute_name(name).key_type(kind).build();
+        let (index, index_hash, index_range) = STACK.table_index;
         dynamo
             .create_table()
             .table_name(&names.table)
             .billing_mode(BillingMode::PayPerRequest)
             .attribute_definitions(attribute(hash)?)
             .attribute_definitions(attribute(range)?)
+            .attribute_definitions(attribute(index_hash)?)
+            .attribute_definitions(attribute(index_range)?)
             .key_schema(key(hash, KeyType::Hash)?)
             .key_schema(key(range, KeyType::Range)?)
+            .global_secondary_indexes(
+                GlobalSecondaryIndex::builder()
+                    .index_name(index)
+                    .key_schema(key(index_hash, KeyType::Hash)?)
+                    .key_schema(key(index_range, KeyType::Range)?)
+                    .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+                    .build()?,
+            )
             .send()
             .await?;
         dynamo

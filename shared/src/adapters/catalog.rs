@@ -12,10 +12,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
 
 use super::dynamo::{DynamoStore, Item, read_item, request_error, task_item, to_item, written};
-use super::keys::{Key, PK, SK};
+use super::keys::{GSI1PK, INDEX, INSTALLED, IndexKey, Key, PK, SK};
 use crate::domain::install::Install;
 use crate::domain::reconcile::Write;
-use crate::domain::task::Task;
+use crate::domain::task::{Task, TaskId};
 use crate::ports::{Inserted, StoreError, TaskCatalog, Versioned};
 
 /// The attributes a versioned task write owns.
@@ -41,6 +41,33 @@ const OWNED: [&str; 15] = [
 const WEBHOOK_ID_DAYS: i64 = 2;
 
 impl DynamoStore {
+    /// The keys of the index entries in one `gsi1` partition.
+    async fn query_index(&self, partition: &str, limit: Option<i32>) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            self.counted();
+            let out = self
+                .client()
+                .query()
+                .table_name(self.table())
+                .index_name(INDEX)
+                .key_condition_expression("#pk = :pk")
+                .expression_attribute_names("#pk", GSI1PK)
+                .expression_attribute_values(":pk", AttributeValue::S(partition.to_owned()))
+                .set_limit(limit)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| request_error("Query", e))?;
+            items.extend(out.items.unwrap_or_default());
+            start = out.last_evaluated_key;
+            if start.is_none() || limit.is_some() {
+                return Ok(items);
+            }
+        }
+    }
+
     async fn query_prefix(&self, pk: &str, prefix: &str) -> Result<Vec<Item>, StoreError> {
         let mut items = Vec::new();
         let mut start = None;
@@ -69,6 +96,27 @@ impl DynamoStore {
     }
 }
 
+fn key_attribute<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
+    item.get(name).and_then(|v| v.as_s().ok()).map(String::as_str)
+}
+
+fn corrupt_index_entry(item: &Item) -> StoreError {
+    StoreError::Corrupt {
+        what: "index entry".to_owned(),
+        source: format!("unexpected keys {:?} / {:?}", item.get(PK), item.get(SK)).into(),
+    }
+}
+
+/// (workspace, install id) of an installed connector's index entry.
+fn install_at(item: &Item) -> Result<(String, String), StoreError> {
+    let workspace = key_attribute(item, PK).and_then(Key::workspace_of);
+    let install = key_attribute(item, SK).and_then(Key::install_id_of);
+    match (workspace, install) {
+        (Some(w), Some(i)) => Ok((w.to_owned(), i.to_owned())),
+        _ => Err(corrupt_index_entry(item)),
+    }
+}
+
 impl TaskCatalog for DynamoStore {
     async fn workspace_tasks(&self, workspace: &str) -> Result<Vec<Task>, StoreError> {
         let items = self.query_prefix(&format!("WS#{workspace}"), "TASK#").await?;
@@ -88,29 +136,24 @@ impl TaskCatalog for DynamoStore {
         DynamoStore::put_install(self, install).await
     }
 
-    async fn all_installs(&self) -> Result<Vec<Install>, StoreError> {
-        let mut installs = Vec::new();
-        let mut start = None;
-        loop {
-            self.counted();
-            let out = self
-                .client()
-                .scan()
-                .table_name(self.table())
-                .filter_expression("entity = :install")
-                .expression_attribute_values(":install", AttributeValue::S("install".into()))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| request_error("Scan", e))?;
-            for item in out.items.unwrap_or_default() {
-                installs.push(read_item(item, "install")?);
-            }
-            start = out.last_evaluated_key;
-            if start.is_none() {
-                return Ok(installs);
-            }
-        }
+    async fn installed(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let items = self.query_index(INSTALLED, None).await?;
+        items.iter().map(install_at).collect()
+    }
+
+    async fn task_workspace(&self, task_id: &TaskId) -> Result<Option<String>, StoreError> {
+        let items = self
+            .query_index(&IndexKey::task_partition(task_id.as_str()), Some(1))
+            .await?;
+        items
+            .first()
+            .map(|item| {
+                key_attribute(item, PK)
+                    .and_then(Key::workspace_of)
+                    .map(str::to_owned)
+                    .ok_or_else(|| corrupt_index_entry(item))
+            })
+            .transpose()
     }
 
     async fn write_task(&self, write: &Write) -> Result<Versioned, StoreError> {

@@ -18,7 +18,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::keys::{ENTITY, Key, PK};
+use super::keys::{ENTITY, IndexKey, Key, PK};
 use crate::domain::budget;
 use crate::domain::idempotency::IdempotencyRecord;
 use crate::domain::task::{Task, TaskId};
@@ -110,11 +110,12 @@ pub fn to_item<T: Serialize>(value: &T, key: &Key, entity: &str) -> Result<Item,
     Ok(item)
 }
 
-/// A task as stored: the domain task, its key, and the attributes derived
+/// A task as stored: the domain task, its key and index key, and the attributes derived
 /// from it: `state` for the console, and the budget figures the claim's
 /// condition compares (`budget_reserve_usd`, `budget_threshold_usd`).
 pub fn task_item(task: &Task) -> Result<Item, StoreError> {
     let mut item = to_item(task, &Key::task(&task.workspace, task.task_id.as_str()), "task")?;
+    IndexKey::task(&task.workspace, task.task_id.as_str()).add_to(&mut item);
     item.insert("state".to_owned(), AttributeValue::S(task.state().as_str().to_owned()));
     item.insert(RESERVE.to_owned(), number(budget::reservation(task)));
     if let Some(threshold) = budget::threshold(task) {
@@ -179,10 +180,14 @@ impl DynamoStore {
     pub async fn put_install(&self, install: &crate::domain::install::Install) -> Result<(), StoreError> {
         self.count();
         let key = Key::install(&install.workspace, &install.install_id);
+        let mut item = to_item(install, &key, "install")?;
+        if install.is_installed() {
+            IndexKey::installed(&install.workspace, &install.install_id).add_to(&mut item);
+        }
         self.client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(to_item(install, &key, "install")?))
+            .set_item(Some(item))
             .send()
             .await
             .map_err(|e| request("PutItem", e))?;

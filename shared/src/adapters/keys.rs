@@ -10,6 +10,20 @@
 //! | account     | `ACCOUNT#<account>`   | `PERIOD#<YYYY-MM>`           |
 //! | malformed   | `MALFORMED#<YYYY-MM-DD>` | `MSG#<message id>`        |
 //! | webhook id  | `WEBHOOK#<id>`        | `WEBHOOK`                    |
+//!
+//! One global secondary index, `gsi1` (keys only, sparse: only the items
+//! below carry its keys), for the two lookups the primary key cannot do:
+//!
+//! | item              | gsi1pk           | gsi1sk                           |
+//! |-------------------|------------------|----------------------------------|
+//! | task              | `TASK#<task_id>` | `WS#<workspace>`                 |
+//! | installed install | `INSTALLED`      | `WS#<workspace>#INSTALL#<id>`    |
+//!
+//! A task's workspace from its id alone (admin: a task of another
+//! workspace is `forbidden`, not `not_found`); every installed connector
+//! (the daily reconcile) without scanning the table. An uninstalled
+//! install drops out of the index. Readers take the workspace and ids
+//! from the projected table keys, never by splitting an index key.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -18,6 +32,12 @@ pub const PK: &str = "pk";
 pub const SK: &str = "sk";
 /// The item's entity type, for the console and for scans by operators.
 pub const ENTITY: &str = "entity";
+/// The global secondary index and its key attributes.
+pub const INDEX: &str = "gsi1";
+pub const GSI1PK: &str = "gsi1pk";
+pub const GSI1SK: &str = "gsi1sk";
+/// The index partition that holds every installed connector.
+pub const INSTALLED: &str = "INSTALLED";
 
 /// A primary key: `pk` and `sk`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,11 +106,73 @@ impl Key {
             (SK.to_owned(), AttributeValue::S(self.sk.clone())),
         ])
     }
+
+    /// The workspace of a `WS#<workspace>` partition key.
+    pub fn workspace_of(pk: &str) -> Option<&str> {
+        pk.strip_prefix("WS#")
+    }
+
+    /// The install id of an `INSTALL#<id>` sort key.
+    pub fn install_id_of(sk: &str) -> Option<&str> {
+        sk.strip_prefix("INSTALL#")
+    }
+}
+
+/// An item's keys in the index `gsi1` (see the module's table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexKey {
+    pub gsi1pk: String,
+    pub gsi1sk: String,
+}
+
+impl IndexKey {
+    /// Finds a task by its id alone.
+    pub fn task(workspace: &str, task_id: &str) -> Self {
+        Self {
+            gsi1pk: Self::task_partition(task_id),
+            gsi1sk: format!("WS#{workspace}"),
+        }
+    }
+
+    pub fn task_partition(task_id: &str) -> String {
+        format!("TASK#{task_id}")
+    }
+
+    /// Lists an installed connector among all installed ones.
+    pub fn installed(workspace: &str, install_id: &str) -> Self {
+        Self {
+            gsi1pk: INSTALLED.to_owned(),
+            gsi1sk: format!("WS#{workspace}#INSTALL#{install_id}"),
+        }
+    }
+
+    /// Adds the index keys to an item.
+    pub fn add_to(self, item: &mut HashMap<String, AttributeValue>) {
+        item.insert(GSI1PK.to_owned(), AttributeValue::S(self.gsi1pk));
+        item.insert(GSI1SK.to_owned(), AttributeValue::S(self.gsi1sk));
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn index_keys_and_their_readers() {
+        assert_eq!(
+            IndexKey::task("ws_1", "rem_1"),
+            IndexKey {
+                gsi1pk: "TASK#rem_1".into(),
+                gsi1sk: "WS#ws_1".into()
+            }
+        );
+        assert_eq!(IndexKey::installed("ws_1", "ins_1").gsi1pk, INSTALLED);
+        let task = Key::task("ws#odd", "rem_1");
+        assert_eq!(Key::workspace_of(&task.pk), Some("ws#odd"));
+        let install = Key::install("ws_1", "ins_1");
+        assert_eq!(Key::install_id_of(&install.sk), Some("ins_1"));
+        assert_eq!(Key::install_id_of(&task.sk), None);
+    }
 
     #[test]
     fn layout_matches_the_spec() {

@@ -188,7 +188,8 @@ impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
     /// internal failures are errors (the caller retries).
     pub async fn handle(&self, payload: Value, now: DateTime<Utc>) -> Result<Value, AdminError> {
         // A request may name the workspace it acts in; it must be the
-        // principal's own (tasks are only ever looked up there).
+        // principal's own (tasks are looked up there; one found only in
+        // another workspace is refused as well).
         let named = payload.get("workspace").and_then(Value::as_str).map(str::to_owned);
         let own = payload
             .pointer("/principal/workspace")
@@ -214,11 +215,15 @@ impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
         let Some(id) = TaskId::parse(task_id) else {
             return Ok(Err(AdminRefusal::NotFound(task_id.to_owned())));
         };
-        Ok(self
-            .store
-            .task(&principal.workspace, &id)
-            .await?
-            .ok_or_else(|| AdminRefusal::NotFound(task_id.to_owned())))
+        if let Some(task) = self.store.task(&principal.workspace, &id).await? {
+            return Ok(Ok(task));
+        }
+        // Not in the caller's workspace: a task of another workspace is
+        // `forbidden` (SPEC §8), one of none `not_found`.
+        Ok(Err(match self.store.task_workspace(&id).await? {
+            Some(other) if other != principal.workspace => AdminRefusal::Forbidden,
+            _ => AdminRefusal::NotFound(task_id.to_owned()),
+        }))
     }
 
     async fn dispatch(&self, request: Request, now: DateTime<Utc>) -> Result<Result<Value, AdminRefusal>, AdminError> {

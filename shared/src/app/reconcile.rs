@@ -216,19 +216,15 @@ impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G,
 
     /// Queues one pass per installed connector, each in its install's group.
     pub async fn queue_all(&self, now: DateTime<Utc>) -> Result<usize, ReconcileError> {
-        let installs = self.installs_to_reconcile().await?;
-        for install in &installs {
+        let installs = self.store.installed().await?;
+        for (workspace, install_id) in &installs {
             let pass = Pass::Install {
-                workspace: install.workspace.clone(),
-                install: InstallRef {
-                    id: install.install_id.clone(),
-                },
+                workspace: workspace.clone(),
+                install: InstallRef { id: install_id.clone() },
             };
             let body = serde_json::to_string(&Work::Pass(pass)).unwrap_or_default();
-            let dedup = format!("pass-{}-{}", now.timestamp(), install.install_id);
-            self.queue
-                .enqueue(&group(&install.workspace, &install.install_id), &dedup, &body)
-                .await?;
+            let dedup = format!("pass-{}-{}", now.timestamp(), group(workspace, install_id));
+            self.queue.enqueue(&group(workspace, install_id), &dedup, &body).await?;
         }
         tracing::info!(installs = installs.len(), "queued a reconcile pass for every install");
         Ok(installs.len())
@@ -386,17 +382,6 @@ impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G,
             return Ok(summary);
         }
         Err(ReconcileError::Contended(install_id.to_owned()))
-    }
-
-    /// Every install, for the daily pass (the caller queues one message each).
-    pub async fn installs_to_reconcile(&self) -> Result<Vec<Install>, ReconcileError> {
-        Ok(self
-            .store
-            .all_installs()
-            .await?
-            .into_iter()
-            .filter(Install::is_installed)
-            .collect())
     }
 }
 

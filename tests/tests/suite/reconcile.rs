@@ -398,22 +398,103 @@ async fn invalid_declarations_are_recorded_and_admin_needs_its_scope() {
         .await
         .unwrap();
     assert_eq!(forbidden["error"]["code"], "forbidden");
-    let elsewhere = w
-        .t
-        .admin()
-        .handle(json!({"op": "get", "principal": {"id": "a", "workspace": "ws_2", "scopes": ["schedule.admin"]}, "task_id": w.task_id}), Utc::now())
-        .await
-        .unwrap();
-    assert_eq!(
-        elsewhere["error"]["code"], "not_found",
-        "another workspace's task is not visible"
-    );
     let listed =
         w.t.admin()
             .handle(json!({"op": "list", "principal": admin_principal()}), Utc::now())
             .await
             .unwrap();
     assert_eq!(listed["tasks"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_workspaces_task_is_forbidden_and_a_missing_one_not_found() {
+    let w = World::start().await;
+    w.t.reconciler()
+        .apply(&installed("ins_1", "issues", &w.issues.url(), "workspace"), Utc::now())
+        .await
+        .unwrap();
+    let before = w.task().await;
+    let v = w.version().await;
+    let outsider = json!({"id": "adm_2", "workspace": "ws_2", "scopes": ["schedule.admin"]});
+    let ask = |op: &str, task_id: Value, extra: Value| {
+        let mut request = json!({"op": op, "principal": outsider, "task_id": task_id});
+        for (k, v) in extra.as_object().unwrap() {
+            request[k] = v.clone();
+        }
+        request
+    };
+    for (op, extra) in [
+        ("get", json!({})),
+        (
+            "approve",
+            json!({"expected_version": v, "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": null}}),
+        ),
+        ("pause", json!({"expected_version": v, "note": "not yours"})),
+        ("delete", json!({"expected_version": v})),
+    ] {
+        let answer =
+            w.t.admin()
+                .handle(ask(op, json!(w.task_id), extra), Utc::now())
+                .await
+                .unwrap();
+        assert_eq!(answer["error"]["code"], "forbidden", "{op}: {answer}");
+    }
+    assert_eq!(w.task().await, before, "refused requests change nothing");
+    assert_eq!(w.schedule_state().await, "DISABLED");
+
+    let never = TaskId::for_connector("ws_2", "issues", "weekly_summary");
+    for task_id in [json!(never), json!("not an id")] {
+        let answer =
+            w.t.admin()
+                .handle(ask("get", task_id, json!({})), Utc::now())
+                .await
+                .unwrap();
+        assert_eq!(answer["error"]["code"], "not_found", "{answer}");
+    }
+    let listed =
+        w.t.admin()
+            .handle(json!({"op": "list", "principal": outsider}), Utc::now())
+            .await
+            .unwrap();
+    assert_eq!(listed["tasks"], json!([]), "a list shows the caller's workspace only");
+    assert_eq!(w.admin("get", json!({})).await["ok"], true, "its own admin reads it");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daily_pass_queues_every_installed_connector_and_no_uninstalled_one() {
+    let w = World::start().await;
+    let r = w.t.reconciler();
+    r.apply(&installed("ins_1", "issues", &w.issues.url(), "workspace"), Utc::now())
+        .await
+        .unwrap();
+    r.apply(&event("connector.uninstalled", "ins_me"), Utc::now())
+        .await
+        .unwrap();
+    w.t.take_work().await;
+    let queued = r.queue_all(Utc::now()).await.unwrap();
+    let mut work = w.t.take_work().await;
+    work.sort();
+    assert_eq!(queued, 2);
+    let passes: Vec<(String, Value)> = work
+        .into_iter()
+        .map(|(group, body)| (group, serde_json::from_str(&body).unwrap()))
+        .collect();
+    let ids: Vec<&str> = passes
+        .iter()
+        .map(|(_, body)| body["install"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["ins_1", "ins_chat"], "{passes:?}");
+    assert!(passes.iter().all(|(_, body)| body["workspace"] == "ws_1"));
+
+    // Reinstalled, it is listed again.
+    let url = w.t.item("WS#ws_1", "INSTALL#ins_me").await.unwrap()["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    r.apply(&installed("ins_me", "mail", &url, "personal"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(r.queue_all(Utc::now()).await.unwrap(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -52,14 +52,35 @@ fn the_table_matches_the_local_stack() {
             )
         })
         .collect();
-    assert_eq!(defs, vec![(hash.into(), "S".into()), (range.into(), "S".into())]);
-    let keys: Vec<(&str, &str)> = table["KeySchema"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|k| (k["AttributeName"].as_str().unwrap(), k["KeyType"].as_str().unwrap()))
-        .collect();
-    assert_eq!(keys, vec![(hash, "HASH"), (range, "RANGE")]);
+    let (index, index_hash, index_range) = local::STACK.table_index;
+    assert_eq!(
+        defs,
+        vec![
+            (hash.into(), "S".into()),
+            (range.into(), "S".into()),
+            (index_hash.into(), "S".into()),
+            (index_range.into(), "S".into())
+        ]
+    );
+    let key_schema = |v: &Value| -> Vec<(String, String)> {
+        v.as_sequence()
+            .unwrap()
+            .iter()
+            .map(|k| {
+                (
+                    k["AttributeName"].as_str().unwrap().into(),
+                    k["KeyType"].as_str().unwrap().into(),
+                )
+            })
+            .collect()
+    };
+    let pair = |a: &str, b: &str| vec![(a.to_owned(), "HASH".to_owned()), (b.to_owned(), "RANGE".to_owned())];
+    assert_eq!(key_schema(&table["KeySchema"]), pair(hash, range));
+    let indexes = table["GlobalSecondaryIndexes"].as_sequence().unwrap();
+    assert_eq!(indexes.len(), 1);
+    assert_eq!(indexes[0]["IndexName"], index);
+    assert_eq!(key_schema(&indexes[0]["KeySchema"]), pair(index_hash, index_range));
+    assert_eq!(indexes[0]["Projection"]["ProjectionType"], "KEYS_ONLY");
     assert_eq!(
         table["TimeToLiveSpecification"]["AttributeName"],
         local::STACK.ttl_attribute
@@ -215,4 +236,22 @@ fn reconcile_and_admin_read_what_the_template_sets() {
         resource(&t, "ReconcileAtDeploy")["Type"],
         "AWS::CloudFormation::CustomResource"
     );
+    // Both query the index (installed connectors; a task's workspace), and
+    // nothing scans the table.
+    let index_arn = format!("${{TasksTable.Arn}}/index/{}", local::STACK.table_index.0);
+    for function in ["ReconcileFunction", "AdminFunction"] {
+        let statements = props(&t, function)["Policies"][0]["Statement"].as_sequence().unwrap();
+        let on_index = statements.iter().any(|s| {
+            s["Action"] == "dynamodb:Query"
+                && matches!(&s["Resource"], Value::Tagged(r) if r.tag == "!Sub" && r.value == index_arn.as_str())
+        });
+        assert!(on_index, "{function} may query {index_arn}");
+        for s in statements {
+            let actions = match &s["Action"] {
+                Value::Sequence(a) => a.clone(),
+                one => vec![one.clone()],
+            };
+            assert!(!actions.contains(&Value::from("dynamodb:Scan")), "{function} scans");
+        }
+    }
 }
