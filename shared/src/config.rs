@@ -158,8 +158,6 @@ pub const DEFAULT_CATCH_UP_SECONDS: i64 = 3600;
 pub struct RunnerConfig {
     /// `TABLE_NAME`
     pub table_name: String,
-    /// `EVENT_BUS_NAME`
-    pub event_bus_name: String,
     /// `AGENT_SCHEDULE_WORKER_ENABLED`
     pub worker_enabled: bool,
     /// `MODEL_ID`
@@ -171,9 +169,10 @@ pub struct RunnerConfig {
 }
 
 impl RunnerConfig {
-    pub const VARIABLES: [&'static str; 6] = [
+    /// No `EVENT_BUS_NAME`: the runner sends no event; the table's stream
+    /// carries each settled run to the bus (`domain::notification`).
+    pub const VARIABLES: [&'static str; 5] = [
         "TABLE_NAME",
-        "EVENT_BUS_NAME",
         "AGENT_SCHEDULE_WORKER_ENABLED",
         "MODEL_ID",
         "MODEL_PRICES",
@@ -204,7 +203,6 @@ impl RunnerConfig {
         };
         Ok(Self {
             table_name: env.required("TABLE_NAME")?,
-            event_bus_name: env.required("EVENT_BUS_NAME")?,
             worker_enabled: env.flag("AGENT_SCHEDULE_WORKER_ENABLED")?,
             model_id: env.required("MODEL_ID")?,
             prices,
@@ -331,7 +329,6 @@ mod tests {
     fn the_runner_reads_its_variables_and_defaults_the_catch_up() {
         let base = [
             ("TABLE_NAME", "tasks"),
-            ("EVENT_BUS_NAME", "bus"),
             ("AGENT_SCHEDULE_WORKER_ENABLED", "true"),
             ("MODEL_ID", "m"),
             (
@@ -355,7 +352,6 @@ mod tests {
         }
         for name in [
             "TABLE_NAME",
-            "EVENT_BUS_NAME",
             "MODEL_ID",
             "MODEL_PRICES",
             "AGENT_SCHEDULE_WORKER_ENABLED",

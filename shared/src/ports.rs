@@ -132,7 +132,6 @@ use serde_json::Value;
 
 use crate::domain::agent::{Message, ModelReply, ModelRequest};
 use crate::domain::install::Install;
-use crate::domain::notification::RunFinished;
 use crate::domain::occurrence::{Claim, RunRecord};
 
 /// A claim on one occurrence, written on its task item.
@@ -196,15 +195,6 @@ pub trait RunStore: Send + Sync {
     /// Records an outcome that held no claim (a skip before or instead of a
     /// claim). Never overwrites an existing record.
     fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Takes over sending a finished occurrence's event from a settler whose
-    /// lease expired before it marked the event sent. `false`: someone else has.
-    fn claim_notification(&self, request: &ClaimRequest<'_>) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    fn mark_notified(
-        &self,
-        workspace: &str,
-        task_id: &TaskId,
-        occurrence: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Keeps a message that is not a run message, for an operator to read.
     fn record_malformed(
         &self,
@@ -213,14 +203,6 @@ pub trait RunStore: Send + Sync {
         reason: &str,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("EventBridge PutEvents failed")]
-pub struct NotifyError(#[source] pub BoxError);
-
-pub trait Notifier: Send + Sync {
-    fn run_finished(&self, event: &RunFinished) -> impl Future<Output = Result<(), NotifyError>> + Send;
 }
 
 /// The model failed to answer; the run fails with this message.

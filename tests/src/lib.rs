@@ -177,7 +177,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use local::converse::ConverseStandIn;
 use shared::adapters::bedrock::BedrockModel;
 use shared::adapters::dynamo::DynamoStore;
-use shared::adapters::events::EventBridgeNotifier;
 use shared::adapters::mcp::McpConnectors;
 use shared::app::run::{RunSettings, Runner};
 use shared::domain::budget::{Price, Prices};
@@ -187,7 +186,7 @@ use shared::domain::task::{Budget, Provenance, Spec, Task, TaskId, TaskKind};
 
 pub const MODEL: &str = "anthropic.claude-test-v1:0";
 
-pub type TestRunner<S = DynamoStore> = Runner<S, EventBridgeNotifier, BedrockModel, McpConnectors>;
+pub type TestRunner<S = DynamoStore> = Runner<S, BedrockModel, McpConnectors>;
 
 /// $3 / $15 per million tokens.
 pub fn prices() -> Prices {
@@ -233,7 +232,6 @@ impl RunStack {
     pub fn runner_on<S: shared::ports::RunStore>(&self, store: S, settings: RunSettings) -> TestRunner<S> {
         Runner::new(
             store,
-            EventBridgeNotifier::from_sdk(&self.t.aws.sdk, &self.t.stack.names.event_bus),
             BedrockModel::from_sdk(&self.model_sdk),
             McpConnectors::from_sdk(&self.t.aws.sdk),
             settings,
@@ -244,6 +242,8 @@ impl RunStack {
         self.runner_on(self.store(), run_settings(true))
     }
 
+    /// The notifications so far: the local pipe carries the settled runs
+    /// from the table's stream to the bus, then the capture queue is read.
     pub async fn events(&self) -> Vec<Value> {
         self.t.stack.received_events(&self.t.aws.sdk).await.expect("events")
     }

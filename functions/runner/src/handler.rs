@@ -9,19 +9,17 @@ use chrono::{DateTime, Utc};
 use lambda_runtime::{Error, LambdaEvent};
 use shared::adapters::bedrock::BedrockModel;
 use shared::adapters::dynamo::DynamoStore;
-use shared::adapters::events::EventBridgeNotifier;
 use shared::adapters::mcp::McpConnectors;
 use shared::adapters::metrics;
 use shared::app::run::{Disposition, RunSettings, Runner};
 use shared::config::RunnerConfig;
 
-pub type App = Runner<DynamoStore, EventBridgeNotifier, BedrockModel, McpConnectors>;
+pub type App = Runner<DynamoStore, BedrockModel, McpConnectors>;
 
 /// Wires the use case to the AWS adapters. Called once, at start-up.
 pub fn build(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> App {
     Runner::new(
         DynamoStore::from_sdk(sdk, config.table_name),
-        EventBridgeNotifier::from_sdk(sdk, config.event_bus_name),
         BedrockModel::from_sdk(sdk),
         McpConnectors::from_sdk(sdk),
         RunSettings {

@@ -52,7 +52,6 @@ async fn the_binary_runs_a_batch_with_partial_failures() {
     let mut env = s.t.aws.sdk_env();
     env.extend([
         ("TABLE_NAME".to_owned(), s.t.stack.names.table.clone()),
-        ("EVENT_BUS_NAME".to_owned(), s.t.stack.names.event_bus.clone()),
         ("AGENT_SCHEDULE_WORKER_ENABLED".to_owned(), "true".to_owned()),
         ("MODEL_ID".to_owned(), tests::MODEL.to_owned()),
         (

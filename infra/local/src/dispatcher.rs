@@ -10,7 +10,9 @@
 //!   reconcile FIFO queue, invoke the function with an SQS event, delete
 //!   what it acknowledged;
 //! - webhooks to reconcile: sign an event with the stack's Standard
-//!   Webhooks secret and invoke reconcile with a function URL request.
+//!   Webhooks secret and invoke reconcile with a function URL request;
+//! - settled runs to the bus: the stack's stand-in for the notification
+//!   pipe (`crate::pipe`) reads the table's stream.
 
 use anyhow::Context;
 use aws_config::SdkConfig;

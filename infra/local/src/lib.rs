@@ -8,6 +8,7 @@ pub mod dispatcher;
 pub mod everything;
 pub mod mcp_fixture;
 pub mod moto;
+pub mod pipe;
 pub mod python_mcp;
 pub mod runtime;
 pub mod stack;

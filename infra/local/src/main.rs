@@ -140,6 +140,10 @@ async fn main() -> anyhow::Result<()> {
          It calls the first tool it is offered once, then finishes; its answers are not a model's.",
         model.endpoint()
     ));
+    say(
+        "Run notifications: moto keeps the table's stream but runs no EventBridge Pipe; a local stand-in \
+         applies RunFinishedPipe's filter and input template from template.yaml to the stream.",
+    );
 
     clock.step("Starting the sample connector (MCP, two scheduled prompts) and a chat connector");
     let issues = McpFixture::start(FixtureState {
@@ -447,6 +451,9 @@ async fn serve(env: &[(String, String)], dispatch: &Dispatcher<'_>) -> anyhow::R
                 }
                 dispatch.drain_runs().await?;
                 dispatch.drain_reconcile().await?;
+                for event in dispatch.stack.received_events(dispatch.sdk).await? {
+                    println!("   event on the bus: {}", event["detail"]);
+                }
             }
         }
     }

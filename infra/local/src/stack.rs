@@ -5,7 +5,7 @@
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
-    ScalarAttributeType, TimeToLiveSpecification,
+    ScalarAttributeType, StreamSpecification, StreamViewType, TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use shared::adapters::keys;
@@ -19,6 +19,8 @@ pub struct StackSpec {
     /// (strings), keys-only projection. The adapters' names, so the code,
     /// this stack and the template (tested) agree.
     pub table_index: (&'static str, &'static str, &'static str),
+    /// The table's stream, which feeds the notification pipe.
+    pub table_stream_view: &'static str,
     pub ttl_attribute: &'static str,
     /// Runs queue: at least six times the runner's timeout.
     pub runs_visibility_timeout: u32,
@@ -33,6 +35,7 @@ pub struct StackSpec {
 pub const STACK: StackSpec = StackSpec {
     table_keys: ("pk", "sk"),
     table_index: (keys::INDEX, keys::GSI1PK, keys::GSI1SK),
+    table_stream_view: "NEW_IMAGE",
     ttl_attribute: "ttl",
     runs_visibility_timeout: 2160,
     runs_retention_seconds: 345_600,
@@ -97,6 +100,8 @@ pub struct Stack {
     pub webhook_secret_arn: String,
     /// The Standard Webhooks secret the platform signs with (`whsec_...`).
     pub webhook_secret: String,
+    /// The local stand-in for the notification pipe (table stream to bus).
+    pub pipe: crate::pipe::Pipe,
 }
 
 async fn queue(
@@ -134,7 +139,7 @@ impl Stack {
         };
         let key = |name: &str, kind| KeySchemaElement::builder().attribute_name(name).key_type(kind).build();
         let (index, index_hash, index_range) = STACK.table_index;
-        dynamo
+        let created = dynamo
             .create_table()
             .table_name(&names.table)
             .billing_mode(BillingMode::PayPerRequest)
@@ -152,8 +157,19 @@ impl Stack {
                     .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
                     .build()?,
             )
+            .stream_specification(
+                StreamSpecification::builder()
+                    .stream_enabled(true)
+                    .stream_view_type(StreamViewType::from(STACK.table_stream_view))
+                    .build()?,
+            )
             .send()
             .await?;
+        let stream_arn = created
+            .table_description()
+            .and_then(|t| t.latest_stream_arn())
+            .ok_or_else(|| anyhow::anyhow!("the table has no stream"))?
+            .to_owned();
         dynamo
             .update_time_to_live()
             .table_name(&names.table)
@@ -247,7 +263,13 @@ impl Stack {
             .arn
             .unwrap_or_default();
 
+        let pipe = crate::pipe::Pipe::new(
+            crate::pipe::PipeSpec::from_template()?,
+            stream_arn,
+            names.event_bus.clone(),
+        );
         Ok(Self {
+            pipe,
             reconcile_queue_url,
             webhook_secret_arn,
             webhook_secret,
@@ -262,8 +284,10 @@ impl Stack {
         })
     }
 
-    /// The notifications the bus received so far (drains the capture queue).
+    /// The notifications the bus received so far (drains the capture queue),
+    /// after the pipe carried the latest settled runs to the bus.
     pub async fn received_events(&self, sdk: &SdkConfig) -> anyhow::Result<Vec<serde_json::Value>> {
+        self.pipe.pump(sdk).await?;
         let sqs = aws_sdk_sqs::Client::new(sdk);
         let mut events = Vec::new();
         loop {
@@ -299,7 +323,6 @@ impl Stack {
             ("RUN_QUEUE_ARN", self.runs_queue_arn.clone()),
             ("SCHEDULER_ROLE_ARN", self.scheduler_role_arn.clone()),
             ("SCHEDULER_DLQ_ARN", self.scheduler_dlq_arn.clone()),
-            ("EVENT_BUS_NAME", self.names.event_bus.clone()),
             ("WEBHOOK_SECRET_ARN", self.webhook_secret_arn.clone()),
             ("RECONCILE_QUEUE_URL", self.reconcile_queue_url.clone()),
         ]

@@ -5,7 +5,6 @@
 pub mod bedrock;
 pub mod catalog;
 pub mod dynamo;
-pub mod events;
 pub mod keys;
 pub mod mcp;
 pub mod metrics;

@@ -7,7 +7,9 @@
 //! returns the whole task (`ALL_NEW`), or the task as it was when refused
 //! (`ALL_OLD`) so the use case can tell why. The settle is one transaction:
 //! the run record, the claim finished (fenced on the execution id), the budget
-//! settled, the account charged.
+//! settled, the account charged. The run record it writes is also the
+//! notification's outbox: the table's stream carries it to the event bus
+//! (`domain::notification`), so the runner sends no event itself.
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -20,7 +22,7 @@ use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item, writte
 use super::keys::{Key, PK, SK};
 use crate::domain::install::Install;
 use crate::domain::occurrence::{RunRecord, RunStatus, cap_output};
-use crate::domain::task::{Task, TaskId};
+use crate::domain::task::Task;
 use crate::ports::{ClaimAnswer, ClaimRequest, RunStore, Settled, Settlement, StoreError};
 
 /// Malformed messages are kept this long.
@@ -131,7 +133,6 @@ impl RunStore for DynamoStore {
         let task = settlement.task;
         let mut set = vec![
             "claims.#occ.#status = :status".to_owned(),
-            "claims.#occ.notified = :notified".to_owned(),
             "budget_used.#period = budget_used.#period - :reserved + :actual".to_owned(),
         ];
         let mut update = Update::builder()
@@ -142,8 +143,6 @@ impl RunStore for DynamoStore {
             .expression_attribute_names("#status", "status")
             .expression_attribute_names("#period", settlement.period)
             .expression_attribute_values(":status", s(record.status.as_str()))
-            // A skip sends no event, so it has nothing left to notify.
-            .expression_attribute_values(":notified", AttributeValue::Bool(record.status == RunStatus::Skipped))
             .expression_attribute_values(":reserved", n(settlement.reserved_usd))
             .expression_attribute_values(":actual", n(record.cost_usd))
             .expression_attribute_values(":exec", s(settlement.execution_id))
@@ -226,41 +225,6 @@ impl RunStore for DynamoStore {
             .await;
         // The occurrence already has a record: a real run's is never overwritten.
         written("PutItem", result).map(|_| ())
-    }
-
-    async fn claim_notification(&self, request: &ClaimRequest<'_>) -> Result<bool, StoreError> {
-        self.counted();
-        let result = self
-            .client()
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(Key::task(request.workspace, request.task_id.as_str()).to_map()))
-            .update_expression("SET claims.#occ.lease_until = :lease, claims.#occ.execution_id = :exec")
-            .condition_expression("claims.#occ.notified = :false AND claims.#occ.lease_until < :now")
-            .expression_attribute_names("#occ", request.occurrence)
-            .expression_attribute_values(":lease", n(request.claim.lease_until))
-            .expression_attribute_values(":exec", s(&request.claim.execution_id))
-            .expression_attribute_values(":false", AttributeValue::Bool(false))
-            .expression_attribute_values(":now", n(request.now.timestamp()))
-            .send()
-            .await;
-        written("UpdateItem", result)
-    }
-
-    async fn mark_notified(&self, workspace: &str, task_id: &TaskId, occurrence: &str) -> Result<(), StoreError> {
-        self.counted();
-        let result = self
-            .client()
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(Key::task(workspace, task_id.as_str()).to_map()))
-            .update_expression("SET claims.#occ.notified = :true")
-            .condition_expression("attribute_exists(claims.#occ)")
-            .expression_attribute_names("#occ", occurrence)
-            .expression_attribute_values(":true", AttributeValue::Bool(true))
-            .send()
-            .await;
-        written("UpdateItem", result).map(|_| ())
     }
 
     async fn record_malformed(

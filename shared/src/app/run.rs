@@ -6,7 +6,7 @@
 //!    (a lease until the function's deadline), reserves the run's maximum
 //!    against the task's period budget, and returns the task, so the claim is
 //!    also the task read. Refused, the old task says why: finished (a
-//!    duplicate: acknowledged, its event sent if it never was), running
+//!    duplicate: acknowledged, nothing else), running
 //!    under a live lease (retry later), running under an expired lease (take
 //!    over), missing, or over budget.
 //! 3. **Door** again with the task (and the install of a connector task).
@@ -18,14 +18,15 @@
 //! 6. **Settle**: one transaction writes the run record, finishes the claim,
 //!    settles the budget to the actual cost and charges the account; it is
 //!    fenced on this execution still holding the claim.
-//! 7. **Notify** after accounting, then mark the claim notified. A delivery
-//!    that finds the occurrence finished but not notified waits while the
-//!    settler's lease lives, and after it takes the notification over with a
-//!    conditional write: one event per run, whoever sends it.
+//! 7. **Notify**: the settle's run record is the outbox. The table's stream
+//!    carries a succeeded or failed record to the bus through an EventBridge
+//!    Pipe (`domain::notification`): after accounting by construction, one
+//!    event per settled run, none for a skip, and nothing for a duplicate
+//!    delivery or a crash after the settle to get wrong.
 //!
-//! DynamoDB requests: 3 for a run (claim, settle, notified mark; a connector
-//! task adds its install read), 1 for a duplicate, 1 for a skip at the first
-//! door, 2 for a skip after the claim.
+//! DynamoDB requests: 2 for a run (claim, settle; a connector task adds its
+//! install read), 1 for a duplicate, 1 for a skip at the first door, 2 for a
+//! skip after the claim.
 
 use std::collections::BTreeMap;
 use std::time::Duration as StdDuration;
@@ -37,15 +38,13 @@ use crate::domain::agent::{Block, Message, ModelRequest, Role, SYSTEM_PROMPT, St
 use crate::domain::budget::{self, Price, Prices};
 use crate::domain::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
 use crate::domain::install::Install;
-use crate::domain::notification::RunFinished;
 use crate::domain::occurrence::{
     Claim, ClaimOutcome, RunMessage, RunRecord, RunStatus, Usage, cap_output, diagnose, occurrence_key, prunable,
     run_id, ttl_for,
 };
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind};
 use crate::ports::{
-    ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, Notifier, NotifyError, RunStore, Settled,
-    Settlement, StoreError,
+    ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, RunStore, Settled, Settlement, StoreError,
 };
 
 /// What the runner reads besides its ports.
@@ -62,7 +61,7 @@ pub struct RunSettings {
 /// Kept past the function's deadline on a lease, so a slow settle after the
 /// deadline is not mistaken for a crash.
 pub const LEASE_MARGIN_SECONDS: i64 = 30;
-/// Left for the settle and the notification at the end of an invocation.
+/// Left for the settle at the end of an invocation.
 pub const SETTLE_RESERVE_SECONDS: i64 = 10;
 
 /// What became of one message.
@@ -71,7 +70,7 @@ pub enum Disposition {
     Ran(RunStatus),
     Skipped(SkipReason),
     /// A delivery of an occurrence that already finished (or that another
-    /// execution took over): nothing done but a missing notification.
+    /// execution took over): nothing done.
     Duplicate,
     /// Not a run message: recorded for an operator and acknowledged.
     Malformed(String),
@@ -84,13 +83,10 @@ pub enum Disposition {
 pub enum RunError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error(transparent)]
-    Notify(#[from] NotifyError),
 }
 
-pub struct Runner<S, N, M, C> {
+pub struct Runner<S, M, C> {
     store: S,
-    notifier: N,
     model: M,
     connectors: C,
     settings: RunSettings,
@@ -148,11 +144,10 @@ struct Route {
     tool: String,
 }
 
-impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
-    pub fn new(store: S, notifier: N, model: M, connectors: C, settings: RunSettings) -> Self {
+impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
+    pub fn new(store: S, model: M, connectors: C, settings: RunSettings) -> Self {
         Self {
             store,
-            notifier,
             model,
             connectors,
             settings,
@@ -199,7 +194,6 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
             execution_id: occ.message.execution_id.clone(),
             attempts: 1,
             started_at: now,
-            notified: false,
         };
         let request = ClaimRequest {
             workspace: &occ.message.workspace,
@@ -213,20 +207,7 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
             ClaimAnswer::Claimed(task) => task,
             ClaimAnswer::Refused(old) => match diagnose(old.as_deref(), &occ.key, now) {
                 ClaimOutcome::Claimed { .. } => return Ok(Disposition::Busy),
-                ClaimOutcome::Finished {
-                    status,
-                    notified,
-                    lease_until,
-                } => {
-                    if !notified && RunFinished::is_sent_for(status) {
-                        // Its settler may be sending the event right now; once
-                        // its lease is over, one delivery takes the job over.
-                        if lease_until >= now.timestamp() || !self.store.claim_notification(&request).await? {
-                            return Ok(Disposition::Busy);
-                        }
-                        tracing::warn!("sending the event of a run whose settler stopped before it");
-                        self.notify(&occ, status).await?;
-                    }
+                ClaimOutcome::Finished { status } => {
                     tracing::info!(status = status.as_str(), "duplicate delivery of a finished occurrence");
                     return Ok(Disposition::Duplicate);
                 }
@@ -340,7 +321,6 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
             };
             return Ok(Disposition::Skipped(reason));
         }
-        self.notify(&occ, outcome.status).await?;
         Ok(Disposition::Ran(outcome.status))
     }
 
@@ -388,21 +368,6 @@ impl<S: RunStore, N: Notifier, M: Model, C: Connectors> Runner<S, N, M, C> {
         self.store.record_unclaimed(&record).await?;
         tracing::info!(reason = reason.code(), "skipped at the door");
         Ok(Disposition::Skipped(reason))
-    }
-
-    async fn notify(&self, occ: &Occurrence, status: RunStatus) -> Result<(), RunError> {
-        let event = RunFinished {
-            workspace: occ.message.workspace.clone(),
-            task_id: occ.task_id.to_string(),
-            run_id: run_id(occ.task_id.as_str(), occ.scheduled),
-            scheduled_time: occ.key.clone(),
-            status,
-        };
-        self.notifier.run_finished(&event).await?;
-        self.store
-            .mark_notified(&occ.message.workspace, &occ.task_id, &occ.key)
-            .await?;
-        Ok(())
     }
 
     /// The procedure and the agent loop. Every failure here is the run's

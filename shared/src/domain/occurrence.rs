@@ -90,9 +90,6 @@ pub struct Claim {
     pub execution_id: String,
     pub attempts: u32,
     pub started_at: DateTime<Utc>,
-    /// Whether the `Scheduled run finished` event went out.
-    #[serde(default)]
-    pub notified: bool,
 }
 
 /// What the claim request's answer means.
@@ -102,12 +99,9 @@ pub enum ClaimOutcome {
     Claimed {
         takeover: bool,
     },
-    /// The occurrence finished before; `notified` says whether its event
-    /// went out, `lease_until` until when its settler may still be sending it.
+    /// The occurrence finished before: a duplicate delivery.
     Finished {
         status: RunStatus,
-        notified: bool,
-        lease_until: i64,
     },
     /// Another execution holds a live lease: retry later.
     Busy {
@@ -126,11 +120,7 @@ pub fn diagnose(old: Option<&Task>, occurrence: &str, now: DateTime<Utc>) -> Cla
         return ClaimOutcome::Missing;
     };
     match task.claims.get(occurrence) {
-        Some(claim) if claim.status != RunStatus::Running => ClaimOutcome::Finished {
-            status: claim.status,
-            notified: claim.notified,
-            lease_until: claim.lease_until,
-        },
+        Some(claim) if claim.status != RunStatus::Running => ClaimOutcome::Finished { status: claim.status },
         Some(claim) if claim.lease_until >= now.timestamp() => ClaimOutcome::Busy {
             lease_until: claim.lease_until,
         },
@@ -243,7 +233,7 @@ mod claim_tests {
     use crate::domain::task::tests_support::reminder_task;
     use chrono::TimeZone;
 
-    fn claim(status: RunStatus, lease_until: i64, notified: bool) -> Claim {
+    fn claim(status: RunStatus, lease_until: i64) -> Claim {
         let t = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
         Claim {
             status,
@@ -251,7 +241,6 @@ mod claim_tests {
             execution_id: "e1".into(),
             attempts: 1,
             started_at: t,
-            notified,
         }
     }
 
@@ -262,17 +251,15 @@ mod claim_tests {
         assert_eq!(diagnose(None, occ, now), ClaimOutcome::Missing);
         let mut task = reminder_task(now);
         assert_eq!(diagnose(Some(&task), occ, now), ClaimOutcome::BudgetExhausted);
-        task.claims.insert(occ.into(), claim(RunStatus::Succeeded, 0, false));
+        task.claims.insert(occ.into(), claim(RunStatus::Succeeded, 0));
         assert_eq!(
             diagnose(Some(&task), occ, now),
             ClaimOutcome::Finished {
-                status: RunStatus::Succeeded,
-                notified: false,
-                lease_until: 0,
+                status: RunStatus::Succeeded
             }
         );
         task.claims
-            .insert(occ.into(), claim(RunStatus::Running, now.timestamp() + 10, false));
+            .insert(occ.into(), claim(RunStatus::Running, now.timestamp() + 10));
         assert_eq!(
             diagnose(Some(&task), occ, now),
             ClaimOutcome::Busy {
@@ -280,7 +267,7 @@ mod claim_tests {
             }
         );
         task.claims
-            .insert(occ.into(), claim(RunStatus::Running, now.timestamp() - 1, false));
+            .insert(occ.into(), claim(RunStatus::Running, now.timestamp() - 1));
         assert_eq!(diagnose(Some(&task), occ, now), ClaimOutcome::Expired);
     }
 
@@ -289,11 +276,11 @@ mod claim_tests {
         let now = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
         let mut task = reminder_task(now);
         task.claims
-            .insert("2026-12-24T10:00:00Z".into(), claim(RunStatus::Succeeded, 0, true));
+            .insert("2026-12-24T10:00:00Z".into(), claim(RunStatus::Succeeded, 0));
         task.claims
-            .insert("2026-12-24T09:00:00Z".into(), claim(RunStatus::Running, 0, false));
+            .insert("2026-12-24T09:00:00Z".into(), claim(RunStatus::Running, 0));
         task.claims
-            .insert("2026-12-24T17:30:00Z".into(), claim(RunStatus::Failed, 0, true));
+            .insert("2026-12-24T17:30:00Z".into(), claim(RunStatus::Failed, 0));
         assert_eq!(
             prunable(&task, now, Duration::hours(2)),
             vec!["2026-12-24T10:00:00Z".to_owned()]

@@ -55,7 +55,7 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
         .await
         .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
-    assert_eq!(runner.store().requests() - before, 3, "claim, settle, notified mark");
+    assert_eq!(runner.store().requests() - before, 2, "claim, settle");
 
     let requests = s.model.requests().await;
     assert_eq!(requests.len(), 1);
@@ -79,7 +79,6 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
     let item = s.task_item(&task).await;
     assert_eq!(item["state"], "completed", "a one-time task is done after its run");
     assert_eq!(item["claims"][&occurrence]["status"], "succeeded");
-    assert_eq!(item["claims"][&occurrence]["notified"], true);
     let account = s
         .account("principal:usr_123", &at.format("%Y-%m").to_string())
         .await
@@ -135,7 +134,7 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
             .iter()
             .all(|o| matches!(o, Ok(Disposition::Ran(_) | Disposition::Busy | Disposition::Duplicate)))
     );
-    // The ones told to come back later find it finished and notified.
+    // The ones told to come back later find it finished.
     for _ in 0..19 {
         let again = runner.deliver("late", &body, Utc::now(), deadline()).await.unwrap();
         assert_eq!(again, Disposition::Duplicate);
@@ -149,14 +148,16 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
     assert_eq!(s.events().await.len(), 1, "one event");
 }
 
-/// Settles nothing the first time: the process dies after the model call
-/// and before the record.
-struct CrashBeforeSettle {
+/// The first settle fails: the process dies after the model call and
+/// before the record (`after_the_write: false`), or right after the settle
+/// transaction, before its answer (`true`).
+struct CrashAtSettle {
     inner: shared::adapters::dynamo::DynamoStore,
     crashed: std::sync::atomic::AtomicBool,
+    after_the_write: bool,
 }
 
-impl shared::ports::RunStore for CrashBeforeSettle {
+impl shared::ports::RunStore for CrashAtSettle {
     async fn claim(
         &self,
         r: &shared::ports::ClaimRequest<'_>,
@@ -181,6 +182,9 @@ impl shared::ports::RunStore for CrashBeforeSettle {
         s: &shared::ports::Settlement<'_>,
     ) -> Result<shared::ports::Settled, shared::ports::StoreError> {
         if !self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            if self.after_the_write {
+                self.inner.settle(s).await?;
+            }
             return Err(shared::ports::StoreError::Request {
                 operation: "TransactWriteItems",
                 source: "injected crash".into(),
@@ -193,17 +197,6 @@ impl shared::ports::RunStore for CrashBeforeSettle {
         r: &shared::domain::occurrence::RunRecord,
     ) -> Result<(), shared::ports::StoreError> {
         self.inner.record_unclaimed(r).await
-    }
-    async fn claim_notification(&self, r: &shared::ports::ClaimRequest<'_>) -> Result<bool, shared::ports::StoreError> {
-        self.inner.claim_notification(r).await
-    }
-    async fn mark_notified(
-        &self,
-        w: &str,
-        t: &shared::domain::task::TaskId,
-        o: &str,
-    ) -> Result<(), shared::ports::StoreError> {
-        self.inner.mark_notified(w, t, o).await
     }
     async fn record_malformed(
         &self,
@@ -223,9 +216,10 @@ async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once()
     let task = reminder(at);
     insert(&s, &task).await;
     let crashing = s.runner_on(
-        CrashBeforeSettle {
+        CrashAtSettle {
             inner: s.store(),
             crashed: Default::default(),
+            after_the_write: false,
         },
         run_settings(true),
     );
@@ -580,80 +574,57 @@ async fn a_malformed_message_is_recorded_and_acknowledged() {
     assert!(kept[0]["reason"].as_str().unwrap().contains("yesterday"));
 }
 
-/// Fails the first event: the process dies after accounting, before notifying.
-struct FailFirstEvent {
-    inner: shared::adapters::events::EventBridgeNotifier,
-    failed: std::sync::atomic::AtomicBool,
-}
-
-impl shared::ports::Notifier for FailFirstEvent {
-    async fn run_finished(
-        &self,
-        event: &shared::domain::notification::RunFinished,
-    ) -> Result<(), shared::ports::NotifyError> {
-        if !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Err(shared::ports::NotifyError("injected crash before PutEvents".into()));
-        }
-        self.inner.run_finished(event).await
-    }
-}
-
+/// The event is the settle's outbox: a process that dies right after the
+/// settle has nothing left to send, and no redelivery sends a second one.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_event_lost_after_accounting_is_sent_once_by_a_later_delivery() {
+async fn a_crash_right_after_the_settle_still_notifies_once() {
     let s = RunStack::start().await.unwrap();
     let at = Utc::now() - Duration::seconds(5);
     let task = reminder(at);
     insert(&s, &task).await;
-    let runner = shared::app::run::Runner::new(
-        s.store(),
-        FailFirstEvent {
-            inner: shared::adapters::events::EventBridgeNotifier::from_sdk(&s.t.aws.sdk, &s.t.stack.names.event_bus),
-            failed: Default::default(),
+    let runner = s.runner_on(
+        CrashAtSettle {
+            inner: s.store(),
+            crashed: Default::default(),
+            after_the_write: true,
         },
-        shared::adapters::bedrock::BedrockModel::from_sdk(&s.model_sdk),
-        shared::adapters::mcp::McpConnectors::from_sdk(&s.t.aws.sdk),
         run_settings(true),
     );
     let body = run_message(&task, at, "e1");
-    let now = Utc::now();
-    let short = now + Duration::seconds(20);
     assert!(
-        runner.deliver("m1", &body, now, short).await.is_err(),
+        runner.deliver("m1", &body, Utc::now(), deadline()).await.is_err(),
         "the message goes back"
     );
     assert_eq!(
         s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap()["status"],
         "succeeded"
     );
-    assert!(s.events().await.is_empty());
 
-    // Within the settler's lease, a redelivery waits.
-    assert_eq!(
-        runner
-            .deliver("m1", &body, now + Duration::seconds(1), deadline())
-            .await
-            .unwrap(),
-        Disposition::Busy
-    );
-    // After it, one delivery sends the event; later ones find it sent.
-    let later = short + Duration::seconds(shared::app::run::LEASE_MARGIN_SECONDS + 1);
-    let outcomes =
-        futures::future::join_all((0..5).map(|_| runner.deliver("m1", &body, later, later + Duration::minutes(5))))
-            .await;
+    // Redeliveries, at once and later: duplicates, one request each.
+    let before = runner.store().inner.requests();
+    let outcomes = futures::future::join_all((0..5).map(|i| {
+        runner.deliver(
+            Box::leak(format!("m{i}").into_boxed_str()),
+            &body,
+            Utc::now(),
+            deadline(),
+        )
+    }))
+    .await;
     assert!(
-        outcomes
-            .iter()
-            .all(|o| matches!(o, Ok(Disposition::Duplicate | Disposition::Busy))),
+        outcomes.iter().all(|o| matches!(o, Ok(Disposition::Duplicate))),
         "{outcomes:?}"
     );
-    assert_eq!(
-        runner.deliver("m1", &body, later, later).await.unwrap(),
-        Disposition::Duplicate
-    );
+    assert_eq!(runner.store().inner.requests() - before, 5);
     let events = s.events().await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["detail"]["status"], "succeeded");
     assert_eq!(s.model.requests().await.len(), 1, "the run itself never repeated");
+    let account = s
+        .account("principal:usr_123", &at.format("%Y-%m").to_string())
+        .await
+        .unwrap();
+    assert_eq!(account["runs"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -255,3 +255,83 @@ fn reconcile_and_admin_read_what_the_template_sets() {
         }
     }
 }
+
+fn run_stream_record(event: &str, status: &str) -> serde_json::Value {
+    serde_json::json!({"eventName": event, "dynamodb": {"NewImage": {
+        "entity": {"S": "run"}, "workspace": {"S": "ws_1"}, "task_id": {"S": "rem_1"},
+        "run_id": {"S": "run_1"}, "scheduled_time": {"S": "2026-12-24T18:00:00Z"},
+        "status": {"S": status}, "output": {"S": "secret words"}, "cost_usd": {"N": "0.01"}}}})
+}
+
+/// The notification outbox: the pipe's filter and input template, as the
+/// template gives them (and the local stand-in applies them).
+#[test]
+fn the_pipe_notifies_settled_runs_with_ids_and_status_only() {
+    use shared::domain::notification::{DETAIL_TYPE, RunFinished, SOURCE};
+    let spec = local::pipe::PipeSpec::from_template().unwrap();
+    assert_eq!(spec.detail_type, DETAIL_TYPE);
+    assert_eq!(spec.source, SOURCE);
+    for status in ["succeeded", "failed"] {
+        for event in ["INSERT", "MODIFY"] {
+            assert!(spec.matches(&run_stream_record(event, status)), "{event} {status}");
+        }
+        let detail = spec.render(&run_stream_record("INSERT", status)).unwrap();
+        let parsed: RunFinished = serde_json::from_value(detail.clone()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&parsed).unwrap(),
+            detail,
+            "exactly the five fields"
+        );
+        assert_eq!(parsed.run_id, "run_1");
+    }
+    assert!(
+        !spec.matches(&run_stream_record("INSERT", "skipped")),
+        "a skip sends none"
+    );
+    assert!(!spec.matches(&run_stream_record("INSERT", "running")));
+    assert!(
+        !spec.matches(&run_stream_record("REMOVE", "succeeded")),
+        "a TTL expiry sends none"
+    );
+    let mut task = run_stream_record("MODIFY", "succeeded");
+    task["dynamodb"]["NewImage"]["entity"] = serde_json::json!({"S": "task"});
+    assert!(!spec.matches(&task), "only run records");
+
+    let t = template();
+    assert_eq!(
+        props(&t, "TasksTable")["StreamSpecification"]["StreamViewType"],
+        local::STACK.table_stream_view
+    );
+    let pipe = props(&t, "RunFinishedPipe");
+    assert_eq!(get_att(&pipe["Source"]), "TasksTable.StreamArn");
+    assert_eq!(get_att(&pipe["Target"]), "EventBus.Arn");
+    assert_eq!(
+        get_att(&pipe["SourceParameters"]["DynamoDBStreamParameters"]["DeadLetterConfig"]["Arn"]),
+        "RunFinishedDeadLetterQueue.Arn"
+    );
+    // The runner sends nothing itself.
+    let runner = props(&t, "RunnerFunction");
+    assert!(runner["Environment"]["Variables"]["EVENT_BUS_NAME"].is_null());
+    let statements = runner["Policies"][0]["Statement"].as_sequence().unwrap();
+    assert!(statements.iter().all(|s| s["Action"] != "events:PutEvents"));
+}
+
+#[test]
+fn the_local_pipe_matches_exact_strings_and_escapes_what_it_renders() {
+    let spec = local::pipe::PipeSpec {
+        pattern: serde_json::json!({"a": {"b": ["x", "y"]}}),
+        input_template: r#"{"v": "<$.a.b>"}"#.into(),
+        detail_type: String::new(),
+        source: String::new(),
+    };
+    assert!(spec.matches(&serde_json::json!({"a": {"b": "y", "c": 1}})));
+    assert!(!spec.matches(&serde_json::json!({"a": {"b": "z"}})));
+    assert!(!spec.matches(&serde_json::json!({"a": {}})));
+    assert!(!spec.matches(&serde_json::json!({})));
+    let detail = spec.render(&serde_json::json!({"a": {"b": "say \"hi\""}})).unwrap();
+    assert_eq!(detail, serde_json::json!({"v": "say \"hi\""}));
+    assert!(
+        spec.render(&serde_json::json!({"a": {"b": 1}})).is_err(),
+        "a missing string is an error"
+    );
+}
