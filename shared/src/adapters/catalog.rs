@@ -8,6 +8,7 @@
 //! the one read; so an admin, a reconcile and a run never lose each other's
 //! change.
 
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
 
@@ -41,20 +42,14 @@ const OWNED: [&str; 15] = [
 const WEBHOOK_ID_DAYS: i64 = 2;
 
 impl DynamoStore {
-    /// The keys of the index entries in one `gsi1` partition.
-    async fn query_index(&self, partition: &str, limit: Option<i32>) -> Result<Vec<Item>, StoreError> {
+    /// Every page of a query (or its first page only, with a `limit`).
+    async fn query_pages(&self, query: QueryFluentBuilder, limit: Option<i32>) -> Result<Vec<Item>, StoreError> {
         let mut items = Vec::new();
         let mut start = None;
         loop {
             self.counted();
-            let out = self
-                .client()
-                .query()
-                .table_name(self.table())
-                .index_name(INDEX)
-                .key_condition_expression("#pk = :pk")
-                .expression_attribute_names("#pk", GSI1PK)
-                .expression_attribute_values(":pk", AttributeValue::S(partition.to_owned()))
+            let out = query
+                .clone()
                 .set_limit(limit)
                 .set_exclusive_start_key(start)
                 .send()
@@ -68,31 +63,31 @@ impl DynamoStore {
         }
     }
 
+    /// The keys of the index entries in one `gsi1` partition.
+    async fn query_index(&self, partition: &str, limit: Option<i32>) -> Result<Vec<Item>, StoreError> {
+        let query = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .index_name(INDEX)
+            .key_condition_expression("#pk = :pk")
+            .expression_attribute_names("#pk", GSI1PK)
+            .expression_attribute_values(":pk", AttributeValue::S(partition.to_owned()));
+        self.query_pages(query, limit).await
+    }
+
     async fn query_prefix(&self, pk: &str, prefix: &str) -> Result<Vec<Item>, StoreError> {
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            self.counted();
-            let out = self
-                .client()
-                .query()
-                .table_name(self.table())
-                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
-                .expression_attribute_names("#pk", PK)
-                .expression_attribute_names("#sk", SK)
-                .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
-                .expression_attribute_values(":prefix", AttributeValue::S(prefix.to_owned()))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| request_error("Query", e))?;
-            items.extend(out.items.unwrap_or_default());
-            start = out.last_evaluated_key;
-            if start.is_none() {
-                return Ok(items);
-            }
-        }
+        let query = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#sk", SK)
+            .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
+            .expression_attribute_values(":prefix", AttributeValue::S(prefix.to_owned()))
+            .consistent_read(true);
+        self.query_pages(query, None).await
     }
 }
 

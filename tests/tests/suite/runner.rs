@@ -34,6 +34,16 @@ async fn fixture() -> McpFixture {
     .unwrap()
 }
 
+/// The fixture server, installed in ws_1 as the workspace connector `ins_1`.
+async fn installed_fixture(s: &RunStack) -> McpFixture {
+    let fixture = fixture().await;
+    s.store()
+        .put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    fixture
+}
+
 async fn insert(s: &RunStack, task: &Task) {
     s.store().insert_task(task).await.unwrap();
 }
@@ -271,11 +281,7 @@ async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once()
 #[tokio::test(flavor = "multi_thread")]
 async fn every_skip_reason_is_recorded_and_sends_no_event() {
     let s = RunStack::start().await.unwrap();
-    let fixture = fixture().await;
-    s.store()
-        .put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace))
-        .await
-        .unwrap();
+    let fixture = installed_fixture(&s).await;
     let runner = s.runner();
     let now = Utc::now();
     let at = now - Duration::seconds(5);
@@ -371,11 +377,7 @@ async fn worker_flag_off_skips_without_reading_the_task() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
     let s = RunStack::start().await.unwrap();
-    let fixture = fixture().await;
-    s.store()
-        .put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace))
-        .await
-        .unwrap();
+    let fixture = installed_fixture(&s).await;
     let task = connector_task(
         "issues",
         "weekly_summary",
@@ -442,11 +444,7 @@ async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_required_argument_fails_the_run_and_holds_nothing() {
     let s = RunStack::start().await.unwrap();
-    let fixture = fixture().await;
-    s.store()
-        .put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace))
-        .await
-        .unwrap();
+    let _fixture = installed_fixture(&s).await;
     let task = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
     insert(&s, &task).await;
     let at = Utc::now() - Duration::seconds(5);
@@ -473,11 +471,7 @@ async fn a_missing_required_argument_fails_the_run_and_holds_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_per_run_budget_stops_the_loop() {
     let s = RunStack::start().await.unwrap();
-    let fixture = fixture().await;
-    s.store()
-        .put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace))
-        .await
-        .unwrap();
+    let _fixture = installed_fixture(&s).await;
     let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
     task.spec.budget = Some(shared::domain::task::Budget {
         max_usd_per_run: 0.01,
