@@ -5,9 +5,15 @@
 //! protocol version negotiated with fallback: 2026-07-28 first, then
 //! 2025-11-25. A `prompts/get` answered with `InputRequiredResult` is an
 //! error: an unattended run has nobody to give the input.
+//!
+//! A connector's credential is read from Secrets Manager on first use and
+//! kept for [`CREDENTIAL_TTL`] in a warm process, so a run costs no
+//! Secrets Manager call and a rotated secret is picked up within minutes.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use aws_sdk_secretsmanager::Client as SecretsClient;
 use rmcp::model::{
@@ -30,6 +36,8 @@ use crate::ports::{Connectors, McpError, McpSession, ServerTool, ToolOutput};
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// `prompts/list` and `tools/list` stop after this many pages.
 pub const MAX_PAGES: usize = 50;
+/// How long a warm process keeps a connector credential it read.
+pub const CREDENTIAL_TTL: Duration = Duration::from_secs(300);
 
 fn failed(operation: &'static str, error: ServiceError) -> McpError {
     match error {
@@ -69,16 +77,44 @@ async fn timed<T>(
 #[derive(Clone)]
 pub struct McpConnectors {
     secrets: SecretsClient,
+    /// Secret ARN -> (token, when it was read).
+    tokens: Arc<Mutex<HashMap<String, (String, Instant)>>>,
+    reads: Arc<AtomicU64>,
 }
 
 impl McpConnectors {
     pub fn from_sdk(sdk: &aws_config::SdkConfig) -> Self {
         Self {
             secrets: SecretsClient::new(sdk),
+            tokens: Arc::default(),
+            reads: Arc::default(),
         }
     }
 
+    /// Secrets Manager reads so far (tests count them).
+    pub fn secret_reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
     async fn token(&self, arn: &str) -> Result<String, McpError> {
+        let cached = self
+            .tokens
+            .lock()
+            .ok()
+            .and_then(|tokens| tokens.get(arn).cloned())
+            .filter(|(_, read_at)| read_at.elapsed() < CREDENTIAL_TTL);
+        if let Some((token, _)) = cached {
+            return Ok(token);
+        }
+        let token = self.read_token(arn).await?;
+        if let Ok(mut tokens) = self.tokens.lock() {
+            tokens.insert(arn.to_owned(), (token.clone(), Instant::now()));
+        }
+        Ok(token)
+    }
+
+    async fn read_token(&self, arn: &str) -> Result<String, McpError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
         let out = self
             .secrets
             .get_secret_value()

@@ -158,6 +158,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         &self.store
     }
 
+    pub fn connectors(&self) -> &C {
+        &self.connectors
+    }
+
     /// Handles one runs-queue message at `now`, in an invocation that must
     /// end by `deadline`.
     #[tracing::instrument(skip_all, fields(message_id, task_id, workspace, occurrence))]

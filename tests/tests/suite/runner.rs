@@ -670,11 +670,12 @@ async fn bound_workspace_connectors_lend_their_tools_and_credentials_come_from_s
             Reply::tool("chat__post_message", json!({"text": "summary"}), 100, 10),
             Reply::tool("mail__read_my_mail", json!({}), 100, 10),
             Reply::text("done", 100, 10),
+            Reply::text("done again", 100, 10),
         ])
         .await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
+    let runner = s.runner();
+    let got = runner
         .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
         .await
         .unwrap();
@@ -705,4 +706,19 @@ async fn bound_workspace_connectors_lend_their_tools_and_credentials_come_from_s
         chat.state().read().await.authorizations.is_empty(),
         "no credential, no header"
     );
+
+    // The next occurrence in the same warm process reuses the credential.
+    let earlier = at - Duration::minutes(1);
+    let got = runner
+        .deliver("m2", &run_message(&task, earlier, "e2"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    assert_eq!(
+        runner.connectors().secret_reads(),
+        1,
+        "one Secrets Manager read for two runs"
+    );
+    let auth = declaring.state().read().await.authorizations.clone();
+    assert!(auth.iter().all(|a| a == "Bearer s3cr3t-token"), "{auth:?}");
 }
