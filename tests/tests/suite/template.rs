@@ -335,3 +335,43 @@ fn the_local_pipe_matches_exact_strings_and_escapes_what_it_renders() {
         "a missing string is an error"
     );
 }
+
+/// Every dead-letter queue has an alarm that pages, and the run alarms watch
+/// the metrics the handlers emit.
+#[test]
+fn every_dead_letter_queue_and_the_failed_and_skipped_runs_are_alarmed() {
+    let t = template();
+    let resources = t["Resources"].as_mapping().unwrap();
+    let alarms: Vec<&Value> = resources
+        .values()
+        .filter(|r| r["Type"] == "AWS::CloudWatch::Alarm")
+        .map(|r| &r["Properties"])
+        .collect();
+    let pages = |alarm: &Value| {
+        alarm["AlarmActions"].as_sequence().is_some_and(|a| {
+            a.iter()
+                .any(|v| matches!(v, Value::Tagged(t) if t.tag == "!Ref" && t.value == "AlarmTopic"))
+        })
+    };
+    let dead_letter_queues: Vec<&str> = resources
+        .iter()
+        .filter(|(name, r)| r["Type"] == "AWS::SQS::Queue" && name.as_str().unwrap().contains("DeadLetter"))
+        .map(|(name, _)| name.as_str().unwrap())
+        .collect();
+    assert_eq!(dead_letter_queues.len(), 4, "{dead_letter_queues:?}");
+    for queue in dead_letter_queues {
+        let watched = alarms.iter().any(|a| {
+            a["MetricName"] == "ApproximateNumberOfMessagesVisible"
+                && get_att(&a["Dimensions"][0]["Value"]) == format!("{queue}.QueueName")
+                && num(&a["Threshold"]) == 0
+                && pages(a)
+        });
+        assert!(watched, "no paging alarm on {queue}");
+    }
+    for metric in ["RunsFailed", "RunsSkipped"] {
+        let watched = alarms
+            .iter()
+            .any(|a| a["Namespace"] == shared::adapters::metrics::NAMESPACE && a["MetricName"] == metric && pages(a));
+        assert!(watched, "no paging alarm on {metric}");
+    }
+}
