@@ -221,18 +221,8 @@ pub fn parse(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::limits::Limits;
+    use crate::domain::limits::tests_support::ceilings;
     use serde_json::json;
-
-    fn ceilings() -> Ceilings {
-        Ceilings::new(Limits {
-            max_turns: 10,
-            max_tool_calls: 20,
-            max_output_tokens: 4000,
-            timeout_seconds: 300,
-        })
-        .unwrap()
-    }
 
     fn tools() -> BTreeSet<String> {
         ["list_issues", "post_summary"].into_iter().map(str::to_owned).collect()

@@ -139,12 +139,13 @@ impl Ceilings {
     }
 }
 
+/// Test data shared by the domain's test modules.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
+pub(crate) mod tests_support {
+    use super::{Ceilings, Limits};
 
-    fn ceilings() -> Ceilings {
+    /// SPEC §9's example `SCHEDULE_CEILINGS`.
+    pub fn ceilings() -> Ceilings {
         Ceilings::new(Limits {
             max_turns: 10,
             max_tool_calls: 20,
@@ -153,6 +154,13 @@ mod tests {
         })
         .unwrap()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::ceilings;
+    use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn derive_takes_the_minimum_and_fills_missing_from_the_ceiling() {

@@ -515,23 +515,13 @@ mod tests {
     use super::*;
     use crate::domain::hold::Hold;
     use crate::domain::install::{InstallScope, InstallStatus};
-    use crate::domain::limits::Limits;
+    use crate::domain::limits::tests_support::ceilings;
     use crate::domain::overrides::Overrides;
     use chrono::{Duration, TimeZone};
     use serde_json::json;
 
     fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap()
-    }
-
-    fn ceilings() -> Ceilings {
-        Ceilings::new(Limits {
-            max_turns: 10,
-            max_tool_calls: 20,
-            max_output_tokens: 4000,
-            timeout_seconds: 300,
-        })
-        .unwrap()
     }
 
     fn install(id: &str, status: InstallStatus) -> Install {

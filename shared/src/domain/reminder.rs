@@ -296,21 +296,12 @@ impl CheckedRequest {
 mod tests {
     use super::*;
     use crate::domain::limits::Limits;
+    use crate::domain::limits::tests_support::ceilings;
     use crate::domain::task::TaskState;
     use chrono::TimeZone;
 
     fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 30, 10, 0, 0).unwrap()
-    }
-
-    fn ceilings() -> Ceilings {
-        Ceilings::new(Limits {
-            max_turns: 10,
-            max_tool_calls: 20,
-            max_output_tokens: 4000,
-            timeout_seconds: 300,
-        })
-        .unwrap()
     }
 
     fn request() -> CreateRequest {
