@@ -48,12 +48,18 @@ async fn insert(s: &RunStack, task: &Task) {
     s.store().insert_task(task).await.unwrap();
 }
 
+/// A reminder stored with its occurrence five seconds ago.
+async fn due_reminder(s: &RunStack) -> (Task, chrono::DateTime<Utc>) {
+    let at = Utc::now() - Duration::seconds(5);
+    let task = reminder(at);
+    insert(s, &task).await;
+    (task, at)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
     let s = RunStack::start().await.unwrap();
-    let at = Utc::now() - Duration::seconds(5);
-    let task = reminder(at);
-    insert(&s, &task).await;
+    let (task, at) = due_reminder(&s).await;
     s.model
         .script([Reply::text("Time to call mom about Sunday!", 1000, 100)])
         .await;
@@ -120,9 +126,7 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
 #[tokio::test(flavor = "multi_thread")]
 async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
     let s = RunStack::start().await.unwrap();
-    let at = Utc::now() - Duration::seconds(5);
-    let task = reminder(at);
-    insert(&s, &task).await;
+    let (task, at) = due_reminder(&s).await;
     let runner = s.runner();
     let body = run_message(&task, at, "e1");
     let deliveries = (0..20).map(|i| {
@@ -165,6 +169,16 @@ struct CrashAtSettle {
     inner: shared::adapters::dynamo::DynamoStore,
     crashed: std::sync::atomic::AtomicBool,
     after_the_write: bool,
+}
+
+impl CrashAtSettle {
+    fn new(inner: shared::adapters::dynamo::DynamoStore, after_the_write: bool) -> Self {
+        Self {
+            inner,
+            crashed: Default::default(),
+            after_the_write,
+        }
+    }
 }
 
 impl shared::ports::RunStore for CrashAtSettle {
@@ -222,17 +236,8 @@ impl shared::ports::RunStore for CrashAtSettle {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once() {
     let s = RunStack::start().await.unwrap();
-    let at = Utc::now() - Duration::seconds(5);
-    let task = reminder(at);
-    insert(&s, &task).await;
-    let crashing = s.runner_on(
-        CrashAtSettle {
-            inner: s.store(),
-            crashed: Default::default(),
-            after_the_write: false,
-        },
-        run_settings(true),
-    );
+    let (task, at) = due_reminder(&s).await;
+    let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
     let body = run_message(&task, at, "e1");
     let now = Utc::now();
     let short_deadline = now + Duration::seconds(20);
@@ -357,9 +362,7 @@ async fn every_skip_reason_is_recorded_and_sends_no_event() {
 #[tokio::test(flavor = "multi_thread")]
 async fn worker_flag_off_skips_without_reading_the_task() {
     let s = RunStack::start().await.unwrap();
-    let at = Utc::now() - Duration::seconds(5);
-    let task = reminder(at);
-    insert(&s, &task).await;
+    let (task, at) = due_reminder(&s).await;
     let runner = s.runner_on(s.store(), run_settings(false));
     let got = runner
         .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
@@ -573,17 +576,8 @@ async fn a_malformed_message_is_recorded_and_acknowledged() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_right_after_the_settle_still_notifies_once() {
     let s = RunStack::start().await.unwrap();
-    let at = Utc::now() - Duration::seconds(5);
-    let task = reminder(at);
-    insert(&s, &task).await;
-    let runner = s.runner_on(
-        CrashAtSettle {
-            inner: s.store(),
-            crashed: Default::default(),
-            after_the_write: true,
-        },
-        run_settings(true),
-    );
+    let (task, at) = due_reminder(&s).await;
+    let runner = s.runner_on(CrashAtSettle::new(s.store(), true), run_settings(true));
     let body = run_message(&task, at, "e1");
     assert!(
         runner.deliver("m1", &body, Utc::now(), deadline()).await.is_err(),
