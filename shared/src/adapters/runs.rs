@@ -7,10 +7,16 @@
 //! returns the whole task (`ALL_NEW`), or the task as it was when refused
 //! (`ALL_OLD`) so the use case can tell why. The settle is one transaction:
 //! the run record, the claim finished (fenced on the execution id), the budget
-//! settled, the account charged. The run record it writes is also the
+//! settled, the account charged. DynamoDB cancels a transaction that
+//! collides with another write of one of its items (two tasks of one
+//! account settling at once), so the settle retries such a cancellation and
+//! throttling a few times, under one client request token (a retry of a
+//! transaction that did commit then succeeds without writing twice). The
+//! run record it writes is also the
 //! notification's outbox: the table's stream carries it to the event bus
 //! (`domain::notification`), so the runner sends no event itself.
 
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
@@ -27,6 +33,53 @@ use crate::ports::{ClaimAnswer, ClaimRequest, RunStore, Settled, Settlement, Sto
 
 /// Malformed messages are kept this long.
 const MALFORMED_DAYS: i64 = 14;
+/// Settle attempts before the message goes back (backoff 100 ms to 800 ms).
+const SETTLE_ATTEMPTS: u32 = 4;
+
+/// The settle's client request token: the same for every attempt of one
+/// execution's settle of one occurrence (at most 36 characters).
+fn settle_token(settlement: &Settlement<'_>) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(
+        format!(
+            "{}\n{}\n{}",
+            settlement.task.task_id.as_str(),
+            settlement.occurrence,
+            settlement.execution_id
+        )
+        .as_bytes(),
+    );
+    hex::encode(digest)[..36].to_owned()
+}
+
+/// Whether a failed settle may be sent again as it is: the transaction was
+/// cancelled by a collision or throttling, or is still in progress under
+/// its token; never a failed condition or a malformed request.
+fn retryable(code: Option<&str>, reasons: &[&str]) -> bool {
+    match code {
+        Some("TransactionCanceledException") => {
+            reasons.iter().any(|r| {
+                matches!(
+                    *r,
+                    "TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded"
+                )
+            }) && reasons.iter().all(|r| {
+                matches!(
+                    *r,
+                    "None" | "TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded"
+                )
+            })
+        }
+        Some(
+            "TransactionInProgressException"
+            | "ThrottlingException"
+            | "ProvisionedThroughputExceededException"
+            | "RequestLimitExceeded"
+            | "InternalServerError",
+        ) => true,
+        _ => false,
+    }
+}
 
 fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
@@ -133,7 +186,8 @@ impl RunStore for DynamoStore {
         let task = settlement.task;
         let mut set = vec![
             "claims.#occ.#status = :status".to_owned(),
-            "budget_used.#period = budget_used.#period - :reserved + :actual".to_owned(),
+            // One operator per SET value: DynamoDB's grammar has no `a - b + c`.
+            "budget_used.#period = budget_used.#period + :delta".to_owned(),
         ];
         let mut update = Update::builder()
             .table_name(self.table())
@@ -143,8 +197,7 @@ impl RunStore for DynamoStore {
             .expression_attribute_names("#status", "status")
             .expression_attribute_names("#period", settlement.period)
             .expression_attribute_values(":status", s(record.status.as_str()))
-            .expression_attribute_values(":reserved", n(settlement.reserved_usd))
-            .expression_attribute_values(":actual", n(record.cost_usd))
+            .expression_attribute_values(":delta", n(record.cost_usd - settlement.reserved_usd))
             .expression_attribute_values(":exec", s(settlement.execution_id))
             .expression_attribute_values(":running", s(RunStatus::Running.as_str()));
         if settlement.complete {
@@ -187,27 +240,39 @@ impl RunStore for DynamoStore {
                 .map_err(|e| request_error("TransactWriteItems", e))?;
             items.push(TransactWriteItem::builder().update(charge).build());
         }
-        self.counted();
-        match self
-            .client()
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(Settled::Done),
-            Err(err) => {
-                let lost = matches!(
-                    err.as_service_error(),
-                    Some(TransactWriteItemsError::TransactionCanceledException(e))
-                        if e.cancellation_reasons().get(1).and_then(|r| r.code()) == Some("ConditionalCheckFailed")
-                );
-                if lost {
-                    Ok(Settled::LostClaim)
-                } else {
-                    Err(request_error("TransactWriteItems", err))
-                }
+        let token = settle_token(settlement);
+        let mut attempt = 0;
+        loop {
+            self.counted();
+            let result = self
+                .client()
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .client_request_token(&token)
+                .send()
+                .await;
+            let err = match result {
+                Ok(_) => return Ok(Settled::Done),
+                Err(err) => err,
+            };
+            let reasons: Vec<&str> = match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(e)) => e
+                    .cancellation_reasons()
+                    .iter()
+                    .map(|r| r.code().unwrap_or("None"))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if reasons.get(1) == Some(&"ConditionalCheckFailed") {
+                return Ok(Settled::LostClaim);
             }
+            let code = err.as_service_error().and_then(|e| e.code());
+            attempt += 1;
+            if attempt >= SETTLE_ATTEMPTS || !retryable(code, &reasons) {
+                return Err(request_error("TransactWriteItems", err));
+            }
+            tracing::warn!(attempt, ?reasons, "settle collided with another write; retrying");
+            tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
         }
     }
 
@@ -253,5 +318,30 @@ impl RunStore for DynamoStore {
             .await
             .map_err(|e| request_error("PutItem", e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retryable;
+
+    #[test]
+    fn only_collisions_throttling_and_in_progress_settles_are_sent_again() {
+        let cancelled = Some("TransactionCanceledException");
+        assert!(retryable(cancelled, &["None", "TransactionConflict", "None"]));
+        assert!(retryable(cancelled, &["ThrottlingError", "None"]));
+        assert!(!retryable(cancelled, &["None", "ConditionalCheckFailed"]));
+        assert!(
+            !retryable(cancelled, &["TransactionConflict", "ValidationError"]),
+            "a malformed item fails the same way again"
+        );
+        assert!(!retryable(cancelled, &["None", "None"]));
+        assert!(retryable(Some("TransactionInProgressException"), &[]));
+        assert!(retryable(Some("ThrottlingException"), &[]));
+        assert!(!retryable(Some("ValidationException"), &[]));
+        assert!(
+            !retryable(None, &[]),
+            "an ambiguous transport failure goes back to the queue"
+        );
     }
 }
