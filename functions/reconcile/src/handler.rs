@@ -84,12 +84,17 @@ async fn webhook(app: &App, request: LambdaFunctionUrlRequest) -> Result<Value, 
     Ok(response(answer.status(), json!({"result": message})))
 }
 
+/// Works a FIFO batch in order. After a failure, the later messages of the
+/// same group (install) go back with it, so its order holds; other groups'
+/// messages are still worked, so one failing install does not push the
+/// others' work towards the DLQ.
 async fn batch(app: &App, event: SqsEvent) -> Value {
     let mut response = SqsBatchResponse::default();
-    let mut failed = false;
+    let mut failed_groups = std::collections::HashSet::new();
     for record in &event.records {
         let id = record.message_id.clone().unwrap_or_default();
-        if failed {
+        let group = record.attributes.get("MessageGroupId").cloned().unwrap_or_default();
+        if failed_groups.contains(&group) {
             response.add_failure(id);
             continue;
         }
@@ -108,7 +113,7 @@ async fn batch(app: &App, event: SqsEvent) -> Value {
             }
             Err(error) => {
                 tracing::error!(message_id = %id, error = %shared::error_chain(&error), "reconcile failed; the message comes back");
-                failed = true;
+                failed_groups.insert(group);
                 response.add_failure(id);
             }
         }

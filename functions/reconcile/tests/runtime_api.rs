@@ -131,4 +131,27 @@ async fn the_binary_takes_webhooks_works_its_queue_and_answers_cloudformation() 
     let queued = t.take_work().await;
     assert_eq!(queued.len(), 1, "one pass per install");
     assert_eq!(queued[0].0, "ws_1/ins_1");
+
+    // A batch in which one install's server is down: that install's later
+    // work goes back with its failed message; the other install's is done.
+    let message = |id: &str, group: &str, body: String| {
+        json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
+               "messageAttributes": {}, "eventSource": "aws:sqs",
+               "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
+    };
+    let down = json!({"type": "connector.installed", "workspace": "ws_1",
+        "install": {"id": "ins_down", "server": "down", "url": "http://127.0.0.1:9/mcp", "scope": "workspace",
+                    "account": "acct_2"}});
+    let changed = json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_down"}});
+    let records = vec![
+        message("d1", "ws_1/ins_down", down.to_string()),
+        message("d2", "ws_1/ins_down", changed.to_string()),
+        message("p1", &queued[0].0, queued[0].1.clone()),
+    ];
+    let batch = api.invoke_ok(&json!({"Records": records})).await.unwrap();
+    assert_eq!(
+        batch["batchItemFailures"],
+        json!([{"itemIdentifier": "d1"}, {"itemIdentifier": "d2"}]),
+        "{batch}"
+    );
 }

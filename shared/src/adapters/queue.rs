@@ -19,13 +19,25 @@ impl FifoQueue {
     }
 }
 
+/// A message group or deduplication id SQS accepts: up to 128 characters,
+/// ASCII letters, digits and punctuation. One that is not (a long or
+/// non-ASCII workspace, install or webhook id) is replaced by its SHA-256,
+/// which keeps it distinct and stable.
+pub fn sqs_id(text: &str) -> String {
+    if !text.is_empty() && text.len() <= 128 && text.bytes().all(|b| b.is_ascii_graphic()) {
+        return text.to_owned();
+    }
+    use sha2::{Digest, Sha256};
+    format!("sha256-{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
 impl WorkQueue for FifoQueue {
     async fn enqueue(&self, group: &str, dedup_id: &str, body: &str) -> Result<(), QueueError> {
         self.client
             .send_message()
             .queue_url(&self.url)
-            .message_group_id(group)
-            .message_deduplication_id(dedup_id)
+            .message_group_id(sqs_id(group))
+            .message_deduplication_id(sqs_id(dedup_id))
             .message_body(body)
             .send()
             .await
@@ -47,4 +59,21 @@ pub async fn secret_string(sdk: &aws_config::SdkConfig, arn: &str) -> Result<Str
     out.secret_string()
         .map(str::to_owned)
         .ok_or_else(|| format!("secret {arn} has no string value").into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sqs_id;
+
+    #[test]
+    fn ids_sqs_refuses_are_hashed_and_others_kept() {
+        assert_eq!(sqs_id("ws_1/ins_1"), "ws_1/ins_1");
+        let long = format!("{}/{}", "w".repeat(128), "i".repeat(128));
+        for odd in [long.as_str(), "wörkspace/ins_1", "ws 1/ins", ""] {
+            let id = sqs_id(odd);
+            assert!(id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()), "{id}");
+            assert_eq!(id, sqs_id(odd), "stable");
+        }
+        assert_ne!(sqs_id("wörkspace/a"), sqs_id("wörkspace/b"));
+    }
 }
