@@ -299,8 +299,14 @@ pub fn settle_holds(
     }
 }
 
-/// The plan for one install's server. `stored` are the tasks of this install;
-/// `installs` are the workspace's installs (needs bind to them).
+/// The plan for one install's server. `stored` are the workspace's tasks of
+/// this server; `installs` are the workspace's installs (needs bind to them).
+///
+/// A task belongs to the install that declared it. Another install of the
+/// same server (a reinstall under a new id) takes it over only when that
+/// install is gone; while both are installed, each leaves the other's tasks
+/// alone, so two live installs never pull a task back and forth. A prompt
+/// the server lists twice counts once.
 pub fn plan(
     view: &ServerView<'_>,
     stored: &[Task],
@@ -310,10 +316,32 @@ pub fn plan(
 ) -> Plan {
     let install = view.install;
     let mut plan = Plan::default();
-    let mut by_id: BTreeMap<TaskId, &Task> = stored.iter().map(|t| (t.task_id.clone(), t)).collect();
+    let owned_elsewhere = |task: &Task| match &task.provenance {
+        Provenance::Connector { install_id, .. } => {
+            *install_id != install.install_id && installs.get(install_id).is_some_and(Install::is_installed)
+        }
+        Provenance::User { .. } => true,
+    };
+    let mut by_id: BTreeMap<TaskId, &Task> = stored
+        .iter()
+        .filter(|t| !owned_elsewhere(t))
+        .map(|t| (t.task_id.clone(), t))
+        .collect();
+    let owned_by_others: BTreeSet<&TaskId> = stored
+        .iter()
+        .filter(|t| owned_elsewhere(t))
+        .map(|t| &t.task_id)
+        .collect();
+    let mut seen = BTreeSet::new();
 
     for prompt in view.prompts {
+        if !seen.insert(prompt.name.as_str()) {
+            continue;
+        }
         let id = TaskId::for_connector(&install.workspace, &install.server, &prompt.name);
+        if owned_by_others.contains(&id) {
+            continue;
+        }
         let existing = by_id.remove(&id);
         let Some(marker) = &prompt.marker else {
             if let Some(task) = existing {
@@ -604,6 +632,43 @@ mod tests {
         let mut m = marker();
         mutate(&mut m);
         m
+    }
+
+    #[test]
+    fn a_task_follows_a_reinstall_but_not_a_second_live_install() {
+        let mut task = approved(&[]);
+        if let Provenance::Connector { install_id, .. } = &mut task.provenance {
+            *install_id = "ins_old".into();
+        }
+        let listed = [prompt(Some(marker()), &[])];
+        let with_old = |status| {
+            let mut all = installs();
+            all.insert("ins_old".into(), install("ins_old", status));
+            all
+        };
+        let gone = with_old(InstallStatus::Uninstalled);
+        let plan = run_with(&listed, std::slice::from_ref(&task), &gone);
+        assert_eq!(plan.writes.len(), 1);
+        assert_eq!(plan.writes[0].changes, vec![Change::Reattached]);
+        assert!(
+            matches!(&plan.writes[0].task.provenance, Provenance::Connector { install_id, .. } if install_id == "ins_1")
+        );
+
+        let both = with_old(InstallStatus::Installed);
+        assert_eq!(run_with(&listed, std::slice::from_ref(&task), &both), Plan::default());
+        assert_eq!(
+            run_with(&[], std::slice::from_ref(&task), &both),
+            Plan::default(),
+            "another live install's task is not withdrawn either"
+        );
+    }
+
+    #[test]
+    fn a_prompt_listed_twice_counts_once() {
+        let twice = [prompt(Some(marker()), &[]), prompt(Some(marker()), &[])];
+        assert_eq!(run(&twice, &[]).writes.len(), 1);
+        let task = approved(&[]);
+        assert_eq!(run(&twice, std::slice::from_ref(&task)), Plan::default());
     }
 
     #[test]
