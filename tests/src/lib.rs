@@ -385,6 +385,11 @@ impl TestStack {
         )
     }
 
+    /// The store on this stack's table.
+    pub fn admin_store(&self) -> DynamoStore {
+        DynamoStore::from_sdk(&self.aws.sdk, &self.stack.names.table)
+    }
+
     pub fn admin(&self) -> Admin<DynamoStore, EventBridgeSchedules> {
         let config = self.create_config(ENABLED);
         Admin::new(

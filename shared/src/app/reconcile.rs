@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use crate::domain::install::{Install, InstallStatus};
 use crate::domain::limits::Ceilings;
 use crate::domain::reconcile::{self, ServerView, Write};
-use crate::domain::task::{Provenance, Task};
+use crate::domain::task::{Provenance, Task, TaskId};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::webhook::{Event, InstallRef, WebhookError, WebhookSecret};
@@ -205,7 +205,7 @@ impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G,
         match work {
             Work::Event(event) => self.apply(&event, now).await,
             Work::Pass(Pass::Install { workspace, install }) => {
-                self.reconcile_install(&workspace, &install.id, now).await
+                Box::pin(self.reconcile_install(&workspace, &install.id, now)).await
             }
             Work::Pass(Pass::All) => {
                 self.queue_all(now).await?;
@@ -249,12 +249,12 @@ impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G,
                 };
                 self.store.put_install(&record).await?;
                 let mut summary = self.rebind(workspace, now).await?;
-                let pass = self.reconcile_install(workspace, &install.id, now).await?;
+                let pass = Box::pin(self.reconcile_install(workspace, &install.id, now)).await?;
                 merge(&mut summary, pass);
                 Ok(summary)
             }
             Event::Connected { workspace, install } | Event::ListChanged { workspace, install } => {
-                self.reconcile_install(workspace, &install.id, now).await
+                Box::pin(self.reconcile_install(workspace, &install.id, now)).await
             }
             Event::Uninstalled { workspace, install } => self.uninstall(workspace, install, now).await,
         }
@@ -313,6 +313,28 @@ impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G,
         Ok(true)
     }
 
+    /// Puts the schedule of every task of this install that the pass did
+    /// not write, from a fresh read: a schedule update that failed after
+    /// its task's write (by reconcile or admin) is repaired by the next pass,
+    /// at the latest the daily one.
+    async fn repair_schedules(
+        &self,
+        workspace: &str,
+        install_id: &str,
+        written: &[Write],
+    ) -> Result<(), ReconcileError> {
+        let written: BTreeSet<&TaskId> = written.iter().map(|w| &w.task.task_id).collect();
+        let tasks = self.store.workspace_tasks(workspace).await?;
+        let own = tasks.iter().filter(|t| {
+            !written.contains(&t.task_id)
+                && matches!(&t.provenance, Provenance::Connector { install_id: owner, .. } if owner == install_id)
+        });
+        for task in own {
+            self.sync_schedule(task).await?;
+        }
+        Ok(())
+    }
+
     async fn sync_schedule(&self, task: &Task) -> Result<(), ReconcileError> {
         let definition = ScheduleDefinition::for_task(task)
             .map_err(|e| ReconcileError::Unschedulable(task.task_id.to_string(), e.to_string()))?;
@@ -320,7 +342,9 @@ impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G,
         Ok(())
     }
 
-    /// One install's pass: read its server, plan, write.
+    /// One install's pass: read its server, plan, write. Callers box it:
+    /// with the MCP session's futures inside, it is too large to nest on a
+    /// thread's stack unboxed in a debug build.
     #[tracing::instrument(skip_all, fields(workspace, install = install_id))]
     pub async fn reconcile_install(
         &self,
@@ -369,6 +393,7 @@ impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G,
             if !self.write_all(&plan.writes, &mut summary).await? {
                 continue;
             }
+            Box::pin(self.repair_schedules(workspace, install_id, &plan.writes)).await?;
             if plan.refused != install.declaration_errors {
                 for (prompt, reason) in &plan.refused {
                     tracing::warn!(prompt = %prompt, reason = %reason, "declaration refused");

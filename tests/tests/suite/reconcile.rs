@@ -460,6 +460,48 @@ async fn another_workspaces_task_is_forbidden_and_a_missing_one_not_found() {
     assert_eq!(w.admin("get", json!({})).await["ok"], true, "its own admin reads it");
 }
 
+/// A schedule update that failed after its task's write leaves the schedule
+/// out of step; the next pass puts it back in step with the task.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pass_repairs_a_schedule_out_of_step_with_its_task() {
+    use shared::ports::Schedules;
+    let w = World::start().await;
+    w.t.reconciler()
+        .apply(&installed("ins_1", "issues", &w.issues.url(), "workspace"), Utc::now())
+        .await
+        .unwrap();
+    let v = w.version().await;
+    let approved = w.admin("approve", json!({"expected_version": v, "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_chat"}})).await;
+    assert_eq!(approved["ok"], true, "{approved}");
+    assert_eq!(w.schedule_state().await, "ENABLED");
+
+    // The schedule as a lost update would leave it: disabled, the task scheduled.
+    let store = w.t.admin_store();
+    let mut stale = shared::ports::TaskStore::task(&store, "ws_1", &w.task_id)
+        .await
+        .unwrap()
+        .unwrap();
+    stale.overrides = Some(shared::domain::overrides::Overrides {
+        paused: true,
+        ..Default::default()
+    });
+    let schedules = shared::adapters::scheduler::EventBridgeSchedules::from_sdk(
+        &w.t.aws.sdk,
+        w.t.create_config(tests::ENABLED).target,
+    );
+    schedules
+        .put(&shared::ports::ScheduleDefinition::for_task(&stale).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(w.schedule_state().await, "DISABLED");
+
+    let v = w.version().await;
+    let pass = w.list_changed().await;
+    assert_eq!(pass.tasks_written, 0, "nothing declared changed");
+    assert_eq!(w.version().await, v);
+    assert_eq!(w.schedule_state().await, "ENABLED", "repaired from the task");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daily_pass_queues_every_installed_connector_and_no_uninstalled_one() {
     let w = World::start().await;
