@@ -56,6 +56,8 @@ pub struct FixtureState {
     pub authorizations: Vec<String>,
     /// Items per page of `prompts/list` and `tools/list` (0: all at once).
     pub page_size: usize,
+    /// How long `prompts/get` takes to answer (a slow server).
+    pub get_prompt_delay: Option<std::time::Duration>,
 }
 
 #[derive(Clone)]
@@ -118,6 +120,10 @@ impl ServerHandler for Handler {
         request: GetPromptRequestParams,
         _cx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
+        let delay = self.state.read().await.get_prompt_delay;
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
         let mut state = self.state.write().await;
         let args: BTreeMap<String, String> = request
             .arguments

@@ -392,7 +392,19 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             .min(deadline - Duration::seconds(SETTLE_RESERVE_SECONDS));
         let setup = match task.kind {
             TaskKind::Reminder => Ok(Conversation::reminder(task)),
-            TaskKind::Connector => self.connector_conversation(task, install).await,
+            // The setup (connects, prompts/get, tools/list per binding) is
+            // bounded by the run's wall time too, so the settle still fits.
+            TaskKind::Connector => {
+                let left = (wall_deadline - Utc::now()).to_std().unwrap_or_default();
+                match tokio::time::timeout(left, self.connector_conversation(task, install)).await {
+                    Ok(setup) => setup,
+                    Err(_) => Err(McpError {
+                        operation: "connect",
+                        code: None,
+                        message: "the connector setup did not finish within the run's time limit".into(),
+                    }),
+                }
+            }
         };
         let conversation = match setup {
             Ok(conversation) => conversation,

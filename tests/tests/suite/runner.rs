@@ -472,6 +472,33 @@ async fn a_missing_required_argument_fails_the_run_and_holds_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_slow_connector_setup_fails_the_run_within_its_time_limit() {
+    let s = RunStack::start().await.unwrap();
+    let fixture = installed_fixture(&s).await;
+    fixture.state().write().await.get_prompt_delay = Some(std::time::Duration::from_secs(20));
+    let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
+    task.spec.limits.timeout_seconds = 1;
+    insert(&s, &task).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let got = s
+        .runner()
+        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let reason = record["reason"].as_str().unwrap();
+    assert!(reason.contains("time limit"), "{reason}");
+    let took = chrono::DateTime::parse_from_rfc3339(record["finished_at"].as_str().unwrap()).unwrap()
+        - chrono::DateTime::parse_from_rfc3339(record["started_at"].as_str().unwrap()).unwrap();
+    assert!(
+        took < Duration::seconds(15),
+        "bounded by the run, not the MCP request timeout: {took}"
+    );
+    assert!(s.model.requests().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_per_run_budget_stops_the_loop() {
     let s = RunStack::start().await.unwrap();
     let _fixture = installed_fixture(&s).await;
