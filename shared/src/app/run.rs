@@ -464,8 +464,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let limits = task.spec.limits;
         let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
         let mut usage = Usage::default();
-        let mut next_input_estimate = 0u64;
         let mut last_text: Option<String> = None;
+        // The last call's input and output: the next input is at least this.
+        let mut input_floor = 0u64;
         let fail = |reason: String, usage: Usage, text: &Option<String>| {
             Outcome::failed(
                 reason,
@@ -479,8 +480,17 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 return fail(format!("turn limit of {} reached", limits.max_turns), usage, &last_text);
             }
             let tokens_left = u64::from(limits.max_output_tokens).saturating_sub(usage.output_tokens);
+            let mut request = ModelRequest {
+                system: SYSTEM_PROMPT.to_owned(),
+                messages: conversation.messages.clone(),
+                tools: conversation.tools.clone(),
+                max_tokens: 0,
+            };
+            // The call is charged for its input too: what is left of the
+            // per-run budget after that pays for its output.
             let affordable = run_budget.map_or(u64::MAX, |b| {
-                price.affordable_output(b - price.cost(usage.tokens()), next_input_estimate)
+                let input = request.input_estimate().max(input_floor);
+                price.affordable_output(b - price.cost(usage.tokens()), input)
             });
             if affordable == 0 {
                 return fail(
@@ -504,12 +514,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     &last_text,
                 );
             };
-            let request = ModelRequest {
-                system: SYSTEM_PROMPT.to_owned(),
-                messages: conversation.messages.clone(),
-                tools: conversation.tools.clone(),
-                max_tokens,
-            };
+            request.max_tokens = max_tokens;
             let reply =
                 match tokio::time::timeout(remaining, self.model.converse(&self.settings.model_id, &request)).await {
                     Err(_) => {
@@ -525,7 +530,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             usage.turns += 1;
             usage.input_tokens += reply.input_tokens;
             usage.output_tokens += reply.output_tokens;
-            next_input_estimate = reply.input_tokens + reply.output_tokens;
+            input_floor = reply.input_tokens + reply.output_tokens;
             let text = reply.message.text();
             if !text.is_empty() {
                 last_text = Some(text.clone());

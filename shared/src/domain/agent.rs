@@ -80,6 +80,31 @@ pub struct ModelRequest {
     pub max_tokens: u32,
 }
 
+/// Characters per token assumed when a request's input is estimated before
+/// it is sent: fewer than tokenizers average on English or JSON, so the
+/// estimate errs high and the per-run budget is kept before the call, not
+/// found exceeded after it.
+pub const CHARS_PER_TOKEN_ESTIMATE: u64 = 3;
+
+impl ModelRequest {
+    /// An estimate, on the high side, of the input tokens this request is
+    /// charged: its system prompt, messages and tool specs.
+    pub fn input_estimate(&self) -> u64 {
+        let block = |b: &Block| match b {
+            Block::Text(text) => text.len(),
+            Block::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
+            Block::ToolResult { text, .. } => text.len(),
+        };
+        let messages: usize = self.messages.iter().flat_map(|m| &m.content).map(block).sum();
+        let tools: usize = self
+            .tools
+            .iter()
+            .map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len())
+            .sum();
+        ((self.system.len() + messages + tools) as u64).div_ceil(CHARS_PER_TOKEN_ESTIMATE)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelReply {
     pub message: Message,
@@ -114,6 +139,44 @@ summary of what you did.";
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_input_estimate_counts_everything_sent_and_errs_high() {
+        let mut request = ModelRequest {
+            system: "s".repeat(30),
+            messages: vec![Message::user_text("x".repeat(300))],
+            tools: vec![],
+            max_tokens: 100,
+        };
+        assert_eq!(request.input_estimate(), 110);
+        request.messages.push(Message {
+            role: Role::User,
+            content: vec![Block::ToolResult {
+                id: "t1".into(),
+                text: "r".repeat(30),
+                is_error: false,
+            }],
+        });
+        assert_eq!(request.input_estimate(), 120);
+        request.tools.push(ToolSpec {
+            name: "abc".into(),
+            description: "d".repeat(27),
+            input_schema: serde_json::json!({}),
+        });
+        assert!(request.input_estimate() > 120);
+        // English prose runs near four characters a token: the estimate is above it.
+        let prose = "The quick brown fox jumps over the lazy dog. ".repeat(20);
+        let words = prose.split_whitespace().count() as u64;
+        let estimate = ModelRequest {
+            system: String::new(),
+            messages: vec![Message::user_text(prose)],
+            tools: vec![],
+            max_tokens: 1,
+        }
+        .input_estimate();
+        assert!(estimate > words, "{estimate} vs {words} words");
+    }
+
     use super::*;
 
     #[test]

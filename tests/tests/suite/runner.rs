@@ -535,6 +535,34 @@ async fn the_per_run_budget_stops_the_loop() {
     );
 }
 
+/// The first call is charged for its input too: a per-run budget that would
+/// pay for a few output tokens but not for the prompt makes no call at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_per_run_budget_the_first_input_exceeds_makes_no_model_call() {
+    let s = RunStack::start().await.unwrap();
+    let _fixture = installed_fixture(&s).await;
+    let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
+    task.spec.budget = Some(shared::domain::task::Budget {
+        max_usd_per_run: 0.000_1,
+        max_usd_per_month: 5.0,
+    });
+    insert(&s, &task).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let got = s
+        .runner()
+        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    assert!(
+        record["reason"].as_str().unwrap().contains("per-run budget"),
+        "{record}"
+    );
+    assert_eq!(record["cost_usd"], 0.0);
+    assert!(s.model.requests().await.is_empty(), "no model call");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn limits_stop_the_loop_and_unpriced_models_never_run() {
     let s = RunStack::start().await.unwrap();
