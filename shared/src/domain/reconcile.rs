@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use serde_json::Value;
 
 use super::declaration::{self, Declaration};
@@ -82,6 +82,57 @@ pub fn fires_per_year(schedule: &Schedule) -> u64 {
             Err(_) => u64::MAX,
         },
     }
+}
+
+/// The shortest time between two fires, in minutes: the other measure of
+/// "fires more often" (fewer fires a year can still come closer together).
+/// Local wall-clock time; DST is ignored as in [`fires_per_year`].
+pub fn shortest_gap_minutes(schedule: &Schedule) -> u64 {
+    match schedule {
+        Schedule::At { .. } => u64::MAX,
+        Schedule::Rate { every, unit } => {
+            u64::from(*every)
+                * match unit {
+                    RateUnit::Minutes => 1,
+                    RateUnit::Hours => 60,
+                    RateUnit::Days => 1440,
+                }
+        }
+        Schedule::Cron { cron, .. } => {
+            let Ok(cron) = Cron::parse(cron) else {
+                return 0;
+            };
+            let times: Vec<u64> = cron
+                .hours
+                .iter()
+                .flat_map(|h| cron.minutes.iter().map(move |m| u64::from(*h) * 60 + u64::from(*m)))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let (Some(first), Some(last)) = (times.first(), times.last()) else {
+                return u64::MAX;
+            };
+            let within_a_day = times.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(u64::MAX);
+            // Two years, so that a once-a-year schedule has a gap too.
+            let days: Vec<u64> = (2027..=2028)
+                .flat_map(|year| (1..=366).filter_map(move |d| NaiveDate::from_yo_opt(year, d)))
+                .filter(|date| cron.fires_on(*date))
+                .map(|date| date.num_days_from_ce() as u64)
+                .collect();
+            let across_days = days
+                .windows(2)
+                .map(|w| (w[1] - w[0]) * 1440 + first - last)
+                .min()
+                .unwrap_or(u64::MAX);
+            within_a_day.min(across_days)
+        }
+    }
+}
+
+/// Whether `new` fires more often than `old`: more fires a year, or two
+/// fires closer together than any two of `old`.
+pub fn fires_more_often(old: &Schedule, new: &Schedule) -> bool {
+    fires_per_year(new) > fires_per_year(old) || shortest_gap_minutes(new) < shortest_gap_minutes(old)
 }
 
 fn describe_schedule(schedule: &Schedule) -> String {
@@ -159,7 +210,7 @@ pub fn compare(old: &Spec, new: &Spec) -> Vec<Difference> {
         );
     }
     if old.schedule != new.schedule {
-        let widens = fires_per_year(&new.schedule) > fires_per_year(&old.schedule);
+        let widens = fires_more_often(&old.schedule, &new.schedule);
         push(
             "schedule",
             describe_schedule(&old.schedule),
@@ -933,5 +984,32 @@ mod tests {
             }) > fires_per_year(&cron("0 * * * *"))
         );
         let _ = Duration::zero();
+    }
+
+    #[test]
+    fn fires_bunched_closer_together_are_more_often_even_with_fewer_a_year() {
+        let cron = |c: &str| Schedule::Cron {
+            cron: c.into(),
+            timezone: "UTC".into(),
+        };
+        let daily = cron("0 9 * * *");
+        let bunched = cron("*/2 9 1 * *");
+        assert!(fires_per_year(&bunched) < fires_per_year(&daily));
+        assert_eq!(shortest_gap_minutes(&daily), 1440);
+        assert_eq!(shortest_gap_minutes(&bunched), 2);
+        assert!(fires_more_often(&daily, &bunched));
+        assert!(!fires_more_often(&daily, &cron("0 9 * * MON")), "weekly is a narrowing");
+        assert!(!fires_more_often(&cron("0 9,17 * * *"), &daily));
+        assert!(fires_more_often(&daily, &cron("0 9,17 * * *")));
+        assert_eq!(shortest_gap_minutes(&cron("0 23 * * *")), 1440, "across midnight");
+        assert_eq!(shortest_gap_minutes(&cron("0 9 1 1 *")), 365 * 1440, "once a year");
+        assert_eq!(shortest_gap_minutes(&cron("30 8,9 * * *")), 60);
+        assert_eq!(
+            shortest_gap_minutes(&Schedule::Rate {
+                every: 3,
+                unit: RateUnit::Hours
+            }),
+            180
+        );
     }
 }
