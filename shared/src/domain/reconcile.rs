@@ -962,12 +962,15 @@ mod tests {
         assert_eq!(plan.writes[0].changes, vec![Change::DeclarationAccepted]);
     }
 
+    fn cron(expression: &str) -> Schedule {
+        Schedule::Cron {
+            cron: expression.into(),
+            timezone: "UTC".into(),
+        }
+    }
+
     #[test]
     fn frequency_orders_schedules() {
-        let cron = |c: &str| Schedule::Cron {
-            cron: c.into(),
-            timezone: "UTC".into(),
-        };
         assert!(fires_per_year(&cron("0 9 * * MON-FRI")) < fires_per_year(&cron("0 9 * * *")));
         assert_eq!(fires_per_year(&cron("0 9 * * *")), 365);
         assert_eq!(
@@ -988,10 +991,6 @@ mod tests {
 
     #[test]
     fn fires_bunched_closer_together_are_more_often_even_with_fewer_a_year() {
-        let cron = |c: &str| Schedule::Cron {
-            cron: c.into(),
-            timezone: "UTC".into(),
-        };
         let daily = cron("0 9 * * *");
         let bunched = cron("*/2 9 1 * *");
         assert!(fires_per_year(&bunched) < fires_per_year(&daily));
