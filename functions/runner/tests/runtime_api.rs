@@ -31,13 +31,7 @@ fn sqs_event(records: &[(&str, &str)]) -> Value {
 }
 
 fn failures(response: &Value) -> Vec<String> {
-    let mut ids: Vec<String> = response["batchItemFailures"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|f| f["itemIdentifier"].as_str().map(str::to_owned))
-        .collect();
+    let mut ids = local::dispatcher::batch_failures(response);
     ids.sort();
     ids
 }

@@ -26,6 +26,19 @@ use shared::domain::webhook::WebhookSecret;
 use crate::Stack;
 use crate::runtime::RuntimeApi;
 
+/// The message ids a partial batch response (`SqsBatchResponse`) returns.
+pub fn batch_failures(response: &Value) -> Vec<String> {
+    response["batchItemFailures"]
+        .as_array()
+        .map(|failures| {
+            failures
+                .iter()
+                .filter_map(|f| f["itemIdentifier"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub struct Dispatcher<'a> {
     pub sdk: &'a SdkConfig,
     pub stack: &'a Stack,
@@ -206,13 +219,7 @@ impl Dispatcher<'_> {
                 break;
             }
             let response = function.invoke_ok(&event).await?;
-            let failed: Vec<String> = response["batchItemFailures"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|f| f["itemIdentifier"].as_str().map(str::to_owned))
-                .collect();
+            let failed = batch_failures(&response);
             for (id, handle) in &handles {
                 if failed.contains(id) {
                     // Make it visible again at once, as a retry would later.
