@@ -1,0 +1,1 @@
+//! See `super`: attacks through installs, webhooks, bindings and connector endpoints.

@@ -1,0 +1,1 @@
+//! See `super`: attacks through the create and schedules payloads.

@@ -1,0 +1,1 @@
+//! See `super`: attacks on what a run may do and spend.
