@@ -1,7 +1,7 @@
-//! The five gates of create (SPEC §4, issue "Foundation and the create
-//! function"), against moto through the real adapters: feature-gated
-//! classification, the approval-backed happy path, exact-scope denial,
-//! validation without residue, and retry idempotency.
+//! The rules of create (SPEC §4), against moto through the real adapters:
+//! the feature flags (rule 1), the exact scope (rule 2), the approved call's
+//! task and schedule (rules 6, 7), validation without residue (rules 3, 4)
+//! and retry idempotency (rule 5).
 
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
@@ -16,7 +16,7 @@ async fn call(app: &create::App, payload: Value) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn gate_1_feature_flags_hide_the_descriptor_and_refuse_create() {
+async fn rule_1_feature_flags_hide_the_descriptor_and_refuse_create() {
     let t = TestStack::start().await.unwrap();
     let now = Utc::now();
     for (api, worker) in [(false, true), (true, false), (false, false)] {
@@ -54,7 +54,7 @@ async fn gate_1_feature_flags_hide_the_descriptor_and_refuse_create() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn gate_2_an_approved_call_writes_the_task_and_its_schedule_exactly() {
+async fn rules_6_7_an_approved_call_writes_the_task_and_its_schedule_exactly() {
     let t = TestStack::start().await.unwrap();
     let app = t.create_app();
     let now = Utc::now();
@@ -135,7 +135,7 @@ async fn gate_2_an_approved_call_writes_the_task_and_its_schedule_exactly() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn gate_3_only_the_exact_scope_allows_create() {
+async fn rule_2_only_the_exact_scope_allows_create() {
     let t = TestStack::start().await.unwrap();
     let app = t.create_app();
     let now = Utc::now();
@@ -160,7 +160,7 @@ async fn gate_3_only_the_exact_scope_allows_create() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn gate_4_rejected_requests_leave_no_residue() {
+async fn rules_3_4_rejected_requests_leave_no_residue() {
     let t = TestStack::start().await.unwrap();
     let app = t.create_app();
     let now = Utc::now();
@@ -255,7 +255,7 @@ async fn gate_4_rejected_requests_leave_no_residue() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn gate_5_retries_are_idempotent_per_principal() {
+async fn rule_5_retries_are_idempotent_per_principal() {
     let t = TestStack::start().await.unwrap();
     let app = t.create_app();
     let now = Utc::now();
@@ -317,7 +317,7 @@ async fn gate_5_retries_are_idempotent_per_principal() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn gate_5_a_replay_after_the_instant_passed_still_replays() {
+async fn rule_5_a_replay_after_the_instant_passed_still_replays() {
     let t = TestStack::start().await.unwrap();
     let app = t.create_app();
     let now = Utc::now();
@@ -332,7 +332,7 @@ async fn gate_5_a_replay_after_the_instant_passed_still_replays() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn gate_5_concurrent_calls_with_one_key_converge() {
+async fn rule_5_concurrent_calls_with_one_key_converge() {
     let t = TestStack::start().await.unwrap();
     let app = t.create_app();
     let now = Utc::now();
