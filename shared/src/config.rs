@@ -166,17 +166,21 @@ pub struct RunnerConfig {
     pub prices: crate::domain::budget::Prices,
     /// `CATCH_UP_SECONDS` (default [`DEFAULT_CATCH_UP_SECONDS`])
     pub catch_up_seconds: i64,
+    /// `CONNECTOR_SECRET_PREFIX`, `ALLOW_LOOPBACK_CONNECTORS`: where a
+    /// connector may be and which credential it may have.
+    pub rules: crate::domain::webhook::InstallRules,
 }
 
 impl RunnerConfig {
     /// No `EVENT_BUS_NAME`: the runner sends no event; the table's stream
     /// carries each settled run to the bus (`domain::notification`).
-    pub const VARIABLES: [&'static str; 5] = [
+    pub const VARIABLES: [&'static str; 6] = [
         "TABLE_NAME",
         "AGENT_SCHEDULE_WORKER_ENABLED",
         "MODEL_ID",
         "MODEL_PRICES",
         "CATCH_UP_SECONDS",
+        "CONNECTOR_SECRET_PREFIX",
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -207,33 +211,80 @@ impl RunnerConfig {
             model_id: env.required("MODEL_ID")?,
             prices,
             catch_up_seconds,
+            rules: install_rules(env)?,
         })
     }
 }
 
-/// Everything the reconcile function reads.
+/// `ALLOW_LOOPBACK_CONNECTORS` (default `false`; local runs only, the
+/// template never sets it) and `CONNECTOR_SECRET_PREFIX`: what an install
+/// may name, for every function that talks to connectors or takes installs.
+pub fn install_rules<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+) -> Result<crate::domain::webhook::InstallRules, ConfigError> {
+    const PREFIX: &str = "CONNECTOR_SECRET_PREFIX";
+    let allow_loopback = match (env.0)("ALLOW_LOOPBACK_CONNECTORS") {
+        None => false,
+        Some(_) => env.flag("ALLOW_LOOPBACK_CONNECTORS")?,
+    };
+    let credentials = crate::domain::install::CredentialPrefix::parse(&env.required(PREFIX)?).map_err(|e| {
+        ConfigError::Malformed {
+            name: PREFIX,
+            reason: e.to_string(),
+        }
+    })?;
+    Ok(crate::domain::webhook::InstallRules {
+        endpoint: crate::domain::endpoint::EndpointPolicy { allow_loopback },
+        credentials,
+    })
+}
+
+/// What the reconcile worker (queue, daily pass, deploy pass) reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerConfig {
+    pub target: ScheduleTarget,
+    pub ceilings: Ceilings,
+}
+
+/// Everything the reconcile binary reads. One binary, two functions: the
+/// webhook intake (`WEBHOOK_SECRET_ARN` set: it reads the webhook secret and
+/// never talks to connectors) and the worker (`SCHEDULE_GROUP` set: it talks
+/// to connectors and may not read the webhook secret). Locally one process
+/// may be both.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReconcileConfig {
     /// `TABLE_NAME`
     pub table_name: String,
-    pub target: ScheduleTarget,
-    pub ceilings: Ceilings,
-    /// `WEBHOOK_SECRET_ARN`: the Standard Webhooks secret in Secrets Manager.
-    pub webhook_secret_arn: String,
     /// `RECONCILE_QUEUE_URL`: the FIFO queue that serialises work per install.
     pub queue_url: String,
+    /// `CONNECTOR_SECRET_PREFIX`, `ALLOW_LOOPBACK_CONNECTORS`
+    pub rules: crate::domain::webhook::InstallRules,
+    /// `WEBHOOK_SECRET_ARN`: the Standard Webhooks secret in Secrets Manager
+    /// (the intake only).
+    pub webhook_secret_arn: Option<String>,
+    /// The worker's variables, when it is the worker.
+    pub worker: Option<WorkerConfig>,
 }
 
 impl ReconcileConfig {
+    /// What the webhook intake function reads.
+    pub const INTAKE_VARIABLES: [&'static str; 4] = [
+        "TABLE_NAME",
+        "RECONCILE_QUEUE_URL",
+        "CONNECTOR_SECRET_PREFIX",
+        "WEBHOOK_SECRET_ARN",
+    ];
+    /// What the worker function reads (`ALLOW_LOOPBACK_CONNECTORS` is
+    /// optional and never set by the template).
     pub const VARIABLES: [&'static str; 8] = [
         "TABLE_NAME",
+        "RECONCILE_QUEUE_URL",
+        "CONNECTOR_SECRET_PREFIX",
         "SCHEDULE_GROUP",
         "RUN_QUEUE_ARN",
         "SCHEDULER_ROLE_ARN",
         "SCHEDULER_DLQ_ARN",
         "SCHEDULE_CEILINGS",
-        "WEBHOOK_SECRET_ARN",
-        "RECONCILE_QUEUE_URL",
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -241,12 +292,22 @@ impl ReconcileConfig {
     }
 
     pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        let webhook_secret_arn = (env.0)("WEBHOOK_SECRET_ARN").filter(|v| !v.trim().is_empty());
+        let worker = match (env.0)("SCHEDULE_GROUP") {
+            Some(_) => Some(WorkerConfig {
+                target: ScheduleTarget::from_env(env)?,
+                ceilings: ceilings(env)?,
+            }),
+            None if webhook_secret_arn.is_some() => None,
+            // Neither: the worker is what is missing.
+            None => return Err(ConfigError::Missing("SCHEDULE_GROUP")),
+        };
         Ok(Self {
             table_name: env.required("TABLE_NAME")?,
-            target: ScheduleTarget::from_env(env)?,
-            ceilings: ceilings(env)?,
-            webhook_secret_arn: env.required("WEBHOOK_SECRET_ARN")?,
             queue_url: env.required("RECONCILE_QUEUE_URL")?,
+            rules: install_rules(env)?,
+            webhook_secret_arn,
+            worker,
         })
     }
 }
@@ -335,6 +396,7 @@ mod tests {
                 "MODEL_PRICES",
                 r#"{"m": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}"#,
             ),
+            ("CONNECTOR_SECRET_PREFIX", PREFIX),
         ];
         let config = RunnerConfig::from(&env(&base)).unwrap();
         assert_eq!(config.catch_up_seconds, DEFAULT_CATCH_UP_SECONDS);
@@ -359,6 +421,68 @@ mod tests {
             let without: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
             assert_eq!(RunnerConfig::from(&env(&without)), Err(ConfigError::Missing(name)));
         }
+    }
+
+    const PREFIX: &str = "arn:aws:secretsmanager:us-east-1:123456789012:secret:connectors/";
+
+    #[test]
+    fn reconcile_is_the_intake_or_the_worker_and_loopback_is_off_unless_set() {
+        let worker: Vec<(&str, &str)> = FULL
+            .iter()
+            .copied()
+            .filter(|(k, _)| ReconcileConfig::VARIABLES.contains(k))
+            .chain([("RECONCILE_QUEUE_URL", "q"), ("CONNECTOR_SECRET_PREFIX", PREFIX)])
+            .collect();
+        let config = ReconcileConfig::from(&env(&worker)).unwrap();
+        assert!(config.worker.is_some() && config.webhook_secret_arn.is_none());
+        assert!(!config.rules.endpoint.allow_loopback, "off by default");
+        let intake = [
+            ("TABLE_NAME", "t"),
+            ("RECONCILE_QUEUE_URL", "q"),
+            ("CONNECTOR_SECRET_PREFIX", PREFIX),
+            (
+                "WEBHOOK_SECRET_ARN",
+                "arn:aws:secretsmanager:us-east-1:123456789012:secret:wh",
+            ),
+        ];
+        let config = ReconcileConfig::from(&env(&intake)).unwrap();
+        assert!(config.worker.is_none() && config.webhook_secret_arn.is_some());
+        let mut flagged = worker.clone();
+        flagged.push(("ALLOW_LOOPBACK_CONNECTORS", "true"));
+        assert!(
+            ReconcileConfig::from(&env(&flagged))
+                .unwrap()
+                .rules
+                .endpoint
+                .allow_loopback
+        );
+        flagged.pop();
+        flagged.push(("ALLOW_LOOPBACK_CONNECTORS", "yes"));
+        assert!(matches!(
+            ReconcileConfig::from(&env(&flagged)),
+            Err(ConfigError::Malformed {
+                name: "ALLOW_LOOPBACK_CONNECTORS",
+                ..
+            })
+        ));
+        let mut bad_prefix = worker.clone();
+        bad_prefix.retain(|(k, _)| *k != "CONNECTOR_SECRET_PREFIX");
+        assert_eq!(
+            ReconcileConfig::from(&env(&bad_prefix)),
+            Err(ConfigError::Missing("CONNECTOR_SECRET_PREFIX"))
+        );
+        bad_prefix.push(("CONNECTOR_SECRET_PREFIX", "connectors/"));
+        assert!(matches!(
+            ReconcileConfig::from(&env(&bad_prefix)),
+            Err(ConfigError::Malformed {
+                name: "CONNECTOR_SECRET_PREFIX",
+                ..
+            })
+        ));
+        assert_eq!(
+            ReconcileConfig::from(&env(&[("TABLE_NAME", "t")])),
+            Err(ConfigError::Missing("SCHEDULE_GROUP"))
+        );
     }
 
     #[test]

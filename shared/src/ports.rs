@@ -118,10 +118,26 @@ impl ScheduleDefinition {
     }
 }
 
+/// What Scheduler holds for a schedule (the daily pass compares it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleStatus {
+    pub expression: crate::domain::schedule::Expression,
+    pub enabled: bool,
+}
+
+impl ScheduleDefinition {
+    /// Whether Scheduler's schedule is this definition's (expression, zone, state).
+    pub fn matches(&self, status: &ScheduleStatus) -> bool {
+        self.expression == status.expression && self.enabled == status.enabled
+    }
+}
+
 pub trait Schedules: Send + Sync {
     /// Creates the schedule, or brings an existing one of that name in step:
     /// safe to repeat, last writer wins.
     fn put(&self, schedule: &ScheduleDefinition) -> impl Future<Output = Result<(), ScheduleError>> + Send;
+    /// The schedule of that name as Scheduler holds it, `None` if there is none.
+    fn status(&self, name: &str) -> impl Future<Output = Result<Option<ScheduleStatus>, ScheduleError>> + Send;
 }
 
 // ---- The runner's ports ----------------------------------------------------
@@ -298,6 +314,9 @@ pub trait TaskCatalog: Send + Sync {
     /// Writes a planned task: created if new, else updated in the attributes
     /// reconcile and admin own, conditional on the version it was read at.
     fn write_task(&self, write: &Write) -> impl Future<Output = Result<Versioned, StoreError>> + Send;
+    /// Every reminder of every workspace (the daily pass repairs their
+    /// schedules). A paginated scan: once a day.
+    fn reminders(&self) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send;
     /// Whether a webhook id was already recorded.
     fn seen_delivery(&self, webhook_id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Records a webhook id; `false` if it was already recorded.

@@ -233,7 +233,7 @@ impl RunStack {
         Runner::new(
             store,
             BedrockModel::from_sdk(&self.model_sdk),
-            McpConnectors::from_sdk(&self.t.aws.sdk),
+            McpConnectors::from_sdk(&self.t.aws.sdk, self.t.rules()),
             settings,
         )
     }
@@ -375,13 +375,32 @@ pub type TestReconciler = Reconciler<DynamoStore, EventBridgeSchedules, McpConne
 
 impl TestStack {
     pub fn reconciler(&self) -> TestReconciler {
+        self.reconciler_with(self.rules())
+    }
+
+    /// The install rules of this stack: loopback connectors allowed, as
+    /// the local stack sets `ALLOW_LOOPBACK_CONNECTORS`.
+    pub fn rules(&self) -> shared::app::reconcile::InstallRules {
+        self.stack.install_rules().expect("the stack's install rules")
+    }
+
+    /// The rules of a deployment: `ALLOW_LOOPBACK_CONNECTORS` unset.
+    pub fn deployed_rules(&self) -> shared::app::reconcile::InstallRules {
+        let mut rules = self.rules();
+        rules.endpoint.allow_loopback = false;
+        rules
+    }
+
+    /// The reconciler under the given install rules.
+    pub fn reconciler_with(&self, rules: shared::app::reconcile::InstallRules) -> TestReconciler {
         let config = self.create_config(ENABLED);
         Reconciler::new(
             DynamoStore::from_sdk(&self.aws.sdk, &self.stack.names.table),
             EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
-            McpConnectors::from_sdk(&self.aws.sdk),
+            McpConnectors::from_sdk(&self.aws.sdk, rules.clone()),
             FifoQueue::from_sdk(&self.aws.sdk, &self.stack.reconcile_queue_url),
             config.ceilings,
+            rules,
         )
     }
 

@@ -1,5 +1,8 @@
-//! The reconcile handler. One function, four doors, told apart by the shape
-//! of the event:
+//! The reconcile handler. One binary, deployed as two functions with two
+//! roles: the webhook intake (it holds the webhook secret and never talks to
+//! a connector) and the worker (queue, daily and deploy passes: it talks to
+//! connectors and cannot read the webhook secret). Locally one process may
+//! be both. Four doors, told apart by the shape of the event:
 //! - a Lambda function URL request: a platform webhook, authenticated and
 //!   queued (202), refused (401, 400) or recognised as a duplicate (200);
 //! - an SQS FIFO batch: work items, one install per message group, done in
@@ -19,31 +22,59 @@ use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::mcp::McpConnectors;
 use shared::adapters::queue::{FifoQueue, secret_string};
 use shared::adapters::scheduler::EventBridgeSchedules;
-use shared::app::reconcile::{Delivery, Reconciler, intake};
+use shared::app::reconcile::{Delivery, InstallRules, Reconciler, intake};
 use shared::config::ReconcileConfig;
 use shared::domain::webhook::WebhookSecret;
 
-pub struct App {
-    pub reconciler: Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>,
+/// The webhook intake: the store (webhook ids), the work queue, the secret.
+pub struct Intake {
+    pub store: DynamoStore,
+    pub queue: FifoQueue,
     pub secret: WebhookSecret,
+    pub rules: InstallRules,
 }
 
-/// Wires the use case to the AWS adapters and reads the webhook secret.
+pub struct App {
+    pub intake: Option<Intake>,
+    pub reconciler: Option<Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>>,
+}
+
+/// Wires the use cases to the AWS adapters; the intake reads the webhook
+/// secret at start, the worker never reads it.
 pub async fn build(sdk: &aws_config::SdkConfig, config: ReconcileConfig) -> Result<App, Error> {
-    let secret_text = secret_string(sdk, &config.webhook_secret_arn)
-        .await
-        .map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
-    let secret = WebhookSecret::parse(&secret_text).ok_or("WEBHOOK_SECRET_ARN does not hold a whsec_ secret")?;
-    Ok(App {
-        reconciler: Reconciler::new(
-            DynamoStore::from_sdk(sdk, config.table_name),
-            EventBridgeSchedules::from_sdk(sdk, config.target),
-            McpConnectors::from_sdk(sdk),
-            FifoQueue::from_sdk(sdk, config.queue_url),
-            config.ceilings,
-        ),
-        secret,
-    })
+    let intake = match &config.webhook_secret_arn {
+        Some(arn) => {
+            let secret_text = secret_string(sdk, arn)
+                .await
+                .map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
+            let secret =
+                WebhookSecret::parse(&secret_text).ok_or("WEBHOOK_SECRET_ARN does not hold a whsec_ secret")?;
+            Some(Intake {
+                store: DynamoStore::from_sdk(sdk, config.table_name.clone()),
+                queue: FifoQueue::from_sdk(sdk, config.queue_url.clone()),
+                secret,
+                rules: config.rules.clone(),
+            })
+        }
+        None => None,
+    };
+    let reconciler = config.worker.map(|worker| {
+        Reconciler::new(
+            DynamoStore::from_sdk(sdk, config.table_name.clone()),
+            EventBridgeSchedules::from_sdk(sdk, worker.target),
+            McpConnectors::from_sdk(sdk, config.rules.clone()),
+            FifoQueue::from_sdk(sdk, config.queue_url.clone()),
+            worker.ceilings,
+            config.rules.clone(),
+        )
+    });
+    Ok(App { intake, reconciler })
+}
+
+fn worker(app: &App) -> Result<&Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>, Error> {
+    app.reconciler
+        .as_ref()
+        .ok_or_else(|| "this function is the webhook intake: it does no reconcile work".into())
 }
 
 fn response(status: u16, body: Value) -> Value {
@@ -51,6 +82,9 @@ fn response(status: u16, body: Value) -> Value {
 }
 
 async fn webhook(app: &App, request: LambdaFunctionUrlRequest) -> Result<Value, Error> {
+    let Some(intake_app) = &app.intake else {
+        return Err("this function is the reconcile worker: it takes no webhooks".into());
+    };
     let header = |name: &str| request.headers.get(name).and_then(|v| v.to_str().ok());
     let raw = request.body.clone().unwrap_or_default();
     let body = if request.is_base64_encoded {
@@ -68,9 +102,10 @@ async fn webhook(app: &App, request: LambdaFunctionUrlRequest) -> Result<Value, 
         body: &body,
     };
     let answer = intake(
-        app.reconciler.store(),
-        app.reconciler.queue(),
-        &app.secret,
+        &intake_app.store,
+        &intake_app.queue,
+        &intake_app.secret,
+        &intake_app.rules,
         &delivery,
         Utc::now(),
     )
@@ -88,7 +123,8 @@ async fn webhook(app: &App, request: LambdaFunctionUrlRequest) -> Result<Value, 
 /// same group (install) go back with it, so its order holds; other groups'
 /// messages are still worked, so one failing install does not push the
 /// others' work towards the DLQ.
-async fn batch(app: &App, event: SqsEvent) -> Value {
+async fn batch(app: &App, event: SqsEvent) -> Result<Value, Error> {
+    let reconciler = worker(app)?;
     let mut response = SqsBatchResponse::default();
     let mut failed_groups = std::collections::HashSet::new();
     for record in &event.records {
@@ -99,7 +135,7 @@ async fn batch(app: &App, event: SqsEvent) -> Value {
             continue;
         }
         let body = record.body.as_deref().unwrap_or_default();
-        match app.reconciler.work(body, Utc::now()).await {
+        match reconciler.work(body, Utc::now()).await {
             Ok(summary) => {
                 for (kind, n) in &summary.changes {
                     shared::adapters::metrics::count("ReconcileChanges", u64::from(*n), Some(("Kind", kind)));
@@ -118,7 +154,7 @@ async fn batch(app: &App, event: SqsEvent) -> Value {
             }
         }
     }
-    serde_json::to_value(response).unwrap_or(Value::Null)
+    Ok(serde_json::to_value(response).unwrap_or(Value::Null))
 }
 
 /// Answers a CloudFormation custom resource: a pass at deploy.
@@ -127,7 +163,7 @@ async fn custom_resource(app: &App, event: &Value) -> Result<Value, Error> {
     let (status, reason) = if kind == "Delete" {
         ("SUCCESS", String::new())
     } else {
-        match app.reconciler.queue_all(Utc::now()).await {
+        match worker(app)?.reconcile_all(Utc::now()).await {
             Ok(n) => ("SUCCESS", format!("queued a reconcile pass for {n} installs")),
             Err(e) => ("FAILED", shared::error_chain(&e)),
         }
@@ -160,13 +196,13 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
     }
     if payload.get("Records").is_some() {
         let event: SqsEvent = serde_json::from_value(payload)?;
-        return Ok(batch(app, event).await);
+        return batch(app, event).await;
     }
     if payload.get("ResponseURL").is_some() && payload.get("RequestType").is_some() {
         return custom_resource(app, &payload).await;
     }
     if payload["op"] == "reconcile_all" {
-        let queued = app.reconciler.queue_all(Utc::now()).await?;
+        let queued = worker(app)?.reconcile_all(Utc::now()).await?;
         return Ok(json!({"ok": true, "queued": queued}));
     }
     Err("unrecognised event: expected a function URL request, an SQS batch, a custom resource or {\"op\": \"reconcile_all\"}".into())

@@ -1,6 +1,7 @@
 //! The reconcile Lambda: signed webhooks (function URL), the FIFO work
 //! queue, the daily pass and the pass at deploy (SPEC §6). Start-up parses the
-//! configuration, reads the webhook secret and builds the clients once.
+//! configuration, reads the webhook secret (the intake only) and builds the
+//! clients once.
 
 // The SDK futures nest deeply; their layout needs more than the default depth.
 #![recursion_limit = "256"]

@@ -21,7 +21,7 @@ pub fn build(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> App {
     Runner::new(
         DynamoStore::from_sdk(sdk, config.table_name),
         BedrockModel::from_sdk(sdk),
-        McpConnectors::from_sdk(sdk),
+        McpConnectors::from_sdk(sdk, config.rules),
         RunSettings {
             worker_enabled: config.worker_enabled,
             catch_up: chrono::Duration::seconds(config.catch_up_seconds),

@@ -53,6 +53,10 @@ async fn the_binary_runs_a_batch_with_partial_failures() {
             json!({tests::MODEL: {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}).to_string(),
         ),
         ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME".to_owned(), s.model.endpoint()),
+        (
+            "CONNECTOR_SECRET_PREFIX".to_owned(),
+            s.t.stack.connector_secret_prefix(),
+        ),
     ]);
     let api = RuntimeApi::start("runner", Duration::from_secs(60)).await.unwrap();
     let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("runner-{}.log", uuid::Uuid::new_v4().simple()));

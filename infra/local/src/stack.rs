@@ -64,6 +64,8 @@ pub struct StackNames {
     /// The reconcile work queue (FIFO: the name ends in `.fifo`).
     pub reconcile_queue: String,
     pub webhook_secret: String,
+    /// The name prefix of connector credentials (`ConnectorSecretPrefix`).
+    pub connector_secrets: String,
 }
 
 impl StackNames {
@@ -80,6 +82,7 @@ impl StackNames {
             events_capture: format!("{prefix}-events-{suffix}"),
             reconcile_queue: format!("{prefix}-reconcile-{suffix}.fifo"),
             webhook_secret: format!("{prefix}-webhook-{suffix}"),
+            connector_secrets: format!("{prefix}-connectors-{suffix}/"),
         }
     }
 }
@@ -315,7 +318,33 @@ impl Stack {
         }
     }
 
+    /// `CONNECTOR_SECRET_PREFIX`: the ARN prefix of connector credentials
+    /// (moto's account, the local region).
+    pub fn connector_secret_prefix(&self) -> String {
+        format!(
+            "arn:aws:secretsmanager:{}:123456789012:secret:{}",
+            crate::REGION,
+            self.names.connector_secrets
+        )
+    }
+
+    /// The name of an install's credential secret under this stack's prefix.
+    pub fn connector_secret_name(&self, workspace: &str, install_id: &str) -> String {
+        format!("{}{workspace}/{install_id}", self.names.connector_secrets)
+    }
+
+    /// The rules every function that takes installs or talks to connectors
+    /// holds them to, here: loopback servers allowed (local runs only).
+    pub fn install_rules(&self) -> anyhow::Result<shared::domain::webhook::InstallRules> {
+        Ok(shared::domain::webhook::InstallRules {
+            endpoint: shared::domain::endpoint::EndpointPolicy { allow_loopback: true },
+            credentials: shared::domain::install::CredentialPrefix::parse(&self.connector_secret_prefix())?,
+        })
+    }
+
     /// The SPEC §9 variables that point a function at this stack.
+    /// `ALLOW_LOOPBACK_CONNECTORS=true`: local connectors are on loopback
+    /// (the template never sets it).
     pub fn function_env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("TABLE_NAME", self.names.table.clone()),
@@ -325,6 +354,8 @@ impl Stack {
             ("SCHEDULER_DLQ_ARN", self.scheduler_dlq_arn.clone()),
             ("WEBHOOK_SECRET_ARN", self.webhook_secret_arn.clone()),
             ("RECONCILE_QUEUE_URL", self.reconcile_queue_url.clone()),
+            ("CONNECTOR_SECRET_PREFIX", self.connector_secret_prefix()),
+            ("ALLOW_LOOPBACK_CONNECTORS", "true".to_owned()),
         ]
     }
 }

@@ -197,6 +197,35 @@ impl TaskCatalog for DynamoStore {
         })
     }
 
+    async fn reminders(&self) -> Result<Vec<Task>, StoreError> {
+        let mut tasks = Vec::new();
+        let mut start = None;
+        loop {
+            self.counted();
+            let out = self
+                .client()
+                .scan()
+                .table_name(self.table())
+                .filter_expression("#entity = :task AND #kind = :reminder")
+                .expression_attribute_names("#entity", "entity")
+                .expression_attribute_names("#kind", "kind")
+                .expression_attribute_values(":task", AttributeValue::S("task".to_owned()))
+                .expression_attribute_values(":reminder", AttributeValue::S("reminder".to_owned()))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| request_error("Scan", e))?;
+            for item in out.items.unwrap_or_default() {
+                tasks.push(read_item(item, "task")?);
+            }
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                return Ok(tasks);
+            }
+        }
+    }
+
     async fn seen_delivery(&self, webhook_id: &str) -> Result<bool, StoreError> {
         #[derive(serde::Deserialize)]
         struct Seen {}

@@ -9,6 +9,14 @@
 //! A connector's credential is read from Secrets Manager on first use and
 //! kept for [`CREDENTIAL_TTL`] in a warm process, so a run costs no
 //! Secrets Manager call and a rotated secret is picked up within minutes.
+//!
+//! Trust (SPEC §6): before anything is sent or read, the install's URL is
+//! checked (`domain::endpoint`), its host resolved here and every address it
+//! resolves to checked, and the HTTP client pinned to the checked address
+//! (`reqwest`'s `resolve`), with no proxy and no redirects, so DNS cannot
+//! swap the address after the check. The credential is read only if its ARN
+//! is the install's own (`<CONNECTOR_SECRET_PREFIX><workspace>/<install_id>`),
+//! after the address passed; a refused install costs no secret read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,8 +36,10 @@ use serde_json::Value;
 
 use crate::domain::agent::{Block, Message, Role};
 use crate::domain::declaration::MARKER;
+use crate::domain::endpoint::{Endpoint, EndpointPolicy, connect_endpoint};
 use crate::domain::install::Install;
 use crate::domain::reconcile::ListedPrompt;
+use crate::domain::webhook::InstallRules;
 use crate::ports::{Connectors, McpError, McpSession, ServerTool, ToolOutput};
 
 /// Every MCP request ends within this, or fails the step that made it.
@@ -80,14 +90,43 @@ pub struct McpConnectors {
     /// Secret ARN -> (token, when it was read).
     tokens: Arc<Mutex<HashMap<String, (String, Instant)>>>,
     reads: Arc<AtomicU64>,
+    rules: InstallRules,
+}
+
+fn refused(message: String) -> McpError {
+    McpError {
+        operation: "connect",
+        code: None,
+        message,
+    }
+}
+
+/// Resolves the endpoint's host (when it names one) and picks an address
+/// that the rule admits; every resolved address must pass.
+async fn checked_address(endpoint: &Endpoint) -> Result<std::net::IpAddr, McpError> {
+    if let Some(address) = endpoint.address {
+        return Ok(address);
+    }
+    let name = endpoint.name.clone().unwrap_or_default();
+    let resolved: Vec<std::net::IpAddr> =
+        tokio::time::timeout(REQUEST_TIMEOUT, tokio::net::lookup_host((name.as_str(), endpoint.port)))
+            .await
+            .map_err(|_| timed_out("connect"))?
+            .map_err(|e| refused(format!("the connector host `{name}` did not resolve: {e}")))?
+            .map(|a| a.ip())
+            .collect();
+    endpoint.pick(&resolved).map_err(|e| refused(e.to_string()))
 }
 
 impl McpConnectors {
-    pub fn from_sdk(sdk: &aws_config::SdkConfig) -> Self {
+    /// `rules`: where a connector may be (`ALLOW_LOOPBACK_CONNECTORS`) and
+    /// which credential it may have (`CONNECTOR_SECRET_PREFIX`).
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, rules: InstallRules) -> Self {
         Self {
             secrets: SecretsClient::new(sdk),
             tokens: Arc::default(),
             reads: Arc::default(),
+            rules,
         }
     }
 
@@ -136,13 +175,35 @@ impl McpConnectors {
         })
     }
 
-    /// Connects to `url` with an optional bearer token.
-    pub async fn open(url: &str, token: Option<String>) -> Result<McpClient, McpError> {
-        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    /// Connects to `url` with an optional bearer token, if the endpoint
+    /// rule admits it (and the address its host resolves to).
+    pub async fn open(url: &str, token: Option<String>, policy: EndpointPolicy) -> Result<McpClient, McpError> {
+        let endpoint = connect_endpoint(url, policy).map_err(|e| refused(e.to_string()))?;
+        let address = checked_address(&endpoint).await?;
+        Self::open_pinned(&endpoint, address, token).await
+    }
+
+    /// Connects to a checked endpoint at the checked address only.
+    async fn open_pinned(
+        endpoint: &Endpoint,
+        address: std::net::IpAddr,
+        token: Option<String>,
+    ) -> Result<McpClient, McpError> {
+        let mut http = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy();
+        if let Some(name) = &endpoint.name {
+            http = http.resolve(name, std::net::SocketAddr::new(address, endpoint.port));
+        }
+        let http = http
+            .build()
+            .map_err(|e| refused(format!("no HTTP client for the connector: {e}")))?;
+        let mut config = StreamableHttpClientTransportConfig::with_uri(endpoint.url.as_str().to_owned());
         if let Some(token) = token {
             config = config.auth_header(token);
         }
-        let transport = StreamableHttpClientTransport::from_config(config);
+        let transport = StreamableHttpClientTransport::with_client(http, config);
         let client_config = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("scheduled-agent-tasks", env!("CARGO_PKG_VERSION")),
@@ -171,11 +232,19 @@ impl Connectors for McpConnectors {
     type Session = McpClient;
 
     async fn connect(&self, install: &Install) -> Result<McpClient, McpError> {
+        let endpoint = connect_endpoint(&install.url, self.rules.endpoint).map_err(|e| refused(e.to_string()))?;
+        let address = checked_address(&endpoint).await?;
         let token = match &install.credential_secret_arn {
-            Some(arn) => Some(self.token(arn).await?),
+            Some(arn) => {
+                self.rules
+                    .credentials
+                    .check(arn, &install.workspace, &install.install_id)
+                    .map_err(|e| refused(e.to_string()))?;
+                Some(self.token(arn).await?)
+            }
             None => None,
         };
-        Self::open(&install.url, token).await
+        Self::open_pinned(&endpoint, address, token).await
     }
 }
 

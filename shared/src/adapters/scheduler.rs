@@ -17,7 +17,7 @@ use aws_sdk_scheduler::types::{
 };
 
 use crate::config::ScheduleTarget;
-use crate::ports::{ScheduleDefinition, ScheduleError, Schedules};
+use crate::ports::{ScheduleDefinition, ScheduleError, ScheduleStatus, Schedules};
 
 /// Scheduler keeps retrying a failed delivery to the queue for this long; the
 /// runner's door decides separately whether a late delivery still runs.
@@ -139,6 +139,38 @@ impl Schedules for EventBridgeSchedules {
                     .map_err(|e| Self::error("UpdateSchedule", schedule, e))
             }
             Err(err) => Err(Self::error("CreateSchedule", schedule, err)),
+        }
+    }
+
+    async fn status(&self, name: &str) -> Result<Option<ScheduleStatus>, ScheduleError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match self
+            .client
+            .get_schedule()
+            .name(name)
+            .group_name(&self.target.group)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(Some(ScheduleStatus {
+                expression: crate::domain::schedule::Expression {
+                    expression: out.schedule_expression().unwrap_or_default().to_owned(),
+                    timezone: out.schedule_expression_timezone().unwrap_or("UTC").to_owned(),
+                },
+                enabled: out.state() == Some(&ScheduleState::Enabled),
+            })),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_resource_not_found_exception()) =>
+            {
+                Ok(None)
+            }
+            Err(err) => Err(ScheduleError {
+                operation: "GetSchedule",
+                name: name.to_owned(),
+                source: Box::new(err),
+            }),
         }
     }
 }

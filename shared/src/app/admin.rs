@@ -6,8 +6,10 @@
 //! read (`expected_version`), so an admin and a concurrent reconcile never
 //! lose each other's change; admin writes touch `override`, and approval
 //! writes `spec` (never `hold` directly: the runtime's holds are lifted by
-//! the same rule reconcile uses, `reconcile::settle_holds`); the task's
-//! schedule follows every change.
+//! the same rule reconcile uses, `reconcile::settle_holds`); a need binds
+//! only as `approval::check_binding` allows; the task's schedule follows
+//! every change, and converges on the task's latest version when writers
+//! race (`reconcile::put_in_step`).
 
 use std::collections::BTreeMap;
 
@@ -15,7 +17,8 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::domain::approval::Approval;
+use crate::app::reconcile::{StepError, put_in_step};
+use crate::domain::approval::{Approval, check_binding};
 use crate::domain::hold::HoldReason;
 use crate::domain::install::Install;
 use crate::domain::overrides::Overrides;
@@ -24,7 +27,7 @@ use crate::domain::reminder::Principal;
 use crate::domain::schedule::format_utc;
 use crate::domain::schedule::preview::next_fires;
 use crate::domain::task::{Task, TaskId, TaskState};
-use crate::ports::{ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, Versioned};
+use crate::ports::{ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, Versioned};
 
 pub const ADMIN_SCOPE: &str = "schedule.admin";
 /// Fire times shown by `get`.
@@ -49,6 +52,16 @@ impl AdminRefusal {
             AdminRefusal::NotFound(_) => "not_found",
             AdminRefusal::VersionConflict { .. } => "version_conflict",
             AdminRefusal::InvalidRequest(_) => "invalid_request",
+        }
+    }
+}
+
+impl From<StepError> for AdminError {
+    fn from(e: StepError) -> Self {
+        match e {
+            StepError::Store(e) => AdminError::Store(e),
+            StepError::Schedule(e) => AdminError::Schedule(e),
+            StepError::Unschedulable(id, why) => AdminError::Unschedulable(id, why),
         }
     }
 }
@@ -392,9 +405,7 @@ impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
                 current,
             }));
         }
-        let definition = ScheduleDefinition::for_task(&updated)
-            .map_err(|e| AdminError::Unschedulable(updated.task_id.to_string(), e.to_string()))?;
-        self.schedules.put(&definition).await?;
+        put_in_step(&self.store, &self.schedules, &updated).await?;
         tracing::info!(task_id = %updated.task_id, version = updated.version, state = updated.state().as_str(), "admin change written");
         Ok(Ok(
             json!({"ok": true, "task": view(&updated), "explanation": explain(&updated, now)}),
@@ -455,20 +466,10 @@ fn approve(
         if !target.needs.contains_key(&need) {
             return invalid(format!("the task declares no need `{need}`"));
         }
-        if let Some(id) = &install {
-            match installs.get(id) {
-                Some(i) if i.may_serve_a_need() => {}
-                Some(i) if i.scope == crate::domain::install::InstallScope::Personal => {
-                    return invalid(format!(
-                        "install `{id}` is personal: only workspace connectors serve a need"
-                    ));
-                }
-                _ => {
-                    return invalid(format!(
-                        "install `{id}` is not an installed connector of this workspace"
-                    ));
-                }
-            }
+        if let Some(id) = &install
+            && let Err(refusal) = check_binding(task, id, installs)
+        {
+            return invalid(refusal.to_string());
         }
         target.bindings.insert(need, install);
     }

@@ -6,7 +6,12 @@
 //! admin may write concurrently: a conflict re-reads and plans again. A
 //! failure to read the server changes nothing (withdrawal is decided only
 //! from a `prompts/list` that answered). Each written task's Scheduler
-//! schedule is put in step with its approved schedule and state.
+//! schedule is put in step with its approved schedule and state, from a read
+//! after the write ([`put_in_step`]), so racing writers converge on the
+//! task's latest version. Only a workspace install's server is read; an
+//! install event whose URL or credential breaks the deployment's
+//! [`InstallRules`] is refused at intake (400) and again here. The daily
+//! pass also puts every reminder's schedule back in step.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,11 +23,53 @@ use crate::domain::reconcile::{self, ServerView, Write};
 use crate::domain::task::{Provenance, Task, TaskId};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::task::{TaskKind, TaskState};
+pub use crate::domain::webhook::InstallRules;
 use crate::domain::webhook::{Event, InstallRef, WebhookError, WebhookSecret};
 use crate::ports::{
     Connectors, McpError, McpSession, QueueError, ScheduleDefinition, ScheduleError, Schedules, StoreError,
-    TaskCatalog, Versioned, WorkQueue,
+    TaskCatalog, TaskStore, Versioned, WorkQueue,
 };
+
+/// A schedule put that could not be brought in step.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error("task {0} has a schedule EventBridge cannot take: {1}")]
+    Unschedulable(String, String),
+}
+
+/// Puts re-read rounds after a write before leaving the rest to the writer
+/// that keeps changing the task (it runs this too).
+const STEP_ROUNDS: usize = 8;
+
+/// Puts `written`'s schedule, then re-reads the task and puts again while
+/// the task moved on: two writers whose task writes are ordered by their
+/// versions may have their schedule puts land in the other order, and the
+/// last one to put always confirms, by a read after its put, that it put
+/// the latest version. So the schedule ends in step with the task's final
+/// state, whatever the interleaving.
+pub async fn put_in_step<S: TaskStore, G: Schedules>(
+    store: &S,
+    schedules: &G,
+    written: &Task,
+) -> Result<(), StepError> {
+    let mut task = written.clone();
+    for _ in 0..STEP_ROUNDS {
+        let definition = ScheduleDefinition::for_task(&task)
+            .map_err(|e| StepError::Unschedulable(task.task_id.to_string(), e.to_string()))?;
+        schedules.put(&definition).await?;
+        match store.task(&task.workspace, &task.task_id).await? {
+            Some(fresh) if fresh.version != task.version => task = fresh,
+            _ => return Ok(()),
+        }
+    }
+    tracing::info!(task_id = %task.task_id, "the task kept changing; its latest writer puts its schedule");
+    Ok(())
+}
 
 /// A reconcile work item on the FIFO queue: a platform event, or a pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +128,16 @@ pub struct Delivery<'a> {
     pub body: &'a [u8],
 }
 
+impl From<StepError> for ReconcileError {
+    fn from(e: StepError) -> Self {
+        match e {
+            StepError::Store(e) => ReconcileError::Store(e),
+            StepError::Schedule(e) => ReconcileError::Schedule(e),
+            StepError::Unschedulable(id, why) => ReconcileError::Unschedulable(id, why),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum IntakeError {
     #[error(transparent)]
@@ -89,13 +146,15 @@ pub enum IntakeError {
     Queue(#[from] QueueError),
 }
 
-/// Takes in one webhook: authenticate, parse, drop a repeated id, queue.
-/// The queue's deduplication id is the webhook id, so a delivery retried
-/// after a failure between queueing and recording the id queues once.
+/// Takes in one webhook: authenticate, parse, check what an install names
+/// against the deployment's rules, drop a repeated id, queue. The queue's
+/// deduplication id is the webhook id, so a delivery retried after a
+/// failure between queueing and recording the id queues once.
 pub async fn intake<S: TaskCatalog, Q: WorkQueue>(
     store: &S,
     queue: &Q,
     secret: &WebhookSecret,
+    rules: &InstallRules,
     delivery: &Delivery<'_>,
     now: DateTime<Utc>,
 ) -> Result<WebhookAnswer, IntakeError> {
@@ -107,6 +166,15 @@ pub async fn intake<S: TaskCatalog, Q: WorkQueue>(
         Ok(event) => event,
         Err(reason) => return Ok(WebhookAnswer::Malformed(reason)),
     };
+    if let Err(reason) = event.admissible(rules) {
+        tracing::warn!(
+            workspace = event.workspace(),
+            install = event.install_id(),
+            reason = %reason,
+            "webhook refused: the install names what this deployment does not allow"
+        );
+        return Ok(WebhookAnswer::Malformed(reason));
+    }
     let id = delivery.id.unwrap_or_default();
     if store.seen_delivery(id).await? {
         return Ok(WebhookAnswer::Duplicate);
@@ -178,17 +246,23 @@ pub struct Reconciler<S, G, C, Q> {
     connectors: C,
     queue: Q,
     ceilings: Ceilings,
+    rules: InstallRules,
 }
 
-impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G, C, Q> {
-    pub fn new(store: S, schedules: G, connectors: C, queue: Q, ceilings: Ceilings) -> Self {
+impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G, C, Q> {
+    pub fn new(store: S, schedules: G, connectors: C, queue: Q, ceilings: Ceilings, rules: InstallRules) -> Self {
         Self {
             store,
             schedules,
             connectors,
             queue,
             ceilings,
+            rules,
         }
+    }
+
+    pub fn connectors(&self) -> &C {
+        &self.connectors
     }
 
     pub fn store(&self) -> &S {
@@ -208,10 +282,49 @@ impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G,
                 Box::pin(self.reconcile_install(&workspace, &install.id, now)).await
             }
             Work::Pass(Pass::All) => {
-                self.queue_all(now).await?;
+                self.reconcile_all(now).await?;
                 Ok(Summary::default())
             }
         }
+    }
+
+    /// The daily pass: puts every reminder's schedule back in step, then
+    /// queues one pass per installed connector (whose pass repairs its
+    /// tasks' schedules).
+    pub async fn reconcile_all(&self, now: DateTime<Utc>) -> Result<usize, ReconcileError> {
+        let repaired = self.repair_reminders(now).await?;
+        if repaired > 0 {
+            tracing::warn!(repaired, "reminder schedules were out of step and were put back");
+        }
+        self.queue_all(now).await
+    }
+
+    /// Puts back the schedule of every reminder whose Scheduler schedule is
+    /// missing or differs from its task (expression, zone or state), from a
+    /// fresh read of the task. Completed and cancelled reminders have none
+    /// by design, and a one-time schedule whose instant passed deletes
+    /// itself after firing: those are left alone. Returns how many were put.
+    pub async fn repair_reminders(&self, now: DateTime<Utc>) -> Result<usize, ReconcileError> {
+        let mut repaired = 0;
+        for task in self.store.reminders().await? {
+            let passed = matches!(task.spec.schedule, crate::domain::schedule::Schedule::At { at } if at <= now);
+            if task.kind != TaskKind::Reminder
+                || passed
+                || matches!(task.state(), TaskState::Deleted | TaskState::Completed)
+            {
+                continue;
+            }
+            let definition = ScheduleDefinition::for_task(&task)
+                .map_err(|e| ReconcileError::Unschedulable(task.task_id.to_string(), e.to_string()))?;
+            let current = self.schedules.status(&definition.name).await?;
+            if current.as_ref().is_some_and(|c| definition.matches(c)) {
+                continue;
+            }
+            tracing::info!(task_id = %task.task_id, missing = current.is_none(), "reminder schedule out of step");
+            put_in_step(&self.store, &self.schedules, &task).await?;
+            repaired += 1;
+        }
+        Ok(repaired)
     }
 
     /// Queues one pass per installed connector, each in its install's group.
@@ -235,6 +348,12 @@ impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G,
     pub async fn apply(&self, event: &Event, now: DateTime<Utc>) -> Result<Summary, ReconcileError> {
         match event {
             Event::Installed { workspace, install } => {
+                // Checked at intake; checked again, since a queued item is
+                // not a proof of where it came from.
+                if let Err(reason) = event.admissible(&self.rules) {
+                    tracing::warn!(reason = %reason, "install refused: nothing recorded");
+                    return Ok(Summary::default());
+                }
                 let record = Install {
                     install_id: install.id.clone(),
                     workspace: workspace.clone(),
@@ -307,7 +426,7 @@ impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G,
             if self.store.write_task(write).await? == Versioned::Conflict {
                 return Ok(false);
             }
-            self.sync_schedule(&write.task).await?;
+            put_in_step(&self.store, &self.schedules, &write.task).await?;
             summary.count(std::slice::from_ref(write));
         }
         Ok(true)
@@ -358,6 +477,12 @@ impl<S: TaskCatalog, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G,
         };
         if install.status != InstallStatus::Installed {
             tracing::info!("uninstalled: nothing to reconcile");
+            return Ok(Summary::default());
+        }
+        if !install.may_own_tasks() {
+            // SPEC §5: a personal install's prompts are never reconciled
+            // into tasks, and its server is not even read.
+            tracing::info!("personal install: its prompts are never reconciled");
             return Ok(Summary::default());
         }
         let mcp = |source| ReconcileError::Mcp {

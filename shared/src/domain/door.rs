@@ -31,6 +31,9 @@ pub enum SkipReason {
     Held(Vec<HoldReason>),
     /// The declaring connector is not installed (or its install is unknown).
     Uninstalled,
+    /// The task's install is not a workspace install: only a workspace
+    /// install runs connector tasks (SPEC §5).
+    NotWorkspaceInstall,
     /// A one-time task whose occurrence already finished.
     Completed,
     /// The run's maximum cost does not fit the task's period budget.
@@ -48,6 +51,7 @@ impl SkipReason {
             SkipReason::Paused => "paused",
             SkipReason::Held(_) => "held",
             SkipReason::Uninstalled => "uninstalled",
+            SkipReason::NotWorkspaceInstall => "not_workspace_install",
             SkipReason::Completed => "completed",
             SkipReason::BudgetExhausted => "budget_exhausted",
         }
@@ -118,8 +122,13 @@ pub fn verdict(facts: &Facts<'_>) -> Verdict {
     if task.hold.is_held() {
         return Verdict::Skip(Held(task.hold.entries().map(|(r, _)| r).collect()));
     }
-    if task.kind == TaskKind::Connector && !install.is_some_and(Install::is_installed) {
-        return Verdict::Skip(Uninstalled);
+    if task.kind == TaskKind::Connector {
+        match install {
+            Some(install) if !install.is_installed() => return Verdict::Skip(Uninstalled),
+            None => return Verdict::Skip(Uninstalled),
+            Some(install) if !install.may_own_tasks() => return Verdict::Skip(NotWorkspaceInstall),
+            Some(_) => {}
+        }
     }
     if task.completed_at.is_some() {
         return Verdict::Skip(Completed);
@@ -267,6 +276,21 @@ mod tests {
             })),
             Verdict::Skip(SkipReason::Uninstalled)
         );
+    }
+
+    #[test]
+    fn a_connector_task_never_runs_on_a_personal_install() {
+        let task = connector_task(t0());
+        let mut personal = install(InstallStatus::Installed);
+        personal.scope = InstallScope::Personal;
+        assert_eq!(
+            verdict(&facts(TaskFacts::Present {
+                task: &task,
+                install: Some(&personal)
+            })),
+            Verdict::Skip(SkipReason::NotWorkspaceInstall)
+        );
+        assert_eq!(SkipReason::NotWorkspaceInstall.describe(), "not workspace install");
     }
 
     #[test]

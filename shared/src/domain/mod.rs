@@ -8,6 +8,7 @@ pub mod budget;
 pub mod declaration;
 pub mod descriptor;
 pub mod door;
+pub mod endpoint;
 pub mod hold;
 pub mod idempotency;
 pub mod install;

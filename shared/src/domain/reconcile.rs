@@ -15,6 +15,7 @@ use std::fmt;
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use serde_json::Value;
 
+use super::approval::check_binding;
 use super::declaration::{self, Declaration};
 use super::hold::HoldReason;
 use super::install::Install;
@@ -328,24 +329,42 @@ pub fn settle_holds(
         );
         place(task, changes, HoldReason::AwaitingArgument, now, detail);
     }
-    let unbound: Vec<&String> = task
+    // A binding the approval rule refuses (the connector is gone, personal,
+    // the declaring install or another install of its server) is never
+    // honoured: the task holds until an admin rebinds.
+    let unbound: Vec<(String, String)> = task
         .spec
         .bindings
         .iter()
-        .filter(|(_, install)| {
-            install
-                .as_ref()
-                .is_some_and(|id| !installs.get(id).is_some_and(Install::may_serve_a_need))
+        .filter_map(|(need, install)| {
+            let id = install.as_ref()?;
+            check_binding(task, id, installs)
+                .err()
+                .map(|refusal| (need.clone(), refusal.to_string()))
         })
-        .map(|(need, _)| need)
         .collect();
     if unbound.is_empty() {
         lift(task, changes, HoldReason::NeedUnbound);
     } else {
-        let detail = format!(
-            "the connector bound to {} is not installed",
-            unbound.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
-        );
+        let gone = unbound.iter().all(|(need, _)| {
+            task.spec
+                .bindings
+                .get(need)
+                .cloned()
+                .flatten()
+                .is_some_and(|id| !installs.get(&id).is_some_and(|i| i.is_installed()))
+        });
+        let needs = unbound
+            .iter()
+            .map(|(n, _)| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let detail = if gone {
+            format!("the connector bound to {needs} is not installed")
+        } else {
+            let why: Vec<String> = unbound.iter().map(|(n, r)| format!("`{n}`: {r}")).collect();
+            format!("the binding of {} is refused: {}", needs, why.join("; "))
+        };
         place(task, changes, HoldReason::NeedUnbound, now, detail);
     }
 }
@@ -353,11 +372,13 @@ pub fn settle_holds(
 /// The plan for one install's server. `stored` are the workspace's tasks of
 /// this server; `installs` are the workspace's installs (needs bind to them).
 ///
-/// A task belongs to the install that declared it. Another install of the
-/// same server (a reinstall under a new id) takes it over only when that
-/// install is gone; while both are installed, each leaves the other's tasks
-/// alone, so two live installs never pull a task back and forth. A prompt
-/// the server lists twice counts once.
+/// A task belongs to the workspace install that declared it. Another
+/// workspace install of the same server (a reinstall under a new id) takes
+/// it over only when that install is gone (or is not a workspace install);
+/// while both are installed, each leaves the other's tasks alone, so two
+/// live installs never pull a task back and forth. A personal install plans
+/// nothing: it never declares, owns or takes over a task. A prompt the
+/// server lists twice counts once.
 pub fn plan(
     view: &ServerView<'_>,
     stored: &[Task],
@@ -367,9 +388,14 @@ pub fn plan(
 ) -> Plan {
     let install = view.install;
     let mut plan = Plan::default();
+    // Only a workspace install declares and owns connector tasks: a personal
+    // install's prompts are never reconciled, and no task moves to it.
+    if !install.may_own_tasks() {
+        return plan;
+    }
     let owned_elsewhere = |task: &Task| match &task.provenance {
         Provenance::Connector { install_id, .. } => {
-            *install_id != install.install_id && installs.get(install_id).is_some_and(Install::is_installed)
+            *install_id != install.install_id && installs.get(install_id).is_some_and(Install::may_own_tasks)
         }
         Provenance::User { .. } => true,
     };
@@ -712,6 +738,65 @@ mod tests {
             Plan::default(),
             "another live install's task is not withdrawn either"
         );
+    }
+
+    #[test]
+    fn a_personal_install_never_declares_nor_takes_over_a_task() {
+        let task = approved(&[]);
+        let mut personal = install("ins_me", InstallStatus::Installed);
+        personal.server = "issues".into();
+        personal.scope = InstallScope::Personal;
+        let mut all = installs();
+        all.get_mut("ins_1").unwrap().status = InstallStatus::Uninstalled;
+        all.insert("ins_me".into(), personal.clone());
+        let tools = tools();
+        let listed = [prompt(Some(marker()), &[])];
+        let view = ServerView {
+            install: &personal,
+            prompts: &listed,
+            tools: &tools,
+        };
+        assert_eq!(
+            plan(&view, std::slice::from_ref(&task), &all, &ceilings(), now()),
+            Plan::default(),
+            "no takeover once the workspace install is gone"
+        );
+        assert_eq!(
+            plan(&view, &[], &all, &ceilings(), now()),
+            Plan::default(),
+            "no new task"
+        );
+
+        // A task that a personal install holds goes back to the workspace install.
+        let mut taken = task.clone();
+        if let Provenance::Connector { install_id, .. } = &mut taken.provenance {
+            *install_id = "ins_me".into();
+        }
+        let mut back = installs();
+        back.insert("ins_me".into(), personal);
+        let plan = run_with(&listed, std::slice::from_ref(&taken), &back);
+        assert_eq!(plan.writes[0].changes, vec![Change::Reattached]);
+    }
+
+    #[test]
+    fn a_stored_binding_to_the_declaring_server_is_never_honoured() {
+        let mut task = approved(&[]);
+        let mut twin = install("ins_twin", InstallStatus::Installed);
+        twin.server = "issues".into();
+        let mut all = installs();
+        all.insert("ins_twin".into(), twin);
+        for bound in ["ins_1", "ins_twin"] {
+            task.spec.bindings = [("summary_channel".to_owned(), Some(bound.to_owned()))].into();
+            let writes = rebind(std::slice::from_ref(&task), &all, now());
+            assert_eq!(
+                writes[0].changes,
+                vec![Change::HoldPlaced(HoldReason::NeedUnbound)],
+                "{bound}"
+            );
+            assert!(!writes[0].task.should_fire(), "{bound}");
+            let plan = run_with(&[prompt(Some(marker()), &[])], std::slice::from_ref(&task), &all);
+            assert!(plan.writes[0].task.hold.has(HoldReason::NeedUnbound), "{bound}");
+        }
     }
 
     #[test]

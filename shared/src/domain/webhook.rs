@@ -2,8 +2,9 @@
 //! Standard Webhooks signature.
 //!
 //! Invariants: an event is acted on only if one of its `v1` signatures is
-//! HMAC-SHA256 over `id.timestamp.body` with the shared secret, compared in
-//! constant time, and its timestamp is within five minutes of now; anything
+//! HMAC-SHA256 over `id.timestamp.body` with the shared secret (the exact
+//! bytes of the `webhook-timestamp` header, never a re-printed number),
+//! compared in constant time, and its timestamp is within five minutes of now; anything
 //! else changes nothing. Ids are unique per event: a repeated id is ignored
 //! (the store remembers them).
 
@@ -14,7 +15,8 @@ use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use super::install::InstallScope;
+use super::endpoint::{EndpointPolicy, check_url};
+use super::install::{CredentialPrefix, InstallScope};
 
 /// The replay window either side of now.
 pub const TOLERANCE_SECONDS: i64 = 300;
@@ -52,6 +54,11 @@ impl WebhookSecret {
 
     /// `v1,<base64>` for these parts (what a sender writes; tests use it).
     pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        self.sign_header(id, &timestamp.to_string(), body)
+    }
+
+    /// `v1,<base64>` over the timestamp header exactly as sent.
+    pub fn sign_header(&self, id: &str, timestamp: &str, body: &[u8]) -> String {
         let mut mac = self.mac();
         mac.update(format!("{id}.{timestamp}.").as_bytes());
         mac.update(body);
@@ -86,8 +93,9 @@ impl WebhookSecret {
             let Ok(signature) = STANDARD.decode(encoded) else {
                 continue;
             };
+            // The header's own bytes: what the sender signed.
             let mut mac = self.mac();
-            mac.update(format!("{id}.{seconds}.").as_bytes());
+            mac.update(format!("{id}.{timestamp}.").as_bytes());
             mac.update(body);
             // Constant-time comparison.
             if mac.verify_slice(&signature).is_ok() {
@@ -96,6 +104,15 @@ impl WebhookSecret {
         }
         Err(WebhookError::Signature)
     }
+}
+
+/// What an install may name in this deployment: where its server may be
+/// (`ALLOW_LOOPBACK_CONNECTORS`) and which credential secret it may name
+/// (`CONNECTOR_SECRET_PREFIX`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallRules {
+    pub endpoint: EndpointPolicy,
+    pub credentials: CredentialPrefix,
 }
 
 /// An install as the platform describes it.
@@ -147,6 +164,23 @@ impl Event {
             }
         }
         Ok(event)
+    }
+
+    /// The deployment's rules on what an install may name (SPEC §6): its
+    /// URL ([`check_url`]) and its credential ([`CredentialPrefix`]). The
+    /// error is the 400's message.
+    pub fn admissible(&self, rules: &InstallRules) -> Result<(), String> {
+        let Event::Installed { workspace, install } = self else {
+            return Ok(());
+        };
+        check_url(&install.url, rules.endpoint).map_err(|e| e.to_string())?;
+        if let Some(arn) = &install.credential_secret_arn {
+            rules
+                .credentials
+                .check(arn, workspace, &install.id)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     pub fn workspace(&self) -> &str {
@@ -246,6 +280,72 @@ mod tests {
             Err(WebhookError::Missing("webhook-id"))
         );
         assert!(WebhookSecret::parse("not-a-secret").is_none());
+    }
+
+    #[test]
+    fn the_signature_covers_the_timestamp_header_as_sent() {
+        let body = br#"{"type":"connector.connected"}"#;
+        let ts = now().timestamp();
+        for header in [format!("+{ts}"), format!("0{ts}"), format!("{ts} ")] {
+            let over_header = secret().sign_header("id1", &header, body);
+            assert_eq!(
+                secret().verify(Some("id1"), Some(&header), Some(&over_header), body, now()),
+                Ok(()),
+                "{header:?}: signed over its bytes"
+            );
+            let over_number = secret().sign("id1", ts, body);
+            assert_eq!(
+                secret().verify(Some("id1"), Some(&header), Some(&over_number), body, now()),
+                Err(WebhookError::Signature),
+                "{header:?}: a signature over the re-printed number is not one over the header"
+            );
+        }
+    }
+
+    #[test]
+    fn installs_name_only_public_urls_and_their_own_credential() {
+        let credentials =
+            CredentialPrefix::parse("arn:aws:secretsmanager:us-east-1:123456789012:secret:connectors/").unwrap();
+        let off = &InstallRules {
+            endpoint: EndpointPolicy { allow_loopback: false },
+            credentials: credentials.clone(),
+        };
+        let on = &InstallRules {
+            endpoint: EndpointPolicy { allow_loopback: true },
+            credentials,
+        };
+        let event = |url: &str, arn: Option<&str>| {
+            let body = serde_json::json!({"type": "connector.installed", "workspace": "ws_1",
+                "install": {"id": "ins_1", "server": "issues", "url": url, "scope": "workspace",
+                            "account": "acct_1", "credential_secret_arn": arn}});
+            Event::parse(body.to_string().as_bytes()).unwrap()
+        };
+        let own = "arn:aws:secretsmanager:us-east-1:123456789012:secret:connectors/ws_1/ins_1-Ab12Cd";
+        assert_eq!(event("https://mcp.example.com/mcp", Some(own)).admissible(off), Ok(()));
+        assert_eq!(event("https://mcp.example.com/mcp", None).admissible(off), Ok(()));
+        assert_eq!(event("http://127.0.0.1:9/mcp", None).admissible(on), Ok(()));
+        for url in [
+            "http://127.0.0.1:9/mcp",
+            "https://169.254.169.254/",
+            "https://10.0.0.1/",
+            "http://mcp.example.com/mcp",
+            "https://localhost/mcp",
+        ] {
+            assert!(event(url, None).admissible(off).is_err(), "{url}");
+        }
+        for arn in [
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:webhook-Ab12Cd",
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:connectors/ws_2/ins_1",
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:other/ws_1/ins_1",
+        ] {
+            assert!(
+                event("https://mcp.example.com/mcp", Some(arn)).admissible(off).is_err(),
+                "{arn}"
+            );
+        }
+        let changed =
+            Event::parse(br#"{"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "i"}}"#).unwrap();
+        assert_eq!(changed.admissible(off), Ok(()));
     }
 
     #[test]

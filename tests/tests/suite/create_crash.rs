@@ -25,6 +25,10 @@ impl Schedules for CrashAfterSchedule {
             source: "injected crash after the schedule write".into(),
         })
     }
+
+    async fn status(&self, name: &str) -> Result<Option<shared::ports::ScheduleStatus>, ScheduleError> {
+        self.0.status(name).await
+    }
 }
 
 /// The transaction commits, then the process dies before answering.

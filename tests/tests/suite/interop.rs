@@ -13,7 +13,13 @@ use tests::{RunStack, connector_task, install, run_message};
 #[tokio::test(flavor = "multi_thread")]
 async fn the_client_negotiates_and_reads_prompts_and_errors() {
     let server = ServerEverything::start().unwrap();
-    let client = McpConnectors::open(&server.url(), None).await.unwrap();
+    let client = McpConnectors::open(
+        &server.url(),
+        None,
+        shared::domain::endpoint::EndpointPolicy { allow_loopback: true },
+    )
+    .await
+    .unwrap();
     assert_eq!(
         client.protocol_version().as_deref(),
         Some("2025-11-25"),

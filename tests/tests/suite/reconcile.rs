@@ -563,3 +563,134 @@ async fn the_marker_is_read_from_a_server_written_with_another_sdk() {
     let id = task["task_id"].as_str().unwrap();
     assert_eq!(t.schedule(id).await.schedule_expression(), Some("cron(0 8 * * ? *)"));
 }
+
+/// A schedule adapter whose first put waits at a gate, as a slow Lambda's
+/// UpdateSchedule would, so another writer's whole change lands first.
+struct Gated {
+    inner: shared::adapters::scheduler::EventBridgeSchedules,
+    entered: tokio::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    gate: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+}
+
+impl shared::ports::Schedules for Gated {
+    async fn put(&self, schedule: &shared::ports::ScheduleDefinition) -> Result<(), shared::ports::ScheduleError> {
+        let gate = self.gate.lock().await.take();
+        if let Some(gate) = gate {
+            if let Some(entered) = self.entered.lock().await.take() {
+                let _ = entered.send(());
+            }
+            let _ = gate.await;
+        }
+        self.inner.put(schedule).await
+    }
+
+    async fn status(&self, name: &str) -> Result<Option<shared::ports::ScheduleStatus>, shared::ports::ScheduleError> {
+        self.inner.status(name).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_admin_writes_leave_the_schedule_in_step_with_the_task() {
+    let w = World::start().await;
+    w.t.reconciler()
+        .apply(&installed("ins_1", "issues", &w.issues.url(), "workspace"), Utc::now())
+        .await
+        .unwrap();
+    let v = w.version().await;
+    let approved = w.admin("approve", json!({"expected_version": v, "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_chat"}})).await;
+    assert_eq!(approved["ok"], true, "{approved}");
+
+    // Admin A pauses; its schedule put is slow. Admin B reads A's version
+    // and resumes; B's put lands first, then A's (disabled) lands last.
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+    let (gate_tx, gate_rx) = tokio::sync::oneshot::channel();
+    let slow = shared::app::admin::Admin::new(
+        w.t.admin_store(),
+        Gated {
+            inner: shared::adapters::scheduler::EventBridgeSchedules::from_sdk(
+                &w.t.aws.sdk,
+                w.t.create_config(tests::ENABLED).target,
+            ),
+            entered: tokio::sync::Mutex::new(Some(entered_tx)),
+            gate: tokio::sync::Mutex::new(Some(gate_rx)),
+        },
+    );
+    let v = w.version().await;
+    let pause = json!({"op": "pause", "principal": admin_principal(), "task_id": w.task_id, "expected_version": v, "note": "quiet"});
+    let a = slow.handle(pause, Utc::now());
+    let b = async {
+        entered_rx.await.unwrap();
+        let resumed = w.admin("resume", json!({"expected_version": v + 1})).await;
+        assert_eq!(resumed["ok"], true, "{resumed}");
+        gate_tx.send(()).unwrap();
+    };
+    let (paused, ()) = tokio::join!(a, b);
+    assert_eq!(paused.unwrap()["ok"], true);
+
+    let task = w.task().await;
+    assert_eq!(task["version"], v + 2);
+    assert_eq!(task["state"], "scheduled");
+    assert_eq!(
+        w.schedule_state().await,
+        "ENABLED",
+        "the late put of the pause is followed by one from the latest version"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daily_pass_puts_reminders_schedules_back_in_step() {
+    use shared::ports::{ScheduleDefinition, Schedules, TaskStore};
+    let t = TestStack::start().await.unwrap();
+    let app = t.create_app();
+    let now = Utc::now();
+    let mut ids = Vec::new();
+    for key in ["k_missing", "k_disabled", "k_fine"] {
+        let answer = app
+            .handle(tests::create_request(key, now, chrono::Duration::hours(2)), now)
+            .await
+            .unwrap()
+            .to_json();
+        assert_eq!(answer["ok"], true, "{answer}");
+        ids.push(answer["task"]["task_id"].as_str().unwrap().to_owned());
+    }
+    let scheduler = aws_sdk_scheduler::Client::new(&t.aws.sdk);
+    scheduler
+        .delete_schedule()
+        .group_name(&t.stack.names.schedule_group)
+        .name(&ids[0])
+        .send()
+        .await
+        .unwrap();
+    let schedules =
+        shared::adapters::scheduler::EventBridgeSchedules::from_sdk(&t.aws.sdk, t.create_config(tests::ENABLED).target);
+    let store = t.admin_store();
+    let disabled = store
+        .task("ws_1", &TaskId::parse(&ids[1]).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut definition = ScheduleDefinition::for_task(&disabled).unwrap();
+    definition.enabled = false;
+    schedules.put(&definition).await.unwrap();
+    let before_fine = t.schedule(&ids[2]).await;
+
+    let r = t.reconciler();
+    assert_eq!(r.repair_reminders(Utc::now()).await.unwrap(), 2);
+    for id in &ids {
+        let schedule = t.schedule(id).await;
+        assert_eq!(schedule.state().map(|s| s.as_str()), Some("ENABLED"), "{id}");
+    }
+    assert_eq!(
+        t.schedule(&ids[2]).await.last_modification_date(),
+        before_fine.last_modification_date(),
+        "a schedule in step is not touched"
+    );
+    assert_eq!(
+        r.repair_reminders(Utc::now()).await.unwrap(),
+        0,
+        "in step: nothing to do"
+    );
+    // The daily work item does the same.
+    r.work(r#"{"type": "reconcile.all"}"#, Utc::now()).await.unwrap();
+    assert_eq!(t.schedule_names().await.len(), 3);
+}

@@ -689,7 +689,7 @@ async fn bound_workspace_connectors_lend_their_tools_and_credentials_come_from_s
 
     let secret = aws_sdk_secretsmanager::Client::new(&s.t.aws.sdk)
         .create_secret()
-        .name("connectors/ins_1")
+        .name(s.t.stack.connector_secret_name("ws_1", "ins_1"))
         .secret_string("s3cr3t-token")
         .send()
         .await

@@ -203,9 +203,17 @@ fn reconcile_and_admin_read_what_the_template_sets() {
     let t = template();
     let want = |vars: &[&str]| vars.iter().map(|v| (*v).to_owned()).collect::<BTreeSet<_>>();
     assert_eq!(variables(&t, "ReconcileFunction"), want(&ReconcileConfig::VARIABLES));
+    assert_eq!(
+        variables(&t, "WebhookFunction"),
+        want(&ReconcileConfig::INTAKE_VARIABLES)
+    );
     assert_eq!(variables(&t, "AdminFunction"), want(&AdminConfig::VARIABLES));
     let reconcile = resource(&t, "ReconcileFunction");
     assert_eq!(reconcile["Metadata"]["BuildProperties"]["Binary"], "reconcile");
+    assert_eq!(
+        resource(&t, "WebhookFunction")["Metadata"]["BuildProperties"]["Binary"],
+        "reconcile"
+    );
     assert_eq!(
         resource(&t, "AdminFunction")["Metadata"]["BuildProperties"]["Binary"],
         "admin"
@@ -214,8 +222,17 @@ fn reconcile_and_admin_read_what_the_template_sets() {
     assert_eq!(get_att(&work["Queue"]), "ReconcileQueue.Arn");
     assert_eq!(work["FunctionResponseTypes"][0], "ReportBatchItemFailures");
     assert_eq!(
-        reconcile["Properties"]["FunctionUrlConfig"]["AuthType"], "NONE",
+        props(&t, "WebhookFunction")["FunctionUrlConfig"]["AuthType"],
+        "NONE",
         "webhooks authenticate by signature"
+    );
+    assert!(
+        reconcile["Properties"]["FunctionUrlConfig"].is_null(),
+        "the worker has no URL"
+    );
+    assert_eq!(
+        get_att(&t["Outputs"]["WebhookUrl"]["Value"]),
+        "WebhookFunctionUrl.FunctionUrl"
     );
     let queue = props(&t, "ReconcileQueue");
     assert_eq!(queue["FifoQueue"], true);
@@ -236,8 +253,8 @@ fn reconcile_and_admin_read_what_the_template_sets() {
         resource(&t, "ReconcileAtDeploy")["Type"],
         "AWS::CloudFormation::CustomResource"
     );
-    // Both query the index (installed connectors; a task's workspace), and
-    // nothing scans the table.
+    // Both query the index (installed connectors; a task's workspace); only
+    // the worker scans, for the daily reminder repair.
     let index_arn = format!("${{TasksTable.Arn}}/index/{}", local::STACK.table_index.0);
     for function in ["ReconcileFunction", "AdminFunction"] {
         let statements = props(&t, function)["Policies"][0]["Statement"].as_sequence().unwrap();
@@ -251,7 +268,10 @@ fn reconcile_and_admin_read_what_the_template_sets() {
                 Value::Sequence(a) => a.clone(),
                 one => vec![one.clone()],
             };
-            assert!(!actions.contains(&Value::from("dynamodb:Scan")), "{function} scans");
+            assert!(
+                function == "ReconcileFunction" || !actions.contains(&Value::from("dynamodb:Scan")),
+                "{function} scans"
+            );
         }
     }
 }
@@ -373,5 +393,95 @@ fn every_dead_letter_queue_and_the_failed_and_skipped_runs_are_alarmed() {
             .iter()
             .any(|a| a["Namespace"] == shared::adapters::metrics::NAMESPACE && a["MetricName"] == metric && pages(a));
         assert!(watched, "no paging alarm on {metric}");
+    }
+}
+
+/// A policy's statements (every function here has one inline policy).
+fn statements(t: &Value, function: &str) -> Vec<Value> {
+    props(t, function)["Policies"][0]["Statement"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("{function} has a policy"))
+        .clone()
+}
+
+fn mentions(v: &Value, text: &str) -> bool {
+    serde_yaml::to_string(v).unwrap_or_default().contains(text)
+}
+
+/// SPEC §6, §9: the function that reads the webhook secret never talks to a
+/// connector, no function that talks to connectors may read the webhook
+/// secret (an explicit deny, even if it were named under the connector
+/// prefix), and nothing sets `ALLOW_LOOPBACK_CONNECTORS`.
+#[test]
+fn the_webhook_secret_and_connector_credentials_never_share_a_function() {
+    let t = template();
+    let text = std::fs::read_to_string(local::moto::repo_root().join("template.yaml")).unwrap();
+    assert!(
+        !text.contains("ALLOW_LOOPBACK_CONNECTORS"),
+        "the template never sets ALLOW_LOOPBACK_CONNECTORS"
+    );
+    let functions: Vec<String> = t["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
+        .filter_map(|(k, _)| k.as_str().map(str::to_owned))
+        .collect();
+    assert!(functions.len() >= 5, "{functions:?}");
+    for function in &functions {
+        let statements = statements(&t, function);
+        let allows_webhook_secret = statements
+            .iter()
+            .any(|s| s["Effect"] == "Allow" && mentions(&s["Resource"], "WebhookSecretArn"));
+        let denies_webhook_secret = statements.iter().any(|s| {
+            s["Effect"] == "Deny"
+                && s["Action"] == "secretsmanager:*"
+                && mentions(&s["Resource"], "${WebhookSecretArn}-??????")
+        });
+        let reads_connector_credentials = statements
+            .iter()
+            .any(|s| s["Effect"] == "Allow" && mentions(&s["Resource"], "secret:${ConnectorSecretPrefix}"));
+        let vars = variables(&t, function);
+        if function == "WebhookFunction" {
+            assert!(allows_webhook_secret && !reads_connector_credentials);
+            assert!(vars.contains("WEBHOOK_SECRET_ARN") && !vars.contains("SCHEDULE_GROUP"));
+            let actions: BTreeSet<String> = statements
+                .iter()
+                .flat_map(|s| match &s["Action"] {
+                    Value::Sequence(a) => a.clone(),
+                    one => vec![one.clone()],
+                })
+                .filter_map(|a| a.as_str().map(str::to_owned))
+                .collect();
+            assert_eq!(
+                actions,
+                [
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "secretsmanager:GetSecretValue",
+                    "sqs:SendMessage"
+                ]
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+                "the intake writes webhook ids, queues work and reads its secret, nothing else"
+            );
+        } else {
+            assert!(!allows_webhook_secret, "{function} may read the webhook secret");
+            assert!(!vars.contains("WEBHOOK_SECRET_ARN"), "{function}");
+        }
+        if reads_connector_credentials {
+            assert!(
+                denies_webhook_secret,
+                "{function} talks to connectors: deny the webhook secret"
+            );
+            assert!(vars.contains("CONNECTOR_SECRET_PREFIX"), "{function}");
+        }
+    }
+    for function in ["RunnerFunction", "ReconcileFunction"] {
+        let reads = statements(&t, function)
+            .iter()
+            .any(|s| s["Effect"] == "Allow" && mentions(&s["Resource"], "secret:${ConnectorSecretPrefix}*"));
+        assert!(reads, "{function} reads connector credentials under the prefix only");
     }
 }

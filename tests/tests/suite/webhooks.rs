@@ -26,6 +26,7 @@ async fn only_signed_fresh_new_deliveries_are_queued() {
     let deliver = |id: &'static str, ts: String, sig: String, body: Vec<u8>| {
         let r = &r;
         let secret = &secret;
+        let rules = t.rules();
         async move {
             let d = Delivery {
                 id: Some(id),
@@ -33,7 +34,7 @@ async fn only_signed_fresh_new_deliveries_are_queued() {
                 signature: Some(&sig),
                 body: &body,
             };
-            intake(r.store(), r.queue(), secret, &d, now).await.unwrap()
+            intake(r.store(), r.queue(), secret, &rules, &d, now).await.unwrap()
         }
     };
 
@@ -62,7 +63,7 @@ async fn only_signed_fresh_new_deliveries_are_queued() {
         body: &body,
     };
     assert_eq!(
-        intake(r.store(), r.queue(), &secret, &missing, now)
+        intake(r.store(), r.queue(), &secret, &t.rules(), &missing, now)
             .await
             .unwrap()
             .status(),
