@@ -124,6 +124,13 @@ impl TestStack {
             .expect("get schedule")
     }
 
+    /// Moves SQS's clock forward by `seconds`: a message returned to a
+    /// queue is received again only once its visibility has passed on it
+    /// (`local::moto::advance_sqs_clock`).
+    pub fn advance_sqs_clock(&self, seconds: u32) {
+        local::moto::advance_sqs_clock(&self.aws.moto.endpoint(), seconds).expect("moto's SQS clock");
+    }
+
     /// Asserts that nothing at all was written.
     pub async fn assert_untouched(&self, context: &str) {
         assert_eq!(

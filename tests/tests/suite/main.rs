@@ -5,6 +5,7 @@ mod create;
 mod create_crash;
 mod events;
 mod interop;
+mod operations;
 mod reconcile;
 mod runner;
 mod security;
