@@ -232,7 +232,7 @@ impl RunStack {
     }
 
     pub fn store(&self) -> DynamoStore {
-        DynamoStore::from_sdk(&self.t.aws.sdk, &self.t.stack.names.table)
+        DynamoStore::new(local::strict::dynamodb(&self.t.aws.sdk), &self.t.stack.names.table)
     }
 
     /// The runner on a store of the caller's choice (to inject crashes).
@@ -384,7 +384,7 @@ impl TestStack {
     pub fn reconciler(&self) -> TestReconciler {
         let config = self.create_config(ENABLED);
         Reconciler::new(
-            DynamoStore::from_sdk(&self.aws.sdk, &self.stack.names.table),
+            DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table),
             EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
             McpConnectors::from_sdk(&self.aws.sdk),
             FifoQueue::from_sdk(&self.aws.sdk, &self.stack.reconcile_queue_url),
@@ -394,13 +394,13 @@ impl TestStack {
 
     /// The store on this stack's table.
     pub fn admin_store(&self) -> DynamoStore {
-        DynamoStore::from_sdk(&self.aws.sdk, &self.stack.names.table)
+        DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table)
     }
 
     pub fn admin(&self) -> Admin<DynamoStore, EventBridgeSchedules> {
         let config = self.create_config(ENABLED);
         Admin::new(
-            DynamoStore::from_sdk(&self.aws.sdk, &self.stack.names.table),
+            DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table),
             EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
         )
     }
