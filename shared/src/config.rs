@@ -153,6 +153,12 @@ impl CreateConfig {
 /// reminder hours late is not what the user asked for.
 pub const DEFAULT_CATCH_UP_SECONDS: i64 = 3600;
 
+/// The shortest catch-up window the runner accepts: the longest time a
+/// message it returns takes to come back (`domain::redelivery`). A shorter
+/// window would turn every busy or throttled occurrence into `missed`.
+pub const MIN_CATCH_UP_SECONDS: i64 = crate::domain::redelivery::LONGEST_RETURN_SECONDS as i64;
+const _: () = assert!(DEFAULT_CATCH_UP_SECONDS >= MIN_CATCH_UP_SECONDS);
+
 /// Everything the runner reads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunnerConfig {
@@ -160,11 +166,13 @@ pub struct RunnerConfig {
     pub table_name: String,
     /// `AGENT_SCHEDULE_WORKER_ENABLED`
     pub worker_enabled: bool,
-    /// `MODEL_ID`
+    /// `MODEL_ID`: a foundation model id or an inference profile id
+    /// (`domain::model`), checked at start.
     pub model_id: String,
     /// `MODEL_PRICES`
     pub prices: crate::domain::budget::Prices,
-    /// `CATCH_UP_SECONDS` (default [`DEFAULT_CATCH_UP_SECONDS`])
+    /// `CATCH_UP_SECONDS` (default [`DEFAULT_CATCH_UP_SECONDS`], at least
+    /// [`MIN_CATCH_UP_SECONDS`])
     pub catch_up_seconds: i64,
     /// `CONNECTOR_SECRET_PREFIX`, `ALLOW_LOOPBACK_CONNECTORS`: where a
     /// connector may be and which credential it may have.
@@ -196,7 +204,15 @@ impl RunnerConfig {
         let catch_up_seconds = match (env.0)("CATCH_UP_SECONDS") {
             None => DEFAULT_CATCH_UP_SECONDS,
             Some(text) => match text.trim().parse::<i64>() {
-                Ok(v) if v > 0 => v,
+                Ok(v) if v >= MIN_CATCH_UP_SECONDS => v,
+                Ok(v) if v > 0 => {
+                    return Err(ConfigError::Malformed {
+                        name: "CATCH_UP_SECONDS",
+                        reason: format!(
+                            "{v} s is shorter than the {MIN_CATCH_UP_SECONDS} s a returned run message may take to come back"
+                        ),
+                    });
+                }
                 _ => {
                     return Err(ConfigError::Malformed {
                         name: "CATCH_UP_SECONDS",
@@ -205,10 +221,15 @@ impl RunnerConfig {
                 }
             },
         };
+        let model_id = env.required("MODEL_ID")?;
+        crate::domain::model::ModelId::parse(&model_id).map_err(|e| ConfigError::Malformed {
+            name: "MODEL_ID",
+            reason: e.to_string(),
+        })?;
         Ok(Self {
             table_name: env.required("TABLE_NAME")?,
             worker_enabled: env.flag("AGENT_SCHEDULE_WORKER_ENABLED")?,
-            model_id: env.required("MODEL_ID")?,
+            model_id,
             prices,
             catch_up_seconds,
             rules: install_rules(env)?,
@@ -391,22 +412,26 @@ mod tests {
         let base = [
             ("TABLE_NAME", "tasks"),
             ("AGENT_SCHEDULE_WORKER_ENABLED", "true"),
-            ("MODEL_ID", "m"),
+            ("MODEL_ID", "anthropic.m-v1:0"),
             (
                 "MODEL_PRICES",
-                r#"{"m": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}"#,
+                r#"{"anthropic.m-v1:0": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}"#,
             ),
             ("CONNECTOR_SECRET_PREFIX", PREFIX),
         ];
         let config = RunnerConfig::from(&env(&base)).unwrap();
         assert_eq!(config.catch_up_seconds, DEFAULT_CATCH_UP_SECONDS);
-        assert!(config.prices.of("m").is_ok());
+        assert!(config.prices.of("anthropic.m-v1:0").is_ok());
         let mut late = base.to_vec();
-        late.push(("CATCH_UP_SECONDS", "60"));
-        assert_eq!(RunnerConfig::from(&env(&late)).unwrap().catch_up_seconds, 60);
+        late.push(("CATCH_UP_SECONDS", "900"));
+        assert_eq!(RunnerConfig::from(&env(&late)).unwrap().catch_up_seconds, 900);
         for (name, value) in [
             ("CATCH_UP_SECONDS", "-5"),
+            ("CATCH_UP_SECONDS", "1"),
+            ("CATCH_UP_SECONDS", "599"),
             ("MODEL_PRICES", r#"{"m": {"input_per_mtok": 3.0}}"#),
+            ("MODEL_ID", "claude"),
+            ("MODEL_ID", "us.claude-v1:0"),
         ] {
             let mut bad: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
             bad.push((name, value));
@@ -483,6 +508,47 @@ mod tests {
             ReconcileConfig::from(&env(&[("TABLE_NAME", "t")])),
             Err(ConfigError::Missing("SCHEDULE_GROUP"))
         );
+    }
+
+    #[test]
+    fn the_catch_up_window_is_never_shorter_than_a_return() {
+        assert_eq!(
+            MIN_CATCH_UP_SECONDS,
+            i64::from(crate::domain::redelivery::LONGEST_RETURN_SECONDS)
+        );
+        let at_bound = [
+            ("TABLE_NAME", "tasks"),
+            ("AGENT_SCHEDULE_WORKER_ENABLED", "true"),
+            ("MODEL_ID", "anthropic.m-v1:0"),
+            (
+                "MODEL_PRICES",
+                r#"{"anthropic.m-v1:0": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}"#,
+            ),
+            ("CATCH_UP_SECONDS", "600"),
+        ];
+        assert_eq!(RunnerConfig::from(&env(&at_bound)).unwrap().catch_up_seconds, 600);
+    }
+
+    /// `MODEL_ID` takes a profile id or a model id; prices are keyed by the
+    /// id as configured.
+    #[test]
+    fn the_model_id_may_be_an_inference_profile_or_a_model() {
+        for id in [
+            "global.anthropic.claude-haiku-4-5-20251001-v1:0",
+            "us.anthropic.claude-haiku-4-5-20251001-v1:0",
+            "anthropic.claude-3-haiku-20240307-v1:0",
+        ] {
+            let prices = format!(r#"{{"{id}": {{"input_per_mtok": 1.0, "output_per_mtok": 5.0}}}}"#);
+            let vars = [
+                ("TABLE_NAME", "tasks"),
+                ("AGENT_SCHEDULE_WORKER_ENABLED", "true"),
+                ("MODEL_ID", id),
+                ("MODEL_PRICES", prices.as_str()),
+            ];
+            let config = RunnerConfig::from(&env(&vars)).unwrap();
+            assert_eq!(config.model_id, id);
+            assert!(config.prices.of(id).is_ok(), "{id}");
+        }
     }
 
     #[test]

@@ -81,6 +81,12 @@ pub struct ScheduleDefinition {
     pub input: String,
     /// Content-free: the kind and the task id, never the title.
     pub description: String,
+    /// A one-time task that has run: its schedule deleted itself after its
+    /// one delivery (`ActionAfterCompletion=DELETE`) and must never exist
+    /// again, whoever writes (admin, reconcile's repair, the owner): a new
+    /// `at()` in the past would be a schedule for nothing. `put` writes
+    /// nothing for it.
+    pub retired: bool,
 }
 
 impl ScheduleDefinition {
@@ -98,6 +104,7 @@ impl ScheduleDefinition {
                 TaskKind::Reminder => format!("reminder {}", task.task_id),
                 TaskKind::Connector => format!("connector task {}", task.task_id),
             },
+            retired: task.spec.schedule.is_one_time() && task.completed_at.is_some(),
         })
     }
 
@@ -114,6 +121,7 @@ impl ScheduleDefinition {
             enabled: task.should_fire(),
             input: schedule_input(&task.task_id, &task.workspace),
             description: format!("{kind} {}", task.task_id),
+            retired: task.completed_at.is_some(),
         }
     }
 }
@@ -134,7 +142,8 @@ impl ScheduleDefinition {
 
 pub trait Schedules: Send + Sync {
     /// Creates the schedule, or brings an existing one of that name in step:
-    /// safe to repeat, last writer wins.
+    /// safe to repeat, last writer wins. A `retired` definition writes
+    /// nothing: a completed one-time task never gets its schedule back.
     fn put(&self, schedule: &ScheduleDefinition) -> impl Future<Output = Result<(), ScheduleError>> + Send;
     /// The schedule of that name as Scheduler holds it, `None` if there is none.
     fn status(&self, name: &str) -> impl Future<Output = Result<Option<ScheduleStatus>, ScheduleError>> + Send;

@@ -124,6 +124,13 @@ impl TestStack {
             .expect("get schedule")
     }
 
+    /// Moves SQS's clock forward by `seconds`: a message returned to a
+    /// queue is received again only once its visibility has passed on it
+    /// (`local::moto::advance_sqs_clock`).
+    pub fn advance_sqs_clock(&self, seconds: u32) {
+        local::moto::advance_sqs_clock(&self.aws.moto.endpoint(), seconds).expect("moto's SQS clock");
+    }
+
     /// Asserts that nothing at all was written.
     pub async fn assert_untouched(&self, context: &str) {
         assert_eq!(
@@ -225,7 +232,7 @@ impl RunStack {
     }
 
     pub fn store(&self) -> DynamoStore {
-        DynamoStore::from_sdk(&self.t.aws.sdk, &self.t.stack.names.table)
+        DynamoStore::new(local::strict::dynamodb(&self.t.aws.sdk), &self.t.stack.names.table)
     }
 
     /// The runner on a store of the caller's choice (to inject crashes).
@@ -395,7 +402,7 @@ impl TestStack {
     pub fn reconciler_with(&self, rules: shared::app::reconcile::InstallRules) -> TestReconciler {
         let config = self.create_config(ENABLED);
         Reconciler::new(
-            DynamoStore::from_sdk(&self.aws.sdk, &self.stack.names.table),
+            DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table),
             EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
             McpConnectors::from_sdk(&self.aws.sdk, rules.clone()),
             FifoQueue::from_sdk(&self.aws.sdk, &self.stack.reconcile_queue_url),
@@ -406,13 +413,13 @@ impl TestStack {
 
     /// The store on this stack's table.
     pub fn admin_store(&self) -> DynamoStore {
-        DynamoStore::from_sdk(&self.aws.sdk, &self.stack.names.table)
+        DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table)
     }
 
     pub fn admin(&self) -> Admin<DynamoStore, EventBridgeSchedules> {
         let config = self.create_config(ENABLED);
         Admin::new(
-            DynamoStore::from_sdk(&self.aws.sdk, &self.stack.names.table),
+            DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table),
             EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
         )
     }

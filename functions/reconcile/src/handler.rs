@@ -157,6 +157,40 @@ async fn batch(app: &App, event: SqsEvent) -> Result<Value, Error> {
     Ok(serde_json::to_value(response).unwrap_or(Value::Null))
 }
 
+/// CloudFormation refuses a custom resource response body over 4096 bytes,
+/// and the deploy then waits for the resource's `ServiceTimeout`.
+pub const CUSTOM_RESOURCE_REPLY_LIMIT: usize = 4096;
+
+/// The response body for a custom resource request, under
+/// [`CUSTOM_RESOURCE_REPLY_LIMIT`] whatever the length of `reason` (an
+/// error chain can be long): the reason is cut, on a character boundary,
+/// with a closing `…`, until the whole body fits.
+pub fn custom_resource_reply(event: &Value, status: &str, reason: &str) -> String {
+    let body = |reason: &str| {
+        json!({
+            "Status": status,
+            "Reason": reason,
+            "PhysicalResourceId": event["PhysicalResourceId"].as_str().unwrap_or("reconcile-at-deploy"),
+            "StackId": event["StackId"],
+            "RequestId": event["RequestId"],
+            "LogicalResourceId": event["LogicalResourceId"],
+        })
+        .to_string()
+    };
+    let mut text = body(reason);
+    let mut keep: Vec<char> = reason.chars().collect();
+    while text.len() >= CUSTOM_RESOURCE_REPLY_LIMIT && !keep.is_empty() {
+        // Cut at least what is over, more when escaping made it longer.
+        let over = text.len() + 1 - CUSTOM_RESOURCE_REPLY_LIMIT + '…'.len_utf8();
+        let cut = keep.len().saturating_sub(over.max(1));
+        keep.truncate(cut);
+        let mut shortened: String = keep.iter().collect();
+        shortened.push('…');
+        text = body(&shortened);
+    }
+    text
+}
+
 /// Answers a CloudFormation custom resource: a pass at deploy.
 async fn custom_resource(app: &App, event: &Value) -> Result<Value, Error> {
     let kind = event["RequestType"].as_str().unwrap_or_default();
@@ -168,20 +202,13 @@ async fn custom_resource(app: &App, event: &Value) -> Result<Value, Error> {
             Err(e) => ("FAILED", shared::error_chain(&e)),
         }
     };
-    let answer = json!({
-        "Status": status,
-        "Reason": reason,
-        "PhysicalResourceId": event["PhysicalResourceId"].as_str().unwrap_or("reconcile-at-deploy"),
-        "StackId": event["StackId"],
-        "RequestId": event["RequestId"],
-        "LogicalResourceId": event["LogicalResourceId"],
-    });
+    let answer = custom_resource_reply(event, status, &reason);
     let url = event["ResponseURL"]
         .as_str()
         .ok_or("custom resource event without ResponseURL")?;
     reqwest::Client::new()
         .put(url)
-        .body(answer.to_string())
+        .body(answer)
         .send()
         .await?
         .error_for_status()?;
@@ -206,4 +233,40 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
         return Ok(json!({"ok": true, "queued": queued}));
     }
     Err("unrecognised event: expected a function URL request, an SQS batch, a custom resource or {\"op\": \"reconcile_all\"}".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> Value {
+        json!({"RequestType": "Update", "ResponseURL": "http://127.0.0.1:1/reply",
+               "StackId": format!("arn:aws:cloudformation:us-east-1:123456789012:stack/{}/0f2c8e10-9a7b-11ef-8f3a-0a1b2c3d4e5f", "s".repeat(128)),
+               "RequestId": "5d2f9b1c-0c1e-4c4e-9d6f-2b9a1f0e7c11", "LogicalResourceId": "ReconcileAtDeploy",
+               "PhysicalResourceId": "reconcile-at-deploy"})
+    }
+
+    #[test]
+    fn a_reply_stays_under_the_limit_whatever_the_reason() {
+        for reason in [
+            String::new(),
+            "queued a reconcile pass for 3 installs".to_owned(),
+            "x".repeat(10_000),
+            "\"quoted\" and\nescaped\u{1}".repeat(2_000),
+            "é☃".repeat(3_000),
+        ] {
+            let reply = custom_resource_reply(&request(), "FAILED", &reason);
+            assert!(reply.len() < CUSTOM_RESOURCE_REPLY_LIMIT, "{} bytes", reply.len());
+            let parsed: Value = serde_json::from_str(&reply).unwrap();
+            assert_eq!(parsed["Status"], "FAILED");
+            assert_eq!(parsed["LogicalResourceId"], "ReconcileAtDeploy");
+            let sent = parsed["Reason"].as_str().unwrap();
+            if reason.len() < 100 {
+                assert_eq!(sent, reason, "a short reason is sent whole");
+            } else {
+                assert!(sent.ends_with('…'), "a cut reason says so");
+                assert!(reason.starts_with(sent.trim_end_matches('…')));
+            }
+        }
+    }
 }

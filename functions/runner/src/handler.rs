@@ -1,8 +1,11 @@
 //! The runner handler: each SQS record is one delivery of an occurrence.
 //! Records of a batch run concurrently (they are distinct occurrences, or
 //! duplicates the claim tells apart). A record that must be delivered again
-//! (a live lease elsewhere, a transient failure) is returned in the partial
-//! batch response; nothing is logged and dropped.
+//! (a live lease elsewhere, a transient failure, a throttled model) is
+//! returned in the partial batch response; nothing is logged and dropped.
+//! Every returned record, whatever the reason, gets a short visibility
+//! (`domain::redelivery`), so it comes back within the catch-up window
+//! instead of after the queue's visibility timeout.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
@@ -11,13 +14,24 @@ use shared::adapters::bedrock::BedrockModel;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::mcp::McpConnectors;
 use shared::adapters::metrics;
+use shared::adapters::redelivery::Returns;
 use shared::app::run::{Disposition, RunSettings, Runner};
 use shared::config::RunnerConfig;
 
-pub type App = Runner<DynamoStore, BedrockModel, McpConnectors>;
+pub struct App {
+    pub runner: Runner<DynamoStore, BedrockModel, McpConnectors>,
+    pub returns: Returns,
+}
 
 /// Wires the use case to the AWS adapters. Called once, at start-up.
 pub fn build(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> App {
+    App {
+        runner: runner(sdk, config),
+        returns: Returns::from_sdk(sdk),
+    }
+}
+
+fn runner(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> Runner<DynamoStore, BedrockModel, McpConnectors> {
     Runner::new(
         DynamoStore::from_sdk(sdk, config.table_name),
         BedrockModel::from_sdk(sdk),
@@ -35,7 +49,7 @@ pub fn build(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> App {
 async fn deliver(app: &App, record: &SqsMessage, deadline: DateTime<Utc>) -> Option<String> {
     let id = record.message_id.clone().unwrap_or_default();
     let body = record.body.as_deref().unwrap_or_default();
-    match app.deliver(&id, body, Utc::now(), deadline).await {
+    match app.runner.deliver(&id, body, Utc::now(), deadline).await {
         Ok(disposition) => {
             emit(&disposition);
             (disposition == Disposition::Busy).then_some(id)
@@ -70,12 +84,38 @@ fn emit(disposition: &Disposition) {
     }
 }
 
+/// Shortens a returned record's visibility. A failure is logged and
+/// otherwise ignored: the record still comes back, at the queue's timeout.
+async fn return_sooner(app: &App, record: &SqsMessage) {
+    let receives = record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(1);
+    let seconds = shared::domain::redelivery::return_delay(receives, fastrand::f64());
+    let (Some(arn), Some(handle)) = (record.event_source_arn.as_deref(), record.receipt_handle.as_deref()) else {
+        return;
+    };
+    if let Err(error) = app.returns.return_after(arn, handle, seconds).await {
+        tracing::warn!(message_id = record.message_id.as_deref().unwrap_or_default(), error = %shared::error_chain(&error),
+            "could not shorten a returned message's visibility; it comes back at the queue's timeout");
+    } else {
+        metrics::count("RunsReturned", 1, None);
+    }
+}
+
 pub async fn handle(app: &App, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
     let deadline = DateTime::<Utc>::from(event.context.deadline());
-    let outcomes = futures::future::join_all(event.payload.records.iter().map(|r| deliver(app, r, deadline))).await;
+    let records = &event.payload.records;
+    let outcomes = futures::future::join_all(records.iter().map(|r| deliver(app, r, deadline))).await;
     let mut response = SqsBatchResponse::default();
-    for id in outcomes.into_iter().flatten() {
-        response.add_failure(id);
+    let mut returned = Vec::new();
+    for (record, id) in records.iter().zip(outcomes) {
+        if let Some(id) = id {
+            returned.push(record);
+            response.add_failure(id);
+        }
     }
+    futures::future::join_all(returned.into_iter().map(|r| return_sooner(app, r))).await;
     Ok(response)
 }

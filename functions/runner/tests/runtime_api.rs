@@ -94,3 +94,108 @@ async fn the_binary_runs_a_batch_with_partial_failures() {
         "spans carry the task id: {logs}"
     );
 }
+
+/// A busy occurrence is retried and run, not missed: the binary returns the
+/// record and shortens its visibility; the dispatcher does not see it again
+/// before that visibility passes on SQS's clock, nor needs the queue's 2160 s;
+/// once the other execution's lease has run out, the retry takes it over and
+/// runs it, within the shortest catch-up window the runner accepts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use shared::domain::occurrence::{Claim, RunStatus, occurrence_key};
+    use shared::domain::redelivery::return_delay;
+    use shared::ports::{ClaimRequest, RunStore};
+
+    let s = RunStack::start().await.unwrap();
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    let task = reminder(at);
+    s.store().insert_task(&task).await.unwrap();
+    let occurrence = occurrence_key(at);
+    // Another execution holds the occurrence under a live lease.
+    let now = Utc::now();
+    let claim = Claim {
+        status: RunStatus::Running,
+        lease_until: (now + chrono::Duration::seconds(300)).timestamp(),
+        execution_id: "exec-other".into(),
+        attempts: 1,
+        started_at: now,
+    };
+    let period = shared::domain::budget::period(at);
+    s.store()
+        .claim(&ClaimRequest {
+            workspace: &task.workspace,
+            task_id: &task.task_id,
+            occurrence: &occurrence,
+            period: &period,
+            claim: &claim,
+            now,
+        })
+        .await
+        .unwrap();
+
+    let mut env = s.t.aws.sdk_env();
+    env.extend([
+        ("TABLE_NAME".to_owned(), s.t.stack.names.table.clone()),
+        ("AGENT_SCHEDULE_WORKER_ENABLED".to_owned(), "true".to_owned()),
+        ("MODEL_ID".to_owned(), tests::MODEL.to_owned()),
+        (
+            "MODEL_PRICES".to_owned(),
+            json!({tests::MODEL: {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}).to_string(),
+        ),
+        (
+            "CATCH_UP_SECONDS".to_owned(),
+            shared::config::MIN_CATCH_UP_SECONDS.to_string(),
+        ),
+        ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME".to_owned(), s.model.endpoint()),
+    ]);
+    let api = RuntimeApi::start("runner", Duration::from_secs(60)).await.unwrap();
+    let idle = RuntimeApi::start("reconcile", Duration::from_secs(60)).await.unwrap();
+    let _runner = FunctionProcess::spawn(Path::new(BINARY), &api, "runner", &env, None).unwrap();
+    let dispatch = local::dispatcher::Dispatcher {
+        sdk: &s.t.aws.sdk,
+        stack: &s.t.stack,
+        runner: &api,
+        reconcile: &idle,
+    };
+    aws_sdk_sqs::Client::new(&s.t.aws.sdk)
+        .send_message()
+        .queue_url(&s.t.stack.runs_queue_url)
+        .message_body(run_message(&task, at, "exec-1"))
+        .send()
+        .await
+        .unwrap();
+
+    let first = dispatch.drain_runs().await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(failures(&first[0]).len(), 1, "busy: returned {first:?}");
+    // Not seen again before the shortest first return has passed...
+    let shortest = u32::try_from(return_delay(1, 0.0)).unwrap();
+    dispatch.advance_clock(shortest - 1).unwrap();
+    assert!(
+        dispatch.drain_runs().await.unwrap().is_empty(),
+        "seen before its visibility passed"
+    );
+
+    // ...and seen once the longest first return has, long before the
+    // queue's own 2160 s. Meanwhile the other execution's lease ran out.
+    let longest = u32::try_from(return_delay(1, 1.0)).unwrap();
+    dispatch.advance_clock(longest - shortest + 1).unwrap();
+    aws_sdk_dynamodb::Client::new(&s.t.aws.sdk)
+        .update_item()
+        .table_name(&s.t.stack.names.table)
+        .key("pk", AttributeValue::S(format!("WS#{}", task.workspace)))
+        .key("sk", AttributeValue::S(format!("TASK#{}", task.task_id)))
+        .update_expression("SET claims.#o.lease_until = :expired")
+        .expression_attribute_names("#o", &occurrence)
+        .expression_attribute_values(":expired", AttributeValue::N((Utc::now().timestamp() - 1).to_string()))
+        .send()
+        .await
+        .unwrap();
+    let retried = dispatch.drain_runs().await.unwrap();
+    assert_eq!(retried.len(), 1, "the returned message came back");
+    assert_eq!(failures(&retried[0]), Vec::<String>::new(), "{retried:?}");
+    let record = s.run_record(&task.task_id, &occurrence).await.expect("run record");
+    assert_eq!(record["status"], "succeeded", "run, not missed: {record}");
+    assert_eq!(s.model.requests().await.len(), 1);
+}

@@ -8,7 +8,11 @@
 //!   a fired one-time schedule, as `ActionAfterCompletion=DELETE` would);
 //! - queue batches to the handlers: receive from the runs queue or the
 //!   reconcile FIFO queue, invoke the function with an SQS event, delete
-//!   what it acknowledged;
+//!   what it acknowledged, and leave what it returned to its visibility
+//!   timeout, as the event source mapping does: a returned message comes
+//!   back only when its visibility (the queue's, or what the function set
+//!   with `ChangeMessageVisibility`) has passed on SQS's clock, which
+//!   [`Dispatcher::advance_clock`] moves (moto's own clock is the wall's);
 //! - webhooks to reconcile: sign an event with the stack's Standard
 //!   Webhooks secret and invoke reconcile with a function URL request;
 //! - settled runs to the bus: the stack's stand-in for the notification
@@ -184,6 +188,7 @@ impl Dispatcher<'_> {
             .queue_url(queue_url)
             .max_number_of_messages(10)
             .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .send()
             .await?;
         let mut handles = Vec::new();
@@ -193,7 +198,12 @@ impl Dispatcher<'_> {
             .map(|m| {
                 let id = m.message_id().unwrap_or_default().to_owned();
                 handles.push((id.clone(), m.receipt_handle().unwrap_or_default().to_owned()));
-                let mut attributes = json!({"ApproximateReceiveCount": "1"});
+                let receives = m
+                    .attributes()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                    .cloned()
+                    .unwrap_or_else(|| "1".to_owned());
+                let mut attributes = json!({"ApproximateReceiveCount": receives});
                 if let Some(group) = m
                     .attributes()
                     .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
@@ -210,7 +220,8 @@ impl Dispatcher<'_> {
     }
 
     /// Feeds a queue to a function until it is empty or nothing is
-    /// acknowledged; returns the batch responses.
+    /// acknowledged; returns the batch responses. What the function returns
+    /// stays invisible until its visibility passes.
     async fn drain(&self, queue_url: &str, arn: &str, function: &RuntimeApi) -> anyhow::Result<Vec<Value>> {
         let mut responses = Vec::new();
         for _ in 0..20 {
@@ -221,16 +232,7 @@ impl Dispatcher<'_> {
             let response = function.invoke_ok(&event).await?;
             let failed = batch_failures(&response);
             for (id, handle) in &handles {
-                if failed.contains(id) {
-                    // Make it visible again at once, as a retry would later.
-                    self.sqs()
-                        .change_message_visibility()
-                        .queue_url(queue_url)
-                        .receipt_handle(handle)
-                        .visibility_timeout(0)
-                        .send()
-                        .await?;
-                } else {
+                if !failed.contains(id) {
                     self.sqs()
                         .delete_message()
                         .queue_url(queue_url)
@@ -246,6 +248,16 @@ impl Dispatcher<'_> {
             }
         }
         Ok(responses)
+    }
+
+    /// Moves SQS's clock forward: returned messages whose visibility passes
+    /// within `seconds` can be received again.
+    pub fn advance_clock(&self, seconds: u32) -> anyhow::Result<()> {
+        let endpoint = self
+            .sdk
+            .endpoint_url()
+            .context("the dispatcher's SDK has no local endpoint")?;
+        crate::moto::advance_sqs_clock(endpoint, seconds)
     }
 
     /// Delivers the runs queue to the runner.

@@ -12,6 +12,7 @@ pub mod pipe;
 pub mod python_mcp;
 pub mod runtime;
 pub mod stack;
+pub mod strict;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::Credentials;

@@ -99,6 +99,30 @@ impl Moto {
     }
 }
 
+/// Moves SQS's clock on the moto at `endpoint` (`http://127.0.0.1:<port>`)
+/// forward by `seconds`: received messages become visible again, and
+/// delayed ones deliverable, as that much time had passed on AWS
+/// (`infra/python/moto_serial.py`). Only SQS's clock moves.
+pub fn advance_sqs_clock(endpoint: &str, seconds: u32) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let address = endpoint
+        .strip_prefix("http://")
+        .with_context(|| format!("{endpoint} is not an http:// endpoint"))?;
+    let mut stream = TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "POST /_local/sqs-clock?advance={seconds} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    let status = answer.split_whitespace().nth(1).unwrap_or_default();
+    if status != "200" {
+        bail!("moto's SQS clock answered {status}: {answer}");
+    }
+    Ok(())
+}
+
 impl Drop for Moto {
     fn drop(&mut self) {
         let _ = self.child.kill();

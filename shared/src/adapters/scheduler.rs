@@ -102,6 +102,10 @@ fn after_completion(schedule: &ScheduleDefinition) -> ActionAfterCompletion {
 impl Schedules for EventBridgeSchedules {
     #[tracing::instrument(skip_all, fields(schedule = %schedule.name))]
     async fn put(&self, schedule: &ScheduleDefinition) -> Result<(), ScheduleError> {
+        if schedule.retired {
+            tracing::info!(schedule = %schedule.name, "a completed one-time task: its schedule is not re-created");
+            return Ok(());
+        }
         let (target, window) = self.parts(schedule)?;
         self.requests.fetch_add(1, Ordering::Relaxed);
         let created = self
@@ -172,5 +176,131 @@ impl Schedules for EventBridgeSchedules {
                 source: Box::new(err),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The request shape Scheduler demands and moto does not check
+    //! (infra/FIDELITY.md, "EventBridge Scheduler").
+    use super::*;
+    use crate::domain::schedule::Schedule;
+    use crate::domain::task::{Provenance, Spec, Task, TaskId, TaskKind};
+    use chrono::{TimeZone, Utc};
+
+    fn adapter() -> EventBridgeSchedules {
+        let config = aws_sdk_scheduler::Config::builder()
+            .behavior_version(aws_sdk_scheduler::config::BehaviorVersion::latest())
+            .region(aws_sdk_scheduler::config::Region::new("us-east-1"))
+            .build();
+        EventBridgeSchedules::new(
+            Client::from_conf(config),
+            ScheduleTarget {
+                group: "g".into(),
+                queue_arn: "arn:aws:sqs:us-east-1:123456789012:runs".into(),
+                role_arn: "arn:aws:iam::123456789012:role/scheduler".into(),
+                dlq_arn: "arn:aws:sqs:us-east-1:123456789012:scheduler-dlq".into(),
+            },
+        )
+    }
+
+    fn task(schedule: Schedule) -> Task {
+        let at = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
+        Task::new(
+            TaskId::for_reminder(&"w".repeat(200), &"p".repeat(200), &"k".repeat(200)),
+            "w".repeat(200),
+            TaskKind::Reminder,
+            Provenance::User { principal: "p".into() },
+            "t".into(),
+            Some("i".into()),
+            Spec {
+                schedule,
+                tools: Default::default(),
+                limits: crate::domain::limits::Limits {
+                    max_turns: 1,
+                    max_tool_calls: 0,
+                    max_output_tokens: 100,
+                    timeout_seconds: 10,
+                },
+                budget: None,
+                arguments: Default::default(),
+                needs: Default::default(),
+                bindings: Default::default(),
+                agent: None,
+                scopes: Default::default(),
+            },
+            at,
+        )
+    }
+
+    /// Retry policy within Scheduler's bounds (event age 60..=86400 s,
+    /// attempts 0..=185), the flexible window off, the DLQ set.
+    #[test]
+    fn the_target_is_within_schedulers_bounds() {
+        let schedules = adapter();
+        let at = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
+        let definition = ScheduleDefinition::for_task(&task(Schedule::At { at })).unwrap();
+        let (target, window) = schedules.parts(&definition).unwrap();
+        let retry = target.retry_policy().unwrap();
+        assert!((60..=86_400).contains(&retry.maximum_event_age_in_seconds().unwrap()));
+        assert!((0..=185).contains(&retry.maximum_retry_attempts().unwrap()));
+        assert_eq!(window.mode(), &FlexibleTimeWindowMode::Off);
+        assert!(window.maximum_window_in_minutes().is_none(), "no window when it is off");
+        assert!(target.dead_letter_config().and_then(|d| d.arn()).is_some());
+        assert_eq!(after_completion(&definition), ActionAfterCompletion::Delete);
+    }
+
+    /// Names (1-64 of `[0-9a-zA-Z-_.]`), descriptions (<= 512) and inputs
+    /// (<= 8192) fit, whatever the workspace and principal; expressions have
+    /// Scheduler's forms.
+    #[test]
+    fn names_descriptions_inputs_and_expressions_fit() {
+        let at = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
+        let schedules = [
+            Schedule::At { at },
+            Schedule::Cron {
+                cron: "0 9 * * MON-FRI".into(),
+                timezone: "Europe/Berlin".into(),
+            },
+        ];
+        for schedule in schedules {
+            let definition = ScheduleDefinition::for_task(&task(schedule)).unwrap();
+            let name = &definition.name;
+            assert!((1..=64).contains(&name.len()), "{name}");
+            assert!(
+                name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+                "{name}"
+            );
+            assert!(definition.description.len() <= 512);
+            assert!(definition.input.len() <= 8192, "{} bytes", definition.input.len());
+            let expression = &definition.expression.expression;
+            if definition.one_time {
+                assert_eq!(expression, "at(2026-12-24T18:00:00)");
+                assert_eq!(definition.expression.timezone, "UTC");
+            } else {
+                let inner = expression
+                    .strip_prefix("cron(")
+                    .and_then(|e| e.strip_suffix(')'))
+                    .unwrap();
+                assert_eq!(inner.split(' ').count(), 6, "{expression}");
+                assert_eq!(after_completion(&definition), ActionAfterCompletion::None);
+            }
+        }
+    }
+
+    #[test]
+    fn a_completed_one_time_task_is_retired_and_a_recurring_one_never() {
+        let at = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
+        let mut one_time = task(Schedule::At { at });
+        assert!(!ScheduleDefinition::for_task(&one_time).unwrap().retired);
+        one_time.completed_at = Some(at);
+        assert!(ScheduleDefinition::for_task(&one_time).unwrap().retired);
+        assert!(ScheduleDefinition::one_time(&one_time, at).retired);
+        let mut recurring = task(Schedule::Cron {
+            cron: "0 9 * * *".into(),
+            timezone: "UTC".into(),
+        });
+        recurring.completed_at = Some(at);
+        assert!(!ScheduleDefinition::for_task(&recurring).unwrap().retired);
     }
 }

@@ -1,10 +1,12 @@
 //! The integration suite: one test binary, one module per area, so the
 //! workspace links the AWS SDK into as few test executables as it can.
 
+mod completion;
 mod create;
 mod create_crash;
 mod events;
 mod interop;
+mod operations;
 mod reconcile;
 mod runner;
 mod security;

@@ -485,3 +485,566 @@ fn the_webhook_secret_and_connector_credentials_never_share_a_function() {
         assert!(reads, "{function} reads connector credentials under the prefix only");
     }
 }
+
+// ---- The template as AWS reads it ----------------------------------------------
+
+/// A YAML intrinsic (`!Sub x`) in CloudFormation's JSON form (`{"Fn::Sub": x}`),
+/// so one evaluator reads the SAM template and its translation alike.
+fn json_form(v: &Value) -> serde_json::Value {
+    match v {
+        Value::Tagged(t) => {
+            let name = t.tag.to_string();
+            let name = name.trim_start_matches('!');
+            let key = if name == "Ref" {
+                "Ref".to_owned()
+            } else {
+                format!("Fn::{name}")
+            };
+            serde_json::json!({ key: json_form(&t.value) })
+        }
+        Value::Mapping(m) => serde_json::Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.as_str().unwrap_or_default().to_owned(), json_form(v)))
+                .collect(),
+        ),
+        Value::Sequence(s) => serde_json::Value::Array(s.iter().map(json_form).collect()),
+        Value::String(s) => serde_json::Value::String(s.clone()),
+        Value::Number(n) => serde_json::to_value(n).unwrap(),
+        Value::Bool(b) => serde_json::Value::Bool(*b),
+        Value::Null => serde_json::Value::Null,
+    }
+}
+
+/// What CloudFormation would make of a template for one set of parameter
+/// values: pseudo parameters, parameters (defaults unless given), conditions.
+struct Deployment {
+    values: BTreeMap<String, String>,
+    conditions: BTreeMap<String, bool>,
+}
+
+use std::collections::BTreeMap;
+
+const ACCOUNT: &str = "123456789012";
+const REGION: &str = "us-east-1";
+
+impl Deployment {
+    fn of(template: &serde_json::Value, stack_name: &str, given: &[(&str, &str)]) -> Self {
+        let mut values: BTreeMap<String, String> = [
+            ("AWS::Partition", "aws"),
+            ("AWS::Region", REGION),
+            ("AWS::AccountId", ACCOUNT),
+            ("AWS::StackName", stack_name),
+            ("AWS::URLSuffix", "amazonaws.com"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        for (name, parameter) in template["Parameters"].as_object().unwrap() {
+            if let Some(default) = parameter.get("Default") {
+                let text = default.as_str().map_or_else(|| default.to_string(), str::to_owned);
+                values.insert(name.clone(), text);
+            }
+        }
+        for (k, v) in given {
+            assert!(template["Parameters"].get(*k).is_some(), "no parameter {k}");
+            values.insert((*k).to_owned(), (*v).to_owned());
+        }
+        let mut deployment = Self {
+            values,
+            conditions: BTreeMap::new(),
+        };
+        if let Some(conditions) = template["Conditions"].as_object() {
+            for (name, condition) in conditions {
+                let holds = deployment.eval(condition).and_then(|v| v.as_bool()).unwrap();
+                deployment.conditions.insert(name.clone(), holds);
+            }
+        }
+        deployment
+    }
+
+    fn sub(&self, text: &str) -> String {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let end = rest[start..].find('}').unwrap() + start;
+            let name = &rest[start + 2..end];
+            match self.values.get(name) {
+                Some(v) => out.push_str(v),
+                // A resource or attribute: a stand-in that names it.
+                None => out.push_str(&format!("<{name}>")),
+            }
+            rest = &rest[end + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// The value of a template fragment; `None` for `AWS::NoValue`.
+    fn eval(&self, v: &serde_json::Value) -> Option<serde_json::Value> {
+        use serde_json::Value as J;
+        let J::Object(map) = v else {
+            return match v {
+                J::Array(items) => Some(J::Array(items.iter().filter_map(|i| self.eval(i)).collect())),
+                other => Some(other.clone()),
+            };
+        };
+        if map.len() == 1 {
+            let (key, arg) = map.iter().next().unwrap();
+            let s = |v: Option<J>| v.and_then(|v| v.as_str().map(str::to_owned)).unwrap();
+            match key.as_str() {
+                "Ref" => {
+                    let name = arg.as_str().unwrap();
+                    if name == "AWS::NoValue" {
+                        return None;
+                    }
+                    return Some(J::String(
+                        self.values.get(name).cloned().unwrap_or_else(|| format!("<{name}>")),
+                    ));
+                }
+                "Fn::Sub" => {
+                    let text = arg.as_str().or_else(|| arg[0].as_str()).unwrap();
+                    assert!(arg.is_string(), "Fn::Sub with a variable map is not read here");
+                    return Some(J::String(self.sub(text)));
+                }
+                "Fn::GetAtt" => {
+                    let name = arg.as_str().map_or_else(
+                        || format!("{}.{}", arg[0].as_str().unwrap(), arg[1].as_str().unwrap()),
+                        str::to_owned,
+                    );
+                    return Some(J::String(format!("<{name}>")));
+                }
+                "Fn::If" => {
+                    let holds = self.conditions[arg[0].as_str().unwrap()];
+                    return self.eval(&arg[if holds { 1 } else { 2 }]);
+                }
+                "Fn::Equals" => return Some(J::Bool(self.eval(&arg[0]) == self.eval(&arg[1]))),
+                "Fn::Not" => return Some(J::Bool(!self.eval(&arg[0]).unwrap().as_bool().unwrap())),
+                "Fn::Join" => {
+                    let parts = self.eval(&arg[1]).unwrap();
+                    let parts: Vec<String> = parts
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|p| p.as_str().unwrap().to_owned())
+                        .collect();
+                    return Some(J::String(parts.join(arg[0].as_str().unwrap())));
+                }
+                "Fn::Select" => {
+                    let list = self.eval(&arg[1]).unwrap();
+                    return Some(list[arg[0].as_u64().unwrap() as usize].clone());
+                }
+                "Fn::Split" => {
+                    let text = s(self.eval(&arg[1]));
+                    return Some(J::Array(
+                        text.split(arg[0].as_str().unwrap())
+                            .map(|p| J::String(p.to_owned()))
+                            .collect(),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Some(J::Object(
+            map.iter()
+                .filter_map(|(k, v)| self.eval(v).map(|v| (k.clone(), v)))
+                .collect(),
+        ))
+    }
+}
+
+/// One IAM statement, resolved.
+#[derive(Debug)]
+struct Statement(serde_json::Value);
+
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    match v {
+        serde_json::Value::Array(items) => items.iter().map(|i| i.as_str().unwrap().to_owned()).collect(),
+        serde_json::Value::String(s) => vec![s.clone()],
+        serde_json::Value::Null => Vec::new(),
+        other => panic!("not a string or list: {other}"),
+    }
+}
+
+/// IAM's `*`/`?` match of one string.
+fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    fn go(p: &[char], t: &[char]) -> bool {
+        match p.first() {
+            None => t.is_empty(),
+            Some('*') => (0..=t.len()).any(|i| go(&p[1..], &t[i..])),
+            Some('?') => !t.is_empty() && go(&p[1..], &t[1..]),
+            Some(c) => t.first() == Some(c) && go(&p[1..], &t[1..]),
+        }
+    }
+    go(&p, &t)
+}
+
+/// An ARN pattern matched as IAM matches ARNs: field by field. A field that
+/// is only `*` is read strictly here, as matching a non-empty field, so a
+/// region-less ARN (a global profile's foundation model) must be granted by
+/// name.
+fn arn_matches(pattern: &str, arn: &str) -> bool {
+    let p: Vec<&str> = pattern.splitn(6, ':').collect();
+    let a: Vec<&str> = arn.splitn(6, ':').collect();
+    p.len() == 6
+        && a.len() == 6
+        && p.iter()
+            .zip(&a)
+            .all(|(p, a)| if *p == "*" { !a.is_empty() } else { glob(p, a) })
+}
+
+impl Statement {
+    /// Whether this Allow statement lets `action` on `resource` with the
+    /// request context `context`.
+    fn allows(&self, action: &str, resource: &str, context: &BTreeMap<&str, String>) -> bool {
+        let s = &self.0;
+        assert_eq!(s["Effect"], "Allow");
+        let action_ok = strings(&s["Action"]).iter().any(|a| glob(a, action));
+        let resource_ok = strings(&s["Resource"])
+            .iter()
+            .any(|r| r == "*" || r == resource || arn_matches(r, resource));
+        let condition_ok = match s.get("Condition") {
+            None => true,
+            Some(condition) => condition.as_object().unwrap().iter().all(|(op, keys)| {
+                keys.as_object().unwrap().iter().all(|(key, values)| {
+                    let Some(got) = context.get(key.as_str()) else {
+                        return false;
+                    };
+                    let values = strings(values);
+                    match op.as_str() {
+                        "StringEquals" | "ArnEquals" => values.iter().any(|v| v == got),
+                        "StringLike" | "ArnLike" => values.iter().any(|v| glob(v, got)),
+                        other => panic!("condition operator {other} is not read here"),
+                    }
+                })
+            }),
+        };
+        action_ok && resource_ok && condition_ok
+    }
+}
+
+fn runner_statements(deployment: &Deployment) -> Vec<Statement> {
+    let t = json_form(&template());
+    let statements = &t["Resources"]["RunnerFunction"]["Properties"]["Policies"][0]["Statement"];
+    deployment
+        .eval(statements)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .cloned()
+        .map(Statement)
+        .collect()
+}
+
+fn allowed(statements: &[Statement], action: &str, resource: &str, context: &BTreeMap<&str, String>) -> bool {
+    statements.iter().any(|s| s.allows(action, resource, context))
+}
+
+fn profile_arn(id: &str) -> String {
+    format!("arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/{id}")
+}
+
+fn model_arn(region: &str, id: &str) -> String {
+    format!("arn:aws:bedrock:{region}::foundation-model/{id}")
+}
+
+/// The requests Bedrock authorises for one Converse call, as its docs
+/// describe them: through a profile, the profile and then the foundation
+/// model in the region the call is routed to (the region-less ARN for a
+/// global profile), with the profile in the request context; a plain model,
+/// the model in this region.
+fn converse_is_allowed(statements: &[Statement], model_id: &str, routed_to: &str) -> bool {
+    let model = shared::domain::model::ModelId::parse(model_id).unwrap();
+    let none = BTreeMap::new();
+    if model.is_inference_profile() {
+        let context = BTreeMap::from([("bedrock:InferenceProfileArn", profile_arn(model_id))]);
+        allowed(statements, "bedrock:InvokeModel", &profile_arn(model_id), &none)
+            && allowed(
+                statements,
+                "bedrock:InvokeModel",
+                &model_arn(routed_to, model.foundation_model()),
+                &context,
+            )
+    } else {
+        allowed(
+            statements,
+            "bedrock:InvokeModel",
+            &model_arn(routed_to, model.foundation_model()),
+            &none,
+        )
+    }
+}
+
+#[test]
+fn the_default_model_is_current_reached_through_a_global_profile_and_priced() {
+    let t = template();
+    let parameters = &t["Parameters"];
+    let id = parameters["ModelId"]["Default"].as_str().unwrap();
+    assert!(
+        !id.contains("claude-3-5-haiku"),
+        "Claude 3.5 Haiku reached its end of life"
+    );
+    let model = shared::domain::model::ModelId::parse(id).unwrap();
+    assert_eq!(model.profile_prefix(), Some("global"));
+    assert_eq!(
+        parameters["ModelFoundationId"]["Default"].as_str().unwrap(),
+        model.foundation_model(),
+        "the foundation model parameter is the profile id without its prefix"
+    );
+    let prices: serde_json::Value =
+        serde_json::from_str(parameters["ModelPrices"]["Default"].as_str().unwrap()).unwrap();
+    let keys: Vec<&String> = prices.as_object().unwrap().keys().collect();
+    assert_eq!(keys, vec![id], "prices are keyed by the configured id");
+    // The runner accepts what the template passes it.
+    let prices_text = parameters["ModelPrices"]["Default"].as_str().unwrap();
+    let vars = [
+        ("TABLE_NAME", "t"),
+        ("AGENT_SCHEDULE_WORKER_ENABLED", "true"),
+        ("MODEL_ID", id),
+        ("MODEL_PRICES", prices_text),
+    ];
+    let config = RunnerConfig::from(&shared::config::Env::from_lookup(|k: &str| {
+        vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned())
+    }))
+    .unwrap();
+    assert!(config.prices.of(&config.model_id).is_ok());
+}
+
+#[test]
+fn the_runner_may_converse_through_a_global_profile_in_every_region_it_routes_to() {
+    let t = json_form(&template());
+    let deployment = Deployment::of(&t, "sat", &[]);
+    let id = deployment.values["ModelId"].clone();
+    let statements = runner_statements(&deployment);
+    for routed_to in ["us-east-1", "us-west-2", "eu-west-1", "ap-northeast-1", ""] {
+        assert!(
+            converse_is_allowed(&statements, &id, routed_to),
+            "{id} routed to {routed_to:?}"
+        );
+    }
+    let foundation = deployment.values["ModelFoundationId"].clone();
+    let none = BTreeMap::new();
+    assert!(
+        !allowed(
+            &statements,
+            "bedrock:InvokeModel",
+            &model_arn(REGION, &foundation),
+            &none
+        ),
+        "the foundation model only through the profile"
+    );
+    let other_profile = BTreeMap::from([("bedrock:InferenceProfileArn", profile_arn(&format!("us.{foundation}")))]);
+    assert!(!allowed(
+        &statements,
+        "bedrock:InvokeModel",
+        &model_arn(REGION, &foundation),
+        &other_profile
+    ));
+    assert!(!allowed(
+        &statements,
+        "bedrock:InvokeModel",
+        &profile_arn("global.anthropic.claude-opus-4-1-20250805-v1:0"),
+        &none
+    ));
+    assert!(!converse_is_allowed(
+        &statements,
+        "global.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        REGION
+    ));
+}
+
+#[test]
+fn the_runner_may_converse_through_a_geographic_profile_or_with_a_plain_model() {
+    let t = json_form(&template());
+    let us = "us.anthropic.claude-haiku-4-5-20251001-v1:0";
+    let foundation = shared::domain::model::ModelId::parse(us)
+        .unwrap()
+        .foundation_model()
+        .to_owned();
+    let deployment = Deployment::of(&t, "sat", &[("ModelId", us), ("ModelFoundationId", &foundation)]);
+    let statements = runner_statements(&deployment);
+    for routed_to in ["us-east-1", "us-east-2", "us-west-2"] {
+        assert!(
+            converse_is_allowed(&statements, us, routed_to),
+            "{us} routed to {routed_to}"
+        );
+    }
+
+    let plain = "anthropic.claude-3-haiku-20240307-v1:0";
+    let deployment = Deployment::of(&t, "sat", &[("ModelId", plain), ("ModelFoundationId", plain)]);
+    let statements = runner_statements(&deployment);
+    assert!(converse_is_allowed(&statements, plain, REGION));
+    assert!(
+        !converse_is_allowed(&statements, plain, "us-west-2"),
+        "a plain model in this region only"
+    );
+    let none = BTreeMap::new();
+    assert!(
+        !statements.iter().any(|s| strings(&s.0["Resource"])
+            .iter()
+            .any(|r| r.contains("inference-profile"))),
+        "no profile is granted for a plain model"
+    );
+    assert!(!allowed(
+        &statements,
+        "bedrock:InvokeModel",
+        &model_arn("", plain),
+        &none
+    ));
+}
+
+/// The runner shortens the visibility of what it returns on the runs queue
+/// only, and the catch-up window cannot be shorter than a return.
+#[test]
+fn returned_runs_come_back_within_the_catch_up_window() {
+    use shared::domain::redelivery::{LONGEST_RETURN_SECONDS, return_delay};
+    let t = json_form(&template());
+    let deployment = Deployment::of(&t, "sat", &[]);
+    let statements = runner_statements(&deployment);
+    let none = BTreeMap::new();
+    assert!(allowed(
+        &statements,
+        "sqs:ChangeMessageVisibility",
+        "<RunsQueue.Arn>",
+        &none
+    ));
+    assert!(!allowed(
+        &statements,
+        "sqs:ChangeMessageVisibility",
+        "<ReconcileQueue.Arn>",
+        &none
+    ));
+    let catch_up = &t["Parameters"]["CatchUpSeconds"];
+    let min = catch_up["MinValue"].as_u64().unwrap();
+    let visibility = t["Resources"]["RunsQueue"]["Properties"]["VisibilityTimeout"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        min >= visibility,
+        "CatchUpSeconds MinValue {min} < the runs queue's visibility {visibility}"
+    );
+    assert!(min >= u64::try_from(LONGEST_RETURN_SECONDS).unwrap());
+    assert!(catch_up["Default"].as_u64().unwrap() >= min);
+    assert!(i64::try_from(min).unwrap() >= shared::config::MIN_CATCH_UP_SECONDS);
+    // A duplicate that meets a live lease is returned up to four times
+    // before the fifth receive; even at their shortest, those returns
+    // outlast the lease of a run that takes the function's whole timeout.
+    let receives = t["Resources"]["RunsQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"]
+        .as_u64()
+        .unwrap();
+    let returns: i64 = (1..u32::try_from(receives).unwrap())
+        .map(|n| i64::from(return_delay(n, 0.0)))
+        .sum();
+    let timeout = t["Resources"]["RunnerFunction"]["Properties"]["Timeout"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        returns > timeout + shared::app::run::LEASE_MARGIN_SECONDS,
+        "{returns} s of returns"
+    );
+}
+
+/// CloudWatch can publish to the alarm topic: its key is customer managed,
+/// rotated, and its policy lets CloudWatch use it.
+#[test]
+fn alarms_can_reach_the_topic() {
+    let t = json_form(&template());
+    let deployment = Deployment::of(&t, "sat", &[]);
+    let topic = deployment.eval(&t["Resources"]["AlarmTopic"]["Properties"]).unwrap();
+    let key_ref = topic["KmsMasterKeyId"].as_str().unwrap();
+    assert!(
+        !key_ref.starts_with("alias/aws/"),
+        "an AWS managed key refuses CloudWatch"
+    );
+    let key_name = key_ref.trim_start_matches('<').trim_end_matches('>');
+    let key = &t["Resources"][key_name];
+    assert_eq!(key["Type"], "AWS::KMS::Key");
+    assert_eq!(key["Properties"]["EnableKeyRotation"], true);
+    let policy = deployment.eval(&key["Properties"]["KeyPolicy"]["Statement"]).unwrap();
+    let cloudwatch = policy
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["Principal"]["Service"] == "cloudwatch.amazonaws.com")
+        .expect("a statement for CloudWatch");
+    let statement = Statement(cloudwatch.clone());
+    for action in ["kms:Decrypt", "kms:GenerateDataKey"] {
+        assert!(statement.allows(action, "*", &BTreeMap::new()), "{action}");
+    }
+}
+
+/// A deploy whose custom resource never answers fails in minutes, not the
+/// default hour.
+#[test]
+fn the_deploy_time_pass_has_a_service_timeout() {
+    let t = template();
+    let timeout = num(&props(&t, "ReconcileAtDeploy")["ServiceTimeout"]);
+    assert!((1..=900).contains(&timeout), "{timeout}");
+    assert!(timeout > num(&props(&t, "ReconcileFunction")["Timeout"]));
+}
+
+/// Every name the template derives fits its service's limit for the longest
+/// stack name CloudFormation allows (128 characters), read from the offline
+/// translation as CloudFormation gets it. A resource type with no row here
+/// fails the test until its name rule is written down.
+#[test]
+fn every_derived_name_fits_for_a_128_character_stack_name() {
+    let root = local::moto::repo_root();
+    let out = std::process::Command::new(local::moto::python_path())
+        .arg(root.join("infra/python/translate_template.py"))
+        .arg(root.join("template.yaml"))
+        .output()
+        .expect("the translation runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let translated: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The name property of each type and its longest value; `None`: the
+    // type has no name.
+    let limits: BTreeMap<&str, Option<(&str, usize)>> = BTreeMap::from([
+        ("AWS::DynamoDB::Table", Some(("TableName", 255))),
+        ("AWS::SQS::Queue", Some(("QueueName", 80))),
+        ("AWS::Scheduler::ScheduleGroup", Some(("Name", 64))),
+        ("AWS::Scheduler::Schedule", Some(("Name", 64))),
+        ("AWS::IAM::Role", Some(("RoleName", 64))),
+        ("AWS::Events::EventBus", Some(("Name", 256))),
+        ("AWS::Pipes::Pipe", Some(("Name", 64))),
+        ("AWS::SNS::Topic", Some(("TopicName", 256))),
+        ("AWS::KMS::Key", None),
+        ("AWS::CloudWatch::Alarm", Some(("AlarmName", 255))),
+        ("AWS::Lambda::Function", Some(("FunctionName", 64))),
+        ("AWS::Lambda::EventSourceMapping", None),
+        ("AWS::Lambda::Version", None),
+        ("AWS::Lambda::Alias", Some(("Name", 128))),
+        ("AWS::Lambda::Url", None),
+        ("AWS::Lambda::Permission", None),
+        ("AWS::CloudFormation::CustomResource", None),
+    ]);
+    let stack_name = format!("s{}", "x".repeat(127));
+    assert_eq!(stack_name.len(), 128);
+    let deployment = Deployment::of(
+        &translated,
+        &stack_name,
+        &[(
+            "WebhookSecretArn",
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:whsec-AbCdEf",
+        )],
+    );
+    for (logical, resource) in translated["Resources"].as_object().unwrap() {
+        let kind = resource["Type"].as_str().unwrap();
+        let rule = limits
+            .get(kind)
+            .unwrap_or_else(|| panic!("{logical}: {kind} has no name rule in this test"));
+        let Some((property, limit)) = rule else { continue };
+        let Some(name) = resource["Properties"].get(*property) else {
+            continue; // CloudFormation generates a name that fits.
+        };
+        let name = deployment.eval(name).unwrap();
+        let name = name.as_str().unwrap();
+        assert!(
+            name.len() <= *limit,
+            "{logical}.{property} is {} characters: {name}",
+            name.len()
+        );
+    }
+}

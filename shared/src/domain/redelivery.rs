@@ -1,0 +1,123 @@
+//! When a run message the runner returns comes back. SQS shows a returned
+//! message again only after its visibility timeout: the runs queue's is
+//! 2160 s (six times the runner's timeout), so without more a busy or
+//! throttled occurrence would come back 36 minutes late. The runner shortens
+//! the visibility of every record it returns in the partial batch response
+//! (`ChangeMessageVisibility`) to [`return_delay`]: short, growing with the
+//! receive count, jittered so that returned copies do not come back together.
+//!
+//! Invariants: no return takes longer than [`LONGEST_RETURN_SECONDS`], and
+//! the catch-up window is never shorter (the configuration refuses one that
+//! is; the template's `CatchUpSeconds` starts at the queue's visibility
+//! timeout, which bounds a return nobody could shorten: a crash, a timeout).
+//! The four returns a message gets before the queue's fifth receive moves
+//! it to the DLQ add up, even at their shortest, to more than the runner's
+//! lease (tested against the template), so a duplicate that meets a live
+//! lease is retried until the lease ends, not dead-lettered.
+//! Called by the runner's handler; the ARN helper by its queue adapter.
+
+/// The first return's visibility, before jitter.
+pub const FIRST_RETURN_SECONDS: i32 = 60;
+
+/// No return waits longer than this.
+pub const LONGEST_RETURN_SECONDS: i32 = 600;
+
+/// The visibility timeout for a record returned on its `receive_count`-th
+/// receive (`ApproximateReceiveCount`, from 1): the first return waits about
+/// a minute, each next one twice as long, up to [`LONGEST_RETURN_SECONDS`].
+/// `jitter` in `[0, 1)` picks a point in the upper half ("equal jitter"):
+/// at least half the step, never more than it.
+pub fn return_delay(receive_count: u32, jitter: f64) -> i32 {
+    let doublings = receive_count.saturating_sub(1).min(16);
+    let step = FIRST_RETURN_SECONDS
+        .saturating_mul(1 << doublings)
+        .min(LONGEST_RETURN_SECONDS);
+    let jitter = if jitter.is_finite() {
+        jitter.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let half = step / 2;
+    // `half + jitter * (step - half)`, rounded down, stays within `[half, step]`.
+    half + ((f64::from(step - half)) * jitter) as i32
+}
+
+/// The queue URL of an SQS queue ARN (`arn:<partition>:sqs:<region>:<account>:<name>`),
+/// as SQS documents it: `https://sqs.<region>.<domain>/<account>/<name>`.
+/// The SDK sends the request to its configured endpoint and names the queue
+/// by this URL. `None` for anything that is not an SQS queue ARN.
+pub fn queue_url_of_arn(arn: &str) -> Option<String> {
+    let mut parts = arn.splitn(6, ':');
+    let (Some("arn"), Some(partition), Some("sqs"), Some(region), Some(account), Some(name)) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return None;
+    };
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+    };
+    if !(plain(partition) && plain(region) && account.chars().all(|c| c.is_ascii_digit()) && plain(name)) {
+        return None;
+    }
+    let domain = match partition {
+        "aws-cn" => "amazonaws.com.cn",
+        _ => "amazonaws.com",
+    };
+    Some(format!("https://sqs.{region}.{domain}/{account}/{name}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn returns_grow_and_stop_at_the_longest() {
+        let shortest: Vec<i32> = (1..=6).map(|n| return_delay(n, 0.0)).collect();
+        let longest: Vec<i32> = (1..=6).map(|n| return_delay(n, 0.999_999)).collect();
+        assert_eq!(shortest, vec![30, 60, 120, 240, 300, 300]);
+        assert_eq!(longest, vec![59, 119, 239, 479, 599, 599]);
+        assert_eq!(return_delay(0, 0.0), 30, "a missing count reads as the first");
+        assert_eq!(return_delay(u32::MAX, 0.5), 450);
+        assert_eq!(return_delay(1, f64::NAN), 30);
+    }
+
+    proptest! {
+        #[test]
+        fn a_return_is_never_longer_than_the_longest_nor_shorter_than_half_a_step(count in 0u32..100, jitter in 0.0f64..1.0) {
+            let delay = return_delay(count, jitter);
+            prop_assert!(delay <= LONGEST_RETURN_SECONDS);
+            prop_assert!(delay >= FIRST_RETURN_SECONDS / 2);
+            prop_assert!(delay >= return_delay(count, 0.0));
+        }
+    }
+
+    #[test]
+    fn queue_urls_follow_the_documented_form() {
+        assert_eq!(
+            queue_url_of_arn("arn:aws:sqs:us-east-1:123456789012:stack-RunsQueue-AbC12"),
+            Some("https://sqs.us-east-1.amazonaws.com/123456789012/stack-RunsQueue-AbC12".to_owned())
+        );
+        assert_eq!(
+            queue_url_of_arn("arn:aws-cn:sqs:cn-north-1:123456789012:runs"),
+            Some("https://sqs.cn-north-1.amazonaws.com.cn/123456789012/runs".to_owned())
+        );
+        for bad in [
+            "",
+            "arn:aws:sns:us-east-1:123456789012:topic",
+            "arn:aws:sqs:us-east-1:acct:runs",
+            "arn:aws:sqs:us-east-1:123456789012:",
+            "arn:aws:sqs:us-east-1:123456789012:a/b",
+            "arn:aws:sqs:us-east-1:123456789012",
+        ] {
+            assert_eq!(queue_url_of_arn(bad), None, "{bad}");
+        }
+    }
+}
