@@ -1,7 +1,8 @@
 //! The runner handler: each SQS record is one delivery of an occurrence.
 //! Records of a batch run concurrently (they are distinct occurrences, or
 //! duplicates the claim tells apart). A record that must be delivered again
-//! (a live lease elsewhere, a transient failure) is returned in the partial
+//! (a live lease elsewhere, a run given back because the model stayed
+//! throttled, a transient failure) is returned in the partial
 //! batch response; nothing is logged and dropped.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -38,7 +39,7 @@ async fn deliver(app: &App, record: &SqsMessage, deadline: DateTime<Utc>) -> Opt
     match app.deliver(&id, body, Utc::now(), deadline).await {
         Ok(disposition) => {
             emit(&disposition);
-            (disposition == Disposition::Busy).then_some(id)
+            matches!(disposition, Disposition::Busy | Disposition::ReturnToQueue).then_some(id)
         }
         Err(error) => {
             tracing::error!(message_id = %id, error = %shared::error_chain(&error), "delivery failed; returned to the queue");
@@ -67,6 +68,7 @@ fn emit(disposition: &Disposition) {
         }
         Disposition::Duplicate | Disposition::Busy => metrics::count("DuplicatesAbsorbed", 1, None),
         Disposition::Malformed(_) => metrics::count("MalformedMessages", 1, None),
+        Disposition::ReturnToQueue => metrics::count("RunsReturnedThrottled", 1, None),
     }
 }
 
