@@ -199,6 +199,22 @@ pub struct Settlement<'a> {
     pub prune: Vec<String>,
 }
 
+/// A claimed occurrence given back unrecorded (the model stayed throttled
+/// before any tool call), atomically: the claim removed, the reservation
+/// released, what was spent charged.
+#[derive(Debug, Clone)]
+pub struct Release<'a> {
+    pub task: &'a Task,
+    pub occurrence: &'a str,
+    /// Fences the write, as for a settle.
+    pub execution_id: &'a str,
+    pub period: &'a str,
+    pub reserved_usd: f64,
+    pub spent_usd: f64,
+    /// Charged `spent_usd` when something was spent.
+    pub account: Option<&'a str>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settled {
     Done,
@@ -217,6 +233,9 @@ pub trait RunStore: Send + Sync {
         install_id: &str,
     ) -> impl Future<Output = Result<Option<Install>, StoreError>> + Send;
     fn settle(&self, settlement: &Settlement<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send;
+    /// Gives a claimed occurrence back, fenced on the execution id; a lost
+    /// claim is [`Settled::LostClaim`].
+    fn release(&self, release: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send;
     /// Records an outcome that held no claim (a skip before or instead of a
     /// claim). Never overwrites an existing record.
     fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -230,10 +249,22 @@ pub trait RunStore: Send + Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// The model failed to answer; the run fails with this message.
+/// What kind of failure a model call had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelErrorKind {
+    /// Load (`ThrottlingException`, `ServiceUnavailableException`,
+    /// `ModelNotReadyException`): retried, then the run goes back to the
+    /// queue or fails as `model throttled`.
+    Throttled,
+    /// Anything else: the run fails with the message.
+    Other,
+}
+
+/// The model failed to answer.
 #[derive(Debug, thiserror::Error)]
 #[error("the model call failed: {message}")]
 pub struct ModelError {
+    pub kind: ModelErrorKind,
     pub message: String,
     #[source]
     pub source: Option<BoxError>,
@@ -264,9 +295,10 @@ pub struct ServerTool {
     pub input_schema: Value,
 }
 
+/// A tool's answer: text, JSON and image blocks (see `agent::tool_result`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolOutput {
-    pub text: String,
+    pub content: Vec<crate::domain::agent::Block>,
     pub is_error: bool,
 }
 

@@ -52,7 +52,7 @@ async fn deliver(app: &App, record: &SqsMessage, deadline: DateTime<Utc>) -> Opt
     match app.runner.deliver(&id, body, Utc::now(), deadline).await {
         Ok(disposition) => {
             emit(&disposition);
-            (disposition == Disposition::Busy).then_some(id)
+            matches!(disposition, Disposition::Busy | Disposition::ReturnToQueue).then_some(id)
         }
         Err(error) => {
             tracing::error!(message_id = %id, error = %shared::error_chain(&error), "delivery failed; returned to the queue");
@@ -81,6 +81,7 @@ fn emit(disposition: &Disposition) {
         }
         Disposition::Duplicate | Disposition::Busy => metrics::count("DuplicatesAbsorbed", 1, None),
         Disposition::Malformed(_) => metrics::count("MalformedMessages", 1, None),
+        Disposition::ReturnToQueue => metrics::count("RunsReturnedThrottled", 1, None),
     }
 }
 

@@ -58,6 +58,15 @@ pub struct FixtureState {
     pub page_size: usize,
     /// How long `prompts/get` takes to answer (a slow server).
     pub get_prompt_delay: Option<std::time::Duration>,
+    /// Prompts answered with these messages as they are (shaped like real
+    /// servers': runs of one role, an assistant first, images, resources),
+    /// instead of their template.
+    pub prompt_messages: BTreeMap<String, Vec<PromptMessage>>,
+    /// Tools answered with this result instead of the echo (empty,
+    /// structured, images, a huge text, an error).
+    pub tool_answers: BTreeMap<String, CallToolResult>,
+    /// The `_meta` of every `tools/call`, in order (`None` when absent).
+    pub call_metas: Vec<Option<Value>>,
 }
 
 #[derive(Clone)]
@@ -137,6 +146,9 @@ impl ServerHandler for Handler {
             .iter()
             .find(|p| p.name == request.name)
             .ok_or_else(|| ErrorData::invalid_params(format!("unknown prompt: {}", request.name), None))?;
+        if let Some(messages) = state.prompt_messages.get(request.name.as_str()) {
+            return Ok(GetPromptResult::new(messages.clone()).into());
+        }
         let mut text = prompt.template.clone();
         for (name, required) in &prompt.arguments {
             match args.get(name) {
@@ -166,7 +178,14 @@ impl ServerHandler for Handler {
         let all: Vec<Tool> = state
             .tools
             .iter()
-            .map(|t| Tool::new(t.name.clone(), t.description.clone(), Arc::new(schema.clone())))
+            .map(|t| {
+                let mut tool = Tool::new(t.name.clone(), t.description.clone(), Arc::new(schema.clone()));
+                // An empty description is a tool without one, as many servers list them.
+                if t.description.is_empty() {
+                    tool.description = None;
+                }
+                tool
+            })
             .collect();
         let (items, next) = page(&all, state.page_size, request.and_then(|r| r.cursor))?;
         let mut result = ListToolsResult::with_all_items(items);
@@ -182,11 +201,16 @@ impl ServerHandler for Handler {
         let mut state = self.state.write().await;
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         state.calls.push((request.name.to_string(), args.clone()));
+        let meta = request.meta.as_ref().map(|m| Value::Object(m.0.0.clone()));
+        state.call_metas.push(meta);
         if !state.tools.iter().any(|t| t.name == request.name) {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool: {}", request.name),
                 None,
             ));
+        }
+        if let Some(answer) = state.tool_answers.get(&*request.name) {
+            return Ok(answer.clone().into());
         }
         Ok(CallToolResult::success(vec![ContentBlock::text(format!("{} done with {args}", request.name))]).into())
     }
@@ -267,3 +291,16 @@ pub fn tool(name: &str) -> FixtureTool {
         description: format!("The fixture's {name} tool"),
     }
 }
+
+/// A tool listed without a description.
+pub fn undescribed_tool(name: &str) -> FixtureTool {
+    FixtureTool {
+        name: name.to_owned(),
+        description: String::new(),
+    }
+}
+
+/// A 1x1 transparent PNG, base64: the smallest image a prompt or a tool
+/// can carry.
+pub const PNG_1X1: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";

@@ -3,19 +3,32 @@
 //! Translates the domain's messages and tools to the SDK's types and back.
 //! Locally and in tests the client is pointed at the scripted stand-in by the
 //! SDK's own `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`; nothing here knows it.
+//!
+//! The SDK's own retries are off: a throttled call comes back at once,
+//! classified ([`ModelErrorKind::Throttled`] for `ThrottlingException`,
+//! `ServiceUnavailableException`, `ModelNotReadyException`), and the run
+//! retries it with jittered backoff within its own time (SPEC §7).
 
 use aws_sdk_bedrockruntime::Client;
 use aws_sdk_bedrockruntime::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_bedrockruntime::types::{
-    AutoToolChoice, ContentBlock, ConversationRole, ConverseOutput, InferenceConfiguration, Message as SdkMessage,
-    StopReason as SdkStop, SystemContentBlock, Tool, ToolChoice, ToolConfiguration, ToolInputSchema, ToolResultBlock,
-    ToolResultContentBlock, ToolResultStatus, ToolSpecification, ToolUseBlock,
+    AutoToolChoice, ContentBlock, ConversationRole, ConverseOutput, ImageBlock, ImageFormat as SdkImageFormat,
+    ImageSource, InferenceConfiguration, Message as SdkMessage, StopReason as SdkStop, SystemContentBlock, Tool,
+    ToolChoice, ToolConfiguration, ToolInputSchema, ToolResultBlock, ToolResultContentBlock, ToolResultStatus,
+    ToolSpecification, ToolUseBlock,
 };
-use aws_smithy_types::{Document, Number};
+use aws_smithy_types::{Blob, Document, Number};
 use serde_json::Value;
 
-use crate::domain::agent::{Block, Message, ModelReply, ModelRequest, Role, StopReason};
-use crate::ports::{Model, ModelError};
+use crate::domain::agent::{Block, ImageFormat, Message, ModelReply, ModelRequest, Role, StopReason};
+use crate::ports::{Model, ModelError, ModelErrorKind};
+
+/// The error codes that mean load, not a bad request: retried by the run.
+pub const THROTTLED_CODES: [&str; 3] = [
+    "ThrottlingException",
+    "ServiceUnavailableException",
+    "ModelNotReadyException",
+];
 
 #[derive(Clone)]
 pub struct BedrockModel {
@@ -24,17 +37,55 @@ pub struct BedrockModel {
 
 impl BedrockModel {
     pub fn from_sdk(sdk: &aws_config::SdkConfig) -> Self {
+        let config = aws_sdk_bedrockruntime::config::Builder::from(sdk)
+            .retry_config(aws_config::retry::RetryConfig::disabled())
+            .build();
         Self {
-            client: Client::new(sdk),
+            client: Client::from_conf(config),
         }
     }
 }
 
 fn error(message: impl Into<String>) -> ModelError {
     ModelError {
+        kind: ModelErrorKind::Other,
         message: message.into(),
         source: None,
     }
+}
+
+/// Whether a failed call is load (retry) or anything else (fail).
+pub fn classify(code: Option<&str>, status: Option<u16>) -> ModelErrorKind {
+    match (code, status) {
+        (Some(code), _) if THROTTLED_CODES.contains(&code) => ModelErrorKind::Throttled,
+        (None, Some(429 | 503)) => ModelErrorKind::Throttled,
+        _ => ModelErrorKind::Other,
+    }
+}
+
+fn image(format: ImageFormat, data: &[u8]) -> Result<ImageBlock, ModelError> {
+    let format = match format {
+        ImageFormat::Png => SdkImageFormat::Png,
+        ImageFormat::Jpeg => SdkImageFormat::Jpeg,
+        ImageFormat::Gif => SdkImageFormat::Gif,
+        ImageFormat::Webp => SdkImageFormat::Webp,
+    };
+    ImageBlock::builder()
+        .format(format)
+        .source(ImageSource::Bytes(Blob::new(data.to_vec())))
+        .build()
+        .map_err(|e| error(e.to_string()))
+}
+
+fn result_content(block: &Block) -> Result<ToolResultContentBlock, ModelError> {
+    Ok(match block {
+        Block::Text(text) => ToolResultContentBlock::Text(text.clone()),
+        Block::Json(value) => ToolResultContentBlock::Json(to_document(value)),
+        Block::Image { format, data } => ToolResultContentBlock::Image(image(*format, data)?),
+        Block::ToolUse { .. } | Block::ToolResult { .. } => {
+            return Err(error("a tool result cannot hold a tool use or result"));
+        }
+    })
 }
 
 /// JSON to the SDK's document type (the SDK offers no stable conversion).
@@ -75,6 +126,8 @@ fn to_sdk(message: &Message) -> Result<SdkMessage, ModelError> {
     for block in &message.content {
         let content = match block {
             Block::Text(text) => ContentBlock::Text(text.clone()),
+            Block::Image { format, data } => ContentBlock::Image(image(*format, data)?),
+            Block::Json(value) => ContentBlock::Text(value.to_string()),
             Block::ToolUse { id, name, input } => ContentBlock::ToolUse(
                 ToolUseBlock::builder()
                     .tool_use_id(id)
@@ -83,10 +136,10 @@ fn to_sdk(message: &Message) -> Result<SdkMessage, ModelError> {
                     .build()
                     .map_err(|e| error(e.to_string()))?,
             ),
-            Block::ToolResult { id, text, is_error } => ContentBlock::ToolResult(
+            Block::ToolResult { id, content, is_error } => ContentBlock::ToolResult(
                 ToolResultBlock::builder()
                     .tool_use_id(id)
-                    .content(ToolResultContentBlock::Text(text.clone()))
+                    .set_content(Some(content.iter().map(result_content).collect::<Result<Vec<_>, _>>()?))
                     .status(if *is_error {
                         ToolResultStatus::Error
                     } else {
@@ -161,13 +214,11 @@ impl Model for BedrockModel {
             call = call.tool_config(config.build().map_err(|e| error(e.to_string()))?);
         }
         let out = call.send().await.map_err(|e| {
-            let code = e
-                .as_service_error()
-                .and_then(|s| s.code())
-                .unwrap_or("unknown")
-                .to_owned();
+            let code = e.as_service_error().and_then(|s| s.code()).map(str::to_owned);
+            let status = e.raw_response().map(|r| r.status().as_u16());
             ModelError {
-                message: format!("{code}: {}", DisplayErrorContext(&e)),
+                kind: classify(code.as_deref(), status),
+                message: format!("{}: {}", code.as_deref().unwrap_or("unknown"), DisplayErrorContext(&e)),
                 source: Some(Box::new(e)),
             }
         })?;
@@ -188,6 +239,20 @@ impl Model for BedrockModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn load_is_told_from_failure() {
+        for code in THROTTLED_CODES {
+            assert_eq!(classify(Some(code), Some(400)), ModelErrorKind::Throttled);
+        }
+        assert_eq!(classify(None, Some(429)), ModelErrorKind::Throttled);
+        assert_eq!(classify(Some("ValidationException"), Some(400)), ModelErrorKind::Other);
+        assert_eq!(
+            classify(Some("AccessDeniedException"), Some(403)),
+            ModelErrorKind::Other
+        );
+        assert_eq!(classify(None, None), ModelErrorKind::Other);
+    }
 
     #[test]
     fn documents_round_trip() {

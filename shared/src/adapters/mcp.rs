@@ -6,6 +6,13 @@
 //! 2025-11-25. A `prompts/get` answered with `InputRequiredResult` is an
 //! error: an unattended run has nobody to give the input.
 //!
+//! MCP content becomes the domain's blocks here, faithfully (SPEC §7): text
+//! as text; images in png, jpeg, gif or webp as image blocks; an embedded
+//! text resource as text that names its URI; everything else (other image
+//! types, audio, blob resources, resource links) named in a short text,
+//! never dropped silently. A tool's `structuredContent` is a JSON block and
+//! `isError` its status.
+//!
 //! A connector's credential is read from Secrets Manager on first use and
 //! kept for [`CREDENTIAL_TTL`] in a warm process, so a run costs no
 //! Secrets Manager call and a rotated secret is picked up within minutes.
@@ -34,7 +41,9 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceError};
 use serde_json::Value;
 
-use crate::domain::agent::{Block, Message, Role};
+use base64::Engine;
+
+use crate::domain::agent::{Block, ImageFormat, Message, Role};
 use crate::domain::declaration::MARKER;
 use crate::domain::endpoint::{Endpoint, EndpointPolicy, connect_endpoint};
 use crate::domain::install::Install;
@@ -280,12 +289,72 @@ impl McpClient {
     }
 }
 
-fn text_of(content: &[rmcp::model::ContentBlock]) -> String {
+/// An MCP image (base64 with a MIME type) as a Converse image block, or a
+/// text that says what it was.
+fn image_block(data: &str, mime: &str, what: &str) -> Block {
+    let Some(format) = ImageFormat::from_mime(mime) else {
+        return Block::Text(format!(
+            "[{what} of type {mime} left out: the model takes png, jpeg, gif or webp images]"
+        ));
+    };
+    match base64::engine::general_purpose::STANDARD.decode(data.trim()) {
+        Ok(bytes) if !bytes.is_empty() => Block::Image { format, data: bytes },
+        _ => Block::Text(format!("[{what} of type {mime} left out: its data is not base64]")),
+    }
+}
+
+/// MCP content blocks as the domain's blocks; nothing dropped silently.
+pub fn blocks_of(content: &[rmcp::model::ContentBlock]) -> Vec<Block> {
+    use rmcp::model::{ContentBlock as Mcp, ResourceContents};
     content
         .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
+        .map(|c| match c {
+            Mcp::Text(t) => Block::Text(t.text.clone()),
+            Mcp::Image(i) => image_block(&i.data, &i.mime_type, "an image"),
+            Mcp::Audio(a) => Block::Text(format!(
+                "[audio of type {} left out: the model takes no audio]",
+                a.mime_type
+            )),
+            Mcp::Resource(r) => match &r.resource {
+                ResourceContents::TextResourceContents { uri, text, .. } => {
+                    Block::Text(format!("Resource {uri}:\n{text}"))
+                }
+                ResourceContents::BlobResourceContents {
+                    uri, mime_type, blob, ..
+                } => {
+                    let mime = mime_type.as_deref().unwrap_or("application/octet-stream");
+                    match ImageFormat::from_mime(mime) {
+                        Some(_) => image_block(blob, mime, &format!("resource {uri}")),
+                        None => Block::Text(format!("[resource {uri} of type {mime} left out: binary content]")),
+                    }
+                }
+                _ => Block::Text("[a resource of a kind this client does not know, left out]".to_owned()),
+            },
+            Mcp::ResourceLink(link) => Block::Text(format!("[a link to resource {} <{}>]", link.name, link.uri)),
+            _ => Block::Text("[content of a kind this client does not know, left out]".to_owned()),
+        })
+        .collect()
+}
+
+/// A `tools/call` result as the domain's tool output: its content, then its
+/// `structuredContent` as a JSON block (its text copy, which the MCP spec
+/// asks servers to send too, not repeated).
+pub fn tool_output(result: &rmcp::model::CallToolResult) -> ToolOutput {
+    let mut content = blocks_of(&result.content);
+    if let Some(structured) = &result.structured_content {
+        content.retain(
+            |b| !matches!(b, Block::Text(t) if serde_json::from_str::<Value>(t).ok().as_ref() == Some(structured)),
+        );
+        let json = match structured {
+            Value::Object(_) => structured.clone(),
+            other => serde_json::json!({ "result": other }),
+        };
+        content.push(Block::Json(json));
+    }
+    ToolOutput {
+        content,
+        is_error: result.is_error.unwrap_or(false),
+    }
 }
 
 impl McpSession for McpClient {
@@ -304,9 +373,7 @@ impl McpSession for McpClient {
                         McpRole::Assistant => Role::Assistant,
                         _ => Role::User,
                     },
-                    content: vec![Block::Text(
-                        m.content.as_text().map(|t| t.text.clone()).unwrap_or_default(),
-                    )],
+                    content: blocks_of(std::slice::from_ref(&m.content)),
                 })
                 .collect()),
             _ => Err(McpError {
@@ -364,9 +431,6 @@ impl McpSession for McpClient {
             params = params.with_arguments(args);
         }
         let result = timed("tools/call", self.client.call_tool(params)).await?;
-        Ok(ToolOutput {
-            text: text_of(&result.content),
-            is_error: result.is_error.unwrap_or(false),
-        })
+        Ok(tool_output(&result))
     }
 }

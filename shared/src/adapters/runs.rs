@@ -29,7 +29,7 @@ use super::keys::{Key, PK, SK};
 use crate::domain::install::Install;
 use crate::domain::occurrence::{RunRecord, RunStatus, cap_output};
 use crate::domain::task::Task;
-use crate::ports::{ClaimAnswer, ClaimRequest, RunStore, Settled, Settlement, StoreError};
+use crate::ports::{ClaimAnswer, ClaimRequest, Release, RunStore, Settled, Settlement, StoreError};
 
 /// Malformed messages are kept this long.
 const MALFORMED_DAYS: i64 = 14;
@@ -39,16 +39,16 @@ const SETTLE_ATTEMPTS: u32 = 4;
 /// The settle's client request token: the same for every attempt of one
 /// execution's settle of one occurrence (at most 36 characters).
 fn settle_token(settlement: &Settlement<'_>) -> String {
+    settle_token_of(
+        settlement.task.task_id.as_str(),
+        settlement.occurrence,
+        settlement.execution_id,
+    )
+}
+
+fn settle_token_of(task_id: &str, occurrence: &str, execution_id: &str) -> String {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(
-        format!(
-            "{}\n{}\n{}",
-            settlement.task.task_id.as_str(),
-            settlement.occurrence,
-            settlement.execution_id
-        )
-        .as_bytes(),
-    );
+    let digest = Sha256::digest(format!("{task_id}\n{occurrence}\n{execution_id}").as_bytes());
     hex::encode(digest)[..36].to_owned()
 }
 
@@ -95,6 +95,70 @@ fn task_from(item: Option<Item>) -> Result<Option<Box<Task>>, StoreError> {
 }
 
 impl DynamoStore {
+    /// An account's charge for a period: `spent_usd` grows by `usd`, and
+    /// `runs` by one when a run is recorded.
+    fn account_charge(
+        &self,
+        account: &str,
+        period: &str,
+        usd: f64,
+        a_run: bool,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let charge = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(Key::account(account, period).to_map()))
+            .update_expression("SET entity = :entity ADD spent_usd :actual, runs :runs")
+            .expression_attribute_values(":entity", s("account"))
+            .expression_attribute_values(":actual", n(usd))
+            .expression_attribute_values(":runs", n(u32::from(a_run)))
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
+        Ok(TransactWriteItem::builder().update(charge).build())
+    }
+
+    /// Sends a transaction, retrying collisions and throttling under one
+    /// client request token; the item at `fenced` carries the claim's fence.
+    async fn transact(
+        &self,
+        items: Vec<TransactWriteItem>,
+        token: String,
+        fenced: usize,
+    ) -> Result<Settled, StoreError> {
+        let mut attempt = 0;
+        loop {
+            self.counted();
+            let result = self
+                .client()
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .client_request_token(&token)
+                .send()
+                .await;
+            let err = match result {
+                Ok(_) => return Ok(Settled::Done),
+                Err(err) => err,
+            };
+            let reasons: Vec<&str> = match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(e)) => e
+                    .cancellation_reasons()
+                    .iter()
+                    .map(|r| r.code().unwrap_or("None"))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if reasons.get(fenced) == Some(&"ConditionalCheckFailed") {
+                return Ok(Settled::LostClaim);
+            }
+            let code = err.as_service_error().and_then(|e| e.code());
+            attempt += 1;
+            if attempt >= SETTLE_ATTEMPTS || !retryable(code, &reasons) {
+                return Err(request_error("TransactWriteItems", err));
+            }
+            tracing::warn!(attempt, ?reasons, "settle collided with another write; retrying");
+            tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+        }
+    }
+
     async fn update_claim(
         &self,
         request: &ClaimRequest<'_>,
@@ -229,51 +293,36 @@ impl RunStore for DynamoStore {
             TransactWriteItem::builder().update(update).build(),
         ];
         if let Some(account) = settlement.account {
-            let charge = Update::builder()
-                .table_name(self.table())
-                .set_key(Some(Key::account(account, settlement.period).to_map()))
-                .update_expression("SET entity = :entity ADD spent_usd :actual, runs :one")
-                .expression_attribute_values(":entity", s("account"))
-                .expression_attribute_values(":actual", n(record.cost_usd))
-                .expression_attribute_values(":one", n(1))
-                .build()
-                .map_err(|e| request_error("TransactWriteItems", e))?;
-            items.push(TransactWriteItem::builder().update(charge).build());
+            items.push(self.account_charge(account, settlement.period, record.cost_usd, true)?);
         }
-        let token = settle_token(settlement);
-        let mut attempt = 0;
-        loop {
-            self.counted();
-            let result = self
-                .client()
-                .transact_write_items()
-                .set_transact_items(Some(items.clone()))
-                .client_request_token(&token)
-                .send()
-                .await;
-            let err = match result {
-                Ok(_) => return Ok(Settled::Done),
-                Err(err) => err,
-            };
-            let reasons: Vec<&str> = match err.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(e)) => e
-                    .cancellation_reasons()
-                    .iter()
-                    .map(|r| r.code().unwrap_or("None"))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            if reasons.get(1) == Some(&"ConditionalCheckFailed") {
-                return Ok(Settled::LostClaim);
-            }
-            let code = err.as_service_error().and_then(|e| e.code());
-            attempt += 1;
-            if attempt >= SETTLE_ATTEMPTS || !retryable(code, &reasons) {
-                return Err(request_error("TransactWriteItems", err));
-            }
-            tracing::warn!(attempt, ?reasons, "settle collided with another write; retrying");
-            tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+        self.transact(items, settle_token(settlement), 1).await
+    }
+
+    async fn release(&self, release: &Release<'_>) -> Result<Settled, StoreError> {
+        let task = release.task;
+        let update = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(Key::task(&task.workspace, task.task_id.as_str()).to_map()))
+            .update_expression("REMOVE claims.#occ SET budget_used.#period = budget_used.#period + :delta")
+            .condition_expression("claims.#occ.execution_id = :exec AND claims.#occ.#status = :running")
+            .expression_attribute_names("#occ", release.occurrence)
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#period", release.period)
+            .expression_attribute_values(":delta", n(release.spent_usd - release.reserved_usd))
+            .expression_attribute_values(":exec", s(release.execution_id))
+            .expression_attribute_values(":running", s(RunStatus::Running.as_str()))
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
+        let mut items = vec![TransactWriteItem::builder().update(update).build()];
+        if let Some(account) = release.account {
+            items.push(self.account_charge(account, release.period, release.spent_usd, false)?);
         }
+        let token = settle_token_of(
+            task.task_id.as_str(),
+            release.occurrence,
+            &format!("release {}", release.execution_id),
+        );
+        self.transact(items, token, 0).await
     }
 
     async fn record_unclaimed(&self, record: &RunRecord) -> Result<(), StoreError> {

@@ -34,7 +34,10 @@ use std::time::Duration as StdDuration;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 
-use crate::domain::agent::{Block, Message, ModelRequest, Role, SYSTEM_PROMPT, StopReason, ToolSpec, offered_name};
+use crate::domain::agent::{
+    Block, Message, ModelRequest, Role, SYSTEM_PROMPT, StopReason, ToolSpec, hashed_name, offered_name,
+    prompt_conversation, tool_result,
+};
 use crate::domain::budget::{self, Price, Prices};
 use crate::domain::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
 use crate::domain::install::Install;
@@ -44,7 +47,8 @@ use crate::domain::occurrence::{
 };
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind};
 use crate::ports::{
-    ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, RunStore, Settled, Settlement, StoreError,
+    ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, ModelErrorKind, Release, RunStore, Settled,
+    Settlement, StoreError,
 };
 
 /// What the runner reads besides its ports.
@@ -76,6 +80,36 @@ pub enum Disposition {
     Malformed(String),
     /// Another execution is running this occurrence: deliver again later.
     Busy,
+    /// The model was throttled before the run called any tool: the claim
+    /// and the reservation are released, nothing is recorded, and the
+    /// message goes back to the queue to run again within the catch-up window.
+    ReturnToQueue,
+}
+
+/// The first wait after a throttled model call; it doubles up to
+/// [`THROTTLE_BACKOFF_CAP_MS`], each wait jittered (half fixed, half random).
+pub const THROTTLE_BACKOFF_MS: u64 = 200;
+pub const THROTTLE_BACKOFF_CAP_MS: u64 = 4000;
+/// The reason of a run throttled after it called a tool.
+pub const MODEL_THROTTLED: &str = "model throttled";
+
+/// The wait before retry `attempt` (0-based) of a throttled call.
+fn backoff(attempt: u32) -> StdDuration {
+    use std::hash::{BuildHasher, Hasher};
+    let ceiling = THROTTLE_BACKOFF_MS
+        .saturating_mul(1 << attempt.min(10))
+        .min(THROTTLE_BACKOFF_CAP_MS);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(attempt);
+    let random = hasher.finish() % (ceiling / 2 + 1);
+    StdDuration::from_millis(ceiling / 2 + random)
+}
+
+/// A run that must go back to the queue rather than be recorded.
+struct Requeue {
+    /// What it spent before (model answers that called no tool).
+    usage: Usage,
+    cost: f64,
 }
 
 /// A transient failure: the message is returned to the queue.
@@ -273,7 +307,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     cost: 0.0,
                 }
             }
-            Verdict::Run => self.run(&task, install.as_ref(), now, deadline).await,
+            Verdict::Run => match self.run(&task, install.as_ref(), now, deadline).await {
+                Ok(outcome) => outcome,
+                Err(requeue) => {
+                    return self
+                        .return_to_queue(&task, &occ, &period, install.as_ref(), requeue)
+                        .await;
+                }
+            },
         };
         let finished_at = Utc::now().max(now);
         let record = RunRecord {
@@ -293,11 +334,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             finished_at,
             ttl: ttl_for(finished_at),
         };
-        let account = match (&task.provenance, &install) {
-            (Provenance::User { principal }, _) => Some(budget::account_of_principal(principal)),
-            (Provenance::Connector { .. }, Some(install)) => Some(install.account.clone()),
-            (Provenance::Connector { .. }, None) => None,
-        };
+        let account = account_of(&task, install.as_ref());
         let settlement = Settlement {
             task: &task,
             occurrence: &occ.key,
@@ -326,6 +363,37 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             return Ok(Disposition::Skipped(reason));
         }
         Ok(Disposition::Ran(outcome.status))
+    }
+
+    /// Releases the claim and the reservation (charging what was spent) so
+    /// the message can come back and run as if it never had.
+    async fn return_to_queue(
+        &self,
+        task: &Task,
+        occ: &Occurrence,
+        period: &str,
+        install: Option<&Install>,
+        requeue: Requeue,
+    ) -> Result<Disposition, RunError> {
+        let account = account_of(task, install);
+        let release = Release {
+            task,
+            occurrence: &occ.key,
+            execution_id: &occ.message.execution_id,
+            period,
+            reserved_usd: budget::reservation(task),
+            spent_usd: requeue.cost,
+            account: account.as_deref().filter(|_| requeue.cost > 0.0),
+        };
+        if self.store.release(&release).await? == Settled::LostClaim {
+            tracing::warn!("the claim was taken over before this run was released");
+            return Ok(Disposition::Duplicate);
+        }
+        tracing::warn!(
+            turns = requeue.usage.turns,
+            "the model stayed throttled before any tool call; returned to the queue"
+        );
+        Ok(Disposition::ReturnToQueue)
     }
 
     fn facts<'a>(&self, occ: &Occurrence, now: DateTime<Utc>, task: TaskFacts<'a>) -> Facts<'a> {
@@ -382,10 +450,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         install: Option<&Install>,
         now: DateTime<Utc>,
         deadline: DateTime<Utc>,
-    ) -> Outcome {
+    ) -> Result<Outcome, Requeue> {
         let price = match self.settings.prices.of(&self.settings.model_id) {
             Ok(price) => price,
-            Err(e) => return Outcome::failed(e.to_string(), Usage::default(), 0.0, None),
+            Err(e) => return Ok(Outcome::failed(e.to_string(), Usage::default(), 0.0, None)),
         };
         let limits = task.spec.limits;
         let wall_deadline = (now + Duration::seconds(i64::from(limits.timeout_seconds)))
@@ -408,7 +476,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         };
         let conversation = match setup {
             Ok(conversation) => conversation,
-            Err(e) => return Outcome::failed(e.to_string(), Usage::default(), 0.0, None),
+            Err(e) => return Ok(Outcome::failed(e.to_string(), Usage::default(), 0.0, None)),
         };
         self.agent_loop(task, conversation, price, wall_deadline).await
     }
@@ -426,7 +494,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             });
         };
         let session = self.connectors.connect(install).await?;
-        let messages = session.get_prompt(prompt, &task.spec.arguments).await?;
+        let messages = prompt_conversation(session.get_prompt(prompt, &task.spec.arguments).await?);
+        if messages.is_empty() {
+            return Err(McpError {
+                operation: "prompts/get",
+                code: None,
+                message: "the prompt has no content to run".into(),
+            });
+        }
         let mut conversation = Conversation {
             messages,
             tools: Vec::new(),
@@ -460,7 +535,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         mut conversation: Conversation<C::Session>,
         price: Price,
         wall_deadline: DateTime<Utc>,
-    ) -> Outcome {
+    ) -> Result<Outcome, Requeue> {
         let limits = task.spec.limits;
         let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
         let mut usage = Usage::default();
@@ -477,7 +552,11 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         };
         loop {
             if usage.turns >= limits.max_turns {
-                return fail(format!("turn limit of {} reached", limits.max_turns), usage, &last_text);
+                return Ok(fail(
+                    format!("turn limit of {} reached", limits.max_turns),
+                    usage,
+                    &last_text,
+                ));
             }
             let tokens_left = u64::from(limits.max_output_tokens).saturating_sub(usage.output_tokens);
             let mut request = ModelRequest {
@@ -493,40 +572,61 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 price.affordable_output(b - price.cost(usage.tokens()), input)
             });
             if affordable == 0 {
-                return fail(
+                return Ok(fail(
                     format!("per-run budget of ${:.4} reached", run_budget.unwrap_or_default()),
                     usage,
                     &last_text,
-                );
+                ));
             }
             if tokens_left == 0 {
-                return fail(
+                return Ok(fail(
                     format!("output token limit of {} reached", limits.max_output_tokens),
                     usage,
                     &last_text,
-                );
+                ));
             }
             let max_tokens = u32::try_from(tokens_left.min(affordable)).unwrap_or(u32::MAX);
-            let Some(remaining) = (wall_deadline - Utc::now()).to_std().ok().filter(|d| !d.is_zero()) else {
-                return fail(
-                    format!("time limit of {} s reached", limits.timeout_seconds),
-                    usage,
-                    &last_text,
-                );
-            };
             request.max_tokens = max_tokens;
-            let reply =
+            let mut throttled = 0u32;
+            let reply = loop {
+                let Some(remaining) = (wall_deadline - Utc::now()).to_std().ok().filter(|d| !d.is_zero()) else {
+                    return Ok(fail(
+                        format!("time limit of {} s reached", limits.timeout_seconds),
+                        usage,
+                        &last_text,
+                    ));
+                };
                 match tokio::time::timeout(remaining, self.model.converse(&self.settings.model_id, &request)).await {
                     Err(_) => {
-                        return fail(
+                        return Ok(fail(
                             format!("time limit of {} s reached", limits.timeout_seconds),
                             usage,
                             &last_text,
-                        );
+                        ));
                     }
-                    Ok(Err(e)) => return fail(e.to_string(), usage, &last_text),
-                    Ok(Ok(reply)) => reply,
-                };
+                    Ok(Ok(reply)) => break reply,
+                    Ok(Err(e)) if e.kind == ModelErrorKind::Throttled => {
+                        let wait = backoff(throttled);
+                        throttled += 1;
+                        let in_time = chrono::Duration::from_std(wait)
+                            .ok()
+                            .is_some_and(|w| Utc::now() + w < wall_deadline);
+                        if !in_time {
+                            // Load, not failure: a run with no side effect yet
+                            // goes back to the queue; after a tool call it
+                            // cannot be repeated and fails.
+                            if usage.tool_calls == 0 {
+                                let cost = price.cost(usage.tokens());
+                                return Err(Requeue { usage, cost });
+                            }
+                            return Ok(fail(MODEL_THROTTLED.to_owned(), usage, &last_text));
+                        }
+                        tracing::info!(attempt = throttled, wait_ms = wait.as_millis() as u64, error = %e, "model throttled; retrying");
+                        tokio::time::sleep(wait).await;
+                    }
+                    Ok(Err(e)) => return Ok(fail(e.to_string(), usage, &last_text)),
+                }
+            };
             usage.turns += 1;
             usage.input_tokens += reply.input_tokens;
             usage.output_tokens += reply.output_tokens;
@@ -539,33 +639,35 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             if let Some(b) = run_budget
                 && price.cost(usage.tokens()) > b
             {
-                return fail(format!("per-run budget of ${b:.4} exceeded"), usage, &last_text);
+                return Ok(fail(format!("per-run budget of ${b:.4} exceeded"), usage, &last_text));
             }
             match reply.stop {
                 StopReason::EndTurn | StopReason::StopSequence => {
-                    return Outcome {
+                    return Ok(Outcome {
                         status: RunStatus::Succeeded,
                         reason: None,
                         usage,
                         output: Some(cap_output(&text)),
                         cost: price.cost(usage.tokens()),
-                    };
+                    });
                 }
                 StopReason::MaxTokens if max_tokens as u64 == affordable && run_budget.is_some() => {
-                    return fail(
+                    return Ok(fail(
                         format!("per-run budget of ${:.4} reached", run_budget.unwrap_or_default()),
                         usage,
                         &last_text,
-                    );
+                    ));
                 }
                 StopReason::MaxTokens => {
-                    return fail(
+                    return Ok(fail(
                         format!("output token limit of {} reached", limits.max_output_tokens),
                         usage,
                         &last_text,
-                    );
+                    ));
                 }
-                StopReason::Other(reason) => return fail(format!("the model stopped: {reason}"), usage, &last_text),
+                StopReason::Other(reason) => {
+                    return Ok(fail(format!("the model stopped: {reason}"), usage, &last_text));
+                }
                 StopReason::ToolUse => {
                     let mut results = Vec::new();
                     for block in &reply.message.content {
@@ -577,17 +679,17 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                             tracing::warn!(tool = %name, "refused a call to a tool this task is not offered");
                             results.push(Block::ToolResult {
                                 id: id.clone(),
-                                text: format!("refused: `{name}` is not a tool of this task"),
+                                content: vec![Block::Text(format!("refused: `{name}` is not a tool of this task"))],
                                 is_error: true,
                             });
                             continue;
                         };
                         if usage.tool_calls >= limits.max_tool_calls {
-                            return fail(
+                            return Ok(fail(
                                 format!("tool call limit of {} reached", limits.max_tool_calls),
                                 usage,
                                 &last_text,
-                            );
+                            ));
                         }
                         usage.tool_calls += 1;
                         let left = (wall_deadline - Utc::now()).to_std().unwrap_or(StdDuration::ZERO);
@@ -595,27 +697,31 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                         let result =
                             match tokio::time::timeout(left, session.call_tool(&route.tool, input.clone())).await {
                                 Err(_) => {
-                                    return fail(
+                                    return Ok(fail(
                                         format!("time limit of {} s reached", limits.timeout_seconds),
                                         usage,
                                         &last_text,
-                                    );
+                                    ));
                                 }
                                 Ok(Ok(out)) => Block::ToolResult {
                                     id: id.clone(),
-                                    text: out.text,
+                                    content: tool_result(out.content),
                                     is_error: out.is_error,
                                 },
                                 Ok(Err(e)) => Block::ToolResult {
                                     id: id.clone(),
-                                    text: e.to_string(),
+                                    content: vec![Block::Text(e.to_string())],
                                     is_error: true,
                                 },
                             };
                         results.push(result);
                     }
                     if results.is_empty() {
-                        return fail("the model asked for tools but named none".to_owned(), usage, &last_text);
+                        return Ok(fail(
+                            "the model asked for tools but named none".to_owned(),
+                            usage,
+                            &last_text,
+                        ));
                     }
                     conversation.messages.push(Message {
                         role: Role::User,
@@ -624,6 +730,16 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 }
             }
         }
+    }
+}
+
+/// The account a run is charged to: one per install, a principal's for a
+/// reminder.
+fn account_of(task: &Task, install: Option<&Install>) -> Option<String> {
+    match (&task.provenance, install) {
+        (Provenance::User { principal }, _) => Some(budget::account_of_principal(principal)),
+        (Provenance::Connector { .. }, Some(install)) => Some(install.account.clone()),
+        (Provenance::Connector { .. }, None) => None,
     }
 }
 
@@ -661,13 +777,23 @@ impl<T> Conversation<T> {
         let index = self.sessions.len();
         self.sessions.push(session);
         for tool in tools.into_iter().filter(|t| allowed(&t.name)) {
-            let name = offered_name(server, &tool.name);
+            let mut name = offered_name(server, &tool.name);
             if self.routes.contains_key(&name) {
-                continue;
+                // Two pairs that read alike: the hashed form tells them apart.
+                name = hashed_name(server, &tool.name);
+                if self.routes.contains_key(&name) {
+                    continue;
+                }
             }
+            // Converse refuses an empty description: the name stands in.
+            let description = if tool.description.trim().is_empty() {
+                tool.name.clone()
+            } else {
+                tool.description
+            };
             self.tools.push(ToolSpec {
                 name: name.clone(),
-                description: tool.description,
+                description,
                 input_schema: if tool.input_schema.is_object() {
                     tool.input_schema
                 } else {

@@ -7,8 +7,15 @@
 //! needs; a tool is offered under a name that says which server it belongs to
 //! (`<server>__<tool>`), so no two servers' tools can be confused; a call to
 //! a name that was not offered is refused and counted. Reminders get no tools.
+//!
+//! What reaches the model is valid as Bedrock documents Converse (SPEC §7):
+//! [`prompt_conversation`] merges a prompt's consecutive same-role messages,
+//! starts it with the user and drops blank text; [`tool_result`] is never
+//! empty; [`offered_name`] is always `^[a-zA-Z0-9_-]{1,64}$`, reversible
+//! through the run's route table, and distinct per (server, tool).
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -16,11 +23,119 @@ pub enum Role {
     Assistant,
 }
 
+/// The image formats Converse takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFormat {
+    Png,
+    Jpeg,
+    Gif,
+    Webp,
+}
+
+impl ImageFormat {
+    /// The format of a MIME type, when Converse takes it.
+    pub fn from_mime(mime: &str) -> Option<Self> {
+        let essence = mime.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        match essence.as_str() {
+            "image/png" => Some(Self::Png),
+            "image/jpeg" | "image/jpg" => Some(Self::Jpeg),
+            "image/gif" => Some(Self::Gif),
+            "image/webp" => Some(Self::Webp),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Png => "png",
+            Self::Jpeg => "jpeg",
+            Self::Gif => "gif",
+            Self::Webp => "webp",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
     Text(String),
-    ToolUse { id: String, name: String, input: Value },
-    ToolResult { id: String, text: String, is_error: bool },
+    /// An image, its bytes decoded.
+    Image {
+        format: ImageFormat,
+        data: Vec<u8>,
+    },
+    /// Structured content (a tool's `structuredContent`).
+    Json(Value),
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    /// A tool's answer: text, JSON and image blocks, never empty.
+    ToolResult {
+        id: String,
+        content: Vec<Block>,
+        is_error: bool,
+    },
+}
+
+impl Block {
+    /// Whether the block says nothing (a text that is blank): Converse
+    /// refuses a blank text block.
+    pub fn is_blank(&self) -> bool {
+        matches!(self, Block::Text(t) if t.trim().is_empty())
+    }
+
+    /// The length this block adds to a request, for the input estimate.
+    fn estimate_len(&self) -> usize {
+        match self {
+            Block::Text(text) => text.len(),
+            Block::Image { data, .. } => data.len(),
+            Block::Json(value) => value.to_string().len(),
+            Block::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
+            Block::ToolResult { content, .. } => content.iter().map(Block::estimate_len).sum(),
+        }
+    }
+}
+
+/// Said to the model in front of a prompt that starts with an assistant
+/// message: Converse wants the user first.
+pub const PROMPT_OPENING: &str = "Here is the scheduled task's prompt.";
+/// A tool result with nothing in it becomes this: Converse refuses an empty one.
+pub const EMPTY_RESULT: &str = "(the tool returned an empty result)";
+
+/// A prompt's messages as Converse takes them: blank text blocks and empty
+/// messages dropped, consecutive messages of one role merged, and a short
+/// user text in front when the prompt starts with the assistant. Empty when
+/// the prompt said nothing at all.
+pub fn prompt_conversation(messages: Vec<Message>) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::new();
+    for message in messages {
+        let content: Vec<Block> = message.content.into_iter().filter(|b| !b.is_blank()).collect();
+        if content.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if last.role == message.role => last.content.extend(content),
+            _ => out.push(Message {
+                role: message.role,
+                content,
+            }),
+        }
+    }
+    if out.first().is_some_and(|m| m.role == Role::Assistant) {
+        out.insert(0, Message::user_text(PROMPT_OPENING));
+    }
+    out
+}
+
+/// A tool result's content as Converse takes it: blank text dropped, and
+/// never empty.
+pub fn tool_result(content: Vec<Block>) -> Vec<Block> {
+    let content: Vec<Block> = content.into_iter().filter(|b| !b.is_blank()).collect();
+    if content.is_empty() {
+        return vec![Block::Text(EMPTY_RESULT.to_owned())];
+    }
+    content
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -90,12 +205,12 @@ impl ModelRequest {
     /// An estimate, on the high side, of the input tokens this request is
     /// charged: its system prompt, messages and tool specs.
     pub fn input_estimate(&self) -> u64 {
-        let block = |b: &Block| match b {
-            Block::Text(text) => text.len(),
-            Block::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
-            Block::ToolResult { text, .. } => text.len(),
-        };
-        let messages: usize = self.messages.iter().flat_map(|m| &m.content).map(block).sum();
+        let messages: usize = self
+            .messages
+            .iter()
+            .flat_map(|m| &m.content)
+            .map(Block::estimate_len)
+            .sum();
         let tools: usize = self
             .tools
             .iter()
@@ -113,22 +228,44 @@ pub struct ModelReply {
     pub output_tokens: u64,
 }
 
-/// The name a server's tool is offered under. Bedrock tool names allow
-/// `[a-zA-Z0-9_-]{1,64}`; anything else becomes `_`.
+/// The longest tool name Bedrock (and OpenAI, Anthropic) take.
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// Bedrock's tool name rule: `^[a-zA-Z0-9_-]{1,64}$`.
+pub fn valid_tool_name(name: &str) -> bool {
+    (1..=MAX_TOOL_NAME).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The name a server's tool is offered under: `<server>__<tool>` when that
+/// is a valid tool name as it is, else [`hashed_name`]. The run keeps a
+/// route table from the offered name back to (server, tool).
 pub fn offered_name(server: &str, tool: &str) -> String {
-    let clean = |s: &str| -> String {
-        s.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
-    };
-    let name = format!("{}__{}", clean(server), clean(tool));
-    name.chars().take(64).collect()
+    let plain = format!("{server}__{tool}");
+    if valid_tool_name(&plain) {
+        return plain;
+    }
+    hashed_name(server, tool)
+}
+
+/// A valid name for (server, tool) whatever they hold: the sanitised
+/// `<server>__<tool>` (anything outside `[a-zA-Z0-9_-]` becomes `_`), cut to
+/// fit, and `_` plus ten hex digits of SHA-256 over the real pair, so two
+/// pairs that sanitise or cut alike still get different names.
+pub fn hashed_name(server: &str, tool: &str) -> String {
+    let digest = Sha256::digest(format!("{server}\n{tool}").as_bytes());
+    let hash = hex::encode(digest);
+    let clean: String = format!("{server}__{tool}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(MAX_TOOL_NAME - 11)
+        .collect();
+    format!("{clean}_{}", &hash[..10])
 }
 
 /// The system prompt of every run: the run is unattended, bounded, and must
@@ -153,7 +290,7 @@ mod tests {
             role: Role::User,
             content: vec![Block::ToolResult {
                 id: "t1".into(),
-                text: "r".repeat(30),
+                content: vec![Block::Text("r".repeat(30))],
                 is_error: false,
             }],
         });
@@ -180,11 +317,68 @@ mod tests {
     use super::*;
 
     #[test]
-    fn offered_names_are_namespaced_and_valid() {
+    fn offered_names_are_namespaced_valid_and_distinct() {
         assert_eq!(offered_name("issues", "list_issues"), "issues__list_issues");
-        assert_eq!(offered_name("my.server", "post summary"), "my_server__post_summary");
-        let long = offered_name(&"s".repeat(40), &"t".repeat(40));
-        assert_eq!(long.chars().count(), 64);
+        let cases = [
+            ("my.server", "post summary"),
+            ("my_server", "post_summary."),
+            ("github", "repos.issues.list"),
+            ("github", "repos_issues_list."),
+            ("s", &"t".repeat(100)),
+            ("s", &format!("{}x", "t".repeat(100))),
+            (&"s".repeat(40), &"t".repeat(40)),
+            ("ünï", "cödé"),
+        ];
+        let names: Vec<String> = cases.iter().map(|(s, t)| offered_name(s, t)).collect();
+        for (name, (server, tool)) in names.iter().zip(cases) {
+            assert!(valid_tool_name(name), "{name} for {server} / {tool}");
+        }
+        let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        assert!(names[2].starts_with("github__repos_issues_list_"), "{}", names[2]);
+        assert!(!valid_tool_name("a.b") && !valid_tool_name("") && !valid_tool_name(&"a".repeat(65)));
+    }
+
+    #[test]
+    fn a_prompt_is_merged_by_role_starts_with_the_user_and_has_no_blank_text() {
+        let assistant = |t: &str| Message {
+            role: Role::Assistant,
+            content: vec![Block::Text(t.into())],
+        };
+        let got = prompt_conversation(vec![
+            assistant("I am the expert."),
+            assistant("   "),
+            Message::user_text("First."),
+            Message::user_text(""),
+            Message::user_text("Second."),
+            assistant("Noted."),
+        ]);
+        assert_eq!(
+            got,
+            vec![
+                Message::user_text(PROMPT_OPENING),
+                assistant("I am the expert."),
+                Message {
+                    role: Role::User,
+                    content: vec![Block::Text("First.".into()), Block::Text("Second.".into())],
+                },
+                assistant("Noted."),
+            ]
+        );
+        assert!(prompt_conversation(vec![Message::user_text(" \n")]).is_empty());
+    }
+
+    #[test]
+    fn a_tool_result_is_never_empty_or_blank() {
+        assert_eq!(tool_result(vec![]), vec![Block::Text(EMPTY_RESULT.into())]);
+        assert_eq!(
+            tool_result(vec![Block::Text(" ".into())]),
+            vec![Block::Text(EMPTY_RESULT.into())]
+        );
+        let json = Block::Json(serde_json::json!({"a": 1}));
+        assert_eq!(tool_result(vec![Block::Text("".into()), json.clone()]), vec![json]);
+        assert_eq!(ImageFormat::from_mime("IMAGE/JPEG; q=1"), Some(ImageFormat::Jpeg));
+        assert_eq!(ImageFormat::from_mime("image/svg+xml"), None);
     }
 
     #[test]

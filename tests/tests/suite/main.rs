@@ -2,6 +2,7 @@
 //! workspace links the AWS SDK into as few test executables as it can.
 
 mod completion;
+mod converse;
 mod create;
 mod create_crash;
 mod events;

@@ -194,6 +194,12 @@ impl shared::ports::RunStore for CrashAtSettle {
     ) -> Result<shared::ports::ClaimAnswer, shared::ports::StoreError> {
         self.inner.take_over(r).await
     }
+    async fn release(
+        &self,
+        r: &shared::ports::Release<'_>,
+    ) -> Result<shared::ports::Settled, shared::ports::StoreError> {
+        self.inner.release(r).await
+    }
     async fn install(
         &self,
         w: &str,
