@@ -9,6 +9,7 @@ pub mod keys;
 pub mod mcp;
 pub mod metrics;
 pub mod queue;
+pub mod reminders;
 pub mod runs;
 pub mod scheduler;
 pub mod telemetry;
