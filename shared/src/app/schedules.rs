@@ -493,11 +493,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                 Some(task) if task.state() == TaskState::Deleted => {
                     self.schedules().delete(task.task_id.as_str()).await?;
                 }
-                Some(task) => {
-                    self.schedules()
-                        .put(&schedule_of(task).map_err(CreateError::from)?)
-                        .await?
-                }
+                Some(task) => self.schedules().put(&schedule_of(task)?).await?,
                 None => self.schedules().delete(read.task_id.as_str()).await?,
             }
         }
