@@ -362,6 +362,64 @@ impl AdminConfig {
     }
 }
 
+/// `MAX_ACTIVE_REMINDERS` when unset (SPEC §11).
+pub const DEFAULT_MAX_ACTIVE_REMINDERS: usize = 50;
+
+/// Everything the schedules function reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulesConfig {
+    /// `TABLE_NAME`
+    pub table_name: String,
+    pub target: ScheduleTarget,
+    pub flags: Flags,
+    pub ceilings: Ceilings,
+    /// `MAX_ACTIVE_REMINDERS` (default [`DEFAULT_MAX_ACTIVE_REMINDERS`]):
+    /// scheduled or paused reminders a principal may hold.
+    pub max_active: usize,
+}
+
+impl SchedulesConfig {
+    /// Every variable schedules reads; `template.yaml` sets exactly these.
+    pub const VARIABLES: [&'static str; 9] = [
+        "TABLE_NAME",
+        "SCHEDULE_GROUP",
+        "RUN_QUEUE_ARN",
+        "SCHEDULER_ROLE_ARN",
+        "SCHEDULER_DLQ_ARN",
+        "AGENT_SCHEDULE_API_ENABLED",
+        "AGENT_SCHEDULE_WORKER_ENABLED",
+        "SCHEDULE_CEILINGS",
+        "MAX_ACTIVE_REMINDERS",
+    ];
+
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from(&Env::process())
+    }
+
+    pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        const NAME: &str = "MAX_ACTIVE_REMINDERS";
+        let max_active = match (env.0)(NAME) {
+            None => DEFAULT_MAX_ACTIVE_REMINDERS,
+            Some(text) => match text.trim().parse::<usize>() {
+                Ok(v) if v > 0 => v,
+                _ => {
+                    return Err(ConfigError::Malformed {
+                        name: NAME,
+                        reason: format!("`{text}` is not a positive number of reminders"),
+                    });
+                }
+            },
+        };
+        Ok(Self {
+            table_name: env.required("TABLE_NAME")?,
+            target: ScheduleTarget::from_env(env)?,
+            flags: Flags::from_env(env)?,
+            ceilings: ceilings(env)?,
+            max_active,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,6 +607,28 @@ mod tests {
             assert_eq!(config.model_id, id);
             assert!(config.prices.of(id).is_ok(), "{id}");
         }
+    }
+
+    #[test]
+    fn schedules_reads_create_s_variables_and_the_cap() {
+        let config = SchedulesConfig::from(&env(&FULL)).unwrap();
+        assert_eq!(config.max_active, DEFAULT_MAX_ACTIVE_REMINDERS);
+        let mut capped = FULL.to_vec();
+        capped.push(("MAX_ACTIVE_REMINDERS", "3"));
+        assert_eq!(SchedulesConfig::from(&env(&capped)).unwrap().max_active, 3);
+        for bad in ["0", "-1", "many"] {
+            let mut pairs = FULL.to_vec();
+            pairs.push(("MAX_ACTIVE_REMINDERS", bad));
+            assert!(matches!(
+                SchedulesConfig::from(&env(&pairs)),
+                Err(ConfigError::Malformed {
+                    name: "MAX_ACTIVE_REMINDERS",
+                    ..
+                })
+            ));
+        }
+        let names: Vec<&str> = capped.iter().map(|(k, _)| *k).collect();
+        assert_eq!(names, SchedulesConfig::VARIABLES);
     }
 
     #[test]

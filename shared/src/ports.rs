@@ -41,6 +41,61 @@ pub enum Inserted {
     KeyTaken,
 }
 
+/// The outcome of inserting a reminder with its idempotency record and its
+/// owner's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReminderInserted {
+    Created,
+    /// The idempotency key (or the task it derives) is already taken.
+    KeyTaken,
+    /// The owner's reminders changed since they were counted: count again.
+    OwnerMoved,
+}
+
+/// A principal's reminders as their owner item lists them, read
+/// consistently: what the cap of SPEC §11 counts.
+#[derive(Debug, Clone, Default)]
+pub struct OwnerReminders {
+    /// The owner item's version (0: no item yet). A capped insert is
+    /// conditional on it, so two creates never both take the last place.
+    pub version: u64,
+    /// The listed ids and their tasks (`None`: no such task any more).
+    pub tasks: Vec<(TaskId, Option<Task>)>,
+}
+
+impl OwnerReminders {
+    /// Reminders that count against the cap: `scheduled` or `paused`.
+    pub fn active(&self) -> usize {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| {
+                t.as_ref().is_some_and(|t| {
+                    matches!(
+                        t.state(),
+                        crate::domain::task::TaskState::Scheduled | crate::domain::task::TaskState::Paused
+                    )
+                })
+            })
+            .count()
+    }
+
+    /// The listed ids that may stay listed (not completed, not deleted).
+    pub fn kept(&self) -> Vec<TaskId> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| {
+                t.as_ref().is_some_and(|t| {
+                    !matches!(
+                        t.state(),
+                        crate::domain::task::TaskState::Completed | crate::domain::task::TaskState::Deleted
+                    )
+                })
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+}
+
 pub trait TaskStore: Send + Sync {
     fn idempotency_record(
         &self,
@@ -51,11 +106,23 @@ pub trait TaskStore: Send + Sync {
     fn task(&self, workspace: &str, task_id: &TaskId) -> impl Future<Output = Result<Option<Task>, StoreError>> + Send;
 
     /// Writes a new task and its idempotency record atomically: both or neither.
+    /// A reminder is also listed on its owner's item in the same transaction;
+    /// with `owner` (what a capped create counted) that write is conditional
+    /// on the owner item's version and keeps only `owner.kept()` besides the
+    /// new id.
     fn insert_with_idempotency(
         &self,
         task: &Task,
         record: &IdempotencyRecord,
-    ) -> impl Future<Output = Result<Inserted, StoreError>> + Send;
+        owner: Option<&OwnerReminders>,
+    ) -> impl Future<Output = Result<ReminderInserted, StoreError>> + Send;
+
+    /// The principal's listed reminders, read consistently.
+    fn owner_reminders(
+        &self,
+        workspace: &str,
+        principal: &str,
+    ) -> impl Future<Output = Result<OwnerReminders, StoreError>> + Send;
 }
 
 /// The scheduler failed: the call may be retried.
@@ -147,6 +214,8 @@ pub trait Schedules: Send + Sync {
     fn put(&self, schedule: &ScheduleDefinition) -> impl Future<Output = Result<(), ScheduleError>> + Send;
     /// The schedule of that name as Scheduler holds it, `None` if there is none.
     fn status(&self, name: &str) -> impl Future<Output = Result<Option<ScheduleStatus>, ScheduleError>> + Send;
+    /// Deletes the schedule of that name; one already gone is not an error.
+    fn delete(&self, name: &str) -> impl Future<Output = Result<(), ScheduleError>> + Send;
 }
 
 // ---- The runner's ports ----------------------------------------------------
@@ -380,4 +449,56 @@ pub struct QueueError {
 /// work for one install runs one at a time and in order.
 pub trait WorkQueue: Send + Sync {
     fn enqueue(&self, group: &str, dedup_id: &str, body: &str) -> impl Future<Output = Result<(), QueueError>> + Send;
+}
+
+// ---- The owner's schedules (SPEC §11) ----------------------------------------
+
+/// Where a page of an owner's reminders starts: after this task, in the
+/// owner's newest-first order. Opaque to callers (`domain::reminder::ListCursor`).
+pub use crate::domain::reminder::ListCursor;
+
+/// A page of an owner's reminders.
+#[derive(Debug, Clone)]
+pub struct OwnedPage {
+    pub tasks: Vec<Task>,
+    pub next: Option<ListCursor>,
+}
+
+/// Which of an owner's reminders a page lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateFilter {
+    /// Every state but `deleted`.
+    NotDeleted,
+    Only(crate::domain::task::TaskState),
+}
+
+/// The outcome of a versioned update written with an idempotency record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateWritten {
+    Written,
+    /// The task moved since it was read.
+    VersionMoved,
+    /// The idempotency key was taken meanwhile: read its record.
+    KeyTaken,
+}
+
+pub trait ReminderStore: Send + Sync {
+    /// A page of the principal's reminders, newest first.
+    fn owned(
+        &self,
+        workspace: &str,
+        principal: &str,
+        filter: StateFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> impl Future<Output = Result<OwnedPage, StoreError>> + Send;
+    /// The latest run records of a task, newest first.
+    fn runs(&self, task_id: &TaskId, limit: usize) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
+    /// A versioned task write (as `TaskCatalog::write_task`) and an
+    /// idempotency record, in one transaction.
+    fn write_with_idempotency(
+        &self,
+        write: &Write,
+        record: &IdempotencyRecord,
+    ) -> impl Future<Output = Result<UpdateWritten, StoreError>> + Send;
 }

@@ -9,6 +9,7 @@ use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::create::{CreateReminder, CreateSettings};
 use shared::config::CreateConfig;
+use shared::domain::payload::Payload;
 
 pub type App = CreateReminder<DynamoStore, EventBridgeSchedules>;
 
@@ -24,7 +25,9 @@ pub fn build(sdk: &aws_config::SdkConfig, config: CreateConfig) -> App {
     )
 }
 
-pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
+/// The payload is decoded from the caller's bytes strictly: a repeated key
+/// is `invalid_request`, never resolved silently to one of its values.
+pub async fn handle(app: &App, event: LambdaEvent<Payload>) -> Result<Value, Error> {
     match app.handle(event.payload, Utc::now()).await {
         Ok(answer) => Ok(answer.to_json()),
         Err(error) => {

@@ -19,6 +19,9 @@ pub struct StackSpec {
     /// (strings), keys-only projection. The adapters' names, so the code,
     /// this stack and the template (tested) agree.
     pub table_index: (&'static str, &'static str, &'static str),
+    /// The owner index (a principal's reminders, newest first): name, hash
+    /// and range key names (strings), all attributes projected.
+    pub owner_index: (&'static str, &'static str, &'static str),
     /// The table's stream, which feeds the notification pipe.
     pub table_stream_view: &'static str,
     pub ttl_attribute: &'static str,
@@ -35,6 +38,7 @@ pub struct StackSpec {
 pub const STACK: StackSpec = StackSpec {
     table_keys: ("pk", "sk"),
     table_index: (keys::INDEX, keys::GSI1PK, keys::GSI1SK),
+    owner_index: (keys::OWNER_INDEX, keys::GSI2PK, keys::GSI2SK),
     table_stream_view: "NEW_IMAGE",
     ttl_attribute: "ttl",
     runs_visibility_timeout: 2160,
@@ -142,6 +146,7 @@ impl Stack {
         };
         let key = |name: &str, kind| KeySchemaElement::builder().attribute_name(name).key_type(kind).build();
         let (index, index_hash, index_range) = STACK.table_index;
+        let (owner, owner_hash, owner_range) = STACK.owner_index;
         let created = dynamo
             .create_table()
             .table_name(&names.table)
@@ -150,6 +155,8 @@ impl Stack {
             .attribute_definitions(attribute(range)?)
             .attribute_definitions(attribute(index_hash)?)
             .attribute_definitions(attribute(index_range)?)
+            .attribute_definitions(attribute(owner_hash)?)
+            .attribute_definitions(attribute(owner_range)?)
             .key_schema(key(hash, KeyType::Hash)?)
             .key_schema(key(range, KeyType::Range)?)
             .global_secondary_indexes(
@@ -158,6 +165,14 @@ impl Stack {
                     .key_schema(key(index_hash, KeyType::Hash)?)
                     .key_schema(key(index_range, KeyType::Range)?)
                     .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+                    .build()?,
+            )
+            .global_secondary_indexes(
+                GlobalSecondaryIndex::builder()
+                    .index_name(owner)
+                    .key_schema(key(owner_hash, KeyType::Hash)?)
+                    .key_schema(key(owner_range, KeyType::Range)?)
+                    .projection(Projection::builder().projection_type(ProjectionType::All).build())
                     .build()?,
             )
             .stream_specification(

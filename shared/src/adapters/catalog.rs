@@ -20,7 +20,7 @@ use crate::domain::task::{Task, TaskId};
 use crate::ports::{Inserted, StoreError, TaskCatalog, Versioned};
 
 /// The attributes a versioned task write owns.
-const OWNED: [&str; 15] = [
+pub(crate) const OWNED: [&str; 15] = [
     "title",
     "provenance",
     "spec",

@@ -18,11 +18,11 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::keys::{ENTITY, IndexKey, Key, PK};
+use super::keys::{ENTITY, IndexKey, Key, OwnerIndexKey, PK};
 use crate::domain::budget;
 use crate::domain::idempotency::IdempotencyRecord;
 use crate::domain::task::{Task, TaskId};
-use crate::ports::{Inserted, StoreError, TaskStore};
+use crate::ports::{Inserted, OwnerReminders, ReminderInserted, StoreError, TaskStore};
 
 pub type Item = HashMap<String, AttributeValue>;
 
@@ -116,6 +116,9 @@ pub fn to_item<T: Serialize>(value: &T, key: &Key, entity: &str) -> Result<Item,
 pub fn task_item(task: &Task) -> Result<Item, StoreError> {
     let mut item = to_item(task, &Key::task(&task.workspace, task.task_id.as_str()), "task")?;
     IndexKey::task(&task.workspace, task.task_id.as_str()).add_to(&mut item);
+    if let crate::domain::task::Provenance::User { principal } = &task.provenance {
+        OwnerIndexKey::new(&task.workspace, principal, task.created_at, task.task_id.as_str()).add_to(&mut item);
+    }
     item.insert("state".to_owned(), AttributeValue::S(task.state().as_str().to_owned()));
     item.insert(RESERVE.to_owned(), number(budget::reservation(task)));
     if let Some(threshold) = budget::threshold(task) {
@@ -219,32 +222,152 @@ impl TaskStore for DynamoStore {
         self.get(Key::task(workspace, task_id.as_str()), "task").await
     }
 
-    async fn insert_with_idempotency(&self, task: &Task, record: &IdempotencyRecord) -> Result<Inserted, StoreError> {
+    async fn insert_with_idempotency(
+        &self,
+        task: &Task,
+        record: &IdempotencyRecord,
+        owner: Option<&OwnerReminders>,
+    ) -> Result<ReminderInserted, StoreError> {
         let task_put = put_if_absent(&self.table, task_item(task)?)?;
         let record_key = Key::idempotency(&record.principal, &record.key);
         let record_put = put_if_absent(&self.table, to_item(record, &record_key, "idempotency")?)?;
+        let mut items = vec![task_put, record_put];
+        if let crate::domain::task::Provenance::User { principal } = &task.provenance {
+            items.push(owner_update(
+                &self.table,
+                &task.workspace,
+                principal,
+                &task.task_id,
+                owner,
+            )?);
+        }
         self.count();
         let result = self
             .client
             .transact_write_items()
-            .transact_items(task_put)
-            .transact_items(record_put)
+            .set_transact_items(Some(items))
             .send()
             .await;
         match result {
-            Ok(_) => Ok(Inserted::Created),
+            Ok(_) => Ok(ReminderInserted::Created),
             Err(err) => {
-                let condition_failed = matches!(
-                    err.as_service_error(),
-                    Some(TransactWriteItemsError::TransactionCanceledException(e))
-                        if e.cancellation_reasons().iter().any(|r| r.code() == Some("ConditionalCheckFailed"))
-                );
-                if condition_failed {
-                    Ok(Inserted::KeyTaken)
+                let reasons: Vec<Option<String>> = match err.as_service_error() {
+                    Some(TransactWriteItemsError::TransactionCanceledException(e)) => e
+                        .cancellation_reasons()
+                        .iter()
+                        .map(|r| r.code().map(str::to_owned))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let failed = |i: usize| reasons.get(i).and_then(Option::as_deref) == Some("ConditionalCheckFailed");
+                if failed(0) || failed(1) {
+                    Ok(ReminderInserted::KeyTaken)
+                } else if failed(2) {
+                    Ok(ReminderInserted::OwnerMoved)
                 } else {
                     Err(request("TransactWriteItems", err))
                 }
             }
         }
     }
+
+    async fn owner_reminders(&self, workspace: &str, principal: &str) -> Result<OwnerReminders, StoreError> {
+        #[derive(serde::Deserialize)]
+        struct Owner {
+            version: u64,
+            #[serde(default)]
+            reminders: Vec<String>,
+        }
+        let Some(owner) = self.get::<Owner>(Key::owner(workspace, principal), "owner").await? else {
+            return Ok(OwnerReminders::default());
+        };
+        let ids: Vec<TaskId> = owner.reminders.iter().filter_map(|id| TaskId::parse(id)).collect();
+        let mut found: HashMap<String, Task> = HashMap::new();
+        for chunk in ids.chunks(100) {
+            let keys: Vec<Item> = chunk
+                .iter()
+                .map(|id| Key::task(workspace, id.as_str()).to_map())
+                .collect();
+            let mut pending = Some(
+                aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| request("BatchGetItem", e))?,
+            );
+            while let Some(keys) = pending.take() {
+                self.count();
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, keys)
+                    .send()
+                    .await
+                    .map_err(|e| request("BatchGetItem", e))?;
+                for item in out
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default()
+                {
+                    let task: Task = from_item(item, "task")?;
+                    found.insert(task.task_id.to_string(), task);
+                }
+                pending = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table));
+            }
+        }
+        Ok(OwnerReminders {
+            version: owner.version,
+            tasks: ids
+                .into_iter()
+                .map(|id| {
+                    let task = found.remove(id.as_str());
+                    (id, task)
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The owner item's part of a reminder's insert. Uncounted (the create
+/// function), it adds the id and bumps the version; counted (a capped
+/// create), it is conditional on the version counted and replaces the list
+/// with the ids still worth listing plus the new one.
+fn owner_update(
+    table: &str,
+    workspace: &str,
+    principal: &str,
+    task_id: &TaskId,
+    owner: Option<&OwnerReminders>,
+) -> Result<TransactWriteItem, StoreError> {
+    let builder = aws_sdk_dynamodb::types::Update::builder()
+        .table_name(table)
+        .set_key(Some(Key::owner(workspace, principal).to_map()))
+        .expression_attribute_names("#entity", ENTITY)
+        .expression_attribute_values(":entity", AttributeValue::S("owner".to_owned()))
+        .expression_attribute_values(":one", AttributeValue::N("1".to_owned()));
+    let update = match owner {
+        None => builder
+            .update_expression("SET #entity = :entity ADD reminders :id, version :one")
+            .expression_attribute_values(":id", AttributeValue::Ss(vec![task_id.to_string()])),
+        Some(owner) => {
+            let mut ids: Vec<String> = owner.kept().iter().map(TaskId::to_string).collect();
+            if !ids.contains(&task_id.to_string()) {
+                ids.push(task_id.to_string());
+            }
+            let builder = builder
+                .update_expression("SET #entity = :entity, reminders = :ids ADD version :one")
+                .expression_attribute_values(":ids", AttributeValue::Ss(ids));
+            if owner.version == 0 {
+                builder
+                    .condition_expression("attribute_not_exists(#pk)")
+                    .expression_attribute_names("#pk", PK)
+            } else {
+                builder
+                    .condition_expression("version = :read")
+                    .expression_attribute_values(":read", AttributeValue::N(owner.version.to_string()))
+            }
+        }
+    };
+    let update = update.build().map_err(|e| request("TransactWriteItems", e))?;
+    Ok(TransactWriteItem::builder().update(update).build())
 }

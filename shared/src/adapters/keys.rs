@@ -10,6 +10,7 @@
 //! | account     | `ACCOUNT#<account>`   | `PERIOD#<YYYY-MM>`           |
 //! | malformed   | `MALFORMED#<YYYY-MM-DD>` | `MSG#<message id>`        |
 //! | webhook id  | `WEBHOOK#<id>`        | `WEBHOOK`                    |
+//! | owner       | `OWNER#<workspace>#<principal>` | `REMINDERS`        |
 //!
 //! One global secondary index, `gsi1` (keys only, sparse: only the items
 //! below carry its keys), for the two lookups the primary key cannot do:
@@ -18,6 +19,18 @@
 //! |-------------------|------------------|----------------------------------|
 //! | task              | `TASK#<task_id>` | `WS#<workspace>`                 |
 //! | installed install | `INSTALLED`      | `WS#<workspace>#INSTALL#<id>`    |
+//!
+//! A second index, `gsi2` (all attributes projected, sparse: only
+//! reminders carry its keys), lists a principal's reminders newest first
+//! (the schedules function's `list`, SPEC §11):
+//!
+//! | item     | gsi2pk                          | gsi2sk                          |
+//! |----------|---------------------------------|---------------------------------|
+//! | reminder | `OWNER#<workspace>#<principal>` | `CREATED#<created_at>#<task_id>` |
+//!
+//! `created_at` is RFC 3339 UTC with nanoseconds, fixed width, so the sort
+//! key orders by creation. The owner item lists the principal's reminder
+//! ids (`reminders`) under a `version`: the cap's consistent count.
 //!
 //! A task's workspace from its id alone (admin: a task of another
 //! workspace is `forbidden`, not `not_found`); every installed connector
@@ -38,6 +51,10 @@ pub const GSI1PK: &str = "gsi1pk";
 pub const GSI1SK: &str = "gsi1sk";
 /// The index partition that holds every installed connector.
 pub const INSTALLED: &str = "INSTALLED";
+/// The owner index (a principal's reminders) and its key attributes.
+pub const OWNER_INDEX: &str = "gsi2";
+pub const GSI2PK: &str = "gsi2pk";
+pub const GSI2SK: &str = "gsi2sk";
 
 /// A primary key: `pk` and `sk`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +116,14 @@ impl Key {
         }
     }
 
+    /// A principal's owner item: the ids of its reminders, for the cap.
+    pub fn owner(workspace: &str, principal: &str) -> Self {
+        Self {
+            pk: owner_partition(workspace, principal),
+            sk: "REMINDERS".to_owned(),
+        }
+    }
+
     /// The key as a `GetItem` key map.
     pub fn to_map(&self) -> HashMap<String, AttributeValue> {
         HashMap::from([
@@ -115,6 +140,54 @@ impl Key {
     /// The install id of an `INSTALL#<id>` sort key.
     pub fn install_id_of(sk: &str) -> Option<&str> {
         sk.strip_prefix("INSTALL#")
+    }
+}
+
+fn owner_partition(workspace: &str, principal: &str) -> String {
+    format!("OWNER#{workspace}#{principal}")
+}
+
+/// A reminder's keys in the owner index `gsi2`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerIndexKey {
+    pub gsi2pk: String,
+    pub gsi2sk: String,
+}
+
+impl OwnerIndexKey {
+    pub fn new(workspace: &str, principal: &str, created: chrono::DateTime<chrono::Utc>, task_id: &str) -> Self {
+        Self {
+            gsi2pk: Self::partition(workspace, principal),
+            gsi2sk: format!(
+                "CREATED#{}#{task_id}",
+                created.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+            ),
+        }
+    }
+
+    pub fn partition(workspace: &str, principal: &str) -> String {
+        owner_partition(workspace, principal)
+    }
+
+    /// The exclusive start key of a page after (created, task id), within
+    /// the owner's own partition: a query's start key names the caller's
+    /// index partition and the task's table key in the caller's workspace.
+    pub fn start_after(
+        workspace: &str,
+        principal: &str,
+        created: chrono::DateTime<chrono::Utc>,
+        task_id: &str,
+    ) -> HashMap<String, AttributeValue> {
+        let index = Self::new(workspace, principal, created, task_id);
+        let mut key = Key::task(workspace, task_id).to_map();
+        key.insert(GSI2PK.to_owned(), AttributeValue::S(index.gsi2pk));
+        key.insert(GSI2SK.to_owned(), AttributeValue::S(index.gsi2sk));
+        key
+    }
+
+    pub fn add_to(self, item: &mut HashMap<String, AttributeValue>) {
+        item.insert(GSI2PK.to_owned(), AttributeValue::S(self.gsi2pk));
+        item.insert(GSI2SK.to_owned(), AttributeValue::S(self.gsi2sk));
     }
 }
 
@@ -172,6 +245,21 @@ mod tests {
         let install = Key::install("ws_1", "ins_1");
         assert_eq!(Key::install_id_of(&install.sk), Some("ins_1"));
         assert_eq!(Key::install_id_of(&task.sk), None);
+    }
+
+    #[test]
+    fn owner_keys_order_by_creation() {
+        use chrono::TimeZone;
+        let t = chrono::Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).unwrap();
+        let a = OwnerIndexKey::new("ws_1", "usr_1", t, "rem_a");
+        let b = OwnerIndexKey::new("ws_1", "usr_1", t + chrono::Duration::nanoseconds(1), "rem_a");
+        let c = OwnerIndexKey::new("ws_1", "usr_1", t + chrono::Duration::seconds(10), "rem_a");
+        assert_eq!(a.gsi2pk, "OWNER#ws_1#usr_1");
+        assert_eq!(a.gsi2sk, "CREATED#2026-12-01T10:00:00.000000000Z#rem_a");
+        assert!(a.gsi2sk < b.gsi2sk && b.gsi2sk < c.gsi2sk);
+        assert_eq!(Key::owner("ws_1", "usr_1").pk, a.gsi2pk);
+        let start = OwnerIndexKey::start_after("ws_1", "usr_1", t, "rem_a");
+        assert_eq!(start.len(), 4);
     }
 
     #[test]

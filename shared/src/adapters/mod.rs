@@ -10,6 +10,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod queue;
 pub mod redelivery;
+pub mod reminders;
 pub mod runs;
 pub mod scheduler;
 pub mod telemetry;

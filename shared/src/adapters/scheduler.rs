@@ -146,6 +146,33 @@ impl Schedules for EventBridgeSchedules {
         }
     }
 
+    #[tracing::instrument(skip_all, fields(schedule = %name))]
+    async fn delete(&self, name: &str) -> Result<(), ScheduleError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match self
+            .client
+            .delete_schedule()
+            .name(name)
+            .group_name(&self.target.group)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_resource_not_found_exception()) =>
+            {
+                Ok(())
+            }
+            Err(err) => Err(ScheduleError {
+                operation: "DeleteSchedule",
+                name: name.to_owned(),
+                source: Box::new(err),
+            }),
+        }
+    }
+
     async fn status(&self, name: &str) -> Result<Option<ScheduleStatus>, ScheduleError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         match self

@@ -15,6 +15,15 @@
 //! caller never retry, it fires once, the runner's door skips it as `missing`,
 //! and Scheduler deletes it after that delivery.
 //!
+//! The schedules function (SPEC §11) creates through the same path, with
+//! its own surface (`daily` and `weekly` too) and the cap on active
+//! reminders: the owner's reminders are counted from their owner item, and
+//! the transaction of step 3 is conditional on the owner item's version, so
+//! two creates never both take the last place; the loser counts again and,
+//! refused, deletes the schedule it put. Create's own reminders (the model's
+//! tool, §4, which has no `too_many_active`) are listed on the owner item
+//! in the same transaction, so they count too.
+//!
 //! Two concurrent calls with one key and different inputs both put the
 //! schedule before their transaction; the loser of the transaction puts the
 //! winner's schedule back before answering `idempotency_conflict`. The
@@ -29,10 +38,14 @@ use crate::config::Flags;
 use crate::domain::descriptor::tool_descriptor;
 use crate::domain::idempotency::Replay;
 use crate::domain::limits::Ceilings;
-use crate::domain::reminder::{CreateRequest, Rejection};
+use crate::domain::payload::Payload;
+use crate::domain::reminder::{CreateRequest, Rejection, Surface};
 use crate::domain::schedule::{Schedule, format_utc};
 use crate::domain::task::{Task, TaskId};
-use crate::ports::{Inserted, ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskStore};
+use crate::ports::{ReminderInserted, ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskStore};
+
+/// How often a capped create counts again after the owner's reminders moved.
+const OWNER_RETRIES: usize = 5;
 
 /// An internal failure: the function errors and the caller retries with the
 /// same key (rule 8).
@@ -44,8 +57,10 @@ pub enum CreateError {
     Schedule(#[from] ScheduleError),
     #[error("idempotency record for task {0} has no task")]
     Dangling(TaskId),
-    #[error("task {0} is not a one-time task")]
-    NotOneTime(TaskId),
+    #[error("task {0}'s schedule cannot be expressed: {1}")]
+    Unschedulable(TaskId, String),
+    #[error("the reminders of principal {0} kept changing while a create counted them")]
+    OwnerBusy(String),
 }
 
 /// The invoke payload, by `op`.
@@ -86,7 +101,7 @@ impl Answer {
 fn task_view(task: &Task) -> Value {
     let at = match &task.spec.schedule {
         Schedule::At { at } => Some(format_utc(*at)),
-        _ => None,
+        Schedule::Cron { .. } | Schedule::Rate { .. } => None,
     };
     json!({
         "task_id": task.task_id,
@@ -130,12 +145,17 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
         &self.schedules
     }
 
-    /// Answers one invoke payload at `now`.
-    pub async fn handle(&self, payload: Value, now: DateTime<Utc>) -> Result<Answer, CreateError> {
+    /// Answers one invoke payload at `now`: a value, or the caller's text
+    /// decoded strictly (a repeated key is `invalid_request`).
+    pub async fn handle(&self, payload: impl Into<Payload>, now: DateTime<Utc>) -> Result<Answer, CreateError> {
         if !self.settings.flags.create_enabled() {
             return Ok(Answer::Rejected(Rejection::FeatureDisabled));
         }
-        let request = match serde_json::from_value::<Request>(payload) {
+        let payload = payload.into();
+        if let Some(key) = payload.duplicate_key {
+            return Ok(rejected(duplicate_key(&key)));
+        }
+        let request = match serde_json::from_value::<Request>(payload.value) {
             Ok(request) => request,
             Err(e) => {
                 return Ok(Answer::Rejected(Rejection::InvalidRequest(format!(
@@ -149,9 +169,21 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
         }
     }
 
-    #[tracing::instrument(skip_all, fields(workspace = %request.principal.workspace, task_id))]
     async fn create(&self, request: CreateRequest, now: DateTime<Utc>) -> Result<Answer, CreateError> {
-        let checked = match request.check() {
+        self.create_as(request, Surface::Tool, None, now).await
+    }
+
+    /// Creates a reminder through `surface`; with `cap`, refuses one more
+    /// than `cap` scheduled or paused reminders of the principal.
+    #[tracing::instrument(skip_all, fields(workspace = %request.principal.workspace, task_id))]
+    pub async fn create_as(
+        &self,
+        request: CreateRequest,
+        surface: Surface,
+        cap: Option<usize>,
+        now: DateTime<Utc>,
+    ) -> Result<Answer, CreateError> {
+        let checked = match request.check(surface) {
             Ok(checked) => checked,
             Err(rejection) => return Ok(rejected(rejection)),
         };
@@ -166,16 +198,48 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
             Ok(built) => built,
             Err(rejection) => return Ok(rejected(rejection)),
         };
+        let mut owner = None;
+        if let Some(max) = cap {
+            let counted = self.store.owner_reminders(&task.workspace, &principal).await?;
+            if counted.active() >= max {
+                return Ok(rejected(Rejection::TooManyActive { max }));
+            }
+            owner = Some(counted);
+        }
         self.schedules.put(&schedule_of(&task)?).await?;
-        match self.store.insert_with_idempotency(&task, &record).await? {
-            Inserted::Created => {
+        let mut attempts = 0;
+        let inserted = loop {
+            match self
+                .store
+                .insert_with_idempotency(&task, &record, owner.as_ref())
+                .await?
+            {
+                ReminderInserted::OwnerMoved if attempts < OWNER_RETRIES => {
+                    attempts += 1;
+                    let counted = self.store.owner_reminders(&task.workspace, &principal).await?;
+                    if let Some(max) = cap.filter(|max| counted.active() >= *max) {
+                        // The last place went to another create: no residue.
+                        self.schedules.delete(task.task_id.as_str()).await?;
+                        return Ok(rejected(Rejection::TooManyActive { max }));
+                    }
+                    owner = Some(counted);
+                }
+                ReminderInserted::OwnerMoved => {
+                    self.schedules.delete(task.task_id.as_str()).await?;
+                    return Err(CreateError::OwnerBusy(principal));
+                }
+                other => break other,
+            }
+        };
+        match inserted {
+            ReminderInserted::Created | ReminderInserted::OwnerMoved => {
                 tracing::info!("reminder created");
                 Ok(Answer::Created {
                     task: Box::new(task),
                     replayed: false,
                 })
             }
-            Inserted::KeyTaken => {
+            ReminderInserted::KeyTaken => {
                 let winner = self
                     .store
                     .idempotency_record(&principal, &key)
@@ -219,11 +283,15 @@ fn rejected(rejection: Rejection) -> Answer {
     Answer::Rejected(rejection)
 }
 
-/// A reminder's schedule. Reminders are one-time by construction
-/// (`reminder::into_task`); anything else under a reminder's key is corrupt.
-fn schedule_of(task: &Task) -> Result<ScheduleDefinition, CreateError> {
-    match task.spec.schedule {
-        Schedule::At { at } => Ok(ScheduleDefinition::one_time(task, at)),
-        Schedule::Cron { .. } | Schedule::Rate { .. } => Err(CreateError::NotOneTime(task.task_id.clone())),
-    }
+/// A reminder's schedule: `at(...)` for a one-time reminder, `cron(...)` in
+/// its zone for a daily or weekly one.
+pub(crate) fn schedule_of(task: &Task) -> Result<ScheduleDefinition, CreateError> {
+    ScheduleDefinition::for_task(task).map_err(|e| CreateError::Unschedulable(task.task_id.clone(), e.to_string()))
+}
+
+/// A payload that repeats a key: what runs could differ from what was shown.
+pub(crate) fn duplicate_key(key: &str) -> Rejection {
+    Rejection::InvalidRequest(format!(
+        "malformed request: the key `{key}` appears more than once; each key must appear once"
+    ))
 }

@@ -5,3 +5,4 @@ pub mod admin;
 pub mod create;
 pub mod reconcile;
 pub mod run;
+pub mod schedules;

@@ -7,17 +7,30 @@
 //! is exact (given with an offset) and lies in (now, now + 366 days]; the task
 //! requests the empty scope set, pins the agent, and gets finite limits no
 //! wider than the agent's and the ceilings. Validation happens before any
-//! write, so a rejected request leaves nothing behind. Called by the create
-//! use case (`app::create`).
+//! write, so a rejected request leaves nothing behind.
+//!
+//! This is the one place the rules of a reminder's fields live: the create
+//! function (the model's tool: one-time only, approval required) and the
+//! schedules function (the owner's app: also `daily` and `weekly`, §11) both
+//! check through [`CreateRequest::check`], and schedules' `update` through
+//! [`UpdateInput::check`], with the same text rules and codes. Text is
+//! refused when it holds control characters, bidi overrides, embeddings or
+//! isolates (they make a title read differently from what runs), Unicode tag
+//! characters (invisible text a model still reads), or nothing but
+//! whitespace and invisible characters. Called by `app::create` and
+//! `app::schedules`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use serde_json::Value;
+
 use super::approval::Approval;
 use super::idempotency::{Fingerprint, IdempotencyRecord};
 use super::limits::{Ceilings, RequestedLimits};
+use super::recurrence::Recurrence;
 use super::schedule::{self, InstantError, Schedule};
 use super::task::{AgentPin, Provenance, Spec, Task, TaskId, TaskKind};
 
@@ -59,13 +72,73 @@ pub struct ApprovalRequest {
     pub approved_at: String,
 }
 
-/// What the model proposed and the user approved.
+/// What the model proposed and the user approved, or what the owner asked
+/// for in the app: exactly one of `at`, `daily`, `weekly` (the model's tool
+/// takes `at` only). `daily` and `weekly` are read by [`Recurrence`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReminderInput {
     pub title: String,
     pub instruction: String,
-    pub at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weekly: Option<Value>,
+}
+
+/// Which door a create comes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// The create function, the model's tool: one-time, approval required.
+    Tool,
+    /// The schedules function, the owner's app: one-time, daily or weekly;
+    /// the owner's own request is the approval.
+    App,
+}
+
+/// When a reminder fires, as checked (an instant not yet compared to now).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum When {
+    At(DateTime<Utc>),
+    Every(Recurrence),
+}
+
+impl When {
+    /// The one of `at`, `daily`, `weekly` that is given; `None` when none is.
+    fn read(at: Option<&str>, daily: Option<&Value>, weekly: Option<&Value>) -> Result<Option<Self>, Rejection> {
+        match (at, daily, weekly) {
+            (None, None, None) => Ok(None),
+            (Some(at), None, None) => Ok(Some(When::At(schedule::parse_instant_or_refuse(at)?))),
+            (None, Some(daily), None) => Ok(Some(When::Every(
+                Recurrence::daily(daily).map_err(|e| Rejection::InvalidSchedule(e.0))?,
+            ))),
+            (None, None, Some(weekly)) => Ok(Some(When::Every(
+                Recurrence::weekly(weekly).map_err(|e| Rejection::InvalidSchedule(e.0))?,
+            ))),
+            _ => Err(Rejection::invalid("give exactly one of `at`, `daily`, `weekly`")),
+        }
+    }
+
+    /// The task schedule, once a one-time instant is known to lie in the
+    /// allowed window at `now`.
+    pub fn to_schedule(&self, now: DateTime<Utc>) -> Result<Schedule, Rejection> {
+        Ok(match self {
+            When::At(at) => Schedule::At {
+                at: schedule::check_window(*at, now)?,
+            },
+            When::Every(recurrence) => recurrence.to_schedule(),
+        })
+    }
+
+    /// The canonical form the fingerprint covers.
+    fn canonical(&self) -> (Option<DateTime<Utc>>, Option<String>) {
+        match self {
+            When::At(at) => (Some(*at), None),
+            When::Every(r) => (None, Some(r.to_json().to_string())),
+        }
+    }
 }
 
 /// The `create` request of SPEC §4, structurally parsed.
@@ -90,8 +163,12 @@ pub enum Rejection {
     Instant(#[from] InstantError),
     #[error("{0}")]
     InvalidRequest(String),
+    #[error("{0}")]
+    InvalidSchedule(String),
     #[error("this idempotency key was already used with a different input")]
     IdempotencyConflict,
+    #[error("the principal already holds {max} scheduled or paused reminders; cancel one first")]
+    TooManyActive { max: usize },
 }
 
 impl Rejection {
@@ -104,11 +181,13 @@ impl Rejection {
             Rejection::Instant(InstantError::InPast { .. }) => "instant_in_past",
             Rejection::Instant(InstantError::TooFar { .. }) => "instant_too_far",
             Rejection::InvalidRequest(_) => "invalid_request",
+            Rejection::InvalidSchedule(_) => "invalid_schedule",
             Rejection::IdempotencyConflict => "idempotency_conflict",
+            Rejection::TooManyActive { .. } => "too_many_active",
         }
     }
 
-    fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Rejection::InvalidRequest(message.into())
     }
 }
@@ -119,8 +198,10 @@ impl Rejection {
 #[derive(Debug, Clone)]
 pub struct CheckedRequest {
     request: CreateRequest,
-    at: DateTime<Utc>,
-    approval: Approval,
+    when: When,
+    /// `None` for an app create: the owner's request is its own approval,
+    /// recorded when the task is built.
+    approval: Option<Approval>,
     fingerprint: Fingerprint,
 }
 
@@ -130,14 +211,19 @@ struct Canonical<'a> {
     workspace: &'a str,
     principal: &'a str,
     agent: &'a AgentRequest,
-    approval_id: &'a str,
-    approved_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approval_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approved_at: Option<DateTime<Utc>>,
     title: &'a str,
     instruction: &'a str,
-    at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recurrence: Option<String>,
 }
 
-fn check_id(field: &str, value: &str) -> Result<(), Rejection> {
+pub fn check_id(field: &str, value: &str) -> Result<(), Rejection> {
     let len = value.chars().count();
     if len == 0 || len > MAX_ID_CHARS {
         return Err(Rejection::invalid(format!(
@@ -152,9 +238,62 @@ fn check_id(field: &str, value: &str) -> Result<(), Rejection> {
     Ok(())
 }
 
-fn check_text(field: &str, value: &str, max: usize) -> Result<(), Rejection> {
-    if value.trim().is_empty() {
-        return Err(Rejection::invalid(format!("{field} must not be empty")));
+/// Bidi embeddings and overrides (U+202A..U+202E) and isolates
+/// (U+2066..U+2069): they reorder how text is shown, so a title the user
+/// approved could read otherwise than what runs.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Unicode tag characters: invisible, yet a model reads them.
+fn is_tag(c: char) -> bool {
+    matches!(c, '\u{E0000}'..='\u{E007F}')
+}
+
+/// Characters that show nothing: zero-width spaces and joiners, marks,
+/// fillers, the byte-order mark, variation selectors. Allowed inside text
+/// (joiners build emoji), never as all of it.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{061C}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{17B4}'
+            | '\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{206A}'..='\u{206F}'
+            | '\u{2800}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{E0100}'..='\u{E01EF}'
+    ) || is_bidi_control(c)
+        || is_tag(c)
+}
+
+/// The rules of a reminder's title and instruction (SPEC §4 rule 3 and
+/// issue-9's hardening), shared by create and update.
+pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), Rejection> {
+    if value.chars().all(|c| c.is_whitespace() || is_invisible(c)) {
+        return Err(Rejection::invalid(format!(
+            "{field} must not be empty, whitespace or invisible characters only"
+        )));
+    }
+    if value.chars().any(is_bidi_control) {
+        return Err(Rejection::invalid(format!(
+            "{field} must not contain bidi override, embedding or isolate characters"
+        )));
+    }
+    if value.chars().any(is_tag) {
+        return Err(Rejection::invalid(format!(
+            "{field} must not contain Unicode tag characters"
+        )));
     }
     let len = value.chars().count();
     if len > max {
@@ -173,7 +312,9 @@ fn check_text(field: &str, value: &str, max: usize) -> Result<(), Rejection> {
 impl CreateRequest {
     /// Every check of SPEC §4 that does not need the clock or the store, in
     /// the order a caller should learn of them: scope first, then the fields.
-    pub fn check(self) -> Result<CheckedRequest, Rejection> {
+    /// The model's tool (`Surface::Tool`) takes a one-time `at` and requires
+    /// the approval; the owner's app also takes `daily` and `weekly`.
+    pub fn check(self, surface: Surface) -> Result<CheckedRequest, Rejection> {
         if !self.principal.holds(WRITE_SCOPE) {
             return Err(Rejection::ScopeDenied);
         }
@@ -187,35 +328,56 @@ impl CreateRequest {
             .limits
             .check()
             .map_err(|e| Rejection::invalid(format!("agent.limits: {e}")))?;
-        let Some(approval) = &self.approval else {
-            return Err(Rejection::invalid(
-                "approval is required: the user must approve the call",
-            ));
+        let approval = match (&self.approval, surface) {
+            (None, Surface::Tool) => {
+                return Err(Rejection::invalid(
+                    "approval is required: the user must approve the call",
+                ));
+            }
+            (None, Surface::App) => None,
+            (Some(approval), _) => {
+                check_id("approval.id", &approval.id)?;
+                let approved_at = schedule::parse_instant(&approval.approved_at).ok_or_else(|| {
+                    Rejection::invalid("approval.approved_at must be an RFC 3339 instant with an offset")
+                })?;
+                Some(Approval {
+                    id: approval.id.clone(),
+                    approved_at,
+                    by: None,
+                })
+            }
         };
-        check_id("approval.id", &approval.id)?;
-        let approved_at = schedule::parse_instant(&approval.approved_at)
-            .ok_or_else(|| Rejection::invalid("approval.approved_at must be an RFC 3339 instant with an offset"))?;
         check_text("input.title", &self.input.title, MAX_TITLE_CHARS)?;
         check_text("input.instruction", &self.input.instruction, MAX_INSTRUCTION_CHARS)?;
-        let at = schedule::parse_instant_or_refuse(&self.input.at)?;
+        if surface == Surface::Tool && (self.input.daily.is_some() || self.input.weekly.is_some()) {
+            return Err(Rejection::invalid(
+                "this tool creates one-time reminders (`at`); daily and weekly ones are made in the app",
+            ));
+        }
+        let when = When::read(
+            self.input.at.as_deref(),
+            self.input.daily.as_ref(),
+            self.input.weekly.as_ref(),
+        )?
+        .ok_or_else(|| match surface {
+            Surface::Tool => Rejection::invalid("input.at is required"),
+            Surface::App => Rejection::invalid("give exactly one of `at`, `daily`, `weekly`"),
+        })?;
+        let (at, recurrence) = when.canonical();
         let fingerprint = Fingerprint::of(&Canonical {
             workspace: &self.principal.workspace,
             principal: &self.principal.id,
             agent: &self.agent,
-            approval_id: &approval.id,
-            approved_at,
+            approval_id: approval.as_ref().map(|a| a.id.as_str()),
+            approved_at: approval.as_ref().map(|a| a.approved_at),
             title: &self.input.title,
             instruction: &self.input.instruction,
             at,
+            recurrence,
         });
-        let approval = Approval {
-            id: approval.id.clone(),
-            approved_at,
-            by: None,
-        };
         Ok(CheckedRequest {
             request: self,
-            at,
+            when,
             approval,
             fingerprint,
         })
@@ -243,7 +405,7 @@ impl CheckedRequest {
     /// The task and its idempotency record, once the instant is known to lie
     /// in the allowed window at `now`.
     pub fn into_task(self, now: DateTime<Utc>, ceilings: &Ceilings) -> Result<(Task, IdempotencyRecord), Rejection> {
-        let at = schedule::check_window(self.at, now)?;
+        let schedule = self.when.to_schedule(now)?;
         let task_id = self.task_id();
         let CreateRequest {
             principal,
@@ -253,7 +415,7 @@ impl CheckedRequest {
             ..
         } = self.request;
         let spec = Spec {
-            schedule: Schedule::At { at },
+            schedule,
             tools: BTreeSet::new(),
             limits: ceilings.derive(&agent.limits),
             budget: None,
@@ -279,7 +441,12 @@ impl CheckedRequest {
             spec,
             now,
         );
-        task.approval = Some(self.approval);
+        // An app create is the owner's own request: it is its approval.
+        task.approval = Some(self.approval.unwrap_or_else(|| Approval {
+            id: format!("owner:{idempotency_key}"),
+            approved_at: now,
+            by: Some(principal.id.clone()),
+        }));
         let record = IdempotencyRecord {
             principal: principal.id,
             key: idempotency_key,
@@ -289,6 +456,133 @@ impl CheckedRequest {
             created_at: now,
         };
         Ok((task, record))
+    }
+}
+
+/// Where the next page of an owner's reminders starts (newest first: by
+/// creation time, then task id). Callers see it as an opaque string; it
+/// names a position only, never the owner, so a cursor from another
+/// principal's page lists nothing of theirs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    pub created: DateTime<Utc>,
+    pub task_id: TaskId,
+}
+
+impl ListCursor {
+    pub fn encode(&self) -> String {
+        hex::encode(format!(
+            "{}|{}",
+            self.created.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+            self.task_id
+        ))
+    }
+
+    pub fn decode(text: &str) -> Result<Self, Rejection> {
+        let bad = || Rejection::invalid("cursor is not one this function returned");
+        let bytes = hex::decode(text).map_err(|_| bad())?;
+        let text = String::from_utf8(bytes).map_err(|_| bad())?;
+        let (created, task_id) = text.split_once('|').ok_or_else(bad)?;
+        Ok(Self {
+            created: DateTime::parse_from_rfc3339(created)
+                .map_err(|_| bad())?
+                .with_timezone(&Utc),
+            task_id: TaskId::parse(task_id).ok_or_else(bad)?,
+        })
+    }
+}
+
+/// The `input` of the schedules function's `update`: any of the fields,
+/// at most one of `at`, `daily`, `weekly`; the same rules as create.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateInput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weekly: Option<Value>,
+}
+
+/// An update whose fields passed the checks that need no clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedUpdate {
+    pub title: Option<String>,
+    pub instruction: Option<String>,
+    pub when: Option<When>,
+}
+
+#[derive(Serialize)]
+struct UpdateCanonical<'a> {
+    op: &'static str,
+    workspace: &'a str,
+    principal: &'a str,
+    task_id: &'a str,
+    expected_version: u64,
+    title: Option<&'a str>,
+    instruction: Option<&'a str>,
+    at: Option<DateTime<Utc>>,
+    recurrence: Option<String>,
+}
+
+impl UpdateInput {
+    pub fn check(self) -> Result<CheckedUpdate, Rejection> {
+        if let Some(title) = &self.title {
+            check_text("input.title", title, MAX_TITLE_CHARS)?;
+        }
+        if let Some(instruction) = &self.instruction {
+            check_text("input.instruction", instruction, MAX_INSTRUCTION_CHARS)?;
+        }
+        let when = When::read(self.at.as_deref(), self.daily.as_ref(), self.weekly.as_ref())?;
+        if self.title.is_none() && self.instruction.is_none() && when.is_none() {
+            return Err(Rejection::invalid(
+                "an update changes at least one of `title`, `instruction`, `at`, `daily`, `weekly`",
+            ));
+        }
+        Ok(CheckedUpdate {
+            title: self.title,
+            instruction: self.instruction,
+            when,
+        })
+    }
+}
+
+impl CheckedUpdate {
+    /// What a replay must match: the principal, the task, the version the
+    /// update was made against, and the new values (instants as instants).
+    pub fn fingerprint(&self, principal: &Principal, task_id: &TaskId, expected_version: u64) -> Fingerprint {
+        let (at, recurrence) = self.when.as_ref().map(When::canonical).unwrap_or_default();
+        Fingerprint::of(&UpdateCanonical {
+            op: "update",
+            workspace: &principal.workspace,
+            principal: &principal.id,
+            task_id: task_id.as_str(),
+            expected_version,
+            title: self.title.as_deref(),
+            instruction: self.instruction.as_deref(),
+            at,
+            recurrence,
+        })
+    }
+
+    /// Applies the update to a reminder at `now`: a new one-time instant must
+    /// lie in the allowed window (SPEC §4's instant codes).
+    pub fn apply(&self, task: &mut Task, now: DateTime<Utc>) -> Result<(), Rejection> {
+        if let Some(when) = &self.when {
+            task.spec.schedule = when.to_schedule(now)?;
+        }
+        if let Some(title) = &self.title {
+            task.title = title.clone();
+        }
+        if let Some(instruction) = &self.instruction {
+            task.instruction = Some(instruction.clone());
+        }
+        Ok(())
     }
 }
 
@@ -320,7 +614,7 @@ mod tests {
     fn code_of(mutate: impl FnOnce(&mut CreateRequest)) -> &'static str {
         let mut req = request();
         mutate(&mut req);
-        match req.check().and_then(|c| c.into_task(now(), &ceilings())) {
+        match req.check(Surface::Tool).and_then(|c| c.into_task(now(), &ceilings())) {
             Ok(_) => "ok",
             Err(e) => e.code(),
         }
@@ -328,7 +622,11 @@ mod tests {
 
     #[test]
     fn the_spec_example_becomes_a_least_privilege_pinned_task() {
-        let (task, record) = request().check().unwrap().into_task(now(), &ceilings()).unwrap();
+        let (task, record) = request()
+            .check(Surface::Tool)
+            .unwrap()
+            .into_task(now(), &ceilings())
+            .unwrap();
         assert_eq!(
             task.spec.schedule,
             Schedule::At {
@@ -383,14 +681,17 @@ mod tests {
             code_of(|r| r.principal.scopes = vec!["x".into(), "schedule.write".into()]),
             "ok"
         );
-        assert_eq!(code_of(|r| r.input.at = "2026-12-24T19:00:00".into()), "naive_instant");
-        assert_eq!(code_of(|r| r.input.at = "next friday".into()), "invalid_instant");
         assert_eq!(
-            code_of(|r| r.input.at = "2026-11-29T19:00:00Z".into()),
+            code_of(|r| r.input.at = Some("2026-12-24T19:00:00".into())),
+            "naive_instant"
+        );
+        assert_eq!(code_of(|r| r.input.at = Some("next friday".into())), "invalid_instant");
+        assert_eq!(
+            code_of(|r| r.input.at = Some("2026-11-29T19:00:00Z".into())),
             "instant_in_past"
         );
         assert_eq!(
-            code_of(|r| r.input.at = "2028-01-01T00:00:00Z".into()),
+            code_of(|r| r.input.at = Some("2028-01-01T00:00:00Z".into())),
             "instant_too_far"
         );
         assert_eq!(code_of(|r| r.input.title = "x".repeat(201)), "invalid_request");
@@ -422,7 +723,7 @@ mod tests {
         assert_eq!(
             code_of(|r| {
                 r.principal.scopes = vec!["schedule.*".into()];
-                r.input.at = "garbage".into();
+                r.input.at = Some("garbage".into());
             }),
             "scope_denied"
         );
@@ -430,24 +731,156 @@ mod tests {
 
     #[test]
     fn fingerprint_compares_instants_not_spellings_and_ignores_scopes() {
-        let a = request().check().unwrap();
+        let a = request().check(Surface::Tool).unwrap();
         let mut same = request();
-        same.input.at = "2026-12-24T18:00:00Z".into();
+        same.input.at = Some("2026-12-24T18:00:00Z".into());
         same.principal.scopes.push("other".into());
-        assert_eq!(a.fingerprint(), same.check().unwrap().fingerprint());
+        assert_eq!(a.fingerprint(), same.check(Surface::Tool).unwrap().fingerprint());
         let mut other = request();
         other.input.title = "Call dad".into();
-        assert_ne!(a.fingerprint(), other.check().unwrap().fingerprint());
+        assert_ne!(a.fingerprint(), other.check(Surface::Tool).unwrap().fingerprint());
         let mut later = request();
         later.agent.limits.max_turns = Some(5);
-        assert_ne!(a.fingerprint(), later.check().unwrap().fingerprint());
+        assert_ne!(a.fingerprint(), later.check(Surface::Tool).unwrap().fingerprint());
     }
 
     #[test]
     fn a_missing_agent_limit_takes_the_ceiling() {
         let mut req = request();
         req.agent.limits = RequestedLimits::default();
-        let (task, _) = req.check().unwrap().into_task(now(), &ceilings()).unwrap();
+        let (task, _) = req.check(Surface::Tool).unwrap().into_task(now(), &ceilings()).unwrap();
         assert_eq!(task.spec.limits, ceilings().limits());
+    }
+
+    #[test]
+    fn bidi_controls_tags_and_invisible_only_text_are_refused() {
+        for text in [
+            "Call mom\u{202E}gnp.exe",
+            "\u{2066}Call\u{2069} mom",
+            "Call \u{202A}mom",
+            "Call mom\u{E0041}\u{E0042}",
+            "\u{200B}\u{200B}",
+            "\u{FEFF}",
+            " \u{3164} \u{2800} ",
+            "\u{00A0}\u{2003}",
+            "\u{200D}\u{FE0F}",
+        ] {
+            assert_eq!(code_of(|r| r.input.title = text.into()), "invalid_request", "{text:?}");
+            assert_eq!(
+                code_of(|r| r.input.instruction = text.into()),
+                "invalid_request",
+                "{text:?}"
+            );
+        }
+        for text in ["Call mom \u{1F469}\u{200D}\u{1F467}", "Anruf bei Mütter", "שלום mom"] {
+            assert_eq!(code_of(|r| r.input.title = text.into()), "ok", "{text:?}");
+        }
+    }
+
+    #[test]
+    fn the_tool_takes_one_time_reminders_and_the_app_also_recurring_ones() {
+        let daily = serde_json::json!({"time": "19:00", "timezone": "Europe/Berlin"});
+        let app = |mutate: &dyn Fn(&mut CreateRequest)| {
+            let mut req = request();
+            mutate(&mut req);
+            match req.check(Surface::App).and_then(|c| c.into_task(now(), &ceilings())) {
+                Ok((task, _)) => Ok(task),
+                Err(e) => Err(e.code()),
+            }
+        };
+        assert_eq!(
+            code_of(|r| {
+                r.input.at = None;
+                r.input.daily = Some(daily.clone());
+            }),
+            "invalid_request"
+        );
+        assert_eq!(code_of(|r| r.input.at = None), "invalid_request");
+        let task = app(&|r| {
+            r.input.at = None;
+            r.input.daily = Some(daily.clone());
+            r.approval = None;
+        })
+        .unwrap();
+        assert_eq!(
+            task.spec.schedule,
+            Schedule::Cron {
+                cron: "0 19 * * *".into(),
+                timezone: "Europe/Berlin".into()
+            }
+        );
+        assert_eq!(task.approval.as_ref().and_then(|a| a.by.as_deref()), Some("usr_123"));
+        assert_eq!(
+            app(&|r| r.input.daily = Some(daily.clone())).err(),
+            Some("invalid_request")
+        );
+        assert_eq!(
+            app(&|r| {
+                r.input.at = None;
+                r.input.weekly = Some(serde_json::json!({"days": [], "time": "19:00", "timezone": "UTC"}));
+            })
+            .err(),
+            Some("invalid_schedule")
+        );
+        assert_eq!(
+            app(&|r| r.input.at = Some("2026-11-29T19:00:00Z".into())).err(),
+            Some("instant_in_past"),
+            "the same instant rules"
+        );
+        assert_eq!(
+            app(&|r| r.input.title = "\u{200B}".into()).err(),
+            Some("invalid_request")
+        );
+    }
+
+    #[test]
+    fn an_update_follows_the_same_rules() {
+        let check = |input: serde_json::Value| {
+            serde_json::from_value::<UpdateInput>(input)
+                .map_err(|_| "invalid_request")
+                .and_then(|i| i.check().map_err(|e| e.code()))
+        };
+        assert_eq!(check(serde_json::json!({})).err(), Some("invalid_request"));
+        assert_eq!(
+            check(serde_json::json!({"title": "a\u{202E}b"})).err(),
+            Some("invalid_request")
+        );
+        assert_eq!(
+            check(serde_json::json!({"at": "2026-12-24T19:00:00"})).err(),
+            Some("naive_instant")
+        );
+        assert_eq!(
+            check(serde_json::json!({"daily": {"time": "25:00", "timezone": "UTC"}})).err(),
+            Some("invalid_schedule")
+        );
+        assert_eq!(
+            check(serde_json::json!({"at": "2026-12-24T19:00:00Z", "daily": {"time": "10:00", "timezone": "UTC"}}))
+                .err(),
+            Some("invalid_request")
+        );
+        assert_eq!(
+            check(serde_json::json!({"colour": "red"})).err(),
+            Some("invalid_request")
+        );
+        let update = check(serde_json::json!({"at": "2026-12-24T20:00:00+01:00", "title": "Call dad"})).unwrap();
+        let mut task = request()
+            .check(Surface::Tool)
+            .unwrap()
+            .into_task(now(), &ceilings())
+            .unwrap()
+            .0;
+        update.apply(&mut task, now()).unwrap();
+        assert_eq!(task.title, "Call dad");
+        assert_eq!(
+            task.spec.schedule,
+            Schedule::At {
+                at: Utc.with_ymd_and_hms(2026, 12, 24, 19, 0, 0).unwrap()
+            }
+        );
+        let past = check(serde_json::json!({"at": "2026-11-01T20:00:00Z"})).unwrap();
+        assert_eq!(
+            past.apply(&mut task, now()).map_err(|e| e.code()),
+            Err("instant_in_past")
+        );
     }
 }

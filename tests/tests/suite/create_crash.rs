@@ -10,7 +10,9 @@ use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::create::{CreateReminder, CreateSettings};
 use shared::domain::idempotency::IdempotencyRecord;
 use shared::domain::task::{Task, TaskId};
-use shared::ports::{Inserted, ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskStore};
+use shared::ports::{
+    OwnerReminders, ReminderInserted, ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskStore,
+};
 use tests::{ENABLED, TestStack, code, create_request};
 
 /// The schedule is written, then the process dies.
@@ -28,6 +30,8 @@ impl Schedules for CrashAfterSchedule {
 
     async fn status(&self, name: &str) -> Result<Option<shared::ports::ScheduleStatus>, ScheduleError> {
         self.0.status(name).await
+    async fn delete(&self, name: &str) -> Result<(), ScheduleError> {
+        self.0.delete(name).await
     }
 }
 
@@ -43,12 +47,21 @@ impl TaskStore for CrashAfterInsert {
         self.0.task(workspace, task_id).await
     }
 
-    async fn insert_with_idempotency(&self, task: &Task, record: &IdempotencyRecord) -> Result<Inserted, StoreError> {
-        self.0.insert_with_idempotency(task, record).await?;
+    async fn insert_with_idempotency(
+        &self,
+        task: &Task,
+        record: &IdempotencyRecord,
+        owner: Option<&OwnerReminders>,
+    ) -> Result<ReminderInserted, StoreError> {
+        self.0.insert_with_idempotency(task, record, owner).await?;
         Err(StoreError::Request {
             operation: "TransactWriteItems",
             source: "injected crash after the transaction".into(),
         })
+    }
+
+    async fn owner_reminders(&self, workspace: &str, principal: &str) -> Result<OwnerReminders, StoreError> {
+        self.0.owner_reminders(workspace, principal).await
     }
 }
 

@@ -12,7 +12,7 @@ use shared::domain::limits::Limits;
 use shared::domain::overrides::Overrides;
 use shared::domain::schedule::Schedule;
 use shared::domain::task::{Budget, Pending, Provenance, Spec, Task, TaskId, TaskKind};
-use shared::ports::{Inserted, TaskStore};
+use shared::ports::{ReminderInserted, TaskStore};
 use tests::TestStack;
 
 fn connector_task() -> Task {
@@ -101,12 +101,12 @@ async fn a_full_task_round_trips_and_its_state_is_derived() {
         created_at: task.created_at,
     };
     assert_eq!(
-        store.insert_with_idempotency(&task, &record).await.unwrap(),
-        Inserted::Created
+        store.insert_with_idempotency(&task, &record, None).await.unwrap(),
+        ReminderInserted::Created
     );
     assert_eq!(
-        store.insert_with_idempotency(&task, &record).await.unwrap(),
-        Inserted::KeyTaken
+        store.insert_with_idempotency(&task, &record, None).await.unwrap(),
+        ReminderInserted::KeyTaken
     );
 
     let read = store.task("ws_1", &task.task_id).await.unwrap().expect("stored");

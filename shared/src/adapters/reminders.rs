@@ -1,0 +1,184 @@
+//! The owner's view of the table (SPEC §11): a principal's reminders, newest
+//! first, from the owner index `gsi2`; a task's run records, newest first;
+//! and a versioned task write together with an idempotency record.
+//!
+//! Invariants: a page is read from the caller's own index partition only
+//! (the cursor names a position, the partition comes from the principal);
+//! run records are read from the task's own partition, strongly
+//! consistent; the versioned write sets exactly the attributes
+//! `catalog::write_task` owns (never the runner's `claims`/`budget_used`).
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+
+use super::catalog::OWNED;
+use super::dynamo::{DynamoStore, Item, read_item, request_error, task_item, to_item};
+use super::keys::{GSI2PK, Key, OWNER_INDEX, OwnerIndexKey, PK, SK};
+use crate::domain::idempotency::IdempotencyRecord;
+use crate::domain::occurrence::RunRecord;
+use crate::domain::reconcile::Write;
+use crate::domain::task::{Task, TaskId};
+use crate::ports::{ListCursor, OwnedPage, ReminderStore, StateFilter, StoreError, UpdateWritten};
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+impl ReminderStore for DynamoStore {
+    async fn owned(
+        &self,
+        workspace: &str,
+        principal: &str,
+        filter: StateFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<OwnedPage, StoreError> {
+        let mut base = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .index_name(OWNER_INDEX)
+            .key_condition_expression("#pk = :owner")
+            .expression_attribute_names("#pk", GSI2PK)
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":owner", s(&OwnerIndexKey::partition(workspace, principal)))
+            .scan_index_forward(false);
+        base = match filter {
+            StateFilter::NotDeleted => base
+                .filter_expression("#state <> :state")
+                .expression_attribute_values(":state", s("deleted")),
+            StateFilter::Only(state) => base
+                .filter_expression("#state = :state")
+                .expression_attribute_values(":state", s(state.as_str())),
+        };
+        let mut start = after.map(|c| OwnerIndexKey::start_after(workspace, principal, c.created, c.task_id.as_str()));
+        let mut tasks: Vec<Task> = Vec::new();
+        loop {
+            // Limit counts items read before the filter: ask for what is
+            // still missing, so the last read item is the page's last one.
+            let want = i32::try_from(limit - tasks.len()).unwrap_or(i32::MAX);
+            self.counted();
+            let out = base
+                .clone()
+                .limit(want)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| request_error("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                tasks.push(read_item(item, "task")?);
+            }
+            start = out.last_evaluated_key;
+            if start.is_none() || tasks.len() >= limit {
+                break;
+            }
+        }
+        // A full page continues after its last task; DynamoDB may say there
+        // is more when there is not, and the next page is then empty.
+        let next = match (start, tasks.last()) {
+            (Some(_), Some(last)) => Some(ListCursor {
+                created: last.created_at,
+                task_id: last.task_id.clone(),
+            }),
+            _ => None,
+        };
+        Ok(OwnedPage { tasks, next })
+    }
+
+    async fn runs(&self, task_id: &TaskId, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        let partition = Key::run(task_id.as_str(), "");
+        self.counted();
+        let out = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#sk", SK)
+            .expression_attribute_values(":pk", s(&partition.pk))
+            .expression_attribute_values(":prefix", s(&partition.sk))
+            .scan_index_forward(false)
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| request_error("Query", e))?;
+        out.items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i: Item| read_item(i, "run record"))
+            .collect()
+    }
+
+    async fn write_with_idempotency(
+        &self,
+        write: &Write,
+        record: &IdempotencyRecord,
+    ) -> Result<UpdateWritten, StoreError> {
+        let task = &write.task;
+        let read_version = write.read_version.unwrap_or_default();
+        let item = task_item(task)?;
+        let mut sets = Vec::new();
+        let mut removes = Vec::new();
+        let mut update = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(Key::task(&task.workspace, task.task_id.as_str()).to_map()))
+            .condition_expression("#version = :read")
+            .expression_attribute_names("#version", "version")
+            .expression_attribute_values(":read", AttributeValue::N(read_version.to_string()));
+        for (i, name) in OWNED.iter().enumerate() {
+            update = update.expression_attribute_names(format!("#a{i}"), *name);
+            match item.get(*name) {
+                Some(value) => {
+                    sets.push(format!("#a{i} = :v{i}"));
+                    update = update.expression_attribute_values(format!(":v{i}"), value.clone());
+                }
+                None => removes.push(format!("#a{i}")),
+            }
+        }
+        let mut expression = format!("SET {}", sets.join(", "));
+        if !removes.is_empty() {
+            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
+        }
+        let update = update
+            .update_expression(expression)
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
+        let record_key = Key::idempotency(&record.principal, &record.key);
+        let put = Put::builder()
+            .table_name(self.table())
+            .set_item(Some(to_item(record, &record_key, "idempotency")?))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", PK)
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
+        self.counted();
+        let result = self
+            .client()
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(update).build())
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => return Ok(UpdateWritten::Written),
+            Err(err) => err,
+        };
+        let reasons: Vec<Option<String>> = match err.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(e)) => e
+                .cancellation_reasons()
+                .iter()
+                .map(|r| r.code().map(str::to_owned))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let failed = |i: usize| reasons.get(i).and_then(Option::as_deref) == Some("ConditionalCheckFailed");
+        if failed(1) {
+            Ok(UpdateWritten::KeyTaken)
+        } else if failed(0) {
+            Ok(UpdateWritten::VersionMoved)
+        } else {
+            Err(request_error("TransactWriteItems", err))
+        }
+    }
+}

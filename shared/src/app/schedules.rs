@@ -1,0 +1,712 @@
+//! The schedules use case (SPEC §11): a reminder's owner, through the chat
+//! backend or app, lists, reads, creates, updates, pauses, resumes and
+//! cancels their own reminders, daily and weekly ones included, and reads
+//! their run history. Never offered to a model: `create` stays its only tool.
+//!
+//! Invariants:
+//! - Scopes are exact strings: `schedule.read` for `list`, `get`, `runs`;
+//!   `schedule.write` for the writes. Writes need both feature flags, reads
+//!   `AGENT_SCHEDULE_API_ENABLED`.
+//! - A principal sees only reminders it owns in its workspace: anything
+//!   else (another principal's reminder, a connector task, another
+//!   workspace's task, no task) is the same `not_found`.
+//! - Create is `app::create`'s path (one validation, one order of writes,
+//!   the cap); update, pause, resume and cancel are conditional on the
+//!   version read, and every refusal leaves nothing behind.
+//! - The Scheduler schedule follows every change, in the order that makes
+//!   a crash between the two writes harmless: a schedule that must stop
+//!   firing stops after the task says so (pause: the door skips a paused
+//!   task meanwhile), one that must fire again or elsewhere is put first
+//!   (resume, update: a retry finds the version unchanged and finishes);
+//!   cancel deletes the schedule first (a crash leaves a reminder that
+//!   never fires, which is what cancelling asked for). A write that loses
+//!   its version race puts the schedule back in step with the task as it is.
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::app::create::{Answer, CreateError, CreateReminder, CreateSettings, duplicate_key, schedule_of};
+use crate::domain::history;
+use crate::domain::idempotency::{IdempotencyRecord, Replay};
+use crate::domain::overrides::Overrides;
+use crate::domain::payload::Payload;
+use crate::domain::reconcile::Write;
+use crate::domain::recurrence::Recurrence;
+use crate::domain::reminder::{
+    CreateRequest, ListCursor, Principal, Rejection, Surface, UpdateInput, WRITE_SCOPE, check_id,
+};
+use crate::domain::schedule::preview::next_fires;
+use crate::domain::schedule::{Schedule, format_utc};
+use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
+use crate::ports::{
+    ReminderStore, ScheduleError, Schedules, StateFilter, StoreError, TaskCatalog, TaskStore, UpdateWritten, Versioned,
+};
+
+pub const READ_SCOPE: &str = "schedule.read";
+/// Next run instants `get` shows.
+pub const NEXT_RUNS: usize = 5;
+pub const DEFAULT_PAGE: usize = 50;
+pub const MAX_PAGE: usize = 100;
+
+/// A client error: an `ok: false` answer with a stable code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the principal does not hold the `{0}` scope")]
+    Forbidden(&'static str),
+    #[error("no reminder {0} of this principal")]
+    NotFound(String),
+    #[error("the reminder changed since version {expected} (now {current}): read it again")]
+    VersionConflict { expected: u64, current: u64 },
+    #[error(transparent)]
+    Reminder(#[from] Rejection),
+}
+
+impl Refusal {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::Forbidden(_) | Refusal::Reminder(Rejection::ScopeDenied) => "forbidden",
+            Refusal::NotFound(_) => "not_found",
+            Refusal::VersionConflict { .. } => "version_conflict",
+            Refusal::Reminder(r) => r.code(),
+        }
+    }
+
+    fn invalid(message: impl Into<String>) -> Self {
+        Refusal::Reminder(Rejection::InvalidRequest(message.into()))
+    }
+}
+
+/// An internal failure: the function errors and the caller retries.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulesError {
+    #[error(transparent)]
+    Create(#[from] CreateError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Request {
+    List {
+        principal: Principal,
+        #[serde(default)]
+        state: Option<String>,
+        #[serde(default)]
+        limit: Option<u64>,
+        #[serde(default)]
+        cursor: Option<String>,
+    },
+    Get {
+        principal: Principal,
+        task_id: String,
+    },
+    Runs {
+        principal: Principal,
+        task_id: String,
+        #[serde(default)]
+        limit: Option<u64>,
+    },
+    Create(Box<CreateRequest>),
+    Update {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+        idempotency_key: String,
+        input: UpdateInput,
+    },
+    Pause {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+    },
+    Resume {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+    },
+    Cancel {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+    },
+}
+
+impl Request {
+    fn principal(&self) -> &Principal {
+        match self {
+            Request::Create(create) => &create.principal,
+            Request::List { principal, .. }
+            | Request::Get { principal, .. }
+            | Request::Runs { principal, .. }
+            | Request::Update { principal, .. }
+            | Request::Pause { principal, .. }
+            | Request::Resume { principal, .. }
+            | Request::Cancel { principal, .. } => principal,
+        }
+    }
+}
+
+const WRITES: [&str; 5] = ["create", "update", "pause", "resume", "cancel"];
+
+/// What schedules needs besides its ports.
+#[derive(Debug, Clone)]
+pub struct SchedulesSettings {
+    pub create: CreateSettings,
+    /// `MAX_ACTIVE_REMINDERS`.
+    pub max_active: usize,
+}
+
+pub struct OwnerSchedules<S, G> {
+    create: CreateReminder<S, G>,
+    settings: SchedulesSettings,
+}
+
+type Outcome = Result<Result<Value, Refusal>, SchedulesError>;
+
+/// A pause, resume or cancel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Switch {
+    Pause,
+    Resume,
+    Cancel,
+}
+
+impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S, G> {
+    pub fn new(store: S, schedules: G, settings: SchedulesSettings) -> Self {
+        Self {
+            create: CreateReminder::new(store, schedules, settings.create.clone()),
+            settings,
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        self.create.store()
+    }
+
+    fn schedules(&self) -> &G {
+        self.create.schedules()
+    }
+
+    /// Answers one invoke payload at `now`. Refusals are `ok: false`
+    /// answers; internal failures are errors (the caller retries).
+    pub async fn handle(&self, payload: impl Into<Payload>, now: DateTime<Utc>) -> Result<Value, SchedulesError> {
+        let payload = payload.into();
+        let op = payload.value.get("op").and_then(Value::as_str).unwrap_or_default();
+        let flags = self.settings.create.flags;
+        let enabled = if WRITES.contains(&op) {
+            flags.create_enabled()
+        } else {
+            flags.api_enabled
+        };
+        let outcome = if !enabled {
+            Ok(Err(Refusal::Reminder(Rejection::FeatureDisabled)))
+        } else if let Some(key) = &payload.duplicate_key {
+            Ok(Err(Refusal::Reminder(duplicate_key(key))))
+        } else {
+            match serde_json::from_value::<Request>(payload.value) {
+                Ok(request) => self.dispatch(request, now).await,
+                Err(e) => Ok(Err(Refusal::invalid(format!("malformed request: {e}")))),
+            }
+        };
+        match outcome? {
+            Ok(answer) => Ok(answer),
+            Err(refusal) => {
+                tracing::info!(code = refusal.code(), "schedules request refused");
+                Ok(json!({"ok": false, "error": {"code": refusal.code(), "message": refusal.to_string()}}))
+            }
+        }
+    }
+
+    async fn dispatch(&self, request: Request, now: DateTime<Utc>) -> Outcome {
+        let principal = request.principal().clone();
+        let scope = match request {
+            Request::List { .. } | Request::Get { .. } | Request::Runs { .. } => READ_SCOPE,
+            _ => WRITE_SCOPE,
+        };
+        if !principal.holds(scope) {
+            return Ok(Err(Refusal::Forbidden(scope)));
+        }
+        // Ids become parts of keys: `#` could reach another owner's partition.
+        for (field, value) in [
+            ("principal.id", &principal.id),
+            ("principal.workspace", &principal.workspace),
+        ] {
+            if let Err(rejection) = check_id(field, value) {
+                return Ok(Err(rejection.into()));
+            }
+        }
+        match request {
+            Request::List {
+                state, limit, cursor, ..
+            } => self.list(&principal, state, limit, cursor, now).await,
+            Request::Get { task_id, .. } => {
+                let task = match self.owned(&principal, &task_id).await? {
+                    Ok(task) => task,
+                    Err(refusal) => return Ok(Err(refusal)),
+                };
+                let mut view = summary(&task, now);
+                view["instruction"] = json!(task.instruction);
+                view["next_runs"] = json!(next_runs(&task, now, NEXT_RUNS));
+                view["explanation"] = json!(explain(&task, &principal, now));
+                Ok(Ok(json!({"ok": true, "task": view})))
+            }
+            Request::Runs { task_id, limit, .. } => {
+                let limit = match history::runs_limit(limit) {
+                    Ok(limit) => limit,
+                    Err(message) => return Ok(Err(Refusal::invalid(message))),
+                };
+                let task = match self.owned(&principal, &task_id).await? {
+                    Ok(task) => task,
+                    Err(refusal) => return Ok(Err(refusal)),
+                };
+                let runs = self.store().runs(&task.task_id, limit).await?;
+                Ok(Ok(
+                    json!({"ok": true, "runs": runs.iter().map(history::view).collect::<Vec<_>>()}),
+                ))
+            }
+            Request::Create(request) => {
+                let answer = self
+                    .create
+                    .create_as(*request, Surface::App, Some(self.settings.max_active), now)
+                    .await?;
+                Ok(match answer {
+                    Answer::Created { task, replayed } => {
+                        Ok(json!({"ok": true, "replayed": replayed, "task": summary(&task, now)}))
+                    }
+                    Answer::Rejected(rejection) => Err(rejection.into()),
+                    Answer::Descriptor(_) => Err(Refusal::invalid("unknown op")),
+                })
+            }
+            Request::Update {
+                task_id,
+                expected_version,
+                idempotency_key,
+                input,
+                ..
+            } => {
+                self.update(&principal, &task_id, expected_version, &idempotency_key, input, now)
+                    .await
+            }
+            Request::Pause {
+                task_id,
+                expected_version,
+                ..
+            } => {
+                self.switch(&principal, &task_id, expected_version, Switch::Pause, now)
+                    .await
+            }
+            Request::Resume {
+                task_id,
+                expected_version,
+                ..
+            } => {
+                self.switch(&principal, &task_id, expected_version, Switch::Resume, now)
+                    .await
+            }
+            Request::Cancel {
+                task_id,
+                expected_version,
+                ..
+            } => {
+                self.switch(&principal, &task_id, expected_version, Switch::Cancel, now)
+                    .await
+            }
+        }
+    }
+
+    /// The principal's own reminder, or `not_found` for anything else.
+    async fn owned(&self, principal: &Principal, task_id: &str) -> Result<Result<Task, Refusal>, SchedulesError> {
+        let not_found = || Refusal::NotFound(task_id.to_owned());
+        let Some(id) = TaskId::parse(task_id) else {
+            return Ok(Err(not_found()));
+        };
+        let task = self.store().task(&principal.workspace, &id).await?;
+        Ok(match task {
+            Some(task) if owns(principal, &task) => Ok(task),
+            _ => Err(not_found()),
+        })
+    }
+
+    async fn list(
+        &self,
+        principal: &Principal,
+        state: Option<String>,
+        limit: Option<u64>,
+        cursor: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let filter = match state.as_deref() {
+            None => StateFilter::NotDeleted,
+            Some(text) => match [
+                TaskState::Scheduled,
+                TaskState::Paused,
+                TaskState::Held,
+                TaskState::Completed,
+                TaskState::Deleted,
+            ]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+            {
+                Some(state) => StateFilter::Only(state),
+                None => return Ok(Err(Refusal::invalid(format!("`{text}` is not a task state")))),
+            },
+        };
+        let limit = match limit {
+            None => DEFAULT_PAGE,
+            Some(n) if (1..=MAX_PAGE as u64).contains(&n) => n as usize,
+            Some(n) => {
+                return Ok(Err(Refusal::invalid(format!(
+                    "limit {n} is not between 1 and {MAX_PAGE}"
+                ))));
+            }
+        };
+        let after = match cursor.as_deref().map(ListCursor::decode).transpose() {
+            Ok(after) => after,
+            Err(rejection) => return Ok(Err(rejection.into())),
+        };
+        let page = self
+            .store()
+            .owned(&principal.workspace, &principal.id, filter, limit, after.as_ref())
+            .await?;
+        let tasks: Vec<Value> = page
+            .tasks
+            .iter()
+            .filter(|t| owns(principal, t))
+            .map(|t| summary(t, now))
+            .collect();
+        Ok(Ok(json!({
+            "ok": true,
+            "tasks": tasks,
+            "cursor": page.next.map(|c| c.encode()),
+        })))
+    }
+
+    async fn update(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        expected_version: u64,
+        key: &str,
+        input: UpdateInput,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let checked = match input.check() {
+            Ok(checked) => checked,
+            Err(rejection) => return Ok(Err(rejection.into())),
+        };
+        if let Err(rejection) = check_id("idempotency_key", key) {
+            return Ok(Err(rejection.into()));
+        }
+        let Some(id) = TaskId::parse(task_id) else {
+            return Ok(Err(Refusal::NotFound(task_id.to_owned())));
+        };
+        let fingerprint = checked.fingerprint(principal, &id, expected_version);
+        if let Some(record) = self.store().idempotency_record(&principal.id, key).await? {
+            return self.replay(principal, &record, &fingerprint, now).await;
+        }
+        let task = match self.owned(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if let Err(refusal) = still_open(&task) {
+            return Ok(Err(refusal));
+        }
+        if task.version != expected_version {
+            return Ok(Err(Refusal::VersionConflict {
+                expected: expected_version,
+                current: task.version,
+            }));
+        }
+        let mut updated = task.clone();
+        if let Err(rejection) = checked.apply(&mut updated, now) {
+            return Ok(Err(rejection.into()));
+        }
+        updated.version = task.version + 1;
+        updated.updated_at = now;
+        let record = IdempotencyRecord {
+            principal: principal.id.clone(),
+            key: key.to_owned(),
+            fingerprint: fingerprint.clone(),
+            task_id: id,
+            workspace: principal.workspace.clone(),
+            created_at: now,
+        };
+        let moved = updated.spec.schedule != task.spec.schedule;
+        if moved {
+            self.schedules().put(&schedule_of(&updated)?).await?;
+        }
+        let write = Write {
+            task: updated.clone(),
+            read_version: Some(task.version),
+            changes: Vec::new(),
+        };
+        match self.store().write_with_idempotency(&write, &record).await? {
+            UpdateWritten::Written => {
+                tracing::info!(task_id = %updated.task_id, version = updated.version, "reminder updated");
+                Ok(Ok(
+                    json!({"ok": true, "replayed": false, "task": summary(&updated, now)}),
+                ))
+            }
+            UpdateWritten::VersionMoved => {
+                let current = self.restore_schedule(&task, moved).await?;
+                Ok(Err(Refusal::VersionConflict {
+                    expected: expected_version,
+                    current,
+                }))
+            }
+            UpdateWritten::KeyTaken => {
+                self.restore_schedule(&task, moved).await?;
+                match self.store().idempotency_record(&principal.id, key).await? {
+                    Some(winner) => self.replay(principal, &winner, &fingerprint, now).await,
+                    None => Ok(Err(Refusal::Reminder(Rejection::IdempotencyConflict))),
+                }
+            }
+        }
+    }
+
+    async fn replay(
+        &self,
+        principal: &Principal,
+        record: &IdempotencyRecord,
+        fingerprint: &crate::domain::idempotency::Fingerprint,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        match record.replay(fingerprint) {
+            Replay::Conflict => Ok(Err(Refusal::Reminder(Rejection::IdempotencyConflict))),
+            Replay::Same(task_id) => match self.owned(principal, task_id.as_str()).await? {
+                Ok(task) => Ok(Ok(json!({"ok": true, "replayed": true, "task": summary(&task, now)}))),
+                Err(refusal) => Ok(Err(refusal)),
+            },
+        }
+    }
+
+    /// After a lost race: the schedule as the task now is (if this request
+    /// had moved it); the task's current version.
+    async fn restore_schedule(&self, read: &Task, moved: bool) -> Result<u64, SchedulesError> {
+        let current = self.store().task(&read.workspace, &read.task_id).await?;
+        if moved {
+            match &current {
+                Some(task) if task.state() == TaskState::Deleted => {
+                    self.schedules().delete(task.task_id.as_str()).await?;
+                }
+                Some(task) => self.schedules().put(&schedule_of(task)?).await?,
+                None => self.schedules().delete(read.task_id.as_str()).await?,
+            }
+        }
+        Ok(current.map_or(0, |t| t.version))
+    }
+
+    async fn switch(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        expected_version: u64,
+        switch: Switch,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let task = match self.owned(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if task.version != expected_version {
+            return Ok(Err(Refusal::VersionConflict {
+                expected: expected_version,
+                current: task.version,
+            }));
+        }
+        let state = task.state();
+        if switch != Switch::Cancel
+            && let Err(refusal) = still_open(&task)
+        {
+            return Ok(Err(refusal));
+        }
+        let mut overrides = task.overrides.clone().unwrap_or_default();
+        match switch {
+            Switch::Pause if state == TaskState::Paused => return Ok(Ok(unchanged(&task, now))),
+            Switch::Pause => overrides.paused = true,
+            Switch::Resume if state != TaskState::Paused => return Ok(Ok(unchanged(&task, now))),
+            Switch::Resume => {
+                if overrides.by.as_deref().is_some_and(|by| by != principal.id) {
+                    return Ok(Err(Refusal::invalid(
+                        "a workspace admin paused this reminder: only an admin resumes it",
+                    )));
+                }
+                if let Schedule::At { at } = task.spec.schedule
+                    && at <= now
+                {
+                    return Ok(Err(Rejection::Instant(crate::domain::schedule::InstantError::InPast {
+                        at: format_utc(at),
+                        now: format_utc(now),
+                    })
+                    .into()));
+                }
+                overrides.paused = false;
+            }
+            Switch::Cancel if state == TaskState::Deleted => return Ok(Ok(unchanged(&task, now))),
+            Switch::Cancel => overrides.deleted = true,
+        }
+        overrides.by = Some(principal.id.clone());
+        overrides.at = Some(now);
+        overrides.note = None;
+        let mut updated = task.clone();
+        updated.overrides = (overrides.is_set()).then_some(overrides);
+        if !updated.overrides.as_ref().is_some_and(Overrides::is_set) {
+            updated.overrides = None;
+        }
+        updated.version = task.version + 1;
+        updated.updated_at = now;
+        // Before the task write: what must fire again, or stop for good.
+        match switch {
+            Switch::Resume => self.schedules().put(&schedule_of(&updated)?).await?,
+            Switch::Cancel => self.schedules().delete(updated.task_id.as_str()).await?,
+            Switch::Pause => {}
+        }
+        let write = Write {
+            task: updated.clone(),
+            read_version: Some(task.version),
+            changes: Vec::new(),
+        };
+        if self.store().write_task(&write).await? == Versioned::Conflict {
+            let current = self.restore_schedule(&task, switch != Switch::Pause).await?;
+            return Ok(Err(Refusal::VersionConflict {
+                expected: expected_version,
+                current,
+            }));
+        }
+        // After it: what stops firing (the door skips a paused task meanwhile).
+        if switch == Switch::Pause {
+            self.schedules().put(&schedule_of(&updated)?).await?;
+        }
+        tracing::info!(task_id = %updated.task_id, version = updated.version, state = updated.state().as_str(), "reminder switched");
+        Ok(Ok(json!({"ok": true, "task": summary(&updated, now)})))
+    }
+}
+
+/// Whether the principal owns the task: a reminder of this principal in
+/// its workspace.
+fn owns(principal: &Principal, task: &Task) -> bool {
+    task.kind == TaskKind::Reminder
+        && task.workspace == principal.workspace
+        && matches!(&task.provenance, Provenance::User { principal: p } if *p == principal.id)
+}
+
+/// A cancelled or finished reminder is not changed any more.
+fn still_open(task: &Task) -> Result<(), Refusal> {
+    match task.state() {
+        TaskState::Deleted => Err(Refusal::invalid("the reminder was cancelled")),
+        TaskState::Completed => Err(Refusal::invalid("the reminder already ran; create a new one")),
+        _ => Ok(()),
+    }
+}
+
+fn unchanged(task: &Task, now: DateTime<Utc>) -> Value {
+    json!({"ok": true, "task": summary(task, now)})
+}
+
+/// `{"at"}`, `{"daily"}` or `{"weekly"}`, as SPEC §11 shows a schedule.
+pub fn schedule_view(schedule: &Schedule) -> Value {
+    match schedule {
+        Schedule::At { at } => json!({"at": format_utc(*at)}),
+        other => Recurrence::of(other).map_or_else(|| json!(other), |r| r.to_json()),
+    }
+}
+
+/// The next instants it fires at, while it is scheduled.
+fn next_runs(task: &Task, now: DateTime<Utc>, count: usize) -> Vec<String> {
+    if task.state() != TaskState::Scheduled {
+        return Vec::new();
+    }
+    next_fires(&task.spec.schedule, now, count + 2)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|f| f.at)
+        .take(count)
+        .map(format_utc)
+        .collect()
+}
+
+/// A reminder as `list` and the writes answer it.
+pub fn summary(task: &Task, now: DateTime<Utc>) -> Value {
+    json!({
+        "task_id": task.task_id,
+        "title": task.title,
+        "schedule": schedule_view(&task.spec.schedule),
+        "state": task.state().as_str(),
+        "next_run_at": next_runs(task, now, 1).into_iter().next(),
+        "version": task.version,
+    })
+}
+
+/// Whether and when the reminder runs next, and why, in words; DST skips
+/// and repeats of a daily or weekly one in the coming year included.
+pub fn explain(task: &Task, principal: &Principal, now: DateTime<Utc>) -> String {
+    let overrides = task.overrides.clone().unwrap_or_default();
+    let who = |o: &Overrides| {
+        let by = match o.by.as_deref() {
+            Some(by) if by == principal.id => "you".to_owned(),
+            Some(_) => "a workspace admin".to_owned(),
+            None => "an admin".to_owned(),
+        };
+        let on =
+            o.at.map(|t| format!(" on {}", t.format("%Y-%m-%d")))
+                .unwrap_or_default();
+        format!("{by}{on}")
+    };
+    let recurrence = Recurrence::of(&task.spec.schedule);
+    let rhythm = match &recurrence {
+        None => String::new(),
+        Some(r) => match &r.days {
+            None => format!("every day at {} {}", r.time(), r.timezone),
+            Some(days) => format!(
+                "every {} at {} {}",
+                days.iter()
+                    .map(|d| crate::domain::recurrence::DAYS[usize::from(*d)])
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                r.time(),
+                r.timezone
+            ),
+        },
+    };
+    let mut text = match task.state() {
+        TaskState::Deleted => format!("never runs: cancelled by {}", who(&overrides)),
+        TaskState::Completed => format!(
+            "ran on {}; a one-time reminder runs once",
+            task.completed_at.map(format_utc).unwrap_or_default()
+        ),
+        TaskState::Paused => {
+            let mut text = format!("does not run: paused by {}", who(&overrides));
+            if let Schedule::At { at } = task.spec.schedule
+                && at <= now
+            {
+                text.push_str(&format!(
+                    "; its time {} has passed, so it cannot be resumed: move it with update",
+                    format_utc(at)
+                ));
+            }
+            text
+        }
+        TaskState::Held => {
+            let reasons: Vec<&str> = task.hold.entries().map(|(r, _)| r.as_str()).collect();
+            format!("does not run: held ({})", reasons.join(", "))
+        }
+        TaskState::Scheduled => match (next_runs(task, now, 1).into_iter().next(), recurrence.is_some()) {
+            (Some(next), true) => format!("runs {rhythm}; next at {next}"),
+            (Some(next), false) => format!("runs once, at {next}"),
+            (None, _) => "has no further run".to_owned(),
+        },
+    };
+    if let Some(r) = &recurrence
+        && !matches!(task.state(), TaskState::Deleted | TaskState::Completed)
+    {
+        for note in r.dst_notes(now) {
+            text.push_str("; ");
+            text.push_str(&note);
+        }
+    }
+    text
+}
