@@ -30,6 +30,8 @@ impl Schedules for CrashAfterSchedule {
 
     async fn status(&self, name: &str) -> Result<Option<shared::ports::ScheduleStatus>, ScheduleError> {
         self.0.status(name).await
+    }
+
     async fn delete(&self, name: &str) -> Result<(), ScheduleError> {
         self.0.delete(name).await
     }

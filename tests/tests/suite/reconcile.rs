@@ -587,6 +587,10 @@ impl shared::ports::Schedules for Gated {
     async fn status(&self, name: &str) -> Result<Option<shared::ports::ScheduleStatus>, shared::ports::ScheduleError> {
         self.inner.status(name).await
     }
+
+    async fn delete(&self, name: &str) -> Result<(), shared::ports::ScheduleError> {
+        self.inner.delete(name).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
