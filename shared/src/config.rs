@@ -583,6 +583,7 @@ mod tests {
                 r#"{"anthropic.m-v1:0": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}"#,
             ),
             ("CATCH_UP_SECONDS", "600"),
+            ("CONNECTOR_SECRET_PREFIX", PREFIX),
         ];
         assert_eq!(RunnerConfig::from(&env(&at_bound)).unwrap().catch_up_seconds, 600);
     }
@@ -602,6 +603,7 @@ mod tests {
                 ("AGENT_SCHEDULE_WORKER_ENABLED", "true"),
                 ("MODEL_ID", id),
                 ("MODEL_PRICES", prices.as_str()),
+                ("CONNECTOR_SECRET_PREFIX", PREFIX),
             ];
             let config = RunnerConfig::from(&env(&vars)).unwrap();
             assert_eq!(config.model_id, id);

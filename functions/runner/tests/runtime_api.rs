@@ -148,6 +148,10 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
             shared::config::MIN_CATCH_UP_SECONDS.to_string(),
         ),
         ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME".to_owned(), s.model.endpoint()),
+        (
+            "CONNECTOR_SECRET_PREFIX".to_owned(),
+            s.t.stack.connector_secret_prefix(),
+        ),
     ]);
     let api = RuntimeApi::start("runner", Duration::from_secs(60)).await.unwrap();
     let idle = RuntimeApi::start("reconcile", Duration::from_secs(60)).await.unwrap();
