@@ -188,8 +188,8 @@ impl McpConnectors {
     /// rule admits it (and the address its host resolves to).
     pub async fn open(url: &str, token: Option<String>, policy: EndpointPolicy) -> Result<McpClient, McpError> {
         let endpoint = connect_endpoint(url, policy).map_err(|e| refused(e.to_string()))?;
-        let address = checked_address(&endpoint).await?;
-        Self::open_pinned(&endpoint, address, token).await
+        let address = Box::pin(checked_address(&endpoint)).await?;
+        Box::pin(Self::open_pinned(&endpoint, address, token)).await
     }
 
     /// Connects to a checked endpoint at the checked address only.
@@ -242,18 +242,20 @@ impl Connectors for McpConnectors {
 
     async fn connect(&self, install: &Install) -> Result<McpClient, McpError> {
         let endpoint = connect_endpoint(&install.url, self.rules.endpoint).map_err(|e| refused(e.to_string()))?;
-        let address = checked_address(&endpoint).await?;
+        // Boxed: the resolver's and the session's futures are large, and
+        // callers nest this deep in debug builds.
+        let address = Box::pin(checked_address(&endpoint)).await?;
         let token = match &install.credential_secret_arn {
             Some(arn) => {
                 self.rules
                     .credentials
                     .check(arn, &install.workspace, &install.install_id)
                     .map_err(|e| refused(e.to_string()))?;
-                Some(self.token(arn).await?)
+                Some(Box::pin(self.token(arn)).await?)
             }
             None => None,
         };
-        Self::open_pinned(&endpoint, address, token).await
+        Box::pin(Self::open_pinned(&endpoint, address, token)).await
     }
 }
 

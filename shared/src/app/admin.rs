@@ -405,7 +405,7 @@ impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
                 current,
             }));
         }
-        put_in_step(&self.store, &self.schedules, &updated).await?;
+        Box::pin(put_in_step(&self.store, &self.schedules, &updated)).await?;
         tracing::info!(task_id = %updated.task_id, version = updated.version, state = updated.state().as_str(), "admin change written");
         Ok(Ok(
             json!({"ok": true, "task": view(&updated), "explanation": explain(&updated, now)}),

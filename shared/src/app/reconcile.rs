@@ -321,7 +321,7 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
                 continue;
             }
             tracing::info!(task_id = %task.task_id, missing = current.is_none(), "reminder schedule out of step");
-            put_in_step(&self.store, &self.schedules, &task).await?;
+            Box::pin(put_in_step(&self.store, &self.schedules, &task)).await?;
             repaired += 1;
         }
         Ok(repaired)
@@ -367,7 +367,7 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
                     declaration_errors: BTreeMap::new(),
                 };
                 self.store.put_install(&record).await?;
-                let mut summary = self.rebind(workspace, now).await?;
+                let mut summary = Box::pin(self.rebind(workspace, now)).await?;
                 let pass = Box::pin(self.reconcile_install(workspace, &install.id, now)).await?;
                 merge(&mut summary, pass);
                 Ok(summary)
@@ -375,7 +375,7 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
             Event::Connected { workspace, install } | Event::ListChanged { workspace, install } => {
                 Box::pin(self.reconcile_install(workspace, &install.id, now)).await
             }
-            Event::Uninstalled { workspace, install } => self.uninstall(workspace, install, now).await,
+            Event::Uninstalled { workspace, install } => Box::pin(self.uninstall(workspace, install, now)).await,
         }
     }
 
@@ -391,7 +391,7 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
             self.store.put_install(&record).await?;
         }
         // Its own tasks stay as they are: the door skips their runs.
-        self.rebind(workspace, now).await
+        Box::pin(self.rebind(workspace, now)).await
     }
 
     /// Places or lifts `need_unbound` on the workspace's tasks after an
@@ -426,7 +426,7 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
             if self.store.write_task(write).await? == Versioned::Conflict {
                 return Ok(false);
             }
-            put_in_step(&self.store, &self.schedules, &write.task).await?;
+            Box::pin(put_in_step(&self.store, &self.schedules, &write.task)).await?;
             summary.count(std::slice::from_ref(write));
         }
         Ok(true)
