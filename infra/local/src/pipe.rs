@@ -7,7 +7,8 @@
 //!
 //! It implements what that pipe uses, no more: patterns of nested objects
 //! whose leaves list exact strings, and `<$.path>` placeholders in the input
-//! template.
+//! template; a pattern it does not implement is refused when it reads the
+//! template, never read as one that matches nothing.
 
 use std::sync::Arc;
 
@@ -41,8 +42,10 @@ impl PipeSpec {
             .ok_or_else(|| anyhow::anyhow!("RunFinishedPipe: no filters"))?;
         anyhow::ensure!(filters.len() == 1, "RunFinishedPipe: one filter expected");
         let target = &props["TargetParameters"];
+        let pattern: Value = serde_json::from_str(&text(&filters[0]["Pattern"], "the filter pattern")?)?;
+        supported(&pattern, "$")?;
         Ok(Self {
-            pattern: serde_json::from_str(&text(&filters[0]["Pattern"], "the filter pattern")?)?,
+            pattern,
             input_template: text(&target["InputTemplate"], "InputTemplate")?,
             detail_type: text(&target["EventBridgeEventBusParameters"]["DetailType"], "DetailType")?,
             source: text(&target["EventBridgeEventBusParameters"]["Source"], "Source")?,
@@ -76,6 +79,22 @@ impl PipeSpec {
         }
         out.push_str(rest);
         Ok(serde_json::from_str(&out)?)
+    }
+}
+
+/// Refuses a pattern this stand-in would read differently from Pipes: only
+/// nested objects whose leaves are lists of exact strings are implemented,
+/// and an operator (`prefix`, `numeric`, `exists`, ...) would otherwise
+/// silently never match here while Pipes matched it.
+fn supported(pattern: &Value, at: &str) -> anyhow::Result<()> {
+    match pattern {
+        Value::Object(fields) => fields
+            .iter()
+            .try_for_each(|(key, value)| supported(value, &format!("{at}.{key}"))),
+        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_string) => Ok(()),
+        other => anyhow::bail!(
+            "RunFinishedPipe: the filter at {at} is {other}; the local pipe implements lists of exact strings only"
+        ),
     }
 }
 
@@ -190,5 +209,25 @@ impl Pipe {
             }
         }
         Ok(sent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_templates_pattern_is_supported_and_operators_are_refused() {
+        assert!(PipeSpec::from_template().is_ok());
+        assert!(supported(&serde_json::json!({"a": {"b": ["x", "y"]}}), "$").is_ok());
+        for pattern in [
+            serde_json::json!({"a": [{"prefix": "x"}]}),
+            serde_json::json!({"a": [{"exists": true}]}),
+            serde_json::json!({"a": [1]}),
+            serde_json::json!({"a": []}),
+            serde_json::json!({"a": "x"}),
+        ] {
+            assert!(supported(&pattern, "$").is_err(), "{pattern}");
+        }
     }
 }

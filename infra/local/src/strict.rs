@@ -6,7 +6,9 @@
 //!   is a `ValidationException` on AWS and accepted by moto;
 //! - no two actions of one update on overlapping paths (`a` and `a.b`, or
 //!   one path twice), after `#name` placeholders are resolved;
-//! - a transaction holds at most 100 actions and names each item once.
+//! - a transaction holds at most 100 actions and names each item once;
+//! - an item put is at most 400 KB (DynamoDB's item size: attribute names
+//!   and values, as [`item_size`] counts them).
 //!
 //! The harness builds the stores it hands the use cases from [`dynamodb`],
 //! so every update the adapters write in a test passes these checks.
@@ -16,12 +18,47 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept};
 use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::operation::put_item::PutItemInput;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsInput;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemInput;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 /// DynamoDB's limit on the actions of one `TransactWriteItems`.
 pub const MAX_TRANSACTION_ITEMS: usize = 100;
+
+/// DynamoDB's item size limit.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// An item's size as DynamoDB counts it: each attribute's name and value in
+/// bytes (a number counts one byte per two digits, plus one; lists and maps
+/// three bytes of overhead plus one per element).
+pub fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
+    item.iter().map(|(name, value)| name.len() + value_size(value)).sum()
+}
+
+fn value_size(value: &AttributeValue) -> usize {
+    let number = |n: &str| n.trim_start_matches('-').len().div_ceil(2) + 1;
+    match value {
+        AttributeValue::S(s) => s.len(),
+        AttributeValue::N(n) => number(n),
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        AttributeValue::Ss(items) => items.iter().map(String::len).sum(),
+        AttributeValue::Ns(items) => items.iter().map(|n| number(n)).sum(),
+        AttributeValue::Bs(items) => items.iter().map(|b| b.as_ref().len()).sum(),
+        AttributeValue::L(items) => 3 + items.iter().map(|v| 1 + value_size(v)).sum::<usize>(),
+        AttributeValue::M(map) => 3 + map.iter().map(|(k, v)| 1 + k.len() + value_size(v)).sum::<usize>(),
+        _ => 0,
+    }
+}
+
+fn check_item(item: &HashMap<String, AttributeValue>) -> Result<(), String> {
+    let size = item_size(item);
+    if size > MAX_ITEM_BYTES {
+        return Err(format!("an item of {size} bytes (DynamoDB allows {MAX_ITEM_BYTES})"));
+    }
+    Ok(())
+}
 
 /// A DynamoDB client on `sdk` that refuses what DynamoDB would refuse.
 pub fn dynamodb(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client {
@@ -45,6 +82,11 @@ impl Intercept for StrictDynamo {
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let input = context.input();
+        if let Some(put) = input.downcast_ref::<PutItemInput>()
+            && let Some(item) = put.item()
+        {
+            check_item(item)?;
+        }
         if let Some(update) = input.downcast_ref::<UpdateItemInput>()
             && let Some(expression) = update.update_expression()
         {
@@ -65,6 +107,7 @@ impl Intercept for StrictDynamo {
                     check_update(u.update_expression(), u.expression_attribute_names())?;
                     (u.table_name(), u.key())
                 } else if let Some(p) = item.put() {
+                    check_item(p.item())?;
                     (p.table_name(), p.item())
                 } else if let Some(d) = item.delete() {
                     (d.table_name(), d.key())
@@ -234,6 +277,23 @@ mod tests {
         ] {
             assert_eq!(check_update(expression, Some(&n)), Ok(()), "{expression}");
         }
+    }
+
+    #[test]
+    fn item_sizes_are_counted_as_dynamodb_counts_them() {
+        let item = HashMap::from([
+            ("pk".to_owned(), AttributeValue::S("TASK#1".into())),
+            ("n".to_owned(), AttributeValue::N("12345".into())),
+            (
+                "m".to_owned(),
+                AttributeValue::M(HashMap::from([("a".to_owned(), AttributeValue::Bool(true))])),
+            ),
+        ]);
+        assert_eq!(item_size(&item), (2 + 6) + (1 + 4) + (1 + 3 + 1 + 1 + 1));
+        let big = HashMap::from([("output".to_owned(), AttributeValue::S("x".repeat(MAX_ITEM_BYTES)))]);
+        assert!(check_item(&big).is_err());
+        let fits = HashMap::from([("o".to_owned(), AttributeValue::S("x".repeat(MAX_ITEM_BYTES - 1)))]);
+        assert!(check_item(&fits).is_ok());
     }
 
     #[test]
