@@ -7,6 +7,7 @@ mod events;
 mod interop;
 mod reconcile;
 mod runner;
+mod schedules;
 mod security;
 mod store;
 mod template;
