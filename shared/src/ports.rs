@@ -52,8 +52,9 @@ pub enum ReminderInserted {
     OwnerMoved,
 }
 
-/// A principal's reminders as their owner item lists them, read
-/// consistently: what the cap of SPEC §11 counts.
+/// A principal's reminders: those its owner item lists, read consistently,
+/// and those the owner index shows besides (the create function's, which
+/// are not listed): what the cap of SPEC §11 counts.
 #[derive(Debug, Clone, Default)]
 pub struct OwnerReminders {
     /// The owner item's version (0: no item yet). A capped insert is
@@ -79,7 +80,7 @@ impl OwnerReminders {
             .count()
     }
 
-    /// The listed ids that may stay listed (not completed, not deleted).
+    /// The ids worth listing (not completed, not deleted).
     pub fn kept(&self) -> Vec<TaskId> {
         self.tasks
             .iter()
@@ -106,10 +107,10 @@ pub trait TaskStore: Send + Sync {
     fn task(&self, workspace: &str, task_id: &TaskId) -> impl Future<Output = Result<Option<Task>, StoreError>> + Send;
 
     /// Writes a new task and its idempotency record atomically: both or neither.
-    /// A reminder is also listed on its owner's item in the same transaction;
-    /// with `owner` (what a capped create counted) that write is conditional
-    /// on the owner item's version and keeps only `owner.kept()` besides the
-    /// new id.
+    /// With `owner` (what a capped create counted), the reminder is also
+    /// listed on its owner's item in the same transaction, conditional on
+    /// the owner item's version, which keeps only `owner.kept()` besides
+    /// the new id.
     fn insert_with_idempotency(
         &self,
         task: &Task,

@@ -472,3 +472,51 @@ pub fn installed(id: &str, server: &str, url: &str, scope: &str) -> shared::doma
 pub fn event(kind: &str, id: &str) -> shared::domain::webhook::Event {
     serde_json::from_value(json!({"type": kind, "workspace": "ws_1", "install": {"id": id}})).expect("event")
 }
+
+// ---- The owner's schedules (SPEC §11) -------------------------------------------
+
+impl TestStack {
+    /// The real schedules app, wired as the Lambda wires it, with `max_active`.
+    pub fn schedules_app_with(&self, flags: Flags, max_active: usize) -> schedules::App {
+        let config = self.create_config(flags);
+        schedules::build(
+            &self.aws.sdk,
+            shared::config::SchedulesConfig {
+                table_name: config.table_name,
+                target: config.target,
+                flags: config.flags,
+                ceilings: config.ceilings,
+                max_active,
+            },
+        )
+    }
+
+    pub fn schedules_app(&self) -> schedules::App {
+        self.schedules_app_with(ENABLED, shared::config::DEFAULT_MAX_ACTIVE_REMINDERS)
+    }
+}
+
+/// A signed-in user of ws_1 with both schedule scopes.
+pub fn owner(id: &str) -> Value {
+    owner_in(id, "ws_1")
+}
+
+pub fn owner_in(id: &str, workspace: &str) -> Value {
+    json!({"id": id, "workspace": workspace, "scopes": ["schedule.read", "schedule.write"]})
+}
+
+/// A schedules `create` of the owner `principal`, with `when` one of
+/// `{"at": ...}`, `{"daily": ...}`, `{"weekly": ...}`.
+pub fn schedules_create(principal: &Value, key: &str, title: &str, when: Value) -> Value {
+    let mut input = json!({"title": title, "instruction": format!("Remind me: {title}.")});
+    if let (Some(input), Some(when)) = (input.as_object_mut(), when.as_object()) {
+        input.extend(when.clone());
+    }
+    json!({
+        "op": "create",
+        "principal": principal,
+        "idempotency_key": key,
+        "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard"},
+        "input": input,
+    })
+}

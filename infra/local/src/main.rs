@@ -1,6 +1,6 @@
 //! The main job, locally (README; SPEC §10): the whole system on one machine.
 //! moto stands in for AWS, a scripted stand-in for Bedrock `Converse`, and
-//! the four real function binaries run under Lambda Runtime API emulators.
+//! the five real function binaries run under Lambda Runtime API emulators.
 //! A local dispatcher does what Scheduler, the SQS event sources and the
 //! platform would. It walks a reminder and a connector's standing work
 //! through their lives and prints a timeline and the final task items.
@@ -163,7 +163,7 @@ async fn main() -> anyhow::Result<()> {
         chat.url()
     ));
 
-    clock.step("Starting the four real function binaries under Lambda Runtime API emulators");
+    clock.step("Starting the five real function binaries under Lambda Runtime API emulators");
     let mut env = aws.sdk_env();
     env.extend(stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
     env.extend(
@@ -185,6 +185,7 @@ async fn main() -> anyhow::Result<()> {
     let runner = start("runner", &env).await?;
     let reconcile = start("reconcile", &env).await?;
     let admin_fn = start("admin", &env).await?;
+    let schedules_fn = start("schedules", &env).await?;
     let dispatch = Dispatcher {
         sdk: &aws.sdk,
         stack: &stack,
@@ -227,6 +228,105 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     show("the runner's run record", &run_summary(&record));
+
+    // ---- The owner's schedules ------------------------------------------------
+    clock.step("A user's app (the schedules function): two one-time reminders and a daily one");
+    let user = json!({"id": "usr_456", "workspace": "ws_1", "scopes": ["schedule.read", "schedule.write"]});
+    let mut made = Vec::new();
+    for (key, title, when) in [
+        (
+            "app_dentist",
+            "Dentist",
+            json!({"at": (now + chrono::Duration::hours(3)).to_rfc3339_opts(SecondsFormat::Secs, true)}),
+        ),
+        (
+            "app_parcel",
+            "Parcel",
+            json!({"at": (now + chrono::Duration::hours(4)).to_rfc3339_opts(SecondsFormat::Secs, true)}),
+        ),
+        (
+            "app_water",
+            "Water plants",
+            json!({"daily": {"time": "08:00", "timezone": "Europe/Berlin"}}),
+        ),
+    ] {
+        let mut input = json!({"title": title, "instruction": format!("Remind me: {title}.")});
+        if let (Some(input), Some(when)) = (input.as_object_mut(), when.as_object()) {
+            input.extend(when.clone());
+        }
+        let answer = invoke(
+            &schedules_fn,
+            json!({"op": "create", "principal": user, "idempotency_key": format!("{key}_{}", now.timestamp()),
+                   "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard", "limits": {"max_turns": 2}},
+                   "input": input}),
+        )
+        .await?;
+        made.push(answer["task"].clone());
+    }
+    let listed = invoke(&schedules_fn, json!({"op": "list", "principal": user})).await?;
+    for task in listed["tasks"].as_array().cloned().unwrap_or_default() {
+        say(format!(
+            "list: {} {} {} next {}",
+            task["title"], task["schedule"], task["state"], task["next_run_at"]
+        ));
+    }
+    clock.step("The user moves the dentist an hour later and cancels the parcel");
+    let dentist = &made[0];
+    let moved = invoke(
+        &schedules_fn,
+        json!({"op": "update", "principal": user, "task_id": dentist["task_id"], "expected_version": dentist["version"],
+               "idempotency_key": format!("app_move_{}", now.timestamp()),
+               "input": {"at": (now + chrono::Duration::hours(4)).to_rfc3339_opts(SecondsFormat::Secs, true)}}),
+    )
+    .await?;
+    say(format!(
+        "moved: {} now at {}",
+        moved["task"]["title"].as_str().unwrap_or_default(),
+        moved["task"]["schedule"]["at"].as_str().unwrap_or_default()
+    ));
+    let parcel = &made[1];
+    let cancelled = invoke(
+        &schedules_fn,
+        json!({"op": "cancel", "principal": user, "task_id": parcel["task_id"], "expected_version": parcel["version"]}),
+    )
+    .await?;
+    say(format!(
+        "cancelled: {} is {}",
+        cancelled["task"]["title"].as_str().unwrap_or_default(),
+        cancelled["task"]["state"].as_str().unwrap_or_default()
+    ));
+    let water_id = made[2]["task_id"].as_str().context("daily task id")?.to_owned();
+    let got = invoke(
+        &schedules_fn,
+        json!({"op": "get", "principal": user, "task_id": water_id}),
+    )
+    .await?;
+    say(format!(
+        "Water plants: {}",
+        got["task"]["explanation"].as_str().unwrap_or_default()
+    ));
+    clock.step("Two days of the daily reminder, fast-forwarded: each occurrence runs once");
+    let mut after = Utc::now();
+    for _ in 0..2 {
+        let Some(fired) = dispatch.fire_next(&water_id, after).await? else {
+            anyhow::bail!("the daily reminder's schedule is not enabled");
+        };
+        after = fired.scheduled_time;
+        say(format!("delivering the occurrence of {}", fired.scheduled_time));
+        dispatch.drain_runs().await?;
+    }
+    let runs = invoke(
+        &schedules_fn,
+        json!({"op": "runs", "principal": user, "task_id": water_id}),
+    )
+    .await?;
+    for run in runs["runs"].as_array().cloned().unwrap_or_default() {
+        say(format!(
+            "run {}: {}",
+            run["scheduled_time"].as_str().unwrap_or_default(),
+            run["explanation"].as_str().unwrap_or_default()
+        ));
+    }
 
     // ---- A connector's standing work ----------------------------------------
     clock.step("The platform installs the chat and issues connectors (signed webhooks to reconcile)");
@@ -393,6 +493,7 @@ async fn main() -> anyhow::Result<()> {
     clock.step("Final task items");
     for (label, pk, sk) in [
         ("reminder", "WS#ws_1".to_owned(), format!("TASK#{reminder_id}")),
+        ("daily reminder", "WS#ws_1".to_owned(), format!("TASK#{water_id}")),
         ("weekly_summary", "WS#ws_1".to_owned(), format!("TASK#{weekly_id}")),
         ("stale_issue_sweep", "WS#ws_1".to_owned(), format!("TASK#{sweep_id}")),
     ] {
@@ -440,6 +541,7 @@ async fn serve(env: &[(String, String)], dispatch: &Dispatcher<'_>) -> anyhow::R
     println!("     cargo lambda watch -A 127.0.0.1 --env-file target/local.env");
     println!("     cargo lambda invoke create --data-file infra/events/create-reminder.json");
     println!("     cargo lambda invoke admin --data-file infra/events/admin-get.json");
+    println!("     cargo lambda invoke schedules --data-file infra/events/schedules-list.json");
     println!("   Due schedules and queued work keep flowing to the binaries started here.");
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {

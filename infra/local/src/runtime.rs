@@ -164,6 +164,12 @@ impl RuntimeApi {
 
     /// Invokes the function with a payload and waits for its outcome.
     pub async fn invoke(&self, payload: &Value) -> anyhow::Result<Outcome> {
+        self.invoke_text(&serde_json::to_string(payload)?).await
+    }
+
+    /// Invokes the function with a payload's exact text (which a `Value`
+    /// could not carry: a repeated key, say) and waits for its outcome.
+    pub async fn invoke_text(&self, payload: &str) -> anyhow::Result<Outcome> {
         let id = uuid::Uuid::new_v4().to_string();
         let (tx, rx) = oneshot::channel();
         self.shared.waiting.lock().await.insert(id.clone(), tx);
@@ -172,7 +178,7 @@ impl RuntimeApi {
         self.sender
             .send(Invocation {
                 id: id.clone(),
-                payload: Bytes::from(serde_json::to_vec(payload)?),
+                payload: Bytes::from(payload.to_owned()),
                 deadline_ms,
             })
             .await

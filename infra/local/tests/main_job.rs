@@ -1,5 +1,5 @@
 //! The README's main job, run as a person runs it: the `local` binary with
-//! the four function binaries beside it. It must finish and tell the story
+//! the five function binaries beside it. It must finish and tell the story
 //! the README promises.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -26,7 +26,11 @@ fn the_main_job_walks_the_whole_loop() {
         "skipped: held, withdrawn",
         "its schedule is disabled; Scheduler would not fire it",
         "tools offered to the model: issues__list_issues, issues__post_summary, issues__close_issue, chat__post_message",
-        "\"Scheduled run finished\" events on the bus: 4",
+        "moved: Dentist now at",
+        "cancelled: Parcel is deleted",
+        ": ran and finished",
+        "Water plants: runs every day at 08:00 Europe/Berlin; next at",
+        "\"Scheduled run finished\" events on the bus: 6",
     ] {
         assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
     }

@@ -232,7 +232,7 @@ impl TaskStore for DynamoStore {
         let record_key = Key::idempotency(&record.principal, &record.key);
         let record_put = put_if_absent(&self.table, to_item(record, &record_key, "idempotency")?)?;
         let mut items = vec![task_put, record_put];
-        if let crate::domain::task::Provenance::User { principal } = &task.provenance {
+        if let (crate::domain::task::Provenance::User { principal }, Some(owner)) = (&task.provenance, owner) {
             items.push(owner_update(
                 &self.table,
                 &task.workspace,
@@ -278,9 +278,13 @@ impl TaskStore for DynamoStore {
             #[serde(default)]
             reminders: Vec<String>,
         }
-        let Some(owner) = self.get::<Owner>(Key::owner(workspace, principal), "owner").await? else {
-            return Ok(OwnerReminders::default());
-        };
+        let owner = self
+            .get::<Owner>(Key::owner(workspace, principal), "owner")
+            .await?
+            .unwrap_or(Owner {
+                version: 0,
+                reminders: Vec::new(),
+            });
         let ids: Vec<TaskId> = owner.reminders.iter().filter_map(|id| TaskId::parse(id)).collect();
         let mut found: HashMap<String, Task> = HashMap::new();
         for chunk in ids.chunks(100) {
@@ -315,29 +319,54 @@ impl TaskStore for DynamoStore {
                 pending = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table));
             }
         }
+        let mut tasks: Vec<(TaskId, Option<Task>)> = ids
+            .into_iter()
+            .map(|id| {
+                let task = found.remove(id.as_str());
+                (id, task)
+            })
+            .collect();
+        // Reminders the create function made are not listed on the owner
+        // item: the owner index finds them (it may lag a fresh one by a
+        // moment; those are not capped anyway).
+        let mut after = None;
+        loop {
+            let page = crate::ports::ReminderStore::owned(
+                self,
+                workspace,
+                principal,
+                crate::ports::StateFilter::NotDeleted,
+                100,
+                after.as_ref(),
+            )
+            .await?;
+            for task in page.tasks {
+                if !tasks.iter().any(|(id, _)| *id == task.task_id) {
+                    tasks.push((task.task_id.clone(), Some(task)));
+                }
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
         Ok(OwnerReminders {
             version: owner.version,
-            tasks: ids
-                .into_iter()
-                .map(|id| {
-                    let task = found.remove(id.as_str());
-                    (id, task)
-                })
-                .collect(),
+            tasks,
         })
     }
 }
 
-/// The owner item's part of a reminder's insert. Uncounted (the create
-/// function), it adds the id and bumps the version; counted (a capped
-/// create), it is conditional on the version counted and replaces the list
-/// with the ids still worth listing plus the new one.
+/// The owner item's part of a capped reminder insert: conditional on the
+/// version counted, it replaces the list with the ids still worth listing
+/// plus the new one (one `SET`: an expression may not `ADD` and `DELETE`
+/// the same set).
 fn owner_update(
     table: &str,
     workspace: &str,
     principal: &str,
     task_id: &TaskId,
-    owner: Option<&OwnerReminders>,
+    owner: &OwnerReminders,
 ) -> Result<TransactWriteItem, StoreError> {
     let builder = aws_sdk_dynamodb::types::Update::builder()
         .table_name(table)
@@ -345,28 +374,21 @@ fn owner_update(
         .expression_attribute_names("#entity", ENTITY)
         .expression_attribute_values(":entity", AttributeValue::S("owner".to_owned()))
         .expression_attribute_values(":one", AttributeValue::N("1".to_owned()));
-    let update = match owner {
-        None => builder
-            .update_expression("SET #entity = :entity ADD reminders :id, version :one")
-            .expression_attribute_values(":id", AttributeValue::Ss(vec![task_id.to_string()])),
-        Some(owner) => {
-            let mut ids: Vec<String> = owner.kept().iter().map(TaskId::to_string).collect();
-            if !ids.contains(&task_id.to_string()) {
-                ids.push(task_id.to_string());
-            }
-            let builder = builder
-                .update_expression("SET #entity = :entity, reminders = :ids ADD version :one")
-                .expression_attribute_values(":ids", AttributeValue::Ss(ids));
-            if owner.version == 0 {
-                builder
-                    .condition_expression("attribute_not_exists(#pk)")
-                    .expression_attribute_names("#pk", PK)
-            } else {
-                builder
-                    .condition_expression("version = :read")
-                    .expression_attribute_values(":read", AttributeValue::N(owner.version.to_string()))
-            }
-        }
+    let mut ids: Vec<String> = owner.kept().iter().map(TaskId::to_string).collect();
+    if !ids.contains(&task_id.to_string()) {
+        ids.push(task_id.to_string());
+    }
+    let builder = builder
+        .update_expression("SET #entity = :entity, reminders = :ids ADD version :one")
+        .expression_attribute_values(":ids", AttributeValue::Ss(ids));
+    let update = if owner.version == 0 {
+        builder
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", PK)
+    } else {
+        builder
+            .condition_expression("version = :read")
+            .expression_attribute_values(":read", AttributeValue::N(owner.version.to_string()))
     };
     let update = update.build().map_err(|e| request("TransactWriteItems", e))?;
     Ok(TransactWriteItem::builder().update(update).build())

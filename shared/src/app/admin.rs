@@ -1,5 +1,5 @@
 //! The admin use case (SPEC §8): a workspace admin lists, reads, approves,
-//! pauses, resumes, deletes and restores tasks.
+//! pauses, resumes, deletes and restores tasks, and reads their runs.
 //!
 //! Invariants: the caller holds `schedule.admin` and acts in its own
 //! workspace only; every write is conditional on the version the caller
@@ -27,7 +27,9 @@ use crate::domain::reminder::Principal;
 use crate::domain::schedule::format_utc;
 use crate::domain::schedule::preview::next_fires;
 use crate::domain::task::{Task, TaskId, TaskState};
-use crate::ports::{ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, Versioned};
+use crate::ports::{
+    ReminderStore, ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, Versioned,
+};
 
 pub const ADMIN_SCOPE: &str = "schedule.admin";
 /// Fire times shown by `get`.
@@ -119,6 +121,13 @@ enum Request {
         task_id: String,
         expected_version: u64,
     },
+    /// The latest run records of any task of the workspace, newest first.
+    Runs {
+        principal: Principal,
+        task_id: String,
+        #[serde(default)]
+        limit: Option<u64>,
+    },
 }
 
 pub struct Admin<S, G> {
@@ -192,7 +201,32 @@ fn view(task: &Task) -> Value {
     })
 }
 
-impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
+impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
+    /// `runs`: the task's latest run records, newest first, with the skip
+    /// and failure reasons in words (`domain::history`).
+    async fn runs(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        limit: Option<u64>,
+    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
+        let limit = match crate::domain::history::runs_limit(limit) {
+            Ok(limit) => limit,
+            Err(message) => return Ok(Err(AdminRefusal::InvalidRequest(message))),
+        };
+        let task = match self.load(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let runs = self.store.runs(&task.task_id, limit).await?;
+        Ok(Ok(json!({
+            "ok": true,
+            "runs": runs.iter().map(crate::domain::history::view).collect::<Vec<_>>(),
+        })))
+    }
+}
+
+impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
     pub fn new(store: S, schedules: G) -> Self {
         Self { store, schedules }
     }
@@ -247,7 +281,8 @@ impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
             | Request::Pause { principal, .. }
             | Request::Resume { principal, .. }
             | Request::Delete { principal, .. }
-            | Request::Restore { principal, .. } => principal.clone(),
+            | Request::Restore { principal, .. }
+            | Request::Runs { principal, .. } => principal.clone(),
         };
         if !principal.holds(ADMIN_SCOPE) {
             return Ok(Err(AdminRefusal::Forbidden));
@@ -338,6 +373,7 @@ impl<S: TaskCatalog + TaskStore, G: Schedules> Admin<S, G> {
                 self.set(&principal, &task_id, expected_version, now, |o| o.deleted = false)
                     .await
             }
+            Request::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
         }
     }
 

@@ -17,12 +17,13 @@
 //!
 //! The schedules function (SPEC §11) creates through the same path, with
 //! its own surface (`daily` and `weekly` too) and the cap on active
-//! reminders: the owner's reminders are counted from their owner item, and
-//! the transaction of step 3 is conditional on the owner item's version, so
-//! two creates never both take the last place; the loser counts again and,
-//! refused, deletes the schedule it put. Create's own reminders (the model's
-//! tool, §4, which has no `too_many_active`) are listed on the owner item
-//! in the same transaction, so they count too.
+//! reminders: the owner's reminders are counted from their owner item (read
+//! consistently) and the owner index, and the transaction of step 3 also
+//! lists the new reminder on the owner item, conditional on the version
+//! counted, so two creates never both take the last place; the loser counts
+//! again and, refused, deletes the schedule it put. Create's own reminders
+//! (the model's tool, §4, which has no `too_many_active`) count through the
+//! owner index; create writes no owner item.
 //!
 //! Two concurrent calls with one key and different inputs both put the
 //! schedule before their transaction; the loser of the transaction puts the

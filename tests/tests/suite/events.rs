@@ -50,3 +50,42 @@ async fn the_reconcile_admin_and_runner_fixtures_are_what_the_functions_take() {
         assert_eq!(answer["error"]["code"], "not_found", "{name}: {answer}");
     }
 }
+
+/// The schedules fixtures walk one reminder's life in the README's order:
+/// each answers as documented, against the versions the previous one left.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_schedules_fixtures_walk_a_daily_reminder_through_its_life() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    let mut answers = Vec::new();
+    for name in [
+        "schedules-create-daily.json",
+        "schedules-create-weekly.json",
+        "schedules-list.json",
+        "schedules-get.json",
+        "schedules-update.json",
+        "schedules-pause.json",
+        "schedules-resume.json",
+        "schedules-cancel.json",
+        "schedules-runs.json",
+    ] {
+        let answer = app.handle(fixture(name), now).await.unwrap();
+        assert_eq!(code(&answer), "ok", "{name}: {answer}");
+        answers.push(answer);
+    }
+    let daily = &answers[0]["task"];
+    assert_eq!(
+        daily["task_id"],
+        fixture("schedules-get.json")["task_id"],
+        "the fixtures name the task the create fixture makes"
+    );
+    assert_eq!(answers[2]["tasks"].as_array().unwrap().len(), 2);
+    assert_eq!(answers[4]["task"]["schedule"]["daily"]["time"], "20:00");
+    assert_eq!(answers[5]["task"]["state"], "paused");
+    assert_eq!(answers[6]["task"]["state"], "scheduled");
+    assert_eq!(answers[7]["task"]["state"], "deleted");
+    assert_eq!(answers[8]["runs"], serde_json::json!([]));
+    let admin = t.admin().handle(fixture("admin-runs.json"), Utc::now()).await.unwrap();
+    assert_eq!(admin["error"]["code"], "not_found", "{admin}");
+}

@@ -10,6 +10,7 @@ mod interop;
 mod operations;
 mod reconcile;
 mod runner;
+mod schedules;
 mod security;
 mod store;
 mod template;

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use serde_yaml::Value;
-use shared::config::{AdminConfig, CreateConfig, ReconcileConfig, RunnerConfig};
+use shared::config::{AdminConfig, CreateConfig, ReconcileConfig, RunnerConfig, SchedulesConfig};
 
 fn template() -> Value {
     let path = local::moto::repo_root().join("template.yaml");
@@ -53,13 +53,16 @@ fn the_table_matches_the_local_stack() {
         })
         .collect();
     let (index, index_hash, index_range) = local::STACK.table_index;
+    let (owner, owner_hash, owner_range) = local::STACK.owner_index;
     assert_eq!(
         defs,
         vec![
             (hash.into(), "S".into()),
             (range.into(), "S".into()),
             (index_hash.into(), "S".into()),
-            (index_range.into(), "S".into())
+            (index_range.into(), "S".into()),
+            (owner_hash.into(), "S".into()),
+            (owner_range.into(), "S".into())
         ]
     );
     let key_schema = |v: &Value| -> Vec<(String, String)> {
@@ -77,10 +80,13 @@ fn the_table_matches_the_local_stack() {
     let pair = |a: &str, b: &str| vec![(a.to_owned(), "HASH".to_owned()), (b.to_owned(), "RANGE".to_owned())];
     assert_eq!(key_schema(&table["KeySchema"]), pair(hash, range));
     let indexes = table["GlobalSecondaryIndexes"].as_sequence().unwrap();
-    assert_eq!(indexes.len(), 1);
+    assert_eq!(indexes.len(), 2);
     assert_eq!(indexes[0]["IndexName"], index);
     assert_eq!(key_schema(&indexes[0]["KeySchema"]), pair(index_hash, index_range));
     assert_eq!(indexes[0]["Projection"]["ProjectionType"], "KEYS_ONLY");
+    assert_eq!(indexes[1]["IndexName"], owner);
+    assert_eq!(key_schema(&indexes[1]["KeySchema"]), pair(owner_hash, owner_range));
+    assert_eq!(indexes[1]["Projection"]["ProjectionType"], "ALL");
     assert_eq!(
         table["TimeToLiveSpecification"]["AttributeName"],
         local::STACK.ttl_attribute
@@ -1047,4 +1053,65 @@ fn every_derived_name_fits_for_a_128_character_stack_name() {
             name.len()
         );
     }
+}
+
+/// The schedules function: its binary, exactly its variables, its output,
+/// and IAM that reaches only the table, its owner index and the group's
+/// schedules (no scan, no other index, no wildcard action).
+#[test]
+fn the_schedules_function_is_configured_and_least_privileged() {
+    let t = template();
+    let function = resource(&t, "SchedulesFunction");
+    assert_eq!(function["Metadata"]["BuildMethod"], "rust-cargolambda");
+    assert_eq!(function["Metadata"]["BuildProperties"]["Binary"], "schedules");
+    let want: BTreeSet<String> = SchedulesConfig::VARIABLES.iter().map(|v| (*v).to_owned()).collect();
+    assert_eq!(variables(&t, "SchedulesFunction"), want);
+    assert_eq!(
+        get_att(&t["Outputs"]["SchedulesFunctionArn"]["Value"]),
+        "SchedulesFunction.Arn"
+    );
+    let statements = props(&t, "SchedulesFunction")["Policies"][0]["Statement"]
+        .as_sequence()
+        .unwrap();
+    let owner_index = format!("${{TasksTable.Arn}}/index/{}", local::STACK.owner_index.0);
+    let mut actions = BTreeSet::new();
+    for s in statements {
+        let these: Vec<String> = match &s["Action"] {
+            Value::Sequence(a) => a.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+            one => vec![one.as_str().unwrap().to_owned()],
+        };
+        for action in &these {
+            assert!(!action.contains('*'), "wildcard action {action}");
+        }
+        match &s["Resource"] {
+            Value::Tagged(r) if r.tag == "!GetAtt" && r.value == "SchedulerRole.Arn" => {
+                assert_eq!(these, vec!["iam:PassRole".to_owned()]);
+            }
+            Value::Tagged(r) if r.tag == "!GetAtt" => assert_eq!(r.value, "TasksTable.Arn"),
+            Value::Tagged(r) if r.tag == "!Sub" && r.value.as_str() == Some(owner_index.as_str()) => {
+                assert_eq!(these, vec!["dynamodb:Query".to_owned()]);
+            }
+            Value::Tagged(r) if r.tag == "!Sub" => {
+                let arn = r.value.as_str().unwrap();
+                assert!(arn.ends_with(":schedule/${ScheduleGroup}/*"), "{arn}");
+            }
+            other => panic!("unexpected resource {other:?}"),
+        }
+        actions.extend(these);
+    }
+    let expected: BTreeSet<String> = [
+        "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:Query",
+        "scheduler:CreateSchedule",
+        "scheduler:UpdateSchedule",
+        "scheduler:DeleteSchedule",
+        "iam:PassRole",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    assert_eq!(actions, expected);
 }

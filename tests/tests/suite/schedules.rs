@@ -1,0 +1,831 @@
+//! The schedules function (SPEC §11) against moto through the real
+//! adapters: every op and error, owner-only visibility, idempotent replays,
+//! version conflicts, the cap (also under concurrent creates), the
+//! Scheduler schedule kept in step, run history, and a daily reminder run
+//! by the runner across DST changes in its zone.
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use local::converse::Reply;
+use serde_json::{Value, json};
+use shared::app::run::Disposition;
+use shared::config::Flags;
+use shared::domain::occurrence::RunStatus;
+use shared::domain::schedule::Expression;
+use shared::domain::schedule::preview::cron_fires;
+use shared::domain::task::TaskId;
+use tests::{ENABLED, RunStack, TestStack, code, owner, owner_in, schedules_create};
+
+async fn call(app: &schedules::App, payload: Value) -> Value {
+    call_at(app, payload, Utc::now()).await
+}
+
+async fn call_at(app: &schedules::App, payload: Value, now: DateTime<Utc>) -> Value {
+    app.handle(payload, now).await.expect("no internal failure")
+}
+
+fn at_in(ahead: Duration) -> Value {
+    json!({"at": (Utc::now() + ahead).to_rfc3339()})
+}
+
+fn daily(time: &str, zone: &str) -> Value {
+    json!({"daily": {"time": time, "timezone": zone}})
+}
+
+async fn create(app: &schedules::App, principal: &Value, key: &str, title: &str, when: Value) -> Value {
+    let answer = call(app, schedules_create(principal, key, title, when)).await;
+    assert_eq!(answer["ok"], true, "{answer}");
+    answer["task"].clone()
+}
+
+fn op(name: &str, principal: &Value, task: &Value, extra: Value) -> Value {
+    let mut request = json!({"op": name, "principal": principal, "task_id": task["task_id"],
+                             "expected_version": task["version"]});
+    if let (Some(r), Some(extra)) = (request.as_object_mut(), extra.as_object()) {
+        r.extend(extra.clone());
+    }
+    request
+}
+
+async fn schedule_of(t: &TestStack, task: &Value) -> Option<(String, String, String)> {
+    let name = task["task_id"].as_str().unwrap();
+    if !t.schedule_names().await.contains(&name.to_owned()) {
+        return None;
+    }
+    let s = t.schedule(name).await;
+    Some((
+        s.schedule_expression().unwrap_or_default().to_owned(),
+        s.schedule_expression_timezone().unwrap_or_default().to_owned(),
+        s.state().map(|s| s.as_str().to_owned()).unwrap_or_default(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_owner_creates_lists_reads_moves_pauses_resumes_and_cancels() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let me = owner("usr_1");
+    let once = create(&app, &me, "k1", "Call mom", at_in(Duration::hours(2))).await;
+    let every_day = create(&app, &me, "k2", "Stretch", daily("19:00", "Europe/Berlin")).await;
+    let weekly = create(
+        &app,
+        &me,
+        "k3",
+        "Bins",
+        json!({"weekly": {"days": ["TUE", "MON"], "time": "07:30", "timezone": "America/New_York"}}),
+    )
+    .await;
+    assert_eq!(once["state"], "scheduled");
+    assert_eq!(once["version"], 1);
+    assert!(once["schedule"]["at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(every_day["schedule"], daily("19:00", "Europe/Berlin"));
+    assert_eq!(
+        weekly["schedule"],
+        json!({"weekly": {"days": ["MON", "TUE"], "time": "07:30", "timezone": "America/New_York"}})
+    );
+    assert_eq!(
+        schedule_of(&t, &every_day).await,
+        Some(("cron(0 19 * * ? *)".into(), "Europe/Berlin".into(), "ENABLED".into()))
+    );
+    assert_eq!(
+        schedule_of(&t, &weekly).await.unwrap().0,
+        "cron(30 7 ? * 2,3 *)",
+        "Scheduler numbers days from SUN = 1"
+    );
+    let recurring = t.schedule(every_day["task_id"].as_str().unwrap()).await;
+    assert_eq!(
+        recurring.action_after_completion().map(|a| a.as_str()),
+        Some("NONE"),
+        "a recurring schedule stays after a run"
+    );
+
+    // list: newest first, paged with the cursor.
+    let page = call(&app, json!({"op": "list", "principal": me, "limit": 2})).await;
+    let ids: Vec<&Value> = page["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["task_id"])
+        .collect();
+    assert_eq!(ids, vec![&weekly["task_id"], &every_day["task_id"]]);
+    let rest = call(
+        &app,
+        json!({"op": "list", "principal": me, "limit": 2, "cursor": page["cursor"]}),
+    )
+    .await;
+    assert_eq!(rest["tasks"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["tasks"][0]["task_id"], once["task_id"]);
+    assert_eq!(rest["cursor"], Value::Null);
+
+    // get: instruction, next runs, explanation.
+    let got = call(
+        &app,
+        json!({"op": "get", "principal": me, "task_id": every_day["task_id"]}),
+    )
+    .await;
+    assert_eq!(got["task"]["instruction"], "Remind me: Stretch.");
+    let next: Vec<&str> = got["task"]["next_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(next.len(), 5);
+    assert_eq!(got["task"]["next_run_at"], next[0]);
+    assert!(
+        got["task"]["explanation"]
+            .as_str()
+            .unwrap()
+            .starts_with("runs every day at 19:00 Europe/Berlin; next at"),
+        "{got}"
+    );
+
+    // update: 7pm to 8pm, the schedule follows without residue.
+    let moved = call(
+        &app,
+        op(
+            "update",
+            &me,
+            &every_day,
+            json!({"idempotency_key": "u1", "input": daily("20:00", "Europe/Berlin")}),
+        ),
+    )
+    .await;
+    assert_eq!(moved["ok"], true, "{moved}");
+    assert_eq!(moved["task"]["version"], 2);
+    assert_eq!(schedule_of(&t, &every_day).await.unwrap().0, "cron(0 20 * * ? *)");
+    let new_at = (Utc::now() + Duration::hours(5)).to_rfc3339();
+    let to_once = call(
+        &app,
+        op(
+            "update",
+            &me,
+            &moved["task"],
+            json!({"idempotency_key": "u2", "input": {"at": new_at, "title": "Stretch once"}}),
+        ),
+    )
+    .await;
+    assert_eq!(to_once["task"]["title"], "Stretch once");
+    assert!(schedule_of(&t, &every_day).await.unwrap().0.starts_with("at("));
+    // (UpdateSchedule also sets ActionAfterCompletion to DELETE; moto keeps
+    // the created value: infra/FIDELITY.md.)
+    assert_eq!(t.schedule_names().await.len(), 3, "one schedule per reminder");
+
+    // pause, resume, cancel keep the schedule in step.
+    let paused = call(&app, op("pause", &me, &weekly, json!({}))).await;
+    assert_eq!(paused["task"]["state"], "paused");
+    assert_eq!(paused["task"]["next_run_at"], Value::Null);
+    assert_eq!(schedule_of(&t, &weekly).await.unwrap().2, "DISABLED");
+    let resumed = call(&app, op("resume", &me, &paused["task"], json!({}))).await;
+    assert_eq!(resumed["task"]["state"], "scheduled");
+    assert_eq!(schedule_of(&t, &weekly).await.unwrap().2, "ENABLED");
+    let cancelled = call(&app, op("cancel", &me, &resumed["task"], json!({}))).await;
+    assert_eq!(cancelled["task"]["state"], "deleted");
+    assert_eq!(schedule_of(&t, &weekly).await, None, "cancel removes the schedule");
+    let item = t
+        .item("WS#ws_1", &format!("TASK#{}", weekly["task_id"].as_str().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(item["override"]["deleted"], true);
+    assert_eq!(item["override"]["by"], "usr_1");
+
+    let listed = call(&app, json!({"op": "list", "principal": me})).await;
+    assert_eq!(
+        listed["tasks"].as_array().unwrap().len(),
+        2,
+        "a cancelled reminder is not listed"
+    );
+    let deleted = call(&app, json!({"op": "list", "principal": me, "state": "deleted"})).await;
+    assert_eq!(deleted["tasks"].as_array().unwrap().len(), 1);
+    assert_eq!(deleted["tasks"][0]["task_id"], weekly["task_id"]);
+    let got = call(
+        &app,
+        json!({"op": "get", "principal": me, "task_id": weekly["task_id"]}),
+    )
+    .await;
+    assert!(
+        got["task"]["explanation"]
+            .as_str()
+            .unwrap()
+            .starts_with("never runs: cancelled by you")
+    );
+    let again = call(&app, op("resume", &me, &cancelled["task"], json!({}))).await;
+    assert_eq!(code(&again), "invalid_request", "a cancelled reminder stays cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_error_has_its_code_and_leaves_no_residue() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let me = owner("usr_1");
+    let cases = [
+        (
+            schedules_create(&me, "a", "x", daily("7:00", "UTC")),
+            "invalid_schedule",
+        ),
+        (
+            schedules_create(&me, "a", "x", daily("19:00", "Nowhere/City")),
+            "invalid_schedule",
+        ),
+        (
+            schedules_create(
+                &me,
+                "a",
+                "x",
+                json!({"weekly": {"days": ["MON", "MON"], "time": "19:00", "timezone": "UTC"}}),
+            ),
+            "invalid_schedule",
+        ),
+        (
+            schedules_create(
+                &me,
+                "a",
+                "x",
+                json!({"weekly": {"days": [], "time": "19:00", "timezone": "UTC"}}),
+            ),
+            "invalid_schedule",
+        ),
+        (
+            schedules_create(&me, "a", "x", json!({"at": "2026-12-24T19:00:00"})),
+            "naive_instant",
+        ),
+        (
+            schedules_create(&me, "a", "x", json!({"at": "soon"})),
+            "invalid_instant",
+        ),
+        (
+            schedules_create(&me, "a", "x", json!({"at": "2020-01-01T00:00:00Z"})),
+            "instant_in_past",
+        ),
+        (
+            schedules_create(&me, "a", "x", at_in(Duration::days(400))),
+            "instant_too_far",
+        ),
+        (schedules_create(&me, "a", "x", json!({})), "invalid_request"),
+        (
+            schedules_create(
+                &me,
+                "a",
+                "x",
+                json!({"at": "2030-01-01T00:00:00Z", "daily": {"time": "10:00", "timezone": "UTC"}}),
+            ),
+            "invalid_request",
+        ),
+        (
+            schedules_create(&me, "a", &"x".repeat(201), at_in(Duration::hours(1))),
+            "invalid_request",
+        ),
+        (
+            schedules_create(
+                &json!({"id": "usr_1", "workspace": "ws_1", "scopes": ["schedule.read"]}),
+                "a",
+                "x",
+                at_in(Duration::hours(1)),
+            ),
+            "forbidden",
+        ),
+        (
+            schedules_create(
+                &json!({"id": "usr_1", "workspace": "ws_1", "scopes": ["schedule.*"]}),
+                "a",
+                "x",
+                at_in(Duration::hours(1)),
+            ),
+            "forbidden",
+        ),
+        (
+            json!({"op": "list", "principal": {"id": "usr_1", "workspace": "ws_1", "scopes": ["schedule.write"]}}),
+            "forbidden",
+        ),
+        (
+            json!({"op": "list", "principal": {"id": "usr_1", "workspace": "ws_1", "scopes": ["*"]}}),
+            "forbidden",
+        ),
+        (json!({"op": "list", "principal": me, "limit": 0}), "invalid_request"),
+        (json!({"op": "list", "principal": me, "limit": 101}), "invalid_request"),
+        (
+            json!({"op": "list", "principal": me, "state": "sleeping"}),
+            "invalid_request",
+        ),
+        (
+            json!({"op": "list", "principal": me, "cursor": "not-a-cursor"}),
+            "invalid_request",
+        ),
+        (
+            json!({"op": "list", "principal": {"id": "usr#1", "workspace": "ws_1", "scopes": ["schedule.read"]}}),
+            "invalid_request",
+        ),
+        (
+            json!({"op": "get", "principal": me, "task_id": "rem_0123456789abcdef0123456789abcdef"}),
+            "not_found",
+        ),
+        (json!({"op": "get", "principal": me, "task_id": "garbage"}), "not_found"),
+        (json!({"op": "explode", "principal": me}), "invalid_request"),
+        (
+            json!({"op": "pause", "principal": me, "task_id": "rem_0123456789abcdef0123456789abcdef", "expected_version": 1}),
+            "not_found",
+        ),
+    ];
+    for (request, want) in cases {
+        let answer = call(&app, request.clone()).await;
+        assert_eq!(code(&answer), want, "{request} -> {answer}");
+        assert!(answer["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        t.assert_untouched(want).await;
+    }
+
+    // Flags: reads need the API flag, writes both.
+    for (api, worker, read, write) in [
+        (false, true, "feature_disabled", "feature_disabled"),
+        (true, false, "ok", "feature_disabled"),
+    ] {
+        let off = t.schedules_app_with(
+            Flags {
+                api_enabled: api,
+                worker_enabled: worker,
+            },
+            50,
+        );
+        assert_eq!(code(&call(&off, json!({"op": "list", "principal": me})).await), read);
+        let created = call(&off, schedules_create(&me, "f", "x", at_in(Duration::hours(1)))).await;
+        assert_eq!(code(&created), write);
+        t.assert_untouched("flags").await;
+    }
+
+    // Version conflicts and instants on a reminder that exists.
+    let task = create(&app, &me, "k1", "Call mom", at_in(Duration::hours(1))).await;
+    let before = t.items().await;
+    let stale = json!({"expected_version": 7});
+    for name in ["pause", "resume", "cancel"] {
+        let mut request = op(name, &me, &task, json!({}));
+        request["expected_version"] = stale["expected_version"].clone();
+        assert_eq!(code(&call(&app, request).await), "version_conflict", "{name}");
+    }
+    let mut update = op(
+        "update",
+        &me,
+        &task,
+        json!({"idempotency_key": "u", "input": {"title": "x"}}),
+    );
+    update["expected_version"] = json!(7);
+    assert_eq!(code(&call(&app, update).await), "version_conflict");
+    for (input, want) in [
+        (json!({"at": "2020-01-01T00:00:00Z"}), "instant_in_past"),
+        (
+            json!({"daily": {"time": "19:00", "timezone": "Utc/Nowhere"}}),
+            "invalid_schedule",
+        ),
+        (json!({"title": "\u{202E}evil"}), "invalid_request"),
+        (json!({}), "invalid_request"),
+    ] {
+        let request = op("update", &me, &task, json!({"idempotency_key": "u", "input": input}));
+        assert_eq!(code(&call(&app, request).await), want);
+    }
+    assert_eq!(t.items().await, before, "refused updates change nothing");
+    assert_eq!(schedule_of(&t, &task).await.unwrap().0, {
+        let at: DateTime<Utc> = task["schedule"]["at"].as_str().unwrap().parse().unwrap();
+        format!("at({})", at.format("%Y-%m-%dT%H:%M:%S"))
+    });
+
+    // A one-time reminder paused past its time cannot be resumed.
+    let paused = call(&app, op("pause", &me, &task, json!({}))).await;
+    let later = Utc::now() + Duration::hours(2);
+    let resumed = call_at(&app, op("resume", &me, &paused["task"], json!({})), later).await;
+    assert_eq!(code(&resumed), "instant_in_past");
+    let got = call_at(
+        &app,
+        json!({"op": "get", "principal": me, "task_id": task["task_id"]}),
+        later,
+    )
+    .await;
+    assert_eq!(got["task"]["state"], "paused");
+    assert!(got["task"]["explanation"].as_str().unwrap().contains("has passed"));
+    assert_eq!(schedule_of(&t, &task).await.unwrap().2, "DISABLED");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_principal_sees_only_its_own_reminders() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let mine = create(&app, &owner("usr_1"), "k", "Mine", at_in(Duration::hours(1))).await;
+    let theirs = create(&app, &owner("usr_2"), "k", "Theirs", at_in(Duration::hours(1))).await;
+    // Idempotency keys are scoped per principal id (SPEC §3: `IDEM#<principal>`).
+    let elsewhere = create(
+        &app,
+        &owner_in("usr_1", "ws_2"),
+        "k-ws2",
+        "Elsewhere",
+        at_in(Duration::hours(1)),
+    )
+    .await;
+    // A connector task of the same workspace.
+    let connector = tests::connector_task("issues", "weekly", &[], &[]);
+    t.admin_store().insert_task(&connector).await.unwrap();
+
+    let me = owner("usr_1");
+    let listed = call(&app, json!({"op": "list", "principal": me})).await;
+    let ids: Vec<&Value> = listed["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["task_id"])
+        .collect();
+    assert_eq!(ids, vec![&mine["task_id"]]);
+    for other in [&theirs["task_id"], &elsewhere["task_id"], &json!(connector.task_id)] {
+        for name in ["get", "runs"] {
+            let answer = call(&app, json!({"op": name, "principal": me, "task_id": other})).await;
+            assert_eq!(code(&answer), "not_found", "{name} {other}");
+        }
+        for name in ["pause", "resume", "cancel"] {
+            let answer = call(
+                &app,
+                json!({"op": name, "principal": me, "task_id": other, "expected_version": 1}),
+            )
+            .await;
+            assert_eq!(code(&answer), "not_found", "{name} {other}");
+        }
+        let update = json!({"op": "update", "principal": me, "task_id": other, "expected_version": 1,
+                            "idempotency_key": format!("u-{other}"), "input": {"title": "mine now"}});
+        assert_eq!(code(&call(&app, update).await), "not_found");
+    }
+    // The same message whether the task exists elsewhere or not at all.
+    let a = call(
+        &app,
+        json!({"op": "get", "principal": me, "task_id": theirs["task_id"]}),
+    )
+    .await;
+    let b = call(
+        &app,
+        json!({"op": "get", "principal": me, "task_id": "rem_0123456789abcdef0123456789abcdef"}),
+    )
+    .await;
+    assert_eq!(
+        a["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace(theirs["task_id"].as_str().unwrap(), "X"),
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("rem_0123456789abcdef0123456789abcdef", "X")
+    );
+    // Another principal's cursor lists nothing of theirs.
+    let two_page = create(&app, &owner("usr_2"), "k2", "Theirs 2", at_in(Duration::hours(1))).await;
+    let page = call(&app, json!({"op": "list", "principal": owner("usr_2"), "limit": 1})).await;
+    assert_eq!(page["tasks"][0]["task_id"], two_page["task_id"]);
+    let stolen = call(&app, json!({"op": "list", "principal": me, "cursor": page["cursor"]})).await;
+    assert!(
+        stolen["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["title"] != "Theirs"),
+        "{stolen}"
+    );
+    // Nothing of the others changed.
+    let theirs_now = call(
+        &app,
+        json!({"op": "get", "principal": owner("usr_2"), "task_id": theirs["task_id"]}),
+    )
+    .await;
+    assert_eq!(theirs_now["task"]["version"], 1);
+    assert_eq!(theirs_now["task"]["title"], "Theirs");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn creates_and_updates_replay_and_a_key_with_another_input_conflicts() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let me = owner("usr_1");
+    let request = schedules_create(&me, "k", "Stretch", daily("07:00", "Asia/Tokyo"));
+    let first = call(&app, request.clone()).await;
+    let again = call(&app, request.clone()).await;
+    assert_eq!(
+        (first["replayed"].clone(), again["replayed"].clone()),
+        (json!(false), json!(true))
+    );
+    assert_eq!(first["task"]["task_id"], again["task"]["task_id"]);
+    let other = call(
+        &app,
+        schedules_create(&me, "k", "Stretch", daily("08:00", "Asia/Tokyo")),
+    )
+    .await;
+    assert_eq!(code(&other), "idempotency_conflict");
+    assert_eq!(t.items_of("task").await.len(), 1);
+    assert_eq!(t.schedule_names().await.len(), 1);
+
+    let update = op(
+        "update",
+        &me,
+        &first["task"],
+        json!({"idempotency_key": "u", "input": {"title": "Stretch more"}}),
+    );
+    let updated = call(&app, update.clone()).await;
+    assert_eq!(
+        (updated["replayed"].clone(), updated["task"]["version"].clone()),
+        (json!(false), json!(2))
+    );
+    let replayed = call(&app, update.clone()).await;
+    assert_eq!(replayed["replayed"], true, "{replayed}");
+    assert_eq!(replayed["task"]["version"], 2, "applied once");
+    let mut changed = update.clone();
+    changed["input"]["title"] = json!("Stretch less");
+    assert_eq!(code(&call(&app, changed).await), "idempotency_conflict");
+    let mut reused = op(
+        "update",
+        &me,
+        &updated["task"],
+        json!({"idempotency_key": "k", "input": {"title": "y"}}),
+    );
+    reused["idempotency_key"] = json!("k");
+    assert_eq!(
+        code(&call(&app, reused).await),
+        "idempotency_conflict",
+        "a create's key is taken"
+    );
+    let got = call(
+        &app,
+        json!({"op": "get", "principal": me, "task_id": first["task"]["task_id"]}),
+    )
+    .await;
+    assert_eq!(
+        (got["task"]["title"].clone(), got["task"]["version"].clone()),
+        (json!("Stretch more"), json!(2))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cap_holds_under_concurrent_creates_and_frees_a_place_on_cancel() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app_with(ENABLED, 3);
+    let me = owner("usr_1");
+    // One made by the model's tool counts too.
+    let tool = t
+        .create_app()
+        .handle(
+            {
+                let mut r = tests::create_request("tool", Utc::now(), Duration::hours(1));
+                r["principal"] = json!({"id": "usr_1", "workspace": "ws_1", "scopes": ["schedule.write"]});
+                r
+            },
+            Utc::now(),
+        )
+        .await
+        .unwrap()
+        .to_json();
+    assert_eq!(tool["ok"], true, "{tool}");
+    let racers = (0..6).map(|i| {
+        let app = &app;
+        let me = &me;
+        async move {
+            call(
+                app,
+                schedules_create(me, &format!("r{i}"), "race", at_in(Duration::hours(1))),
+            )
+            .await
+        }
+    });
+    let answers = futures::future::join_all(racers).await;
+    let codes: Vec<String> = answers.iter().map(code).collect();
+    assert_eq!(codes.iter().filter(|c| *c == "ok").count(), 2, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| *c == "too_many_active").count(), 4, "{codes:?}");
+    assert_eq!(t.items_of("task").await.len(), 3);
+    assert_eq!(t.schedule_names().await.len(), 3, "a refused racer leaves no schedule");
+
+    // Paused ones count; a cancelled one frees its place.
+    let winner = answers.iter().find(|a| a["ok"] == true).unwrap()["task"].clone();
+    let paused = call(&app, op("pause", &me, &winner, json!({}))).await;
+    assert_eq!(
+        code(&call(&app, schedules_create(&me, "p", "x", at_in(Duration::hours(1)))).await),
+        "too_many_active"
+    );
+    call(&app, op("cancel", &me, &paused["task"], json!({}))).await;
+    let fourth = call(&app, schedules_create(&me, "c", "x", daily("09:00", "UTC"))).await;
+    assert_eq!(fourth["ok"], true, "{fourth}");
+    // Another principal has places of their own.
+    let other = call(
+        &app,
+        schedules_create(&owner("usr_2"), "o", "x", at_in(Duration::hours(1))),
+    )
+    .await;
+    assert_eq!(other["ok"], true);
+}
+
+/// Delivers every occurrence of a task's schedule in (from, to], as
+/// Scheduler would fire its stored expression, each twice (a redelivery),
+/// at its scheduled time plus a few seconds.
+async fn fire_between(s: &RunStack, task_id: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    let schedule = s.t.schedule(task_id).await;
+    let expression = Expression {
+        expression: schedule.schedule_expression().unwrap().to_owned(),
+        timezone: schedule.schedule_expression_timezone().unwrap().to_owned(),
+    };
+    let fires: Vec<DateTime<Utc>> = cron_fires(&expression, from, 20)
+        .unwrap()
+        .into_iter()
+        .filter_map(|f| f.at)
+        .filter(|at| *at <= to)
+        .collect();
+    let runner = s.runner();
+    let id = TaskId::parse(task_id).unwrap();
+    let task = s.store();
+    let task = shared::ports::TaskStore::task(&task, "ws_1", &id)
+        .await
+        .unwrap()
+        .unwrap();
+    for at in &fires {
+        for attempt in ["a", "b"] {
+            let got = runner
+                .deliver(
+                    &format!("m-{at}-{attempt}"),
+                    &tests::run_message(&task, *at, &format!("e-{at}-{attempt}")),
+                    *at + Duration::seconds(3),
+                    Utc::now() + Duration::minutes(5),
+                )
+                .await
+                .unwrap();
+            let want = if attempt == "a" {
+                Disposition::Ran(RunStatus::Succeeded)
+            } else {
+                Disposition::Duplicate
+            };
+            assert_eq!(got, want, "{at} {attempt}");
+        }
+    }
+    fires
+}
+
+fn utc(y: i32, m: u32, d: u32, h: u32, min: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(y, m, d, h, min, 0).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daily_reminder_runs_every_occurrence_once_across_dst_changes() {
+    let s = RunStack::start().await.unwrap();
+    let app = s.t.schedules_app();
+    let me = owner("usr_1");
+    // New York springs forward on 2027-03-14 (02:30 does not exist) and
+    // falls back on 2027-11-07 (01:30 happens twice).
+    let gap = create(&app, &me, "gap", "Night pill", daily("02:30", "America/New_York")).await;
+    let twice = create(&app, &me, "twice", "Late call", daily("01:30", "America/New_York")).await;
+    let gap_id = gap["task_id"].as_str().unwrap();
+    let twice_id = twice["task_id"].as_str().unwrap();
+
+    let explained = call_at(
+        &app,
+        json!({"op": "get", "principal": me, "task_id": gap_id}),
+        utc(2027, 3, 10, 0, 0),
+    )
+    .await;
+    let words = explained["task"]["explanation"].as_str().unwrap();
+    assert!(
+        words.contains("on 2027-03-14, 02:30 does not exist in America/New_York"),
+        "{words}"
+    );
+    let next: Vec<&str> = explained["task"]["next_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        next,
+        vec![
+            "2027-03-10T07:30:00Z",
+            "2027-03-11T07:30:00Z",
+            "2027-03-12T07:30:00Z",
+            "2027-03-13T07:30:00Z",
+            "2027-03-15T06:30:00Z"
+        ],
+        "the skipped day has no run"
+    );
+    let explained = call_at(
+        &app,
+        json!({"op": "get", "principal": me, "task_id": twice_id}),
+        utc(2027, 11, 1, 0, 0),
+    )
+    .await;
+    assert!(
+        explained["task"]["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("on 2027-11-07, 01:30 happens twice"),
+        "{explained}"
+    );
+
+    for _ in 0..8 {
+        s.model.script([Reply::text("Time for it!", 100, 10)]).await;
+    }
+    let fired = fire_between(&s, gap_id, utc(2027, 3, 12, 0, 0), utc(2027, 3, 16, 0, 0)).await;
+    assert_eq!(
+        fired,
+        vec![
+            utc(2027, 3, 12, 7, 30),
+            utc(2027, 3, 13, 7, 30),
+            utc(2027, 3, 15, 6, 30)
+        ],
+        "no run on the day 02:30 does not exist"
+    );
+    let fired = fire_between(&s, twice_id, utc(2027, 11, 6, 0, 0), utc(2027, 11, 9, 0, 0)).await;
+    assert_eq!(
+        fired,
+        vec![
+            utc(2027, 11, 6, 5, 30),
+            utc(2027, 11, 7, 5, 30),
+            utc(2027, 11, 8, 6, 30)
+        ],
+        "once on the day 01:30 happens twice, at the first"
+    );
+
+    // Still scheduled: a recurring reminder is never completed by a run.
+    let got = call_at(
+        &app,
+        json!({"op": "get", "principal": me, "task_id": gap_id}),
+        utc(2027, 3, 16, 0, 0),
+    )
+    .await;
+    assert_eq!(got["task"]["state"], "scheduled");
+    assert_eq!(got["task"]["next_run_at"], "2027-03-16T06:30:00Z");
+
+    // Run history, newest first, from the run records; charged to the principal.
+    let runs = call(&app, json!({"op": "runs", "principal": me, "task_id": gap_id})).await;
+    let times: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["scheduled_time"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        times,
+        vec!["2027-03-15T06:30:00Z", "2027-03-13T07:30:00Z", "2027-03-12T07:30:00Z"]
+    );
+    assert!(
+        runs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["status"] == "succeeded")
+    );
+    let one = call(
+        &app,
+        json!({"op": "runs", "principal": me, "task_id": gap_id, "limit": 1}),
+    )
+    .await;
+    assert_eq!(one["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        code(
+            &call(
+                &app,
+                json!({"op": "runs", "principal": me, "task_id": gap_id, "limit": 51})
+            )
+            .await
+        ),
+        "invalid_request"
+    );
+    let march = s.account("principal:usr_1", "2027-03").await.unwrap();
+    assert_eq!(march["runs"], 3);
+    let november = s.account("principal:usr_1", "2027-11").await.unwrap();
+    assert_eq!(november["runs"], 3);
+
+    // A paused run is skipped at the door, and the history says why in words.
+    let current = call(&app, json!({"op": "get", "principal": me, "task_id": gap_id})).await;
+    let paused = call(&app, op("pause", &me, &current["task"], json!({}))).await;
+    assert_eq!(paused["task"]["state"], "paused");
+    let task = shared::ports::TaskStore::task(&s.store(), "ws_1", &TaskId::parse(gap_id).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let at = utc(2027, 3, 16, 6, 30);
+    let got = s
+        .runner()
+        .deliver(
+            "m-paused",
+            &tests::run_message(&task, at, "e-p"),
+            at + Duration::seconds(2),
+            Utc::now() + Duration::minutes(5),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(got, Disposition::Skipped(_)), "{got:?}");
+    let runs = call(&app, json!({"op": "runs", "principal": me, "task_id": gap_id})).await;
+    assert_eq!(runs["runs"][0]["status"], "skipped");
+    assert_eq!(runs["runs"][0]["reason"], "paused");
+    assert_eq!(runs["runs"][0]["explanation"], "skipped: it was paused");
+
+    // The admin reads any task's runs in the workspace, newest first.
+    let admin =
+        s.t.admin()
+            .handle(
+                json!({"op": "runs", "principal": tests::admin_principal(), "task_id": gap_id}),
+                Utc::now(),
+            )
+            .await
+            .unwrap();
+    assert_eq!(admin["runs"].as_array().unwrap().len(), 4, "{admin}");
+    assert_eq!(admin["runs"][0]["status"], "skipped");
+    let foreign = s
+        .t
+        .admin()
+        .handle(json!({"op": "runs", "principal": {"id": "adm_2", "workspace": "ws_2", "scopes": ["schedule.admin"]}, "task_id": gap_id}), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(code(&foreign), "forbidden");
+}
