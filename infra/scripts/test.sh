@@ -11,6 +11,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 # A one-shot build on a clean clone gains nothing from incremental caches,
 # which would double the target directory's size on disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# Debug builds keep async state machines unoptimised and move them on the
+# stack; the suite's longest scenarios need more than a test thread's 2 MiB.
+export RUST_MIN_STACK="${RUST_MIN_STACK:-8388608}"
 
 echo "== format"
 cargo fmt --all --check

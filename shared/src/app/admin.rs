@@ -27,9 +27,7 @@ use crate::domain::reminder::Principal;
 use crate::domain::schedule::format_utc;
 use crate::domain::schedule::preview::next_fires;
 use crate::domain::task::{Task, TaskId, TaskState};
-use crate::ports::{
-    ReminderStore, ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, Versioned,
-};
+use crate::ports::{ReminderStore, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, Versioned};
 
 pub const ADMIN_SCOPE: &str = "schedule.admin";
 /// Fire times shown by `get`.
