@@ -701,11 +701,10 @@ fn arn_matches(pattern: &str, arn: &str) -> bool {
 }
 
 impl Statement {
-    /// Whether this Allow statement lets `action` on `resource` with the
-    /// request context `context`.
-    fn allows(&self, action: &str, resource: &str, context: &BTreeMap<&str, String>) -> bool {
+    /// Whether this statement applies to `action` on `resource` with the
+    /// request context `context` (whatever its effect).
+    fn matches(&self, action: &str, resource: &str, context: &BTreeMap<&str, String>) -> bool {
         let s = &self.0;
-        assert_eq!(s["Effect"], "Allow");
         let action_ok = strings(&s["Action"]).iter().any(|a| glob(a, action));
         let resource_ok = strings(&s["Resource"])
             .iter()
@@ -744,8 +743,14 @@ fn runner_statements(deployment: &Deployment) -> Vec<Statement> {
         .collect()
 }
 
+/// IAM's rule: some Allow applies and no Deny does (an explicit deny wins).
 fn allowed(statements: &[Statement], action: &str, resource: &str, context: &BTreeMap<&str, String>) -> bool {
-    statements.iter().any(|s| s.allows(action, resource, context))
+    let applies = |effect: &str| {
+        statements
+            .iter()
+            .any(|s| s.0["Effect"] == effect && s.matches(action, resource, context))
+    };
+    applies("Allow") && !applies("Deny")
 }
 
 fn profile_arn(id: &str) -> String {
@@ -810,6 +815,10 @@ fn the_default_model_is_current_reached_through_a_global_profile_and_priced() {
         ("AGENT_SCHEDULE_WORKER_ENABLED", "true"),
         ("MODEL_ID", id),
         ("MODEL_PRICES", prices_text),
+        (
+            "CONNECTOR_SECRET_PREFIX",
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:connectors/",
+        ),
     ];
     let config = RunnerConfig::from(&shared::config::Env::from_lookup(|k: &str| {
         vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned())
@@ -977,7 +986,10 @@ fn alarms_can_reach_the_topic() {
         .expect("a statement for CloudWatch");
     let statement = Statement(cloudwatch.clone());
     for action in ["kms:Decrypt", "kms:GenerateDataKey"] {
-        assert!(statement.allows(action, "*", &BTreeMap::new()), "{action}");
+        assert!(
+            allowed(std::slice::from_ref(&statement), action, "*", &BTreeMap::new()),
+            "{action}"
+        );
     }
 }
 
