@@ -15,7 +15,11 @@
 //! - an install stored before the rules names the webhook secret (the
 //!   worker and runner path, past intake);
 //! - an install event that skipped intake names a metadata URL;
+//! - an installed install's id is re-declared as another server, so its
+//!   approved tasks would run on that server's URL;
 //! - a name that resolves to 127.0.0.1, with `ALLOW_LOOPBACK_CONNECTORS` off;
+//! - a connector task already attached to a personal install is delivered
+//!   to the runner;
 //! - a webhook signed over a re-printed timestamp instead of the header's bytes.
 //!
 //! No test sends anything outside 127.0.0.0/8: hostile URLs are refused by
@@ -479,4 +483,71 @@ async fn a_signature_over_a_reprinted_timestamp_is_refused() {
         .await
         .unwrap();
     assert_eq!(answer, WebhookAnswer::Accepted);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_install_id_re_declared_as_another_server_is_refused() {
+    let t = TestStack::start().await.unwrap();
+    let (issues, chat) = (issues_server().await, chat_server().await);
+    let r = approved_world(&t, &issues, &chat).await;
+    let other = issues_server().await;
+    let before = snapshot(&t).await;
+    let summary = r
+        .apply(&installed("ins_1", "wiki", &other.url(), "workspace"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(summary, Default::default());
+    assert_eq!(snapshot(&t).await, before, "the install keeps its server and URL");
+    let record = t.item("WS#ws_1", "INSTALL#ins_1").await.unwrap();
+    assert_eq!(record["server"], "issues");
+    assert_eq!(record["url"], issues.url());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_attached_to_a_personal_install_is_skipped_at_the_door() {
+    use shared::app::run::Disposition;
+    use shared::domain::door::SkipReason;
+    let s = tests::RunStack::start().await.unwrap();
+    let mine = issues_server().await;
+    let arn = secret(&s.t, &s.t.stack.connector_secret_name("ws_1", "ins_me"), "my-own-token").await;
+    let mut personal = tests::install(
+        "ins_me",
+        "issues",
+        &mine.url(),
+        shared::domain::install::InstallScope::Personal,
+    );
+    personal.credential_secret_arn = Some(arn);
+    s.store().put_install(&personal).await.unwrap();
+    // A task taken over before the rule: its provenance names the personal install.
+    let mut task = tests::connector_task("issues", "weekly_summary", &["list_issues"], &[]);
+    task.provenance = shared::domain::task::Provenance::Connector {
+        install_id: "ins_me".into(),
+        server: "issues".into(),
+        prompt: "weekly_summary".into(),
+    };
+    s.store().insert_task(&task).await.unwrap();
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    let runner = s.runner();
+    let got = runner
+        .deliver(
+            "m",
+            &tests::run_message(&task, at, "e"),
+            Utc::now(),
+            Utc::now() + chrono::Duration::minutes(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Skipped(SkipReason::NotWorkspaceInstall));
+    assert_eq!(
+        runner.connectors().secret_reads(),
+        0,
+        "the personal credential is never read"
+    );
+    assert!(
+        mine.state().read().await.prompt_gets.is_empty(),
+        "the personal server is never called"
+    );
+    assert!(s.model.requests().await.is_empty(), "no model call");
+    let account = s.account("acct_ins_me", &at.format("%Y-%m").to_string()).await;
+    assert!(account.is_none(), "nothing charged to the person's account");
 }
