@@ -9,6 +9,7 @@
 //! - a personal install's own prompts become tasks;
 //! - an admin binds a need to the declaring install itself;
 //! - an admin binds a need to another install of the same server;
+//! - such a binding is already stored (written before the rule);
 //! - a webhook names a loopback, a metadata, a private or a plain-http URL;
 //! - a webhook names the webhook secret, another workspace's install's
 //!   secret, or a secret under another prefix as the install's credential;
@@ -32,6 +33,7 @@ use serde_json::{Value, json};
 use shared::app::reconcile::{Delivery, WebhookAnswer, intake};
 use shared::domain::task::TaskId;
 use shared::domain::webhook::WebhookSecret;
+use shared::ports::TaskCatalog;
 use tests::{TestReconciler, TestStack, admin_principal, code, event, installed};
 
 fn marker() -> Value {
@@ -550,4 +552,48 @@ async fn a_task_attached_to_a_personal_install_is_skipped_at_the_door() {
     assert!(s.model.requests().await.is_empty(), "no model call");
     let account = s.account("acct_ins_me", &at.format("%Y-%m").to_string()).await;
     assert!(account.is_none(), "nothing charged to the person's account");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stored_binding_to_the_declaring_install_is_never_honoured() {
+    let t = TestStack::start().await.unwrap();
+    let (issues, chat) = (issues_server().await, chat_server().await);
+    let r = approved_world(&t, &issues, &chat).await;
+    // The binding as an admin could store it before the rule: the need
+    // bound to the declaring install, which would lend every one of its tools.
+    let store = t.admin_store();
+    let task = shared::ports::TaskStore::task(&store, "ws_1", &task_id())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut bound = task.clone();
+    bound.spec.bindings = [("summary_channel".to_owned(), Some("ins_1".to_owned()))].into();
+    bound.version += 1;
+    let write = shared::domain::reconcile::Write {
+        task: bound,
+        read_version: Some(task.version),
+        changes: vec![],
+    };
+    assert_eq!(
+        store.write_task(&write).await.unwrap(),
+        shared::ports::Versioned::Written
+    );
+    r.apply(&event("prompts.list_changed", "ins_1"), Utc::now())
+        .await
+        .unwrap();
+    let item = t.item("WS#ws_1", &format!("TASK#{}", task_id())).await.unwrap();
+    assert_eq!(item["state"], "held", "{item}");
+    assert!(
+        item["hold"]["need_unbound"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("declaring install"),
+        "{item}"
+    );
+    let schedule = t.schedule(task_id().as_str()).await;
+    assert_eq!(
+        schedule.state().map(|s| s.as_str()),
+        Some("DISABLED"),
+        "it does not fire"
+    );
 }
