@@ -354,6 +354,19 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
                     tracing::warn!(reason = %reason, "install refused: nothing recorded");
                     return Ok(Summary::default());
                 }
+                // An install id names one server for good: re-declaring it as
+                // another would run the approved tasks of the first on the
+                // second's URL, with no approval.
+                if let Some(known) = self.store.install(workspace, &install.id).await?
+                    && known.server != install.server
+                {
+                    tracing::warn!(
+                        known = %known.server,
+                        declared = %install.server,
+                        "install refused: an install id cannot change its server; nothing recorded"
+                    );
+                    return Ok(Summary::default());
+                }
                 let record = Install {
                     install_id: install.id.clone(),
                     workspace: workspace.clone(),

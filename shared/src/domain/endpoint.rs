@@ -62,10 +62,15 @@ impl fmt::Display for AddressClass {
     }
 }
 
+/// The longest install URL taken (it is stored on the install item).
+pub const MAX_URL_LENGTH: usize = 2048;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EndpointError {
     #[error("the install URL is not a URL: {0}")]
     Unparsable(String),
+    #[error("the install URL is longer than {MAX_URL_LENGTH} characters")]
+    TooLong,
     #[error("the install URL must be https:// (http:// only to a loopback server, with ALLOW_LOOPBACK_CONNECTORS)")]
     Scheme,
     #[error("the install URL must not carry a user name or password")]
@@ -206,6 +211,9 @@ pub fn connect_endpoint(text: &str, policy: EndpointPolicy) -> Result<Endpoint, 
 }
 
 fn endpoint(text: &str, policy: EndpointPolicy, judge_names: bool) -> Result<Endpoint, EndpointError> {
+    if text.len() > MAX_URL_LENGTH {
+        return Err(EndpointError::TooLong);
+    }
     let url = Url::parse(text).map_err(|e| EndpointError::Unparsable(e.to_string()))?;
     let plain_http = match url.scheme() {
         "https" => false,
@@ -390,6 +398,8 @@ mod tests {
             );
         }
         assert!(matches!(check_url("not a url", OFF), Err(EndpointError::Unparsable(_))));
+        let long = format!("https://mcp.example.com/{}", "a".repeat(MAX_URL_LENGTH));
+        assert_eq!(check_url(&long, OFF), Err(EndpointError::TooLong));
     }
 
     #[test]

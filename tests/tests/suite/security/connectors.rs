@@ -9,13 +9,18 @@
 //! - a personal install's own prompts become tasks;
 //! - an admin binds a need to the declaring install itself;
 //! - an admin binds a need to another install of the same server;
+//! - such a binding is already stored (written before the rule);
 //! - a webhook names a loopback, a metadata, a private or a plain-http URL;
 //! - a webhook names the webhook secret, another workspace's install's
 //!   secret, or a secret under another prefix as the install's credential;
 //! - an install stored before the rules names the webhook secret (the
 //!   worker and runner path, past intake);
 //! - an install event that skipped intake names a metadata URL;
+//! - an installed install's id is re-declared as another server, so its
+//!   approved tasks would run on that server's URL;
 //! - a name that resolves to 127.0.0.1, with `ALLOW_LOOPBACK_CONNECTORS` off;
+//! - a connector task already attached to a personal install is delivered
+//!   to the runner;
 //! - a webhook signed over a re-printed timestamp instead of the header's bytes.
 //!
 //! No test sends anything outside 127.0.0.0/8: hostile URLs are refused by
@@ -28,6 +33,7 @@ use serde_json::{Value, json};
 use shared::app::reconcile::{Delivery, WebhookAnswer, intake};
 use shared::domain::task::TaskId;
 use shared::domain::webhook::WebhookSecret;
+use shared::ports::TaskCatalog;
 use tests::{TestReconciler, TestStack, admin_principal, code, event, installed};
 
 fn marker() -> Value {
@@ -479,4 +485,115 @@ async fn a_signature_over_a_reprinted_timestamp_is_refused() {
         .await
         .unwrap();
     assert_eq!(answer, WebhookAnswer::Accepted);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_install_id_re_declared_as_another_server_is_refused() {
+    let t = TestStack::start().await.unwrap();
+    let (issues, chat) = (issues_server().await, chat_server().await);
+    let r = approved_world(&t, &issues, &chat).await;
+    let other = issues_server().await;
+    let before = snapshot(&t).await;
+    let summary = r
+        .apply(&installed("ins_1", "wiki", &other.url(), "workspace"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(summary, Default::default());
+    assert_eq!(snapshot(&t).await, before, "the install keeps its server and URL");
+    let record = t.item("WS#ws_1", "INSTALL#ins_1").await.unwrap();
+    assert_eq!(record["server"], "issues");
+    assert_eq!(record["url"], issues.url());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_attached_to_a_personal_install_is_skipped_at_the_door() {
+    use shared::app::run::Disposition;
+    use shared::domain::door::SkipReason;
+    let s = tests::RunStack::start().await.unwrap();
+    let mine = issues_server().await;
+    let arn = secret(&s.t, &s.t.stack.connector_secret_name("ws_1", "ins_me"), "my-own-token").await;
+    let mut personal = tests::install(
+        "ins_me",
+        "issues",
+        &mine.url(),
+        shared::domain::install::InstallScope::Personal,
+    );
+    personal.credential_secret_arn = Some(arn);
+    s.store().put_install(&personal).await.unwrap();
+    // A task taken over before the rule: its provenance names the personal install.
+    let mut task = tests::connector_task("issues", "weekly_summary", &["list_issues"], &[]);
+    task.provenance = shared::domain::task::Provenance::Connector {
+        install_id: "ins_me".into(),
+        server: "issues".into(),
+        prompt: "weekly_summary".into(),
+    };
+    s.store().insert_task(&task).await.unwrap();
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    let runner = s.runner();
+    let got = runner
+        .deliver(
+            "m",
+            &tests::run_message(&task, at, "e"),
+            Utc::now(),
+            Utc::now() + chrono::Duration::minutes(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Skipped(SkipReason::NotWorkspaceInstall));
+    assert_eq!(
+        runner.connectors().secret_reads(),
+        0,
+        "the personal credential is never read"
+    );
+    assert!(
+        mine.state().read().await.prompt_gets.is_empty(),
+        "the personal server is never called"
+    );
+    assert!(s.model.requests().await.is_empty(), "no model call");
+    let account = s.account("acct_ins_me", &at.format("%Y-%m").to_string()).await;
+    assert!(account.is_none(), "nothing charged to the person's account");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stored_binding_to_the_declaring_install_is_never_honoured() {
+    let t = TestStack::start().await.unwrap();
+    let (issues, chat) = (issues_server().await, chat_server().await);
+    let r = approved_world(&t, &issues, &chat).await;
+    // The binding as an admin could store it before the rule: the need
+    // bound to the declaring install, which would lend every one of its tools.
+    let store = t.admin_store();
+    let task = shared::ports::TaskStore::task(&store, "ws_1", &task_id())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut bound = task.clone();
+    bound.spec.bindings = [("summary_channel".to_owned(), Some("ins_1".to_owned()))].into();
+    bound.version += 1;
+    let write = shared::domain::reconcile::Write {
+        task: bound,
+        read_version: Some(task.version),
+        changes: vec![],
+    };
+    assert_eq!(
+        store.write_task(&write).await.unwrap(),
+        shared::ports::Versioned::Written
+    );
+    r.apply(&event("prompts.list_changed", "ins_1"), Utc::now())
+        .await
+        .unwrap();
+    let item = t.item("WS#ws_1", &format!("TASK#{}", task_id())).await.unwrap();
+    assert_eq!(item["state"], "held", "{item}");
+    assert!(
+        item["hold"]["need_unbound"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("declaring install"),
+        "{item}"
+    );
+    let schedule = t.schedule(task_id().as_str()).await;
+    assert_eq!(
+        schedule.state().map(|s| s.as_str()),
+        Some("DISABLED"),
+        "it does not fire"
+    );
 }
