@@ -91,6 +91,17 @@ async fn the_binary_serves_describe_and_create_under_the_runtime_api() {
     let refused = api.invoke_ok(&json!({"op": "create", "garbage": true})).await.unwrap();
     assert_eq!(refused["error"]["code"], "invalid_request");
 
+    // The caller's bytes, a key repeated: refused, not resolved to one value.
+    let mut twice = request.clone();
+    twice["idempotency_key"] = json!("call_twice");
+    let text = twice
+        .to_string()
+        .replacen("\"at\":", "\"at\":\"2027-01-01T00:00:00Z\",\"at\":", 1);
+    match api.invoke_text(&text).await.unwrap() {
+        Outcome::Response(answer) => assert_eq!(answer["error"]["code"], "invalid_request", "{answer}"),
+        Outcome::Error(error) => panic!("a refusal is an answer: {error}"),
+    }
+
     let logs = std::fs::read_to_string(&log).unwrap();
     assert!(
         logs.lines().any(|l| serde_json::from_str::<Value>(l).is_ok()),
