@@ -25,6 +25,14 @@ if cargo tree -p shared --no-default-features -e normal --prefix none | grep -q 
   echo "shared without its aws feature depends on an AWS crate" >&2
   exit 1
 fi
+echo "== one TLS crypto stack in each function (aws-lc-rs; ring never besides it)"
+for function in create runner reconcile admin; do
+  crates="$(cargo tree -p "$function" -e normal --prefix none --locked | cut -d' ' -f1 | sort -u)"
+  if grep -qx ring <<<"$crates" && grep -qx aws-lc-rs <<<"$crates"; then
+    echo "$function links two TLS crypto stacks (ring and aws-lc-rs): cargo tree -p $function -i ring -e normal" >&2
+    exit 1
+  fi
+done
 echo "== template: cfn-lint, on the SAM template and on its offline translation; sam validate --lint; checkov"
 infra/scripts/venv.sh checkov
 infra/scripts/venv.sh sam

@@ -8,6 +8,9 @@ pub mod config;
 pub mod domain;
 pub mod ports;
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
+
 #[cfg(feature = "aws")]
 pub mod adapters;
 

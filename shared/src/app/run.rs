@@ -42,10 +42,10 @@ use crate::domain::budget::{self, Price, Prices};
 use crate::domain::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
 use crate::domain::install::Install;
 use crate::domain::occurrence::{
-    Claim, ClaimOutcome, RunMessage, RunRecord, RunStatus, Usage, cap_output, diagnose, occurrence_key, prunable,
-    run_id, ttl_for,
+    Claim, ClaimOutcome, Delivery, RunMessage, RunRecord, RunStatus, Usage, cap_output, diagnose, prunable, run_id,
+    ttl_for,
 };
-use crate::domain::task::{Provenance, Task, TaskId, TaskKind};
+use crate::domain::task::{Provenance, Task, TaskKind};
 use crate::ports::{
     ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, ModelErrorKind, Release, RunStore, Settled,
     Settlement, StoreError,
@@ -126,30 +126,8 @@ pub struct Runner<S, M, C> {
     settings: RunSettings,
 }
 
-/// A message that parsed into an occurrence.
-struct Occurrence {
-    message: RunMessage,
-    task_id: TaskId,
-    scheduled: DateTime<Utc>,
-    key: String,
-}
-
-fn parse(body: &str) -> Result<Occurrence, String> {
-    let message: RunMessage = serde_json::from_str(body).map_err(|e| format!("not a run message: {e}"))?;
-    let task_id = TaskId::parse(&message.task_id).ok_or_else(|| format!("`{}` is not a task id", message.task_id))?;
-    let scheduled = message
-        .scheduled()
-        .ok_or_else(|| format!("scheduled_time `{}` is not an RFC 3339 instant", message.scheduled_time))?;
-    if message.workspace.is_empty() || message.workspace.contains('#') {
-        return Err(format!("`{}` is not a workspace id", message.workspace));
-    }
-    Ok(Occurrence {
-        key: occurrence_key(scheduled),
-        message,
-        task_id,
-        scheduled,
-    })
-}
+/// A message that parsed into an occurrence (`RunMessage::parse`).
+type Occurrence = Delivery;
 
 /// How a run ended, before it is recorded.
 struct Outcome {
@@ -208,7 +186,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     ) -> Result<Disposition, RunError> {
         let span = tracing::Span::current();
         span.record("message_id", message_id);
-        let occ = match parse(body) {
+        let occ = match RunMessage::parse(body) {
             Ok(occ) => occ,
             Err(reason) => {
                 self.store.record_malformed(message_id, body, &reason, now).await?;

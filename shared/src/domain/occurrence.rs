@@ -46,6 +46,37 @@ impl RunMessage {
             .ok()
             .map(|t| t.with_timezone(&Utc))
     }
+
+    /// Reads a runs-queue message body into the occurrence it names; the
+    /// error says why the body is no run message (the runner records it as
+    /// malformed).
+    pub fn parse(body: &str) -> Result<Delivery, String> {
+        let message: RunMessage = serde_json::from_str(body).map_err(|e| format!("not a run message: {e}"))?;
+        let task_id =
+            TaskId::parse(&message.task_id).ok_or_else(|| format!("`{}` is not a task id", message.task_id))?;
+        let scheduled = message
+            .scheduled()
+            .ok_or_else(|| format!("scheduled_time `{}` is not an RFC 3339 instant", message.scheduled_time))?;
+        if message.workspace.is_empty() || message.workspace.contains('#') {
+            return Err(format!("`{}` is not a workspace id", message.workspace));
+        }
+        Ok(Delivery {
+            key: occurrence_key(scheduled),
+            message,
+            task_id,
+            scheduled,
+        })
+    }
+}
+
+/// A runs-queue message that parsed into an occurrence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub message: RunMessage,
+    pub task_id: TaskId,
+    pub scheduled: DateTime<Utc>,
+    /// The occurrence's key within its task ([`occurrence_key`]).
+    pub key: String,
 }
 
 /// The key of an occurrence within its task: the scheduled time in UTC,

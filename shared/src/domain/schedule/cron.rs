@@ -64,8 +64,17 @@ struct Spec {
     names_from: u8,
 }
 
+/// A number as cron writes it: decimal digits only (Rust's `u8::parse`
+/// also takes a leading `+`, which no cron does).
+fn number(text: &str) -> Option<u8> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 fn value(spec: &Spec, text: &str) -> Option<u8> {
-    if let Ok(v) = text.parse::<u8>() {
+    if let Some(v) = number(text) {
         return (spec.min..=spec.max).contains(&v).then_some(v);
     }
     let upper = text.to_ascii_uppercase();
@@ -86,7 +95,7 @@ fn field(spec: &Spec, text: &str) -> Result<(bool, BTreeSet<u8>), CronError> {
     let mut set = BTreeSet::new();
     for part in text.split(',') {
         let (range, step) = match part.split_once('/') {
-            Some((r, s)) => (r, Some(s.parse::<u8>().ok().filter(|s| *s > 0).ok_or_else(bad)?)),
+            Some((r, s)) => (r, Some(number(s).filter(|s| *s > 0).ok_or_else(bad)?)),
             None => (part, None),
         };
         let (lo, hi) = if range == "*" {
@@ -333,5 +342,9 @@ mod tests {
             })
         ));
         assert!(matches!(Cron::parse("0 9 * * */0"), Err(CronError::Field { .. })));
+        // Found by the `cron` fuzz target: a `+` sign is no cron syntax.
+        for signed in ["*/+15 * * * *", "+5 9 * * *", "0 9 * * +1-5", "0 9 1-+5 * *"] {
+            assert!(matches!(Cron::parse(signed), Err(CronError::Field { .. })), "{signed}");
+        }
     }
 }

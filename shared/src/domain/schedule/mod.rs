@@ -119,7 +119,18 @@ const NAIVE_FORMATS: [&str; 4] = [
     "%Y-%m-%d %H:%M",
 ];
 
+/// RFC 3339 and ISO 8601's extended form write the year in four digits.
+/// chrono's `%Y` also reads signed and shorter years (`-026-12-24`), which
+/// no caller means and which the instant's own rendering does not read back.
+fn has_four_digit_year(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() > 4 && bytes[..4].iter().all(u8::is_ascii_digit) && bytes[4] == b'-'
+}
+
 fn parse_with_offset(text: &str) -> Option<DateTime<FixedOffset>> {
+    if !has_four_digit_year(text) {
+        return None;
+    }
     DateTime::parse_from_rfc3339(text).ok().or_else(|| {
         OFFSET_FORMATS
             .iter()
@@ -128,10 +139,11 @@ fn parse_with_offset(text: &str) -> Option<DateTime<FixedOffset>> {
 }
 
 fn is_naive(text: &str) -> bool {
-    NAIVE_FORMATS
-        .iter()
-        .any(|f| NaiveDateTime::parse_from_str(text, f).is_ok())
-        || NaiveDate::parse_from_str(text, "%Y-%m-%d").is_ok()
+    has_four_digit_year(text)
+        && (NAIVE_FORMATS
+            .iter()
+            .any(|f| NaiveDateTime::parse_from_str(text, f).is_ok())
+            || NaiveDate::parse_from_str(text, "%Y-%m-%d").is_ok())
 }
 
 /// Parses an instant that carries an offset; `None` for anything else.
@@ -229,6 +241,13 @@ mod tests {
             "1735066800",
             "19:00+01:00",
             "2026-02-30T10:00:00Z",
+            // Found by the `instant` fuzz target: `%Y` read a signed,
+            // three-digit year, whose UTC rendering did not parse back.
+            "-026-12-24T18:00+0101",
+            "+2026-12-24T18:00:00Z",
+            "02026-12-24T18:00:00Z",
+            "226-12-24T18:00+01:00",
+            "-026-12-24T18:00",
         ];
         for text in invalid {
             assert!(
@@ -260,6 +279,10 @@ mod tests {
     fn sub_second_instants_round_up_never_early() {
         let got = parse_future_instant("2026-12-24T18:00:00.001Z", now()).unwrap();
         assert_eq!(got, Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 1).unwrap());
+        // A leap second (chrono reads `:60` at any minute) fires at the
+        // second after it, never at the one before.
+        let got = parse_future_instant("2026-12-24T18:00:60.021Z", now()).unwrap();
+        assert_eq!(got, Utc.with_ymd_and_hms(2026, 12, 24, 18, 1, 0).unwrap());
     }
 
     #[test]
