@@ -138,12 +138,26 @@ fn is_text(value: &str, max: usize) -> bool {
 /// agent's or the ceilings; and the task it becomes reads back as written.
 /// A refused one has one of §4's codes.
 pub fn create(data: &[u8]) {
-    let Ok(request) = serde_json::from_slice::<CreateRequest>(data) else {
+    // As the handler decodes it: strictly, a repeated key anywhere is
+    // refused before any rule is read.
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(payload) = crate::domain::payload::Payload::parse(text) else {
+        return;
+    };
+    if payload.duplicate_key.is_some() {
+        return;
+    }
+    let Ok(request) = serde_json::from_value::<CreateRequest>(payload.value) else {
         return;
     };
     let now = now();
     let ceilings = ceilings();
-    let answer = request.clone().check().and_then(|c| c.into_task(now, &ceilings));
+    let answer = request
+        .clone()
+        .check(reminder::Surface::Tool)
+        .and_then(|c| c.into_task(now, &ceilings));
     let (task, record) = match answer {
         Ok(accepted) => accepted,
         Err(rejection) => {
@@ -200,7 +214,14 @@ pub fn create(data: &[u8]) {
         panic!("a reminder that is not one-time: {:?}", task.spec.schedule)
     };
     assert_eq!(
-        schedule::parse_future_instant(&request.input.at, now),
+        schedule::parse_future_instant(
+            request
+                .input
+                .at
+                .as_deref()
+                .unwrap_or_else(|| panic!("a one-time reminder accepted without `at`")),
+            now
+        ),
         Ok(at),
         "the task's instant is not the input's"
     );
