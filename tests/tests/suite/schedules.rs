@@ -829,3 +829,113 @@ async fn a_daily_reminder_runs_every_occurrence_once_across_dst_changes() {
         .unwrap();
     assert_eq!(code(&foreign), "forbidden");
 }
+
+/// (operation, ActionAfterCompletion) of one Scheduler request.
+type Seen = (&'static str, Option<String>);
+
+/// The Scheduler requests a client sends.
+#[derive(Debug, Default, Clone)]
+struct SeenRequests(std::sync::Arc<std::sync::Mutex<Vec<Seen>>>);
+
+impl aws_sdk_scheduler::config::Intercept for SeenRequests {
+    fn name(&self) -> &'static str {
+        "SeenRequests"
+    }
+
+    fn read_before_execution(
+        &self,
+        context: &aws_sdk_scheduler::config::interceptors::BeforeSerializationInterceptorContextRef<'_>,
+        _cfg: &mut aws_sdk_scheduler::config::ConfigBag,
+    ) -> Result<(), aws_sdk_scheduler::error::BoxError> {
+        use aws_sdk_scheduler::operation::create_schedule::CreateScheduleInput;
+        use aws_sdk_scheduler::operation::update_schedule::UpdateScheduleInput;
+        let input = context.input();
+        let seen = if let Some(create) = input.downcast_ref::<CreateScheduleInput>() {
+            Some((
+                "create",
+                create.action_after_completion().map(|a| a.as_str().to_owned()),
+            ))
+        } else {
+            input.downcast_ref::<UpdateScheduleInput>().map(|update| {
+                (
+                    "update",
+                    update.action_after_completion().map(|a| a.as_str().to_owned()),
+                )
+            })
+        };
+        if let (Some(seen), Ok(mut all)) = (seen, self.0.lock()) {
+            all.push(seen);
+        }
+        Ok(())
+    }
+}
+
+/// moto keeps a schedule's ActionAfterCompletion from its creation
+/// (infra/FIDELITY.md); Scheduler takes it from every update. The request
+/// is pinned here: a move between one-time and recurring sends the new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_between_one_time_and_recurring_sends_the_new_action_after_completion() {
+    let t = TestStack::start().await.unwrap();
+    let seen = SeenRequests::default();
+    let client = aws_sdk_scheduler::Client::from_conf(
+        aws_sdk_scheduler::config::Builder::from(&t.aws.sdk)
+            .interceptor(seen.clone())
+            .build(),
+    );
+    let config = t.create_config(ENABLED);
+    let app = shared::app::schedules::OwnerSchedules::new(
+        t.admin_store(),
+        shared::adapters::scheduler::EventBridgeSchedules::new(client, config.target),
+        shared::app::schedules::SchedulesSettings {
+            create: shared::app::create::CreateSettings {
+                flags: config.flags,
+                ceilings: config.ceilings,
+            },
+            max_active: 50,
+        },
+    );
+    let me = owner("usr_1");
+    let created = app
+        .handle(schedules_create(&me, "k", "Stretch", daily("07:00", "UTC")), Utc::now())
+        .await
+        .unwrap();
+    let once = app
+        .handle(
+            op(
+                "update",
+                &me,
+                &created["task"],
+                json!({"idempotency_key": "u1", "input": at_in(Duration::hours(3))}),
+            ),
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(once["ok"], true, "{once}");
+    let back = app
+        .handle(
+            op(
+                "update",
+                &me,
+                &once["task"],
+                json!({"idempotency_key": "u2", "input": daily("08:00", "UTC")}),
+            ),
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(back["ok"], true, "{back}");
+    let requests = seen.0.lock().unwrap().clone();
+    let some = |a: &str| Some(a.to_owned());
+    // An update first tries CreateSchedule, which conflicts, then updates.
+    assert_eq!(
+        requests,
+        vec![
+            ("create", some("NONE")),
+            ("create", some("DELETE")),
+            ("update", some("DELETE")),
+            ("create", some("NONE")),
+            ("update", some("NONE")),
+        ]
+    );
+}
