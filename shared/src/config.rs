@@ -164,19 +164,28 @@ pub struct RunnerConfig {
     pub model_id: String,
     /// `MODEL_PRICES`
     pub prices: crate::domain::budget::Prices,
-    /// `CATCH_UP_SECONDS` (default [`DEFAULT_CATCH_UP_SECONDS`])
+    /// `CATCH_UP_SECONDS` (default [`DEFAULT_CATCH_UP_SECONDS`], at most
+    /// [`MAX_CATCH_UP_SECONDS`])
     pub catch_up_seconds: i64,
+    /// `SCHEDULE_CEILINGS`: a run's limits are its spec's, bounded by these.
+    pub ceilings: Ceilings,
 }
+
+/// The longest catch-up window: it bounds how long an occurrence's claim
+/// is kept on its task item (`occurrence::prunable`), so a one-minute task
+/// keeps a few hundred claims at most.
+pub const MAX_CATCH_UP_SECONDS: i64 = 21_600;
 
 impl RunnerConfig {
     /// No `EVENT_BUS_NAME`: the runner sends no event; the table's stream
     /// carries each settled run to the bus (`domain::notification`).
-    pub const VARIABLES: [&'static str; 5] = [
+    pub const VARIABLES: [&'static str; 6] = [
         "TABLE_NAME",
         "AGENT_SCHEDULE_WORKER_ENABLED",
         "MODEL_ID",
         "MODEL_PRICES",
         "CATCH_UP_SECONDS",
+        "SCHEDULE_CEILINGS",
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -192,11 +201,11 @@ impl RunnerConfig {
         let catch_up_seconds = match (env.0)("CATCH_UP_SECONDS") {
             None => DEFAULT_CATCH_UP_SECONDS,
             Some(text) => match text.trim().parse::<i64>() {
-                Ok(v) if v > 0 => v,
+                Ok(v) if v > 0 && v <= MAX_CATCH_UP_SECONDS => v,
                 _ => {
                     return Err(ConfigError::Malformed {
                         name: "CATCH_UP_SECONDS",
-                        reason: format!("`{text}` is not a positive number of seconds"),
+                        reason: format!("`{text}` is not a number of seconds from 1 to {MAX_CATCH_UP_SECONDS}"),
                     });
                 }
             },
@@ -207,6 +216,7 @@ impl RunnerConfig {
             model_id: env.required("MODEL_ID")?,
             prices,
             catch_up_seconds,
+            ceilings: ceilings(env)?,
         })
     }
 }
@@ -335,8 +345,13 @@ mod tests {
                 "MODEL_PRICES",
                 r#"{"m": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}"#,
             ),
+            (
+                "SCHEDULE_CEILINGS",
+                r#"{"max_turns": 3, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#,
+            ),
         ];
         let config = RunnerConfig::from(&env(&base)).unwrap();
+        assert_eq!(config.ceilings.limits().max_turns, 3);
         assert_eq!(config.catch_up_seconds, DEFAULT_CATCH_UP_SECONDS);
         assert!(config.prices.of("m").is_ok());
         let mut late = base.to_vec();
@@ -344,7 +359,9 @@ mod tests {
         assert_eq!(RunnerConfig::from(&env(&late)).unwrap().catch_up_seconds, 60);
         for (name, value) in [
             ("CATCH_UP_SECONDS", "-5"),
+            ("CATCH_UP_SECONDS", "21601"),
             ("MODEL_PRICES", r#"{"m": {"input_per_mtok": 3.0}}"#),
+            ("SCHEDULE_CEILINGS", r#"{"max_turns": 3}"#),
         ] {
             let mut bad: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
             bad.push((name, value));
@@ -355,6 +372,7 @@ mod tests {
             "MODEL_ID",
             "MODEL_PRICES",
             "AGENT_SCHEDULE_WORKER_ENABLED",
+            "SCHEDULE_CEILINGS",
         ] {
             let without: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
             assert_eq!(RunnerConfig::from(&env(&without)), Err(ConfigError::Missing(name)));

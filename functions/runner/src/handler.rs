@@ -28,6 +28,7 @@ pub fn build(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> App {
             catch_up: chrono::Duration::seconds(config.catch_up_seconds),
             model_id: config.model_id,
             prices: config.prices,
+            ceilings: config.ceilings,
         },
     )
 }

@@ -52,6 +52,11 @@ async fn the_binary_runs_a_batch_with_partial_failures() {
             "MODEL_PRICES".to_owned(),
             json!({tests::MODEL: {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}).to_string(),
         ),
+        (
+            "SCHEDULE_CEILINGS".to_owned(),
+            json!({"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300})
+                .to_string(),
+        ),
         ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME".to_owned(), s.model.endpoint()),
     ]);
     let api = RuntimeApi::start("runner", Duration::from_secs(60)).await.unwrap();
