@@ -14,7 +14,9 @@
 //! `isError` its status.
 //!
 //! A server is hostile until bounded (SPEC §7 "What a server sends is
-//! bounded"): every text block is cut to [`MAX_TEXT_CHARS`], a message or a
+//! bounded"): every text block is cut to [`MAX_TEXT_CHARS`], a prompt or a
+//! result to [`MAX_TOTAL_CHARS`] of text, [`MAX_IMAGES`] images and (a prompt)
+//! [`MAX_MESSAGES`] messages, a message or a
 //! result keeps [`MAX_BLOCKS`] blocks, an image above Converse's 3.75 MB is
 //! named instead, an error message is cut to [`MAX_ERROR_CHARS`], a
 //! `tools/list` keeps [`MAX_TOOLS`] tools, each description cut to
@@ -60,6 +62,12 @@ pub const CREDENTIAL_TTL: Duration = Duration::from_secs(300);
 pub const MAX_TEXT_CHARS: usize = 32_768;
 /// The most blocks kept of one prompt message or tool result.
 pub const MAX_BLOCKS: usize = 32;
+/// The most text characters kept of a whole prompt, and of one tool result.
+pub const MAX_TOTAL_CHARS: usize = 131_072;
+/// The most images kept of a whole prompt, and of one tool result.
+pub const MAX_IMAGES: usize = 8;
+/// The most messages kept of a prompt.
+pub const MAX_MESSAGES: usize = 64;
 /// The most characters kept of a server's error message.
 pub const MAX_ERROR_CHARS: usize = 1_000;
 /// The most tools kept of one server's `tools/list`.
@@ -313,6 +321,45 @@ pub fn blocks_of(content: &[rmcp::model::ContentBlock]) -> Vec<Block> {
     blocks
 }
 
+/// Keeps blocks in order within [`MAX_TOTAL_CHARS`] of text and
+/// [`MAX_IMAGES`] images, saying what was left out. `used` carries the
+/// budget across the messages of one prompt.
+fn within_budget(blocks: Vec<Block>, used: &mut (usize, usize)) -> Vec<Block> {
+    let mut kept = Vec::new();
+    let mut dropped = 0usize;
+    for block in blocks {
+        match &block {
+            Block::Image { .. } if used.1 >= MAX_IMAGES => dropped += 1,
+            Block::Image { .. } => {
+                used.1 += 1;
+                kept.push(block);
+            }
+            Block::Text(text) => {
+                let room = MAX_TOTAL_CHARS.saturating_sub(used.0);
+                if room == 0 {
+                    dropped += 1;
+                    continue;
+                }
+                let text = cap(text, room);
+                used.0 += text.chars().count();
+                kept.push(Block::Text(text));
+            }
+            Block::Json(value) if used.0 + value.to_string().len() > MAX_TOTAL_CHARS => dropped += 1,
+            Block::Json(value) => {
+                used.0 += value.to_string().len();
+                kept.push(block);
+            }
+            Block::ToolUse { .. } | Block::ToolResult { .. } => kept.push(block),
+        }
+    }
+    if dropped > 0 {
+        kept.push(Block::Text(format!(
+            "[{dropped} more content blocks left out: the server sent more than a run takes]"
+        )));
+    }
+    kept
+}
+
 /// A `tools/call` result as the domain's tool output: its content, then its
 /// `structuredContent` as a JSON block (its text copy, which the MCP spec
 /// asks servers to send too, not repeated).
@@ -333,7 +380,7 @@ pub fn tool_output(result: &rmcp::model::CallToolResult) -> ToolOutput {
         content.push(Block::Json(json));
     }
     ToolOutput {
-        content,
+        content: within_budget(content, &mut (0, 0)),
         is_error: result.is_error.unwrap_or(false),
     }
 }
@@ -346,17 +393,28 @@ impl McpSession for McpClient {
             .collect();
         let params = GetPromptRequestParams::new(name.to_owned()).with_arguments(args);
         match timed("prompts/get", self.client.get_prompt_once(params)).await? {
-            GetPromptResponse::Complete(result) => Ok(result
-                .messages
-                .iter()
-                .map(|m| Message {
-                    role: match m.role {
-                        McpRole::Assistant => Role::Assistant,
-                        _ => Role::User,
-                    },
-                    content: blocks_of(std::slice::from_ref(&m.content)),
-                })
-                .collect()),
+            GetPromptResponse::Complete(result) => {
+                let mut used = (0, 0);
+                let mut messages: Vec<Message> = result
+                    .messages
+                    .iter()
+                    .take(MAX_MESSAGES)
+                    .map(|m| Message {
+                        role: match m.role {
+                            McpRole::Assistant => Role::Assistant,
+                            _ => Role::User,
+                        },
+                        content: within_budget(blocks_of(std::slice::from_ref(&m.content)), &mut used),
+                    })
+                    .collect();
+                if result.messages.len() > MAX_MESSAGES {
+                    messages.push(Message::user_text(format!(
+                        "[{} more prompt messages left out: the server sent more than a run takes]",
+                        result.messages.len() - MAX_MESSAGES
+                    )));
+                }
+                Ok(messages)
+            }
             _ => Err(McpError {
                 operation: "prompts/get",
                 code: None,
@@ -425,5 +483,38 @@ impl McpSession for McpClient {
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
         let result = timed("tools/call", self.client.call_tool(params)).await?;
         Ok(tool_output(&result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::ContentBlock as Mcp;
+
+    #[test]
+    fn a_flood_of_content_is_cut_to_the_budget_and_says_so() {
+        let text = "x".repeat(MAX_TEXT_CHARS * 2);
+        let flood: Vec<Mcp> = (0..MAX_BLOCKS * 3).map(|_| Mcp::text(text.clone())).collect();
+        let result = rmcp::model::CallToolResult::success(flood);
+        let out = tool_output(&result).content;
+        let chars: usize = out
+            .iter()
+            .map(|b| match b {
+                Block::Text(t) => t.chars().count(),
+                _ => 0,
+            })
+            .sum();
+        assert!(chars <= MAX_TOTAL_CHARS + 100, "{chars}");
+        let Some(Block::Text(note)) = out.last() else {
+            panic!("a note ends it")
+        };
+        assert!(note.contains("left out"), "{note}");
+
+        let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+        let images: Vec<Mcp> = (0..MAX_IMAGES + 5).map(|_| Mcp::image(png, "image/png")).collect();
+        let out = tool_output(&rmcp::model::CallToolResult::success(images)).content;
+        let kept = out.iter().filter(|b| matches!(b, Block::Image { .. })).count();
+        assert_eq!(kept, MAX_IMAGES);
+        assert!(matches!(out.last(), Some(Block::Text(t)) if t.contains("5 more")));
     }
 }
