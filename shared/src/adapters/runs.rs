@@ -368,7 +368,7 @@ impl RunStore for DynamoStore {
             (PK.to_owned(), s(&key.pk)),
             (SK.to_owned(), s(&key.sk)),
             ("entity".to_owned(), s("malformed")),
-            ("reason".to_owned(), s(reason)),
+            ("reason".to_owned(), s(&crate::domain::occurrence::cap_reason(reason))),
             ("body".to_owned(), s(&cap_output(body))),
             ("received_at".to_owned(), s(&crate::domain::schedule::format_utc(now))),
             ("ttl".to_owned(), n((now + Duration::days(MALFORMED_DAYS)).timestamp())),

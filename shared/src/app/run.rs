@@ -17,7 +17,12 @@
 //!    within the turn, tool-call, output-token, wall-time and budget limits.
 //! 6. **Settle**: one transaction writes the run record, finishes the claim,
 //!    settles the budget to the actual cost and charges the account; it is
-//!    fenced on this execution still holding the claim.
+//!    fenced on this execution still holding the claim. A run the model kept
+//!    throttled before any tool call is released instead (claim removed,
+//!    reservation returned) and its message goes back to the queue.
+//!
+//! A run's limits are its spec's bounded by the current `SCHEDULE_CEILINGS`;
+//! a taken-over occurrence pays for the crashed attempt's reservation.
 //! 7. **Notify**: the settle's run record is the outbox. The table's stream
 //!    carries a succeeded or failed record to the bus through an EventBridge
 //!    Pipe (`domain::notification`): after accounting by construction, one
@@ -130,6 +135,10 @@ pub struct Runner<S, M, C> {
     settings: RunSettings,
 }
 
+/// The longest workspace or execution id a run message may carry (Scheduler's
+/// execution ids are UUIDs).
+const MAX_ID_LEN: usize = 256;
+
 /// A message that parsed into an occurrence.
 struct Occurrence {
     message: RunMessage,
@@ -140,12 +149,17 @@ struct Occurrence {
 
 fn parse(body: &str) -> Result<Occurrence, String> {
     let message: RunMessage = serde_json::from_str(body).map_err(|e| format!("not a run message: {e}"))?;
-    let task_id = TaskId::parse(&message.task_id).ok_or_else(|| format!("`{}` is not a task id", message.task_id))?;
+    let task_id = TaskId::parse(&message.task_id)
+        .ok_or_else(|| format!("`{}` is not a task id", cap_reason(&message.task_id)))?;
     let scheduled = message
         .scheduled()
         .ok_or_else(|| format!("scheduled_time `{}` is not an RFC 3339 instant", message.scheduled_time))?;
-    if message.workspace.is_empty() || message.workspace.contains('#') {
-        return Err(format!("`{}` is not a workspace id", message.workspace));
+    if message.workspace.is_empty() || message.workspace.contains('#') || message.workspace.len() > MAX_ID_LEN {
+        return Err(format!("`{}` is not a workspace id", cap_reason(&message.workspace)));
+    }
+    // Kept on the task item's claim and the record: bounded like an id.
+    if message.execution_id.is_empty() || message.execution_id.len() > MAX_ID_LEN {
+        return Err("execution_id is empty or longer than an id".to_owned());
     }
     Ok(Occurrence {
         key: occurrence_key(scheduled),
