@@ -172,23 +172,31 @@ pub struct RunnerConfig {
     /// `MODEL_PRICES`
     pub prices: crate::domain::budget::Prices,
     /// `CATCH_UP_SECONDS` (default [`DEFAULT_CATCH_UP_SECONDS`], at least
-    /// [`MIN_CATCH_UP_SECONDS`])
+    /// [`MIN_CATCH_UP_SECONDS`], at most [`MAX_CATCH_UP_SECONDS`])
     pub catch_up_seconds: i64,
     /// `CONNECTOR_SECRET_PREFIX`, `ALLOW_LOOPBACK_CONNECTORS`: where a
     /// connector may be and which credential it may have.
     pub rules: crate::domain::webhook::InstallRules,
+    /// `SCHEDULE_CEILINGS`: a run's limits are its spec's, bounded by these.
+    pub ceilings: Ceilings,
 }
+
+/// The longest catch-up window: it bounds how long an occurrence's claim
+/// is kept on its task item (`occurrence::prunable`), so a one-minute task
+/// keeps a few hundred claims at most.
+pub const MAX_CATCH_UP_SECONDS: i64 = 21_600;
 
 impl RunnerConfig {
     /// No `EVENT_BUS_NAME`: the runner sends no event; the table's stream
     /// carries each settled run to the bus (`domain::notification`).
-    pub const VARIABLES: [&'static str; 6] = [
+    pub const VARIABLES: [&'static str; 7] = [
         "TABLE_NAME",
         "AGENT_SCHEDULE_WORKER_ENABLED",
         "MODEL_ID",
         "MODEL_PRICES",
         "CATCH_UP_SECONDS",
         "CONNECTOR_SECRET_PREFIX",
+        "SCHEDULE_CEILINGS",
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -204,7 +212,7 @@ impl RunnerConfig {
         let catch_up_seconds = match (env.0)("CATCH_UP_SECONDS") {
             None => DEFAULT_CATCH_UP_SECONDS,
             Some(text) => match text.trim().parse::<i64>() {
-                Ok(v) if v >= MIN_CATCH_UP_SECONDS => v,
+                Ok(v) if (MIN_CATCH_UP_SECONDS..=MAX_CATCH_UP_SECONDS).contains(&v) => v,
                 Ok(v) if v > 0 => {
                     return Err(ConfigError::Malformed {
                         name: "CATCH_UP_SECONDS",
@@ -216,7 +224,7 @@ impl RunnerConfig {
                 _ => {
                     return Err(ConfigError::Malformed {
                         name: "CATCH_UP_SECONDS",
-                        reason: format!("`{text}` is not a positive number of seconds"),
+                        reason: format!("`{text}` is not a number of seconds from 1 to {MAX_CATCH_UP_SECONDS}"),
                     });
                 }
             },
@@ -233,6 +241,7 @@ impl RunnerConfig {
             prices,
             catch_up_seconds,
             rules: install_rules(env)?,
+            ceilings: ceilings(env)?,
         })
     }
 }
@@ -476,8 +485,13 @@ mod tests {
                 r#"{"anthropic.m-v1:0": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}"#,
             ),
             ("CONNECTOR_SECRET_PREFIX", PREFIX),
+            (
+                "SCHEDULE_CEILINGS",
+                r#"{"max_turns": 3, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#,
+            ),
         ];
         let config = RunnerConfig::from(&env(&base)).unwrap();
+        assert_eq!(config.ceilings.limits().max_turns, 3);
         assert_eq!(config.catch_up_seconds, DEFAULT_CATCH_UP_SECONDS);
         assert!(config.prices.of("anthropic.m-v1:0").is_ok());
         let mut late = base.to_vec();
@@ -490,6 +504,9 @@ mod tests {
             ("MODEL_PRICES", r#"{"m": {"input_per_mtok": 3.0}}"#),
             ("MODEL_ID", "claude"),
             ("MODEL_ID", "us.claude-v1:0"),
+            ("CATCH_UP_SECONDS", "21601"),
+            ("MODEL_PRICES", r#"{"m": {"input_per_mtok": 3.0}}"#),
+            ("SCHEDULE_CEILINGS", r#"{"max_turns": 3}"#),
         ] {
             let mut bad: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
             bad.push((name, value));
@@ -500,6 +517,7 @@ mod tests {
             "MODEL_ID",
             "MODEL_PRICES",
             "AGENT_SCHEDULE_WORKER_ENABLED",
+            "SCHEDULE_CEILINGS",
         ] {
             let without: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
             assert_eq!(RunnerConfig::from(&env(&without)), Err(ConfigError::Missing(name)));
@@ -507,6 +525,8 @@ mod tests {
     }
 
     const PREFIX: &str = "arn:aws:secretsmanager:us-east-1:123456789012:secret:connectors/";
+    const CEILINGS_JSON: &str =
+        r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#;
 
     #[test]
     fn reconcile_is_the_intake_or_the_worker_and_loopback_is_off_unless_set() {
@@ -584,6 +604,7 @@ mod tests {
             ),
             ("CATCH_UP_SECONDS", "600"),
             ("CONNECTOR_SECRET_PREFIX", PREFIX),
+            ("SCHEDULE_CEILINGS", CEILINGS_JSON),
         ];
         assert_eq!(RunnerConfig::from(&env(&at_bound)).unwrap().catch_up_seconds, 600);
     }
@@ -604,6 +625,7 @@ mod tests {
                 ("MODEL_ID", id),
                 ("MODEL_PRICES", prices.as_str()),
                 ("CONNECTOR_SECRET_PREFIX", PREFIX),
+                ("SCHEDULE_CEILINGS", CEILINGS_JSON),
             ];
             let config = RunnerConfig::from(&env(&vars)).unwrap();
             assert_eq!(config.model_id, id);

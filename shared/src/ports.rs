@@ -25,6 +25,14 @@ pub enum StoreError {
         #[source]
         source: BoxError,
     },
+    /// The store refused the request as invalid (an item too large, a
+    /// malformed value): sending it again fails the same way.
+    #[error("DynamoDB {operation} refused the request as invalid")]
+    Rejected {
+        operation: &'static str,
+        #[source]
+        source: BoxError,
+    },
     #[error("stored {what} cannot be read")]
     Corrupt {
         what: String,
@@ -261,7 +269,7 @@ pub struct Settlement<'a> {
     /// Released from the period budget...
     pub reserved_usd: f64,
     /// ...and replaced by the actual cost, also charged to this account.
-    pub account: Option<&'a str>,
+    pub account: Option<&'a crate::domain::budget::Account>,
     pub record: &'a RunRecord,
     /// Marks a one-time task completed.
     pub complete: bool,
@@ -282,7 +290,7 @@ pub struct Release<'a> {
     pub reserved_usd: f64,
     pub spent_usd: f64,
     /// Charged `spent_usd` when something was spent.
-    pub account: Option<&'a str>,
+    pub account: Option<&'a crate::domain::budget::Account>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -385,7 +393,15 @@ pub trait McpSession: Send + Sync {
     fn list_prompts(
         &self,
     ) -> impl Future<Output = Result<Vec<crate::domain::reconcile::ListedPrompt>, McpError>> + Send;
-    fn call_tool(&self, name: &str, input: Value) -> impl Future<Output = Result<ToolOutput, McpError>> + Send;
+    /// `tools/call`, its `_meta` carrying the run id (the same on every
+    /// attempt of one occurrence), so a server can refuse to repeat a side
+    /// effect after a crash.
+    fn call_tool(
+        &self,
+        name: &str,
+        input: Value,
+        run_id: &str,
+    ) -> impl Future<Output = Result<ToolOutput, McpError>> + Send;
 }
 
 pub trait Connectors: Send + Sync {

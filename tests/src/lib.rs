@@ -213,6 +213,7 @@ pub fn run_settings(worker_enabled: bool) -> RunSettings {
         catch_up: Duration::seconds(3600),
         model_id: MODEL.to_owned(),
         prices: prices(),
+        ceilings: Ceilings::new(CEILINGS).expect("test ceilings are valid"),
     }
 }
 

@@ -41,6 +41,7 @@ fn runner(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> Runner<DynamoSto
             catch_up: chrono::Duration::seconds(config.catch_up_seconds),
             model_id: config.model_id,
             prices: config.prices,
+            ceilings: config.ceilings,
         },
     )
 }

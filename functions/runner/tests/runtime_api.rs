@@ -52,6 +52,11 @@ async fn the_binary_runs_a_batch_with_partial_failures() {
             "MODEL_PRICES".to_owned(),
             json!({tests::MODEL: {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}).to_string(),
         ),
+        (
+            "SCHEDULE_CEILINGS".to_owned(),
+            json!({"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300})
+                .to_string(),
+        ),
         ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME".to_owned(), s.model.endpoint()),
         (
             "CONNECTOR_SECRET_PREFIX".to_owned(),
@@ -120,6 +125,7 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
         execution_id: "exec-other".into(),
         attempts: 1,
         started_at: now,
+        crashed_usd: 0.0,
     };
     let period = shared::domain::budget::period(at);
     s.store()

@@ -196,13 +196,16 @@ impl ServerHandler for Handler {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _cx: RequestContext<RoleServer>,
+        cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let mut state = self.state.write().await;
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         state.calls.push((request.name.to_string(), args.clone()));
-        let meta = request.meta.as_ref().map(|m| Value::Object(m.0.0.clone()));
-        state.call_metas.push(meta);
+        // rmcp hands the request's `_meta` to the handler in its context.
+        let meta = request.meta.as_ref().unwrap_or(&cx.meta);
+        state
+            .call_metas
+            .push((!meta.0.0.is_empty()).then(|| Value::Object(meta.0.0.clone())));
         if !state.tools.iter().any(|t| t.name == request.name) {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool: {}", request.name),

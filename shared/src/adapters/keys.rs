@@ -7,7 +7,7 @@
 //! | run         | `TASK#<task_id>`      | `RUN#<scheduled time, UTC>`  |
 //! | install     | `WS#<workspace>`      | `INSTALL#<install_id>`       |
 //! | idempotency | `IDEM#<principal>`    | `KEY#<key>`                  |
-//! | account     | `ACCOUNT#<account>`   | `PERIOD#<YYYY-MM>`           |
+//! | account     | `ACCOUNT#PRINCIPAL#<principal>` or `ACCOUNT#INSTALL#<account>` | `PERIOD#<YYYY-MM>` |
 //! | malformed   | `MALFORMED#<YYYY-MM-DD>` | `MSG#<message id>`        |
 //! | webhook id  | `WEBHOOK#<id>`        | `WEBHOOK`                    |
 //! | owner       | `OWNER#<workspace>#<principal>` | `REMINDERS`        |
@@ -92,10 +92,17 @@ impl Key {
         }
     }
 
-    /// What an account was charged in a month.
-    pub fn account(account: &str, period: &str) -> Self {
+    /// What an account was charged in a month. A principal's and an
+    /// install's accounts live in distinct namespaces, so no install account
+    /// string can reach a principal's charges.
+    pub fn account(account: &crate::domain::budget::Account, period: &str) -> Self {
+        use crate::domain::budget::Account;
+        let pk = match account {
+            Account::Principal(id) => format!("ACCOUNT#PRINCIPAL#{id}"),
+            Account::Install(account) => format!("ACCOUNT#INSTALL#{account}"),
+        };
         Self {
-            pk: format!("ACCOUNT#{account}"),
+            pk,
             sk: format!("PERIOD#{period}"),
         }
     }
@@ -260,6 +267,24 @@ mod tests {
         assert_eq!(Key::owner("ws_1", "usr_1").pk, a.gsi2pk);
         let start = OwnerIndexKey::start_after("ws_1", "usr_1", t, "rem_a");
         assert_eq!(start.len(), 4);
+    }
+
+    #[test]
+    fn a_principals_account_and_an_installs_cannot_collide() {
+        use crate::domain::budget::Account;
+        let principal = Key::account(&Account::Principal("usr_1".into()), "2026-12");
+        assert_eq!(principal.pk, "ACCOUNT#PRINCIPAL#usr_1");
+        assert_eq!(principal.sk, "PERIOD#2026-12");
+        assert_eq!(
+            Key::account(&Account::Install("acct_1".into()), "2026-12").pk,
+            "ACCOUNT#INSTALL#acct_1"
+        );
+        // Whatever an install's account string holds, it stays an install's.
+        for forged in ["principal:usr_1", "PRINCIPAL#usr_1", "#PRINCIPAL#usr_1", "usr_1"] {
+            let key = Key::account(&Account::Install(forged.into()), "2026-12");
+            assert_ne!(key, principal, "{forged}");
+            assert!(key.pk.starts_with("ACCOUNT#INSTALL#"));
+        }
     }
 
     #[test]

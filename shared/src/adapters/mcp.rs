@@ -13,6 +13,17 @@
 //! never dropped silently. A tool's `structuredContent` is a JSON block and
 //! `isError` its status.
 //!
+//! A server is hostile until bounded (SPEC §7 "What a server sends is
+//! bounded"): every text block is cut to [`MAX_TEXT_CHARS`], a prompt or a
+//! result to [`MAX_TOTAL_CHARS`] of text, [`MAX_IMAGES`] images and (a prompt)
+//! [`MAX_MESSAGES`] messages, a message or a
+//! result keeps [`MAX_BLOCKS`] blocks, an image above Converse's 3.75 MB is
+//! named instead, an error message is cut to [`MAX_ERROR_CHARS`], a
+//! `tools/list` keeps [`MAX_TOOLS`] tools, each description cut to
+//! [`MAX_DESCRIPTION_CHARS`] and a schema above [`MAX_SCHEMA_BYTES`]
+//! replaced by an open object schema. Every `tools/call` carries the run id
+//! in `_meta` (`agent::RUN_ID_META`).
+//!
 //! A connector's credential is read from Secrets Manager on first use and
 //! kept for [`CREDENTIAL_TTL`] in a warm process, so a run costs no
 //! Secrets Manager call and a rotated secret is picked up within minutes.
@@ -33,7 +44,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_secretsmanager::Client as SecretsClient;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams, GetPromptResponse, Implementation,
-    JsonObject, PaginatedRequestParams, Prompt, ProtocolVersion, Role as McpRole,
+    JsonObject, MetaObject, PaginatedRequestParams, Prompt, ProtocolVersion, RequestMetaObject, Role as McpRole,
 };
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -43,7 +54,7 @@ use serde_json::Value;
 
 use base64::Engine;
 
-use crate::domain::agent::{Block, ImageFormat, Message, Role};
+use crate::domain::agent::{Block, ImageFormat, Message, RUN_ID_META, Role};
 use crate::domain::declaration::MARKER;
 use crate::domain::endpoint::{Endpoint, EndpointPolicy, connect_endpoint};
 use crate::domain::install::Install;
@@ -57,18 +68,42 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_PAGES: usize = 50;
 /// How long a warm process keeps a connector credential it read.
 pub const CREDENTIAL_TTL: Duration = Duration::from_secs(300);
+/// The most characters kept of one text block a server sends.
+pub const MAX_TEXT_CHARS: usize = 32_768;
+/// The most blocks kept of one prompt message or tool result.
+pub const MAX_BLOCKS: usize = 32;
+/// The most text characters kept of a whole prompt, and of one tool result.
+pub const MAX_TOTAL_CHARS: usize = 131_072;
+/// The most images kept of a whole prompt, and of one tool result.
+pub const MAX_IMAGES: usize = 8;
+/// The most messages kept of a prompt.
+pub const MAX_MESSAGES: usize = 64;
+/// The most characters kept of a server's error message.
+pub const MAX_ERROR_CHARS: usize = 1_000;
+/// The most tools kept of one server's `tools/list`.
+pub const MAX_TOOLS: usize = 128;
+/// The most characters kept of a tool's description.
+pub const MAX_DESCRIPTION_CHARS: usize = 2_048;
+/// The largest tool input schema offered as it is (JSON bytes).
+pub const MAX_SCHEMA_BYTES: usize = 16_384;
+/// Converse's largest image.
+pub const MAX_IMAGE_BYTES: usize = 3_932_160;
+
+fn cap(text: &str, max: usize) -> String {
+    crate::domain::occurrence::cap_chars(text, max)
+}
 
 fn failed(operation: &'static str, error: ServiceError) -> McpError {
     match error {
         ServiceError::McpError(data) => McpError {
             operation,
             code: Some(i64::from(data.code.0)),
-            message: data.message.into_owned(),
+            message: cap(&data.message, MAX_ERROR_CHARS),
         },
         other => McpError {
             operation,
             code: None,
-            message: other.to_string(),
+            message: cap(&other.to_string(), MAX_ERROR_CHARS),
         },
     }
 }
@@ -299,7 +334,14 @@ fn image_block(data: &str, mime: &str, what: &str) -> Block {
             "[{what} of type {mime} left out: the model takes png, jpeg, gif or webp images]"
         ));
     };
+    // Base64 is a third larger than the bytes: decode nothing that cannot fit.
+    if data.len() / 4 * 3 > MAX_IMAGE_BYTES + 3 {
+        return Block::Text(format!("[{what} of type {mime} left out: larger than 3.75 MB]"));
+    }
     match base64::engine::general_purpose::STANDARD.decode(data.trim()) {
+        Ok(bytes) if bytes.len() > MAX_IMAGE_BYTES => {
+            Block::Text(format!("[{what} of type {mime} left out: larger than 3.75 MB]"))
+        }
         Ok(bytes) if !bytes.is_empty() => Block::Image { format, data: bytes },
         _ => Block::Text(format!("[{what} of type {mime} left out: its data is not base64]")),
     }
@@ -308,10 +350,11 @@ fn image_block(data: &str, mime: &str, what: &str) -> Block {
 /// MCP content blocks as the domain's blocks; nothing dropped silently.
 pub fn blocks_of(content: &[rmcp::model::ContentBlock]) -> Vec<Block> {
     use rmcp::model::{ContentBlock as Mcp, ResourceContents};
-    content
+    let mut blocks: Vec<Block> = content
         .iter()
+        .take(MAX_BLOCKS)
         .map(|c| match c {
-            Mcp::Text(t) => Block::Text(t.text.clone()),
+            Mcp::Text(t) => Block::Text(cap(&t.text, MAX_TEXT_CHARS)),
             Mcp::Image(i) => image_block(&i.data, &i.mime_type, "an image"),
             Mcp::Audio(a) => Block::Text(format!(
                 "[audio of type {} left out: the model takes no audio]",
@@ -319,7 +362,7 @@ pub fn blocks_of(content: &[rmcp::model::ContentBlock]) -> Vec<Block> {
             )),
             Mcp::Resource(r) => match &r.resource {
                 ResourceContents::TextResourceContents { uri, text, .. } => {
-                    Block::Text(format!("Resource {uri}:\n{text}"))
+                    Block::Text(cap(&format!("Resource {}:\n{text}", cap(uri, 500)), MAX_TEXT_CHARS))
                 }
                 ResourceContents::BlobResourceContents {
                     uri, mime_type, blob, ..
@@ -332,10 +375,60 @@ pub fn blocks_of(content: &[rmcp::model::ContentBlock]) -> Vec<Block> {
                 }
                 _ => Block::Text("[a resource of a kind this client does not know, left out]".to_owned()),
             },
-            Mcp::ResourceLink(link) => Block::Text(format!("[a link to resource {} <{}>]", link.name, link.uri)),
+            Mcp::ResourceLink(link) => Block::Text(format!(
+                "[a link to resource {} <{}>]",
+                cap(&link.name, 200),
+                cap(&link.uri, 500)
+            )),
             _ => Block::Text("[content of a kind this client does not know, left out]".to_owned()),
         })
-        .collect()
+        .collect();
+    if content.len() > MAX_BLOCKS {
+        blocks.push(Block::Text(format!(
+            "[{} more content blocks left out]",
+            content.len() - MAX_BLOCKS
+        )));
+    }
+    blocks
+}
+
+/// Keeps blocks in order within [`MAX_TOTAL_CHARS`] of text and
+/// [`MAX_IMAGES`] images, saying what was left out. `used` carries the
+/// budget across the messages of one prompt.
+fn within_budget(blocks: Vec<Block>, used: &mut (usize, usize)) -> Vec<Block> {
+    let mut kept = Vec::new();
+    let mut dropped = 0usize;
+    for block in blocks {
+        match &block {
+            Block::Image { .. } if used.1 >= MAX_IMAGES => dropped += 1,
+            Block::Image { .. } => {
+                used.1 += 1;
+                kept.push(block);
+            }
+            Block::Text(text) => {
+                let room = MAX_TOTAL_CHARS.saturating_sub(used.0);
+                if room == 0 {
+                    dropped += 1;
+                    continue;
+                }
+                let text = cap(text, room);
+                used.0 += text.chars().count();
+                kept.push(Block::Text(text));
+            }
+            Block::Json(value) if used.0 + value.to_string().len() > MAX_TOTAL_CHARS => dropped += 1,
+            Block::Json(value) => {
+                used.0 += value.to_string().len();
+                kept.push(block);
+            }
+            Block::ToolUse { .. } | Block::ToolResult { .. } => kept.push(block),
+        }
+    }
+    if dropped > 0 {
+        kept.push(Block::Text(format!(
+            "[{dropped} more content blocks left out: the server sent more than a run takes]"
+        )));
+    }
+    kept
 }
 
 /// A `tools/call` result as the domain's tool output: its content, then its
@@ -343,7 +436,11 @@ pub fn blocks_of(content: &[rmcp::model::ContentBlock]) -> Vec<Block> {
 /// asks servers to send too, not repeated).
 pub fn tool_output(result: &rmcp::model::CallToolResult) -> ToolOutput {
     let mut content = blocks_of(&result.content);
-    if let Some(structured) = &result.structured_content {
+    if let Some(structured) = result
+        .structured_content
+        .as_ref()
+        .filter(|v| v.to_string().len() <= MAX_TEXT_CHARS)
+    {
         content.retain(
             |b| !matches!(b, Block::Text(t) if serde_json::from_str::<Value>(t).ok().as_ref() == Some(structured)),
         );
@@ -354,7 +451,7 @@ pub fn tool_output(result: &rmcp::model::CallToolResult) -> ToolOutput {
         content.push(Block::Json(json));
     }
     ToolOutput {
-        content,
+        content: within_budget(content, &mut (0, 0)),
         is_error: result.is_error.unwrap_or(false),
     }
 }
@@ -367,17 +464,28 @@ impl McpSession for McpClient {
             .collect();
         let params = GetPromptRequestParams::new(name.to_owned()).with_arguments(args);
         match timed("prompts/get", self.client.get_prompt_once(params)).await? {
-            GetPromptResponse::Complete(result) => Ok(result
-                .messages
-                .iter()
-                .map(|m| Message {
-                    role: match m.role {
-                        McpRole::Assistant => Role::Assistant,
-                        _ => Role::User,
-                    },
-                    content: blocks_of(std::slice::from_ref(&m.content)),
-                })
-                .collect()),
+            GetPromptResponse::Complete(result) => {
+                let mut used = (0, 0);
+                let mut messages: Vec<Message> = result
+                    .messages
+                    .iter()
+                    .take(MAX_MESSAGES)
+                    .map(|m| Message {
+                        role: match m.role {
+                            McpRole::Assistant => Role::Assistant,
+                            _ => Role::User,
+                        },
+                        content: within_budget(blocks_of(std::slice::from_ref(&m.content)), &mut used),
+                    })
+                    .collect();
+                if result.messages.len() > MAX_MESSAGES {
+                    messages.push(Message::user_text(format!(
+                        "[{} more prompt messages left out: the server sent more than a run takes]",
+                        result.messages.len() - MAX_MESSAGES
+                    )));
+                }
+                Ok(messages)
+            }
             _ => Err(McpError {
                 operation: "prompts/get",
                 code: None,
@@ -392,13 +500,22 @@ impl McpSession for McpClient {
         for _ in 0..MAX_PAGES {
             let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
             let page = timed("tools/list", self.client.list_tools(Some(params))).await?;
-            tools.extend(page.tools.into_iter().map(|t| ServerTool {
-                name: t.name.to_string(),
-                description: t.description.map(|d| d.to_string()).unwrap_or_default(),
-                input_schema: Value::Object((*t.input_schema).clone()),
+            let room = MAX_TOOLS.saturating_sub(tools.len());
+            tools.extend(page.tools.into_iter().take(room).map(|t| {
+                let schema = Value::Object((*t.input_schema).clone());
+                let oversized = schema.to_string().len() > MAX_SCHEMA_BYTES;
+                ServerTool {
+                    name: t.name.to_string(),
+                    description: cap(t.description.as_deref().unwrap_or_default(), MAX_DESCRIPTION_CHARS),
+                    input_schema: if oversized {
+                        serde_json::json!({"type": "object"})
+                    } else {
+                        schema
+                    },
+                }
             }));
             cursor = page.next_cursor;
-            if cursor.is_none() {
+            if cursor.is_none() || tools.len() >= MAX_TOOLS {
                 return Ok(tools);
             }
         }
@@ -427,12 +544,48 @@ impl McpSession for McpClient {
             .collect())
     }
 
-    async fn call_tool(&self, name: &str, input: Value) -> Result<ToolOutput, McpError> {
+    async fn call_tool(&self, name: &str, input: Value, run_id: &str) -> Result<ToolOutput, McpError> {
         let mut params = CallToolRequestParams::new(name.to_owned());
         if let Value::Object(args) = input {
             params = params.with_arguments(args);
         }
+        let mut meta = JsonObject::new();
+        meta.insert(RUN_ID_META.to_owned(), Value::String(run_id.to_owned()));
+        params.meta = Some(RequestMetaObject(MetaObject(meta)));
         let result = timed("tools/call", self.client.call_tool(params)).await?;
         Ok(tool_output(&result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::ContentBlock as Mcp;
+
+    #[test]
+    fn a_flood_of_content_is_cut_to_the_budget_and_says_so() {
+        let text = "x".repeat(MAX_TEXT_CHARS * 2);
+        let flood: Vec<Mcp> = (0..MAX_BLOCKS * 3).map(|_| Mcp::text(text.clone())).collect();
+        let result = rmcp::model::CallToolResult::success(flood);
+        let out = tool_output(&result).content;
+        let chars: usize = out
+            .iter()
+            .map(|b| match b {
+                Block::Text(t) => t.chars().count(),
+                _ => 0,
+            })
+            .sum();
+        assert!(chars <= MAX_TOTAL_CHARS + 100, "{chars}");
+        let Some(Block::Text(note)) = out.last() else {
+            panic!("a note ends it")
+        };
+        assert!(note.contains("left out"), "{note}");
+
+        let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+        let images: Vec<Mcp> = (0..MAX_IMAGES + 5).map(|_| Mcp::image(png, "image/png")).collect();
+        let out = tool_output(&rmcp::model::CallToolResult::success(images)).content;
+        let kept = out.iter().filter(|b| matches!(b, Block::Image { .. })).count();
+        assert_eq!(kept, MAX_IMAGES);
+        assert!(matches!(out.last(), Some(Block::Text(t)) if t.contains("5 more")));
     }
 }

@@ -38,12 +38,15 @@ const SETTLE_ATTEMPTS: u32 = 4;
 
 /// The settle's client request token: the same for every attempt of one
 /// execution's settle of one occurrence (at most 36 characters).
+/// A fallback settle (the outcome without its output) gets its own token.
 fn settle_token(settlement: &Settlement<'_>) -> String {
-    settle_token_of(
-        settlement.task.task_id.as_str(),
-        settlement.occurrence,
+    let variant = format!(
+        "{} {} {}",
         settlement.execution_id,
-    )
+        settlement.record.status.as_str(),
+        settlement.record.output.is_some()
+    );
+    settle_token_of(settlement.task.task_id.as_str(), settlement.occurrence, &variant)
 }
 
 fn settle_token_of(task_id: &str, occurrence: &str, execution_id: &str) -> String {
@@ -99,7 +102,7 @@ impl DynamoStore {
     /// `runs` by one when a run is recorded.
     fn account_charge(
         &self,
-        account: &str,
+        account: &crate::domain::budget::Account,
         period: &str,
         usd: f64,
         a_run: bool,
@@ -151,6 +154,12 @@ impl DynamoStore {
             }
             let code = err.as_service_error().and_then(|e| e.code());
             attempt += 1;
+            if code == Some("ValidationException") || reasons.contains(&"ValidationError") {
+                return Err(StoreError::Rejected {
+                    operation: "TransactWriteItems",
+                    source: Box::new(err),
+                });
+            }
             if attempt >= SETTLE_ATTEMPTS || !retryable(code, &reasons) {
                 return Err(request_error("TransactWriteItems", err));
             }
@@ -219,17 +228,23 @@ impl RunStore for DynamoStore {
     async fn take_over(&self, request: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
         self.update_claim(
             request,
+            // A crash is paid for: the crashed attempt's reservation stays
+            // committed (it may have been spent) and the new attempt reserves
+            // again; `crashed_usd` remembers it for the account at settle.
             "SET claims.#occ.lease_until = :lease, claims.#occ.execution_id = :exec, \
-             claims.#occ.attempts = claims.#occ.attempts + :one",
+             claims.#occ.attempts = claims.#occ.attempts + :one, \
+             budget_used.#period = if_not_exists(budget_used.#period, :zero) + budget_reserve_usd, \
+             claims.#occ.crashed_usd = if_not_exists(claims.#occ.crashed_usd, :zero) + budget_reserve_usd",
             "claims.#occ.#status = :running AND claims.#occ.lease_until < :now",
             vec![
                 (":lease", n(request.claim.lease_until)),
                 (":exec", s(&request.claim.execution_id)),
                 (":one", n(1)),
+                (":zero", n(0)),
                 (":running", s(RunStatus::Running.as_str())),
                 (":now", n(request.now.timestamp())),
             ],
-            vec![("#status", "status")],
+            vec![("#status", "status"), ("#period", request.period)],
         )
         .await
     }
@@ -353,7 +368,7 @@ impl RunStore for DynamoStore {
             (PK.to_owned(), s(&key.pk)),
             (SK.to_owned(), s(&key.sk)),
             ("entity".to_owned(), s("malformed")),
-            ("reason".to_owned(), s(reason)),
+            ("reason".to_owned(), s(&crate::domain::occurrence::cap_reason(reason))),
             ("body".to_owned(), s(&cap_output(body))),
             ("received_at".to_owned(), s(&crate::domain::schedule::format_utc(now))),
             ("ttl".to_owned(), n((now + Duration::days(MALFORMED_DAYS)).timestamp())),

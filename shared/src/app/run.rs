@@ -17,7 +17,12 @@
 //!    within the turn, tool-call, output-token, wall-time and budget limits.
 //! 6. **Settle**: one transaction writes the run record, finishes the claim,
 //!    settles the budget to the actual cost and charges the account; it is
-//!    fenced on this execution still holding the claim.
+//!    fenced on this execution still holding the claim. A run the model kept
+//!    throttled before any tool call is released instead (claim removed,
+//!    reservation returned) and its message goes back to the queue.
+//!
+//! A run's limits are its spec's bounded by the current `SCHEDULE_CEILINGS`;
+//! a taken-over occurrence pays for the crashed attempt's reservation.
 //! 7. **Notify**: the settle's run record is the outbox. The table's stream
 //!    carries a succeeded or failed record to the bus through an EventBridge
 //!    Pipe (`domain::notification`): after accounting by construction, one
@@ -41,9 +46,10 @@ use crate::domain::agent::{
 use crate::domain::budget::{self, Price, Prices};
 use crate::domain::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
 use crate::domain::install::Install;
+use crate::domain::limits::{Ceilings, Limits};
 use crate::domain::occurrence::{
-    Claim, ClaimOutcome, Delivery, RunMessage, RunRecord, RunStatus, Usage, cap_output, diagnose, prunable, run_id,
-    ttl_for,
+    Claim, ClaimOutcome, Delivery, RunMessage, RunRecord, RunStatus, Usage, cap_output, cap_reason, claim_retention,
+    diagnose, prunable, run_id, ttl_for,
 };
 use crate::domain::task::{Provenance, Task, TaskKind};
 use crate::ports::{
@@ -60,6 +66,9 @@ pub struct RunSettings {
     pub catch_up: Duration,
     pub model_id: String,
     pub prices: Prices,
+    /// `SCHEDULE_CEILINGS` as the runner reads it now: a run's limits are
+    /// its spec's, bounded by these.
+    pub ceilings: Ceilings,
 }
 
 /// Kept past the function's deadline on a lease, so a slow settle after the
@@ -142,7 +151,7 @@ impl Outcome {
     fn failed(reason: impl Into<String>, usage: Usage, cost: f64, output: Option<String>) -> Self {
         Self {
             status: RunStatus::Failed,
-            reason: Some(reason.into()),
+            reason: Some(cap_reason(&reason.into())),
             usage,
             output,
             cost,
@@ -210,6 +219,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             execution_id: occ.message.execution_id.clone(),
             attempts: 1,
             started_at: now,
+            crashed_usd: 0.0,
         };
         let request = ClaimRequest {
             workspace: &occ.message.workspace,
@@ -265,6 +275,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         };
 
         let attempts = task.claims.get(&occ.key).map_or(1, |c| c.attempts);
+        // What crashed attempts of this occurrence reserved, committed at
+        // take-over: charged to the account with this attempt's cost.
+        let crashed = task.claims.get(&occ.key).map_or(0.0, |c| c.crashed_usd);
         let install = self.install_of(&task).await?;
         let facts = self.facts(
             &occ,
@@ -285,11 +298,12 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     cost: 0.0,
                 }
             }
-            Verdict::Run => match self.run(&task, install.as_ref(), now, deadline).await {
+            Verdict::Run => match self.run(&task, install.as_ref(), occ.scheduled, now, deadline).await {
                 Ok(outcome) => outcome,
-                Err(requeue) => {
+                Err(mut requeue) => {
+                    requeue.cost += crashed;
                     return self
-                        .return_to_queue(&task, &occ, &period, install.as_ref(), requeue)
+                        .return_to_queue(&task, &occ, &period, install.as_ref(), requeue, crashed)
                         .await;
                 }
             },
@@ -304,7 +318,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             reason: outcome.reason.clone(),
             attempts,
             usage: outcome.usage,
-            cost_usd: outcome.cost,
+            cost_usd: outcome.cost + crashed,
             output: outcome.output.clone(),
             model_id: (outcome.status != RunStatus::Skipped).then(|| self.settings.model_id.clone()),
             execution_id: Some(occ.message.execution_id.clone()),
@@ -318,29 +332,58 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             occurrence: &occ.key,
             execution_id: &occ.message.execution_id,
             period: &period,
-            reserved_usd: budget::reservation(&task),
-            account: account.as_deref().filter(|_| outcome.status != RunStatus::Skipped),
+            reserved_usd: budget::reservation(&task) + crashed,
+            account: account
+                .as_ref()
+                .filter(|_| outcome.status != RunStatus::Skipped || crashed > 0.0),
             record: &record,
             complete: task.spec.schedule.is_one_time() && outcome.status != RunStatus::Skipped,
-            prune: prunable(&task, now, self.settings.catch_up * 2),
+            prune: prunable(&task, now, claim_retention(self.settings.catch_up)),
         };
-        if self.store.settle(&settlement).await? == Settled::LostClaim {
+        let (settled, recorded) = match self.store.settle(&settlement).await {
+            Ok(settled) => (settled, outcome.status),
+            // A settle the store refuses as invalid would fail the same way on
+            // every redelivery: it is tried once more with the outcome alone
+            // (no output), recorded as failed, so a claim does not stay running
+            // and a reservation held because a record could not be written. A
+            // transient failure sends the message back (a take-over later).
+            Err(error @ StoreError::Rejected { .. }) => {
+                tracing::error!(error = %crate::error_chain(&error), "the settle failed; recording the outcome without its content");
+                let mut minimal = record.clone();
+                if minimal.status != RunStatus::Skipped {
+                    minimal.status = RunStatus::Failed;
+                }
+                minimal.output = None;
+                minimal.reason = Some(cap_reason(&format!(
+                    "the run's outcome could not be recorded ({}); was: {}",
+                    crate::error_chain(&error),
+                    record.reason.as_deref().unwrap_or(record.status.as_str())
+                )));
+                let fallback = Settlement {
+                    record: &minimal,
+                    ..settlement.clone()
+                };
+                (self.store.settle(&fallback).await?, minimal.status)
+            }
+            Err(error) => return Err(error.into()),
+        };
+        if settled == Settled::LostClaim {
             tracing::warn!("the claim was taken over before this run settled; its outcome is not recorded");
             return Ok(Disposition::Duplicate);
         }
         tracing::info!(
-            status = outcome.status.as_str(),
+            status = recorded.as_str(),
             cost_usd = outcome.cost,
             "occurrence settled"
         );
-        if outcome.status == RunStatus::Skipped {
+        if recorded == RunStatus::Skipped {
             let reason = match verdict(&facts) {
                 Verdict::Skip(reason) => reason,
                 Verdict::Run => SkipReason::Missing,
             };
             return Ok(Disposition::Skipped(reason));
         }
-        Ok(Disposition::Ran(outcome.status))
+        Ok(Disposition::Ran(recorded))
     }
 
     /// Releases the claim and the reservation (charging what was spent) so
@@ -352,6 +395,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         period: &str,
         install: Option<&Install>,
         requeue: Requeue,
+        crashed: f64,
     ) -> Result<Disposition, RunError> {
         let account = account_of(task, install);
         let release = Release {
@@ -359,9 +403,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             occurrence: &occ.key,
             execution_id: &occ.message.execution_id,
             period,
-            reserved_usd: budget::reservation(task),
+            reserved_usd: budget::reservation(task) + crashed,
             spent_usd: requeue.cost,
-            account: account.as_deref().filter(|_| requeue.cost > 0.0),
+            account: account.as_ref().filter(|_| requeue.cost > 0.0),
         };
         if self.store.release(&release).await? == Settled::LostClaim {
             tracing::warn!("the claim was taken over before this run was released");
@@ -426,6 +470,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         &self,
         task: &Task,
         install: Option<&Install>,
+        scheduled: DateTime<Utc>,
         now: DateTime<Utc>,
         deadline: DateTime<Utc>,
     ) -> Result<Outcome, Requeue> {
@@ -433,7 +478,8 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Ok(price) => price,
             Err(e) => return Ok(Outcome::failed(e.to_string(), Usage::default(), 0.0, None)),
         };
-        let limits = task.spec.limits;
+        // Ceilings bind at run time: lowering one brakes every task.
+        let limits = self.settings.ceilings.bound(task.spec.limits);
         let wall_deadline = (now + Duration::seconds(i64::from(limits.timeout_seconds)))
             .min(deadline - Duration::seconds(SETTLE_RESERVE_SECONDS));
         let setup = match task.kind {
@@ -456,7 +502,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Ok(conversation) => conversation,
             Err(e) => return Ok(Outcome::failed(e.to_string(), Usage::default(), 0.0, None)),
         };
-        self.agent_loop(task, conversation, price, wall_deadline).await
+        let run = run_id(task.task_id.as_str(), scheduled);
+        self.agent_loop(task, limits, &run, conversation, price, wall_deadline)
+            .await
     }
 
     async fn connector_conversation(
@@ -510,11 +558,12 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     async fn agent_loop(
         &self,
         task: &Task,
+        limits: Limits,
+        run_id: &str,
         mut conversation: Conversation<C::Session>,
         price: Price,
         wall_deadline: DateTime<Utc>,
     ) -> Result<Outcome, Requeue> {
-        let limits = task.spec.limits;
         let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
         let mut usage = Usage::default();
         let mut last_text: Option<String> = None;
@@ -673,7 +722,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                         let left = (wall_deadline - Utc::now()).to_std().unwrap_or(StdDuration::ZERO);
                         let session = &conversation.sessions[route.session];
                         let result =
-                            match tokio::time::timeout(left, session.call_tool(&route.tool, input.clone())).await {
+                            match tokio::time::timeout(left, session.call_tool(&route.tool, input.clone(), run_id))
+                                .await
+                            {
                                 Err(_) => {
                                     return Ok(fail(
                                         format!("time limit of {} s reached", limits.timeout_seconds),
@@ -713,10 +764,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
 
 /// The account a run is charged to: one per install, a principal's for a
 /// reminder.
-fn account_of(task: &Task, install: Option<&Install>) -> Option<String> {
+fn account_of(task: &Task, install: Option<&Install>) -> Option<budget::Account> {
     match (&task.provenance, install) {
         (Provenance::User { principal }, _) => Some(budget::account_of_principal(principal)),
-        (Provenance::Connector { .. }, Some(install)) => Some(install.account.clone()),
+        (Provenance::Connector { .. }, Some(install)) => Some(budget::Account::Install(install.account.clone())),
         (Provenance::Connector { .. }, None) => None,
     }
 }

@@ -97,6 +97,10 @@ impl Block {
     }
 }
 
+/// The `tools/call` `_meta` key that carries the run id (SPEC §7 "A re-run
+/// is visible to the server").
+pub const RUN_ID_META: &str = "ai.nimblebrain/run-id";
+
 /// Said to the model in front of a prompt that starts with an assistant
 /// message: Converse wants the user first.
 pub const PROMPT_OPENING: &str = "Here is the scheduled task's prompt.";

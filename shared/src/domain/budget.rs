@@ -105,9 +105,17 @@ pub fn fits(task: &Task, committed: f64) -> bool {
 }
 
 /// The account a task's runs are charged to: the install's account for a
-/// connector task, the principal for a reminder.
-pub fn account_of_principal(principal: &str) -> String {
-    format!("principal:{principal}")
+/// connector task, the principal's for a reminder. Two namespaces: an
+/// install's account (a string the platform gives) can never name a
+/// principal's, whatever it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Account {
+    Principal(String),
+    Install(String),
+}
+
+pub fn account_of_principal(principal: &str) -> Account {
+    Account::Principal(principal.to_owned())
 }
 
 #[cfg(test)]

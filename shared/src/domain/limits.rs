@@ -125,6 +125,19 @@ impl Ceilings {
         }
     }
 
+    /// The limits a run gets (SPEC §7 "Ceilings bind at run time"): each the
+    /// minimum of the task's approved limit and the current ceiling, so a
+    /// lowered ceiling brakes every task at its next run.
+    pub fn bound(&self, approved: Limits) -> Limits {
+        let c = self.0;
+        Limits {
+            max_turns: approved.max_turns.min(c.max_turns),
+            max_tool_calls: approved.max_tool_calls.min(c.max_tool_calls),
+            max_output_tokens: approved.max_output_tokens.min(c.max_output_tokens),
+            timeout_seconds: approved.timeout_seconds.min(c.timeout_seconds),
+        }
+    }
+
     /// The limits a task gets from what its agent asked for: each the minimum
     /// of the request and the ceiling; a missing request takes the ceiling.
     pub fn derive(&self, requested: &RequestedLimits) -> Limits {

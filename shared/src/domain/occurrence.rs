@@ -52,13 +52,20 @@ impl RunMessage {
     /// malformed).
     pub fn parse(body: &str) -> Result<Delivery, String> {
         let message: RunMessage = serde_json::from_str(body).map_err(|e| format!("not a run message: {e}"))?;
-        let task_id =
-            TaskId::parse(&message.task_id).ok_or_else(|| format!("`{}` is not a task id", message.task_id))?;
-        let scheduled = message
-            .scheduled()
-            .ok_or_else(|| format!("scheduled_time `{}` is not an RFC 3339 instant", message.scheduled_time))?;
-        if message.workspace.is_empty() || message.workspace.contains('#') {
-            return Err(format!("`{}` is not a workspace id", message.workspace));
+        let task_id = TaskId::parse(&message.task_id)
+            .ok_or_else(|| format!("`{}` is not a task id", cap_reason(&message.task_id)))?;
+        let scheduled = message.scheduled().ok_or_else(|| {
+            format!(
+                "scheduled_time `{}` is not an RFC 3339 instant",
+                cap_reason(&message.scheduled_time)
+            )
+        })?;
+        if message.workspace.is_empty() || message.workspace.contains('#') || message.workspace.len() > MAX_ID_LEN {
+            return Err(format!("`{}` is not a workspace id", cap_reason(&message.workspace)));
+        }
+        // Kept on the task item's claim and the record: bounded like an id.
+        if message.execution_id.is_empty() || message.execution_id.len() > MAX_ID_LEN {
+            return Err("execution_id is empty or longer than an id".to_owned());
         }
         Ok(Delivery {
             key: occurrence_key(scheduled),
@@ -68,6 +75,10 @@ impl RunMessage {
         })
     }
 }
+
+/// The longest workspace or execution id a run message may carry (Scheduler's
+/// execution ids are UUIDs).
+pub const MAX_ID_LEN: usize = 256;
 
 /// A runs-queue message that parsed into an occurrence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +132,15 @@ pub struct Claim {
     pub execution_id: String,
     pub attempts: u32,
     pub started_at: DateTime<Utc>,
+    /// What crashed attempts reserved and may have spent (SPEC §7 "A crash
+    /// is paid for"): committed to the period budget when the attempt is
+    /// taken over, charged to the account when the occurrence settles.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub crashed_usd: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// What the claim request's answer means.
@@ -160,17 +180,31 @@ pub fn diagnose(old: Option<&Task>, occurrence: &str, now: DateTime<Utc>) -> Cla
     }
 }
 
-/// Claims of finished occurrences older than this are pruned at settle:
-/// any later delivery of theirs is past the catch-up window and is skipped
-/// as missed, whose record never overwrites a run's.
+/// How long past its occurrence a claim is kept: the catch-up window (any
+/// later delivery is skipped as missed before it claims, and a skip's
+/// record never overwrites a run's) plus a margin for clocks.
+pub fn claim_retention(catch_up: Duration) -> Duration {
+    catch_up + Duration::minutes(10)
+}
+
+/// At most this many claims are pruned by one settle: each is a name in the
+/// update expression, which DynamoDB caps at 4 KB.
+pub const MAX_PRUNED_PER_SETTLE: usize = 40;
+
+/// Claims older than `keep` that are dead, pruned at settle, oldest first:
+/// finished ones, and running ones whose lease expired (a crash whose
+/// message was never delivered again; its reservation stays committed as
+/// spent). With `keep` bounded by the catch-up window, a task item holds at
+/// most the claims of that window.
 pub fn prunable(task: &Task, now: DateTime<Utc>, keep: Duration) -> Vec<String> {
     task.claims
         .iter()
         .filter(|(occurrence, claim)| {
-            claim.status != RunStatus::Running
+            (claim.status != RunStatus::Running || claim.lease_until < now.timestamp())
                 && DateTime::parse_from_rfc3339(occurrence).is_ok_and(|t| now - t.with_timezone(&Utc) > keep)
         })
         .map(|(occurrence, _)| occurrence.clone())
+        .take(MAX_PRUNED_PER_SETTLE)
         .collect()
 }
 
@@ -196,6 +230,24 @@ impl Usage {
 
 /// The most output text a run record keeps.
 pub const MAX_OUTPUT_CHARS: usize = 4000;
+/// The most reason text a run record keeps (a server's error message can be
+/// any size).
+pub const MAX_REASON_CHARS: usize = 1000;
+
+/// Caps a reason to [`MAX_REASON_CHARS`] characters, marking the cut.
+pub fn cap_reason(text: &str) -> String {
+    cap_chars(text, MAX_REASON_CHARS)
+}
+
+/// Caps `text` to `max` characters, the last one `…` when it was cut.
+pub fn cap_chars(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut capped: String = text.chars().take(max.saturating_sub(1)).collect();
+    capped.push('…');
+    capped
+}
 /// Run records expire this long after they finish.
 pub const RUN_RECORD_DAYS: i64 = 90;
 
@@ -272,6 +324,7 @@ mod claim_tests {
             execution_id: "e1".into(),
             attempts: 1,
             started_at: t,
+            crashed_usd: 0.0,
         }
     }
 
@@ -312,10 +365,22 @@ mod claim_tests {
             .insert("2026-12-24T09:00:00Z".into(), claim(RunStatus::Running, 0));
         task.claims
             .insert("2026-12-24T17:30:00Z".into(), claim(RunStatus::Failed, 0));
+        task.claims.insert(
+            "2026-12-24T08:00:00Z".into(),
+            claim(RunStatus::Running, now.timestamp() + 60),
+        );
         assert_eq!(
             prunable(&task, now, Duration::hours(2)),
-            vec!["2026-12-24T10:00:00Z".to_owned()]
+            vec!["2026-12-24T09:00:00Z".to_owned(), "2026-12-24T10:00:00Z".to_owned()],
+            "finished and crashed (lease expired) claims go; a live lease stays"
         );
+        for minute in 0..100 {
+            task.claims.insert(
+                occurrence_key(now - Duration::hours(5) + Duration::minutes(minute)),
+                claim(RunStatus::Succeeded, 0),
+            );
+        }
+        assert_eq!(prunable(&task, now, Duration::hours(2)).len(), MAX_PRUNED_PER_SETTLE);
     }
 
     #[test]

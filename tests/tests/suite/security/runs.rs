@@ -1,1 +1,427 @@
-//! See `super`: attacks on what a run may do and spend.
+//! See `super`: attacks on what a run may do and spend, whatever a server
+//! or a crash does (SPEC §7 "A re-run is visible to the server", "A crash
+//! is paid for", "What a server sends is bounded", "Ceilings bind at run
+//! time").
+
+use chrono::{DateTime, Duration, Utc};
+use local::converse::Reply;
+use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
+use rmcp::model::{CallToolResult, ContentBlock};
+use serde_json::json;
+use shared::adapters::dynamo::DynamoStore;
+use shared::adapters::mcp::{MAX_TEXT_CHARS, MAX_TOOLS};
+use shared::app::run::Disposition;
+use shared::domain::agent::RUN_ID_META;
+use shared::domain::install::InstallScope;
+use shared::domain::limits::{Ceilings, Limits};
+use shared::domain::occurrence::{RunRecord, RunStatus, occurrence_key, run_id};
+use shared::domain::schedule::{RateUnit, Schedule};
+use shared::domain::task::Task;
+use shared::ports::{ClaimAnswer, ClaimRequest, Release, RunStore, Settled, Settlement, StoreError};
+use tests::{RunStack, connector_task, install, run_message, run_settings};
+
+const KB: usize = 1024;
+const MB: usize = 1024 * 1024;
+
+/// The store, with settles that fail while `fails` says so: a process that
+/// dies before its record, or a record that cannot be written.
+struct FailingSettle {
+    inner: DynamoStore,
+    fails: fn(&Settlement<'_>) -> bool,
+    rejects: bool,
+}
+
+impl RunStore for FailingSettle {
+    async fn claim(&self, r: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
+        self.inner.claim(r).await
+    }
+    async fn take_over(&self, r: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
+        self.inner.take_over(r).await
+    }
+    async fn release(&self, r: &Release<'_>) -> Result<Settled, StoreError> {
+        self.inner.release(r).await
+    }
+    async fn install(&self, w: &str, i: &str) -> Result<Option<shared::domain::install::Install>, StoreError> {
+        self.inner.install(w, i).await
+    }
+    async fn settle(&self, s: &Settlement<'_>) -> Result<Settled, StoreError> {
+        if (self.fails)(s) {
+            // A record the store refuses (as DynamoDB refuses an item over
+            // 400 KB) when it has an output, a transient failure otherwise.
+            let source = "injected: the settle failed".into();
+            let operation = "TransactWriteItems";
+            return Err(match s.record.output {
+                Some(_) if self.rejects => StoreError::Rejected { operation, source },
+                _ => StoreError::Request { operation, source },
+            });
+        }
+        self.inner.settle(s).await
+    }
+    async fn record_unclaimed(&self, r: &RunRecord) -> Result<(), StoreError> {
+        self.inner.record_unclaimed(r).await
+    }
+    async fn record_malformed(&self, m: &str, b: &str, r: &str, n: DateTime<Utc>) -> Result<(), StoreError> {
+        self.inner.record_malformed(m, b, r, n).await
+    }
+}
+
+fn deadline() -> DateTime<Utc> {
+    Utc::now() + Duration::minutes(5)
+}
+
+/// The fixture as `issues` (install `ins_1`), with `state` for its tools.
+async fn server(s: &RunStack, state: FixtureState) -> McpFixture {
+    let mut state = state;
+    if state.prompts.is_empty() {
+        state.prompts = vec![scheduled_prompt(
+            "weekly",
+            json!({"version": 1}),
+            &[],
+            "Do the weekly work.",
+        )];
+    }
+    let fixture = McpFixture::start(state).await.unwrap();
+    s.store()
+        .put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    fixture
+}
+
+fn month(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m").to_string()
+}
+
+fn approx(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_after_a_side_effect_is_paid_for_and_the_rerun_carries_the_same_run_id() {
+    let s = RunStack::start().await.unwrap();
+    let fixture = server(
+        &s,
+        FixtureState {
+            tools: vec![tool("post_summary")],
+            ..Default::default()
+        },
+    )
+    .await;
+    let task = connector_task("issues", "weekly", &["post_summary"], &[]);
+    s.store().insert_task(&task).await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let reply = || {
+        [
+            Reply::tool("issues__post_summary", json!({"text": "summary"}), 1000, 100),
+            Reply::text("Posted.", 1000, 100),
+        ]
+    };
+    s.model.script(reply().into_iter().chain(reply())).await;
+
+    // The first attempt posts, then dies before its settle.
+    let crashing = s.runner_on(
+        FailingSettle {
+            inner: s.store(),
+            fails: |_| true,
+            rejects: false,
+        },
+        run_settings(true),
+    );
+    let first_deadline = deadline();
+    assert!(
+        crashing
+            .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), first_deadline)
+            .await
+            .is_err()
+    );
+    let reserve = 0.25;
+    let item = s.task_item(&task).await;
+    assert!(approx(item["budget_used"][month(at)].as_f64().unwrap(), reserve));
+
+    // After its lease, a redelivery takes it over and runs it again.
+    let later = first_deadline + Duration::minutes(2);
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&task, at, "e2"), later, deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+
+    let state = fixture.state().read().await;
+    assert_eq!(state.calls.len(), 2, "the side effect was tried twice");
+    let want = json!(run_id(task.task_id.as_str(), at));
+    let seen: Vec<Option<&serde_json::Value>> = state
+        .call_metas
+        .iter()
+        .map(|m| m.as_ref().and_then(|m| m.get(RUN_ID_META)))
+        .collect();
+    assert_eq!(seen, vec![Some(&want), Some(&want)], "with one run id");
+    drop(state);
+
+    let actual = 1000.0 * 2.0 * 3.0 / 1e6 + 100.0 * 2.0 * 15.0 / 1e6;
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    assert_eq!(record["attempts"], 2);
+    assert!(
+        approx(record["cost_usd"].as_f64().unwrap(), actual + reserve),
+        "{record}"
+    );
+    let item = s.task_item(&task).await;
+    assert!(
+        approx(item["budget_used"][month(at)].as_f64().unwrap(), actual + reserve),
+        "the crashed reservation is spent, the second settled to its cost: {item}"
+    );
+    assert_eq!(item["claims"][occurrence_key(at)]["status"], "succeeded");
+    let account = s.account("INSTALL#acct_ins_1", &month(at)).await.unwrap();
+    assert!(
+        approx(account["spent_usd"].as_f64().unwrap(), actual + reserve),
+        "{account}"
+    );
+    assert_eq!(account["runs"], 1);
+    assert_eq!(s.events().await.len(), 1, "one settled run, one event");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_server_answers_are_bounded_before_the_model_and_the_record() {
+    let s = RunStack::start().await.unwrap();
+    // 10,000 tools, the approved one first and one far past the cap.
+    let mut tools = vec![tool("dump")];
+    tools.extend((0..10_000).map(|i| tool(&format!("t{i}"))));
+    let huge = "x".repeat(MB);
+    let fixture = server(
+        &s,
+        FixtureState {
+            tools,
+            tool_answers: [(
+                "dump".to_owned(),
+                CallToolResult::success(vec![ContentBlock::text(huge.clone())]),
+            )]
+            .into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let task = connector_task("issues", "weekly", &["dump", "t9999"], &[]);
+    s.store().insert_task(&task).await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    s.model
+        .script([
+            Reply::tool("issues__dump", json!({}), 100, 10),
+            Reply::text(&"y".repeat(MB), 100, 10),
+        ])
+        .await;
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    assert_eq!(fixture.state().read().await.calls.len(), 1);
+    let requests = s.model.requests().await;
+    let offered: Vec<&str> = requests[0].1["toolConfig"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["toolSpec"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        offered,
+        vec!["issues__dump"],
+        "t9999 is past the first {MAX_TOOLS} tools"
+    );
+    let result = requests[1].1["messages"][2]["content"][0]["toolResult"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(result.chars().count(), MAX_TEXT_CHARS, "the 1 MB result is cut");
+    assert!(requests[1].1.to_string().len() < 100 * KB);
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    assert!(record.to_string().len() < 16 * KB, "the record is small");
+    assert!(s.task_item(&task).await.to_string().len() < 16 * KB);
+    assert!(s.model.refused().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_megabyte_error_from_a_server_is_cut_and_the_run_still_settles() {
+    let s = RunStack::start().await.unwrap();
+    // The server's error names its missing argument: a megabyte of name.
+    let name = "a".repeat(MB);
+    let prompts = vec![scheduled_prompt("weekly", json!({"version": 1}), &[(&name, true)], "x")];
+    let _fixture = server(
+        &s,
+        FixtureState {
+            prompts,
+            ..Default::default()
+        },
+    )
+    .await;
+    let task = connector_task("issues", "weekly", &[], &[]);
+    s.store().insert_task(&task).await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let reason = record["reason"].as_str().unwrap();
+    assert!(reason.contains("-32602"), "{reason}");
+    assert!(reason.chars().count() <= shared::domain::occurrence::MAX_REASON_CHARS);
+    let item = s.task_item(&task).await;
+    assert_eq!(
+        item["claims"][occurrence_key(at)]["status"],
+        "failed",
+        "not left running"
+    );
+    assert!(
+        approx(item["budget_used"][month(at)].as_f64().unwrap(), 0.0),
+        "nothing held"
+    );
+    assert!(s.model.requests().await.is_empty(), "the model never saw it");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lowered_ceiling_brakes_an_approved_task_at_its_next_run() {
+    let s = RunStack::start().await.unwrap();
+    let fixture = server(
+        &s,
+        FixtureState {
+            tools: vec![tool("post_summary")],
+            ..Default::default()
+        },
+    )
+    .await;
+    let task = connector_task("issues", "weekly", &["post_summary"], &[]);
+    assert_eq!(task.spec.limits.max_tool_calls, 3, "approved for three calls");
+    s.store().insert_task(&task).await.unwrap();
+    let spec_before = s.task_item(&task).await["spec"].clone();
+    s.model
+        .script([
+            Reply::tool("issues__post_summary", json!({}), 100, 10),
+            Reply::tool("issues__post_summary", json!({}), 100, 10),
+            Reply::text("done", 100, 10),
+        ])
+        .await;
+    let mut settings = run_settings(true);
+    settings.ceilings = Ceilings::new(Limits {
+        max_tool_calls: 1,
+        ..tests::CEILINGS
+    })
+    .unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let got = s
+        .runner_on(s.store(), settings)
+        .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    assert_eq!(record["reason"], "tool call limit of 1 reached");
+    assert_eq!(
+        fixture.state().read().await.calls.len(),
+        1,
+        "the second call never happened"
+    );
+    assert_eq!(
+        s.task_item(&task).await["spec"],
+        spec_before,
+        "the approval is untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_settle_that_keeps_failing_leaves_no_claim_running_and_no_reservation_held() {
+    let s = RunStack::start().await.unwrap();
+    let _fixture = server(&s, FixtureState::default()).await;
+    let task = connector_task("issues", "weekly", &[], &[]);
+    s.store().insert_task(&task).await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    s.model.script([Reply::text("the digest", 1000, 100)]).await;
+    // Every settle with the run's output fails (a record that cannot be written).
+    let runner = s.runner_on(
+        FailingSettle {
+            inner: s.store(),
+            fails: |s| s.record.output.is_some(),
+            rejects: true,
+        },
+        run_settings(true),
+    );
+    let got = runner
+        .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    assert!(record.get("output").is_none());
+    assert!(
+        record["reason"].as_str().unwrap().contains("could not be recorded"),
+        "{record}"
+    );
+    let cost = 1000.0 * 3.0 / 1e6 + 100.0 * 15.0 / 1e6;
+    let item = s.task_item(&task).await;
+    assert_eq!(item["claims"][occurrence_key(at)]["status"], "failed");
+    assert!(
+        approx(item["budget_used"][month(at)].as_f64().unwrap(), cost),
+        "settled to the cost, the reservation released: {item}"
+    );
+    let account = s.account("INSTALL#acct_ins_1", &month(at)).await.unwrap();
+    assert!(approx(account["spent_usd"].as_f64().unwrap(), cost));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_minute_task_over_thirty_days_keeps_its_item_small() {
+    let s = RunStack::start().await.unwrap();
+    let _fixture = server(&s, FixtureState::default()).await;
+    let mut task: Task = connector_task("issues", "weekly", &[], &[]);
+    task.spec.schedule = Schedule::Rate {
+        every: 1,
+        unit: RateUnit::Minutes,
+    };
+    task.spec.budget = None;
+    s.store().insert_task(&task).await.unwrap();
+    // Thirty days of a rate(1 minute) task, compressed: an occurrence every
+    // twelve hours, some crashing before their settle (left running, never
+    // delivered again), then eighty minutes of every minute at the end.
+    let start = Utc::now() + Duration::days(1);
+    let mut occurrences: Vec<DateTime<Utc>> = (0..60).map(|i| start + Duration::hours(12 * i)).collect();
+    let end = start + Duration::days(30);
+    occurrences.extend((0..80).map(|m| end + Duration::minutes(m)));
+    let last = end + Duration::minutes(79);
+    let crash = s.runner_on(
+        FailingSettle {
+            inner: s.store(),
+            fails: |_| true,
+            rejects: false,
+        },
+        run_settings(true),
+    );
+    let runner = s.runner();
+    for (i, at) in occurrences.iter().enumerate() {
+        let body = run_message(&task, *at, &format!("e{i}"));
+        let now = *at + Duration::seconds(1);
+        if i % 10 == 5 {
+            assert!(crash.deliver("m", &body, now, deadline()).await.is_err());
+        } else {
+            let got = runner.deliver("m", &body, now, deadline()).await.unwrap();
+            assert_eq!(got, Disposition::Ran(RunStatus::Succeeded), "occurrence {i}");
+        }
+    }
+    let item = s.task_item(&task).await;
+    let claims = item["claims"].as_object().unwrap();
+    let retention = shared::domain::occurrence::claim_retention(Duration::seconds(3600));
+    let window = (retention.num_minutes() + 2) as usize;
+    assert!(claims.len() <= window, "{} claims kept, at most {window}", claims.len());
+    let retained = |occurrence: &String| {
+        let t = DateTime::parse_from_rfc3339(occurrence).unwrap().with_timezone(&Utc);
+        last + Duration::seconds(1) - t <= retention
+    };
+    assert!(
+        claims
+            .iter()
+            .all(|(occurrence, c)| c["status"] != "running" || retained(occurrence)),
+        "crashed claims past the window are pruned: {claims:?}"
+    );
+    assert!(claims.keys().all(retained), "only the window's claims are kept");
+    let size = item.to_string().len();
+    assert!(size < 100 * KB, "the task item is {size} bytes");
+}
