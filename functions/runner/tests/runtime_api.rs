@@ -153,6 +153,11 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
             "CATCH_UP_SECONDS".to_owned(),
             shared::config::MIN_CATCH_UP_SECONDS.to_string(),
         ),
+        (
+            "SCHEDULE_CEILINGS".to_owned(),
+            json!({"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300})
+                .to_string(),
+        ),
         ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME".to_owned(), s.model.endpoint()),
         (
             "CONNECTOR_SECRET_PREFIX".to_owned(),

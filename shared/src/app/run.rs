@@ -538,8 +538,23 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         conversation.offer(&install.server, own, |name| task.spec.tools.contains(name), session);
         for install_id in task.spec.bindings.values().flatten() {
             let bound = match self.store.install(&task.workspace, install_id).await {
-                Ok(Some(bound)) if bound.may_serve_a_need() => bound,
-                Ok(_) => continue,
+                // The binding rule again, on what is stored now: a need is
+                // served by an installed workspace install of another server
+                // only (a stored binding that breaks it lends nothing).
+                Ok(Some(bound))
+                    if crate::domain::approval::check_binding(
+                        task,
+                        install_id,
+                        &BTreeMap::from([(install_id.clone(), bound.clone())]),
+                    )
+                    .is_ok() =>
+                {
+                    bound
+                }
+                Ok(_) => {
+                    tracing::warn!(install_id = %install_id, "a bound install that may not serve a need is not offered");
+                    continue;
+                }
                 Err(e) => {
                     return Err(McpError {
                         operation: "connect",

@@ -819,6 +819,10 @@ fn the_default_model_is_current_reached_through_a_global_profile_and_priced() {
             "CONNECTOR_SECRET_PREFIX",
             "arn:aws:secretsmanager:us-east-1:123456789012:secret:connectors/",
         ),
+        (
+            "SCHEDULE_CEILINGS",
+            parameters["ScheduleCeilings"]["Default"].as_str().unwrap(),
+        ),
     ];
     let config = RunnerConfig::from(&shared::config::Env::from_lookup(|k: &str| {
         vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned())

@@ -425,3 +425,40 @@ async fn a_one_minute_task_over_thirty_days_keeps_its_item_small() {
     let size = item.to_string().len();
     assert!(size < 100 * KB, "the task item is {size} bytes");
 }
+
+/// A need bound to the declaring install itself (stored before the rule, and
+/// before a reconcile pass could hold the task) lends nothing at run time:
+/// the model is offered the approved tools only, never the rest of the
+/// declaring server's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stored_binding_to_the_declaring_install_offers_no_unapproved_tool() {
+    let s = RunStack::start().await.unwrap();
+    let _fixture = server(
+        &s,
+        FixtureState {
+            tools: vec![tool("post_summary"), tool("delete_repo")],
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut task = connector_task("issues", "weekly", &["post_summary"], &[]);
+    task.spec.needs = [("summary_channel".to_owned(), "a channel".to_owned())].into();
+    task.spec.bindings = [("summary_channel".to_owned(), Some("ins_1".to_owned()))].into();
+    s.store().insert_task(&task).await.unwrap();
+    s.model.script([Reply::text("done", 100, 10)]).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    let requests = s.model.requests().await;
+    let offered: Vec<String> = requests[0].1["toolConfig"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["toolSpec"]["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(offered, vec!["issues__post_summary".to_owned()]);
+}
