@@ -22,7 +22,7 @@
 //! them (approve: the pending or proposed bounds with argument values and
 //! bindings; the overrides for the rest). CI runs proptest's default
 //! number of cases; a long run: `PROPTEST_CASES=20000 cargo test -p shared
-//! --test reconcile_model` (README, "Benchmarks and checks").
+//! --test reconcile_model` (README, "Benchmarks").
 
 // A test stops where a set-up step fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
