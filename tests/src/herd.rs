@@ -489,9 +489,11 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
                             .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
                             .and_then(|n| n.parse::<u32>().ok())
                             .unwrap_or(1);
-                        returns
+                        // Best effort, as in the runner's handler: a refused
+                        // shortening leaves the record to the queue's timeout.
+                        let _ = returns
                             .return_after(&queue_arn, handle, return_delay(receives, fastrand::f64()))
-                            .await?;
+                            .await;
                     } else {
                         sqs.delete_message()
                             .queue_url(&queue_url)
