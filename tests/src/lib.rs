@@ -2,6 +2,8 @@
 //! gets its own moto process (killed by PID when the test ends) and its own
 //! uniquely named resources.
 
+pub mod herd;
+
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;

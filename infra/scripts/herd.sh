@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The herd: connector tasks all due at one instant against a model quota
+# per minute, on a compressed clock (tests/src/herd.rs). Prints one table
+# and exits non-zero when an invariant fails.
+#   infra/scripts/herd.sh [--tasks N] [--rpm R] [--compression C] [--concurrency K] [--batch B] [--duplicate-every D]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+infra/scripts/venv.sh
+export PATH="$PWD/.venv/bin:$PATH"
+cargo build --release -p tests --bin herd --locked --quiet
+exec "${CARGO_TARGET_DIR:-target}/release/herd" "$@"
