@@ -20,6 +20,10 @@ pub mod occurrence;
 pub mod overrides;
 pub mod payload;
 pub mod reconcile;
+// Test-only: the reconcile model check (no test executable of its own:
+// each links the AWS SDK, and CI's disk is finite).
+#[cfg(test)]
+mod reconcile_model;
 pub mod recurrence;
 pub mod redelivery;
 pub mod reminder;

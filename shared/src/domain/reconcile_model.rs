@@ -22,22 +22,19 @@
 //! them (approve: the pending or proposed bounds with argument values and
 //! bindings; the overrides for the rest). CI runs proptest's default
 //! number of cases; a long run: `PROPTEST_CASES=20000 cargo test -p shared
-//! --test reconcile_model` (README, "Benchmarks").
-
-// A test stops where a set-up step fails.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! --lib reconcile_model` (README, "Benchmarks").
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::domain::hold::HoldReason;
+use crate::domain::install::{Install, InstallScope, InstallStatus};
+use crate::domain::limits::{Ceilings, Limits};
+use crate::domain::overrides::Overrides;
+use crate::domain::reconcile::{ListedPrompt, ServerView, Write, compare, plan, rebind, settle_holds};
+use crate::domain::task::{Spec, Task};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use shared::domain::hold::HoldReason;
-use shared::domain::install::{Install, InstallScope, InstallStatus};
-use shared::domain::limits::{Ceilings, Limits};
-use shared::domain::overrides::Overrides;
-use shared::domain::reconcile::{ListedPrompt, ServerView, Write, compare, plan, rebind, settle_holds};
-use shared::domain::task::{Spec, Task};
 
 const PROMPT: &str = "weekly";
 
@@ -339,7 +336,7 @@ impl World {
     }
 
     fn declaration_is_valid(&self, d: &Declared) -> bool {
-        shared::domain::declaration::parse(&d.marker(), &self.tools, &self.ceilings).is_ok()
+        crate::domain::declaration::parse(&d.marker(), &self.tools, &self.ceilings).is_ok()
     }
 
     /// An admin's write: the version grows, nothing else of reconcile's moves.
