@@ -1,7 +1,7 @@
 //! A small fixed slice of the herd (`tests::herd`, `infra/scripts/herd.sh`):
 //! 50 connector tasks due at one instant against a model quota of 20
 //! requests per minute, on a clock compressed 60 times. Asserts what must
-//! hold, never how long it took.
+//! hold, never how long it took nor how often the quota bound.
 
 use tests::herd::{HerdConfig, run};
 
@@ -21,7 +21,8 @@ async fn fifty_tasks_due_at_once_all_run_once_within_the_catch_up_window_none_fa
     assert_eq!(report.violations(), Vec::<String>::new(), "\n{}", report.table());
     assert_eq!(report.succeeded, 50);
     assert_eq!(report.duplicates_sent, 10);
-    // 50 first calls against 20 a minute: the quota was met and runs went back.
-    assert!(report.model_throttled > 0, "the quota never bound:\n{}", report.table());
-    assert!(report.returned > 0, "no run was returned:\n{}", report.table());
+    // Whether the quota binds here depends on how fast this machine runs
+    // 20 concurrent deliveries, so the slice asserts the invariants only;
+    // the throttled path itself is pinned deterministically, on a window
+    // the test moves, by `converse::a_throttled_herd_loses_no_occurrence...`.
 }
