@@ -19,10 +19,11 @@ use serde_json::{Value, json};
 
 use crate::app::reconcile::{StepError, put_in_step};
 use crate::domain::approval::{Approval, check_binding};
+use crate::domain::bounds::compare;
 use crate::domain::hold::HoldReason;
 use crate::domain::install::Install;
 use crate::domain::overrides::Overrides;
-use crate::domain::reconcile::{self, Write, compare};
+use crate::domain::reconcile::{self, Write};
 use crate::domain::reminder::Principal;
 use crate::domain::schedule::format_utc;
 use crate::domain::schedule::preview::next_fires;
