@@ -67,11 +67,7 @@ async fn the_binary_serves_describe_and_create_under_the_runtime_api() {
     let item = aws_sdk_dynamodb::Client::new(&aws.sdk)
         .get_item()
         .table_name(&stack.names.table)
-        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("WS#ws_1".into()))
-        .key(
-            "sk",
-            aws_sdk_dynamodb::types::AttributeValue::S(format!("TASK#{task_id}")),
-        )
+        .set_key(Some(shared::adapters::keys::Key::task("ws_1", task_id).to_map()))
         .send()
         .await
         .unwrap()

@@ -114,12 +114,19 @@ fn install_at(item: &Item) -> Result<(String, String), StoreError> {
 
 impl TaskCatalog for DynamoStore {
     async fn workspace_tasks(&self, workspace: &str) -> Result<Vec<Task>, StoreError> {
-        let items = self.query_prefix(&format!("WS#{workspace}"), "TASK#").await?;
+        let items = self
+            .query_prefix(&super::keys::workspace_partition(workspace), super::keys::TASK_PREFIX)
+            .await?;
         items.into_iter().map(|i| read_item(i, "task")).collect()
     }
 
     async fn workspace_installs(&self, workspace: &str) -> Result<Vec<Install>, StoreError> {
-        let items = self.query_prefix(&format!("WS#{workspace}"), "INSTALL#").await?;
+        let items = self
+            .query_prefix(
+                &super::keys::workspace_partition(workspace),
+                super::keys::INSTALL_PREFIX,
+            )
+            .await?;
         items.into_iter().map(|i| read_item(i, "install")).collect()
     }
 
