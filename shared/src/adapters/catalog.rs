@@ -242,7 +242,7 @@ impl TaskCatalog for DynamoStore {
             .is_some())
     }
 
-    async fn first_delivery(&self, webhook_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+    async fn record_delivery(&self, webhook_id: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
         #[derive(serde::Serialize)]
         struct Seen {
             received_at: DateTime<Utc>,
@@ -267,6 +267,7 @@ impl TaskCatalog for DynamoStore {
             .expression_attribute_names("#pk", PK)
             .send()
             .await;
-        written("PutItem", result)
+        // A condition failure is a duplicate recorded meanwhile: nothing to do.
+        written("PutItem", result).map(|_| ())
     }
 }
