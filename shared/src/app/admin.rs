@@ -129,6 +129,21 @@ enum Request {
     },
 }
 
+impl Request {
+    fn principal(&self) -> &Principal {
+        match self {
+            Request::List { principal }
+            | Request::Get { principal, .. }
+            | Request::Approve { principal, .. }
+            | Request::Pause { principal, .. }
+            | Request::Resume { principal, .. }
+            | Request::Delete { principal, .. }
+            | Request::Restore { principal, .. }
+            | Request::Runs { principal, .. } => principal,
+        }
+    }
+}
+
 pub struct Admin<S, G> {
     store: S,
     schedules: G,
@@ -273,16 +288,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
     }
 
     async fn dispatch(&self, request: Request, now: DateTime<Utc>) -> Result<Result<Value, AdminRefusal>, AdminError> {
-        let principal = match &request {
-            Request::List { principal }
-            | Request::Get { principal, .. }
-            | Request::Approve { principal, .. }
-            | Request::Pause { principal, .. }
-            | Request::Resume { principal, .. }
-            | Request::Delete { principal, .. }
-            | Request::Restore { principal, .. }
-            | Request::Runs { principal, .. } => principal.clone(),
-        };
+        let principal = request.principal().clone();
         if !principal.holds(ADMIN_SCOPE) {
             return Ok(Err(AdminRefusal::Forbidden));
         }
@@ -293,30 +299,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
                     json!({"ok": true, "tasks": tasks.iter().map(view).collect::<Vec<_>>()}),
                 ))
             }
-            Request::Get { task_id, .. } => {
-                let task = match self.load(&principal, &task_id).await? {
-                    Ok(task) => task,
-                    Err(refusal) => return Ok(Err(refusal)),
-                };
-                let fires = next_fires(&task.spec.schedule, now, crate::app::admin::PREVIEW_COUNT).unwrap_or_default();
-                let diff: Vec<Value> = task
-                    .pending
-                    .as_ref()
-                    .map(|p| compare(&task.spec, &p.spec))
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|d| json!({"what": d.what, "from": d.from, "to": d.to, "widens": d.widens, "text": d.to_string()}))
-                    .collect();
-                Ok(Ok(json!({
-                    "ok": true,
-                    "task": serde_json::to_value(&task).unwrap_or(Value::Null),
-                    "state": task.state().as_str(),
-                    "version": task.version,
-                    "pending_diff": diff,
-                    "next_fires": fires,
-                    "explanation": explain(&task, now),
-                })))
-            }
+            Request::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
             Request::Approve {
                 task_id,
                 expected_version,
@@ -375,6 +358,37 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
             }
             Request::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
         }
+    }
+
+    /// One task with its pending difference, next fires and explanation.
+    async fn get(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
+        let task = match self.load(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let fires = next_fires(&task.spec.schedule, now, PREVIEW_COUNT).unwrap_or_default();
+        let diff: Vec<Value> = task
+            .pending
+            .as_ref()
+            .map(|p| compare(&task.spec, &p.spec))
+            .unwrap_or_default()
+            .iter()
+            .map(|d| json!({"what": d.what, "from": d.from, "to": d.to, "widens": d.widens, "text": d.to_string()}))
+            .collect();
+        Ok(Ok(json!({
+            "ok": true,
+            "task": serde_json::to_value(&task).unwrap_or(Value::Null),
+            "state": task.state().as_str(),
+            "version": task.version,
+            "pending_diff": diff,
+            "next_fires": fires,
+            "explanation": explain(&task, now),
+        })))
     }
 
     /// Changes the admin's overrides of a task.
