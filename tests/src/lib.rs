@@ -13,12 +13,7 @@ use shared::adapters::keys::Key;
 use shared::config::{CreateConfig, Flags};
 use shared::domain::limits::{Ceilings, Limits};
 
-pub const CEILINGS: Limits = Limits {
-    max_turns: 10,
-    max_tool_calls: 20,
-    max_output_tokens: 4000,
-    timeout_seconds: 300,
-};
+pub const CEILINGS: Limits = shared::domain::limits::EXAMPLE_CEILINGS;
 
 pub struct TestStack {
     pub aws: LocalAws,
