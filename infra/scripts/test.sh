@@ -25,6 +25,12 @@ if cargo tree -p shared --no-default-features -e normal --prefix none | grep -q 
   echo "shared without its aws feature depends on an AWS crate" >&2
   exit 1
 fi
+echo "== keys.rs is the only module that builds DynamoDB keys"
+prefixes='"(WS|TASK|INSTALL|RUN|IDEM|KEY|ACCOUNT|PERIOD|MALFORMED|MSG|WEBHOOK|OWNER|CREATED)#'
+if grep -rnE --include='*.rs' "$prefixes" shared functions infra tests | grep -v '^shared/src/adapters/keys.rs:'; then
+  echo "a DynamoDB key prefix is spelled outside shared/src/adapters/keys.rs: build the key with keys::Key" >&2
+  exit 1
+fi
 echo "== one TLS crypto stack in each function (aws-lc-rs; ring never besides it)"
 for function in create runner reconcile admin; do
   crates="$(cargo tree -p "$function" -e normal --prefix none --locked | cut -d' ' -f1 | sort -u)"

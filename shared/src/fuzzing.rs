@@ -17,7 +17,7 @@ use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, SecondsFormat, Time
 use chrono_tz::Tz;
 
 use crate::domain::declaration;
-use crate::domain::limits::{Ceilings, Limits};
+use crate::domain::limits::Ceilings;
 use crate::domain::occurrence::{RunMessage, occurrence_key};
 use crate::domain::reminder::{self, CreateRequest, Rejection};
 use crate::domain::schedule::cron::Cron;
@@ -49,13 +49,8 @@ pub fn now() -> DateTime<Utc> {
 
 /// SPEC §9's example `SCHEDULE_CEILINGS`.
 fn ceilings() -> Ceilings {
-    let limits = Limits {
-        max_turns: 10,
-        max_tool_calls: 20,
-        max_output_tokens: 4000,
-        timeout_seconds: 300,
-    };
-    Ceilings::new(limits).unwrap_or_else(|e| panic!("the example ceilings are valid: {e}"))
+    Ceilings::new(crate::domain::limits::EXAMPLE_CEILINGS)
+        .unwrap_or_else(|e| panic!("the example ceilings are valid: {e}"))
 }
 
 fn text(data: &[u8]) -> Option<&str> {

@@ -446,12 +446,13 @@ pub trait TaskCatalog: Send + Sync {
     fn reminders(&self) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send;
     /// Whether a webhook id was already recorded.
     fn seen_delivery(&self, webhook_id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Records a webhook id; `false` if it was already recorded.
-    fn first_delivery(
+    /// Records a webhook id as delivered; one already recorded stays as it
+    /// was (the first record's time is kept).
+    fn record_delivery(
         &self,
         webhook_id: &str,
         now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -11,15 +11,11 @@ use aws_sdk_scheduler::operation::get_schedule::GetScheduleOutput;
 use chrono::{DateTime, Duration, Utc};
 use local::{LocalAws, Stack};
 use serde_json::{Value, json};
+use shared::adapters::keys::Key;
 use shared::config::{CreateConfig, Flags};
 use shared::domain::limits::{Ceilings, Limits};
 
-pub const CEILINGS: Limits = Limits {
-    max_turns: 10,
-    max_tool_calls: 20,
-    max_output_tokens: 4000,
-    timeout_seconds: 300,
-};
+pub const CEILINGS: Limits = shared::domain::limits::EXAMPLE_CEILINGS;
 
 pub struct TestStack {
     pub aws: LocalAws,
@@ -79,6 +75,11 @@ impl TestStack {
             .into_iter()
             .filter(|i| i["entity"] == entity)
             .collect()
+    }
+
+    /// The item at a key, as the harness reads it back.
+    pub async fn item_at(&self, key: Key) -> Option<Value> {
+        self.item(&key.pk, &key.sk).await
     }
 
     pub async fn item(&self, pk: &str, sk: &str) -> Option<Value> {
@@ -259,22 +260,18 @@ impl RunStack {
     }
 
     pub async fn run_record(&self, task_id: &TaskId, occurrence: &str) -> Option<Value> {
-        self.t
-            .item(&format!("TASK#{task_id}"), &format!("RUN#{occurrence}"))
-            .await
+        self.t.item_at(Key::run(task_id.as_str(), occurrence)).await
     }
 
     pub async fn task_item(&self, task: &Task) -> Value {
         self.t
-            .item(&format!("WS#{}", task.workspace), &format!("TASK#{}", task.task_id))
+            .item_at(Key::task(&task.workspace, task.task_id.as_str()))
             .await
             .expect("task item")
     }
 
     pub async fn account(&self, account: &str, period: &str) -> Option<Value> {
-        self.t
-            .item(&format!("ACCOUNT#{account}"), &format!("PERIOD#{period}"))
-            .await
+        self.t.item_at(Key::account(account, period)).await
     }
 }
 

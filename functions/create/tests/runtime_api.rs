@@ -12,14 +12,17 @@ use local::{LocalAws, Stack, StackNames};
 use serde_json::{Value, json};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_create");
-const CEILINGS: &str = r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#;
+/// SPEC §9's example ceilings, as `SCHEDULE_CEILINGS` holds them.
+fn ceilings() -> String {
+    serde_json::to_string(&shared::domain::limits::EXAMPLE_CEILINGS).expect("ceilings as JSON")
+}
 
 fn function_env(aws: &LocalAws, stack: &Stack) -> Vec<(String, String)> {
     let mut env = aws.sdk_env();
     env.extend(stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
     env.push(("AGENT_SCHEDULE_API_ENABLED".into(), "true".into()));
     env.push(("AGENT_SCHEDULE_WORKER_ENABLED".into(), "true".into()));
-    env.push(("SCHEDULE_CEILINGS".into(), CEILINGS.into()));
+    env.push(("SCHEDULE_CEILINGS".into(), ceilings()));
     env
 }
 
@@ -67,11 +70,7 @@ async fn the_binary_serves_describe_and_create_under_the_runtime_api() {
     let item = aws_sdk_dynamodb::Client::new(&aws.sdk)
         .get_item()
         .table_name(&stack.names.table)
-        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("WS#ws_1".into()))
-        .key(
-            "sk",
-            aws_sdk_dynamodb::types::AttributeValue::S(format!("TASK#{task_id}")),
-        )
+        .set_key(Some(shared::adapters::keys::Key::task("ws_1", task_id).to_map()))
         .send()
         .await
         .unwrap()

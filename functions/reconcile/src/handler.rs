@@ -20,8 +20,9 @@ use lambda_runtime::{Error, LambdaEvent};
 use serde_json::{Value, json};
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::mcp::McpConnectors;
-use shared::adapters::queue::{FifoQueue, secret_string};
+use shared::adapters::queue::FifoQueue;
 use shared::adapters::scheduler::EventBridgeSchedules;
+use shared::adapters::secrets::SecretsReader;
 use shared::app::reconcile::{Delivery, InstallRules, Reconciler, intake};
 use shared::config::ReconcileConfig;
 use shared::domain::webhook::WebhookSecret;
@@ -44,7 +45,8 @@ pub struct App {
 pub async fn build(sdk: &aws_config::SdkConfig, config: ReconcileConfig) -> Result<App, Error> {
     let intake = match &config.webhook_secret_arn {
         Some(arn) => {
-            let secret_text = secret_string(sdk, arn)
+            let secret_text = SecretsReader::from_sdk(sdk)
+                .read(arn)
                 .await
                 .map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
             let secret =

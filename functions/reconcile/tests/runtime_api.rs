@@ -18,7 +18,10 @@ use tests::TestStack;
 use tokio::sync::Mutex;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_reconcile");
-const CEILINGS: &str = r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#;
+/// SPEC §9's example ceilings, as `SCHEDULE_CEILINGS` holds them.
+fn ceilings() -> String {
+    serde_json::to_string(&shared::domain::limits::EXAMPLE_CEILINGS).expect("ceilings as JSON")
+}
 
 fn url_event(headers: Value, body: &str) -> Value {
     json!({
@@ -52,7 +55,7 @@ async fn the_binary_takes_webhooks_works_its_queue_and_answers_cloudformation() 
 
     let mut env = t.aws.sdk_env();
     env.extend(t.stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
-    env.push(("SCHEDULE_CEILINGS".into(), CEILINGS.into()));
+    env.push(("SCHEDULE_CEILINGS".into(), ceilings()));
     let api = RuntimeApi::start("reconcile", Duration::from_secs(60)).await.unwrap();
     let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("reconcile-{}.log", uuid::Uuid::new_v4().simple()));
     let _function = FunctionProcess::spawn(Path::new(BINARY), &api, "reconcile", &env, Some(&log)).unwrap();

@@ -199,8 +199,9 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
     aws_sdk_dynamodb::Client::new(&s.t.aws.sdk)
         .update_item()
         .table_name(&s.t.stack.names.table)
-        .key("pk", AttributeValue::S(format!("WS#{}", task.workspace)))
-        .key("sk", AttributeValue::S(format!("TASK#{}", task.task_id)))
+        .set_key(Some(
+            shared::adapters::keys::Key::task(&task.workspace, task.task_id.as_str()).to_map(),
+        ))
         .update_expression("SET claims.#o.lease_until = :expired")
         .expression_attribute_names("#o", &occurrence)
         .expression_attribute_values(":expired", AttributeValue::N((Utc::now().timestamp() - 1).to_string()))

@@ -13,7 +13,10 @@ use serde_json::json;
 use tests::{TestStack, owner, schedules_create};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_schedules");
-const CEILINGS: &str = r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#;
+/// SPEC §9's example ceilings, as `SCHEDULE_CEILINGS` holds them.
+fn ceilings() -> String {
+    serde_json::to_string(&shared::domain::limits::EXAMPLE_CEILINGS).expect("ceilings as JSON")
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_binary_serves_an_owner_s_reminders() {
@@ -22,7 +25,7 @@ async fn the_binary_serves_an_owner_s_reminders() {
     env.extend(t.stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
     env.push(("AGENT_SCHEDULE_API_ENABLED".into(), "true".into()));
     env.push(("AGENT_SCHEDULE_WORKER_ENABLED".into(), "true".into()));
-    env.push(("SCHEDULE_CEILINGS".into(), CEILINGS.into()));
+    env.push(("SCHEDULE_CEILINGS".into(), ceilings()));
     env.push(("MAX_ACTIVE_REMINDERS".into(), "5".into()));
     let api = RuntimeApi::start("schedules", Duration::from_secs(30)).await.unwrap();
     let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("schedules-{}.log", uuid::Uuid::new_v4().simple()));

@@ -9,6 +9,7 @@
 // The SDK futures nest deeply; their layout needs more than the default depth.
 #![recursion_limit = "256"]
 
+use shared::adapters::keys::Key;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -112,12 +113,11 @@ fn admin(op: &str, task_id: &str, extra: Value) -> Value {
     request
 }
 
-async fn item(aws: &LocalAws, stack: &Stack, pk: &str, sk: &str) -> anyhow::Result<Value> {
+async fn item(aws: &LocalAws, stack: &Stack, key: Key) -> anyhow::Result<Value> {
     let out = aws_sdk_dynamodb::Client::new(&aws.sdk)
         .get_item()
         .table_name(&stack.names.table)
-        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(pk.into()))
-        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S(sk.into()))
+        .set_key(Some(key.to_map()))
         .send()
         .await?;
     Ok(out.item.map(local::item_json).unwrap_or(Value::Null))
@@ -220,13 +220,7 @@ async fn main() -> anyhow::Result<()> {
     }
     dispatch.drain_runs().await?;
     let occurrence = created["task"]["at"].as_str().unwrap_or_default().to_owned();
-    let record = item(
-        &aws,
-        &stack,
-        &format!("TASK#{reminder_id}"),
-        &format!("RUN#{occurrence}"),
-    )
-    .await?;
+    let record = item(&aws, &stack, Key::run(&reminder_id, &occurrence)).await?;
     show("the runner's run record", &run_summary(&record));
 
     // ---- The owner's schedules ------------------------------------------------
@@ -417,7 +411,7 @@ async fn main() -> anyhow::Result<()> {
             ));
             dispatch.drain_runs().await?;
             let key = shared::domain::occurrence::occurrence_key(fired.scheduled_time);
-            let record = item(aws, stack, &format!("TASK#{task}"), &format!("RUN#{key}")).await?;
+            let record = item(aws, stack, Key::run(&task, &key)).await?;
             show("run record", &run_summary(&record));
             let offered: Vec<String> = model
                 .requests()
@@ -491,13 +485,13 @@ async fn main() -> anyhow::Result<()> {
     run_next("weekly_summary", weekly_id.clone()).await?;
 
     clock.step("Final task items");
-    for (label, pk, sk) in [
-        ("reminder", "WS#ws_1".to_owned(), format!("TASK#{reminder_id}")),
-        ("daily reminder", "WS#ws_1".to_owned(), format!("TASK#{water_id}")),
-        ("weekly_summary", "WS#ws_1".to_owned(), format!("TASK#{weekly_id}")),
-        ("stale_issue_sweep", "WS#ws_1".to_owned(), format!("TASK#{sweep_id}")),
+    for (label, task_id) in [
+        ("reminder", &reminder_id),
+        ("daily reminder", &water_id),
+        ("weekly_summary", &weekly_id),
+        ("stale_issue_sweep", &sweep_id),
     ] {
-        let task = item(&aws, &stack, &pk, &sk).await?;
+        let task = item(&aws, &stack, Key::task("ws_1", task_id)).await?;
         show(
             label,
             &json!({"task_id": task["task_id"], "kind": task["kind"], "state": task["state"], "version": task["version"],

@@ -282,7 +282,7 @@ mod tests {
     #[test]
     fn item_sizes_are_counted_as_dynamodb_counts_them() {
         let item = HashMap::from([
-            ("pk".to_owned(), AttributeValue::S("TASK#1".into())),
+            ("pk".to_owned(), AttributeValue::S("item#1".into())),
             ("n".to_owned(), AttributeValue::N("12345".into())),
             (
                 "m".to_owned(),

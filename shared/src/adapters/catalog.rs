@@ -114,12 +114,19 @@ fn install_at(item: &Item) -> Result<(String, String), StoreError> {
 
 impl TaskCatalog for DynamoStore {
     async fn workspace_tasks(&self, workspace: &str) -> Result<Vec<Task>, StoreError> {
-        let items = self.query_prefix(&format!("WS#{workspace}"), "TASK#").await?;
+        let items = self
+            .query_prefix(&super::keys::workspace_partition(workspace), super::keys::TASK_PREFIX)
+            .await?;
         items.into_iter().map(|i| read_item(i, "task")).collect()
     }
 
     async fn workspace_installs(&self, workspace: &str) -> Result<Vec<Install>, StoreError> {
-        let items = self.query_prefix(&format!("WS#{workspace}"), "INSTALL#").await?;
+        let items = self
+            .query_prefix(
+                &super::keys::workspace_partition(workspace),
+                super::keys::INSTALL_PREFIX,
+            )
+            .await?;
         items.into_iter().map(|i| read_item(i, "install")).collect()
     }
 
@@ -235,7 +242,7 @@ impl TaskCatalog for DynamoStore {
             .is_some())
     }
 
-    async fn first_delivery(&self, webhook_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+    async fn record_delivery(&self, webhook_id: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
         #[derive(serde::Serialize)]
         struct Seen {
             received_at: DateTime<Utc>,
@@ -260,6 +267,7 @@ impl TaskCatalog for DynamoStore {
             .expression_attribute_names("#pk", PK)
             .send()
             .await;
-        written("PutItem", result)
+        // A condition failure is a duplicate recorded meanwhile: nothing to do.
+        written("PutItem", result).map(|_| ())
     }
 }

@@ -51,12 +51,14 @@ impl DynamoStore {
         self.requests.load(Ordering::Relaxed)
     }
 
-    fn count(&self) {
+    /// Counts one request (see [`Self::requests`]).
+    pub(crate) fn counted(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
-    async fn get<T: DeserializeOwned>(&self, key: Key, what: &str) -> Result<Option<T>, StoreError> {
-        self.count();
+    /// One item, read consistently, as a domain value.
+    pub(crate) async fn get_item<T: DeserializeOwned>(&self, key: Key, what: &str) -> Result<Option<T>, StoreError> {
+        self.counted();
         let out = self
             .client
             .get_item()
@@ -65,19 +67,22 @@ impl DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| request("GetItem", e))?;
-        out.item.map(|item| from_item(item, what)).transpose()
+            .map_err(|e| request_error("GetItem", e))?;
+        out.item.map(|item| read_item(item, what)).transpose()
     }
 }
 
-fn request<E: std::error::Error + Send + Sync + 'static>(operation: &'static str, source: E) -> StoreError {
+pub(crate) fn request_error<E: std::error::Error + Send + Sync + 'static>(
+    operation: &'static str,
+    source: E,
+) -> StoreError {
     StoreError::Request {
         operation,
         source: Box::new(source),
     }
 }
 
-fn from_item<T: DeserializeOwned>(item: Item, what: &str) -> Result<T, StoreError> {
+pub(crate) fn read_item<T: DeserializeOwned>(item: Item, what: &str) -> Result<T, StoreError> {
     serde_dynamo::from_item(item).map_err(|e| StoreError::Corrupt {
         what: what.to_owned(),
         source: Box::new(e),
@@ -95,7 +100,7 @@ where
     match result {
         Ok(_) => Ok(true),
         Err(e) if e.as_service_error().and_then(|e| e.code()) == Some("ConditionalCheckFailedException") => Ok(false),
-        Err(e) => Err(request(operation, e)),
+        Err(e) => Err(request_error(operation, e)),
     }
 }
 
@@ -142,7 +147,7 @@ fn put_if_absent(table: &str, item: Item) -> Result<TransactWriteItem, StoreErro
         .condition_expression("attribute_not_exists(#pk)")
         .expression_attribute_names("#pk", PK)
         .build()
-        .map_err(|e| request("TransactWriteItems", e))?;
+        .map_err(|e| request_error("TransactWriteItems", e))?;
     Ok(TransactWriteItem::builder().put(put).build())
 }
 
@@ -155,14 +160,10 @@ impl DynamoStore {
         &self.table
     }
 
-    pub(crate) fn counted(&self) {
-        self.count();
-    }
-
     /// Writes a new task, unless one already has its key. Reconcile creates
     /// connector tasks this way.
     pub async fn insert_task(&self, task: &Task) -> Result<Inserted, StoreError> {
-        self.count();
+        self.counted();
         let result = self
             .client
             .put_item()
@@ -181,7 +182,7 @@ impl DynamoStore {
 
     /// Writes an install as the platform reported it.
     pub async fn put_install(&self, install: &crate::domain::install::Install) -> Result<(), StoreError> {
-        self.count();
+        self.counted();
         let key = Key::install(&install.workspace, &install.install_id);
         let mut item = to_item(install, &key, "install")?;
         if install.is_installed() {
@@ -193,33 +194,19 @@ impl DynamoStore {
             .set_item(Some(item))
             .send()
             .await
-            .map_err(|e| request("PutItem", e))?;
+            .map_err(|e| request_error("PutItem", e))?;
         Ok(())
     }
-
-    pub(crate) async fn get_item<T: DeserializeOwned>(&self, key: Key, what: &str) -> Result<Option<T>, StoreError> {
-        self.get(key, what).await
-    }
-}
-
-pub(crate) fn request_error<E: std::error::Error + Send + Sync + 'static>(
-    operation: &'static str,
-    source: E,
-) -> StoreError {
-    request(operation, source)
-}
-
-pub(crate) fn read_item<T: DeserializeOwned>(item: Item, what: &str) -> Result<T, StoreError> {
-    from_item(item, what)
 }
 
 impl TaskStore for DynamoStore {
     async fn idempotency_record(&self, principal: &str, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.get(Key::idempotency(principal, key), "idempotency record").await
+        self.get_item(Key::idempotency(principal, key), "idempotency record")
+            .await
     }
 
     async fn task(&self, workspace: &str, task_id: &TaskId) -> Result<Option<Task>, StoreError> {
-        self.get(Key::task(workspace, task_id.as_str()), "task").await
+        self.get_item(Key::task(workspace, task_id.as_str()), "task").await
     }
 
     async fn insert_with_idempotency(
@@ -241,7 +228,7 @@ impl TaskStore for DynamoStore {
                 owner,
             )?);
         }
-        self.count();
+        self.counted();
         let result = self
             .client
             .transact_write_items()
@@ -265,7 +252,7 @@ impl TaskStore for DynamoStore {
                 } else if failed(2) {
                     Ok(ReminderInserted::OwnerMoved)
                 } else {
-                    Err(request("TransactWriteItems", err))
+                    Err(request_error("TransactWriteItems", err))
                 }
             }
         }
@@ -279,7 +266,7 @@ impl TaskStore for DynamoStore {
             reminders: Vec<String>,
         }
         let owner = self
-            .get::<Owner>(Key::owner(workspace, principal), "owner")
+            .get_item::<Owner>(Key::owner(workspace, principal), "owner")
             .await?
             .unwrap_or(Owner {
                 version: 0,
@@ -297,23 +284,23 @@ impl TaskStore for DynamoStore {
                     .set_keys(Some(keys))
                     .consistent_read(true)
                     .build()
-                    .map_err(|e| request("BatchGetItem", e))?,
+                    .map_err(|e| request_error("BatchGetItem", e))?,
             );
             while let Some(keys) = pending.take() {
-                self.count();
+                self.counted();
                 let out = self
                     .client
                     .batch_get_item()
                     .request_items(&self.table, keys)
                     .send()
                     .await
-                    .map_err(|e| request("BatchGetItem", e))?;
+                    .map_err(|e| request_error("BatchGetItem", e))?;
                 for item in out
                     .responses
                     .and_then(|mut r| r.remove(&self.table))
                     .unwrap_or_default()
                 {
-                    let task: Task = from_item(item, "task")?;
+                    let task: Task = read_item(item, "task")?;
                     found.insert(task.task_id.to_string(), task);
                 }
                 pending = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table));
@@ -390,6 +377,6 @@ fn owner_update(
             .condition_expression("version = :read")
             .expression_attribute_values(":read", AttributeValue::N(owner.version.to_string()))
     };
-    let update = update.build().map_err(|e| request("TransactWriteItems", e))?;
+    let update = update.build().map_err(|e| request_error("TransactWriteItems", e))?;
     Ok(TransactWriteItem::builder().update(update).build())
 }

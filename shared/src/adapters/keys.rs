@@ -63,6 +63,14 @@ pub struct Key {
     pub sk: String,
 }
 
+/// The partition of a workspace's tasks and installs, and the sort-key
+/// prefixes that tell them apart (a `Query` with `begins_with`).
+pub fn workspace_partition(workspace: &str) -> String {
+    format!("WS#{workspace}")
+}
+pub const TASK_PREFIX: &str = "TASK#";
+pub const INSTALL_PREFIX: &str = "INSTALL#";
+
 impl Key {
     pub fn task(workspace: &str, task_id: &str) -> Self {
         Self {

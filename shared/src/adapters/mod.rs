@@ -13,6 +13,7 @@ pub mod redelivery;
 pub mod reminders;
 pub mod runs;
 pub mod scheduler;
+pub mod secrets;
 pub mod telemetry;
 
 /// The SDK configuration every client is built from: region, credentials and

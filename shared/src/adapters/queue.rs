@@ -1,4 +1,4 @@
-//! The reconcile work queue on SQS FIFO, and reading secrets at start-up.
+//! The reconcile work queue on SQS FIFO.
 
 use aws_sdk_sqs::Client;
 
@@ -47,18 +47,6 @@ impl WorkQueue for FifoQueue {
             })?;
         Ok(())
     }
-}
-
-/// A secret's string value, read once at start-up.
-pub async fn secret_string(sdk: &aws_config::SdkConfig, arn: &str) -> Result<String, crate::ports::BoxError> {
-    let out = aws_sdk_secretsmanager::Client::new(sdk)
-        .get_secret_value()
-        .secret_id(arn)
-        .send()
-        .await?;
-    out.secret_string()
-        .map(str::to_owned)
-        .ok_or_else(|| format!("secret {arn} has no string value").into())
 }
 
 #[cfg(test)]

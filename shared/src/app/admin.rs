@@ -18,11 +18,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::app::reconcile::{StepError, put_in_step};
-use crate::domain::approval::{Approval, check_binding};
+use crate::domain::approval;
+use crate::domain::bounds::compare;
 use crate::domain::hold::HoldReason;
 use crate::domain::install::Install;
 use crate::domain::overrides::Overrides;
-use crate::domain::reconcile::{self, Write, compare};
+use crate::domain::reconcile::Write;
 use crate::domain::reminder::Principal;
 use crate::domain::schedule::format_utc;
 use crate::domain::schedule::preview::next_fires;
@@ -126,6 +127,21 @@ enum Request {
         #[serde(default)]
         limit: Option<u64>,
     },
+}
+
+impl Request {
+    fn principal(&self) -> &Principal {
+        match self {
+            Request::List { principal }
+            | Request::Get { principal, .. }
+            | Request::Approve { principal, .. }
+            | Request::Pause { principal, .. }
+            | Request::Resume { principal, .. }
+            | Request::Delete { principal, .. }
+            | Request::Restore { principal, .. }
+            | Request::Runs { principal, .. } => principal,
+        }
+    }
 }
 
 pub struct Admin<S, G> {
@@ -272,16 +288,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
     }
 
     async fn dispatch(&self, request: Request, now: DateTime<Utc>) -> Result<Result<Value, AdminRefusal>, AdminError> {
-        let principal = match &request {
-            Request::List { principal }
-            | Request::Get { principal, .. }
-            | Request::Approve { principal, .. }
-            | Request::Pause { principal, .. }
-            | Request::Resume { principal, .. }
-            | Request::Delete { principal, .. }
-            | Request::Restore { principal, .. }
-            | Request::Runs { principal, .. } => principal.clone(),
-        };
+        let principal = request.principal().clone();
         if !principal.holds(ADMIN_SCOPE) {
             return Ok(Err(AdminRefusal::Forbidden));
         }
@@ -292,30 +299,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
                     json!({"ok": true, "tasks": tasks.iter().map(view).collect::<Vec<_>>()}),
                 ))
             }
-            Request::Get { task_id, .. } => {
-                let task = match self.load(&principal, &task_id).await? {
-                    Ok(task) => task,
-                    Err(refusal) => return Ok(Err(refusal)),
-                };
-                let fires = next_fires(&task.spec.schedule, now, crate::app::admin::PREVIEW_COUNT).unwrap_or_default();
-                let diff: Vec<Value> = task
-                    .pending
-                    .as_ref()
-                    .map(|p| compare(&task.spec, &p.spec))
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|d| json!({"what": d.what, "from": d.from, "to": d.to, "widens": d.widens, "text": d.to_string()}))
-                    .collect();
-                Ok(Ok(json!({
-                    "ok": true,
-                    "task": serde_json::to_value(&task).unwrap_or(Value::Null),
-                    "state": task.state().as_str(),
-                    "version": task.version,
-                    "pending_diff": diff,
-                    "next_fires": fires,
-                    "explanation": explain(&task, now),
-                })))
-            }
+            Request::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
             Request::Approve {
                 task_id,
                 expected_version,
@@ -324,7 +308,8 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
                 ..
             } => {
                 self.change(&principal, &task_id, expected_version, now, |task, installs| {
-                    approve(task, installs, &principal, arguments, bindings, now)
+                    approval::approve(task, installs, &principal.id, arguments, bindings, now)
+                        .map_err(|e| AdminRefusal::InvalidRequest(e.0))
                 })
                 .await
             }
@@ -373,6 +358,37 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
             }
             Request::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
         }
+    }
+
+    /// One task with its pending difference, next fires and explanation.
+    async fn get(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
+        let task = match self.load(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let fires = next_fires(&task.spec.schedule, now, PREVIEW_COUNT).unwrap_or_default();
+        let diff: Vec<Value> = task
+            .pending
+            .as_ref()
+            .map(|p| compare(&task.spec, &p.spec))
+            .unwrap_or_default()
+            .iter()
+            .map(|d| json!({"what": d.what, "from": d.from, "to": d.to, "widens": d.widens, "text": d.to_string()}))
+            .collect();
+        Ok(Ok(json!({
+            "ok": true,
+            "task": serde_json::to_value(&task).unwrap_or(Value::Null),
+            "state": task.state().as_str(),
+            "version": task.version,
+            "pending_diff": diff,
+            "next_fires": fires,
+            "explanation": explain(&task, now),
+        })))
     }
 
     /// Changes the admin's overrides of a task.
@@ -462,65 +478,5 @@ fn set_override(
     } else {
         None
     };
-    Ok(())
-}
-
-/// Approves the pending (or first declared) bounds with argument values and
-/// need bindings.
-fn approve(
-    task: &mut Task,
-    installs: &BTreeMap<String, Install>,
-    principal: &Principal,
-    arguments: BTreeMap<String, String>,
-    bindings: BTreeMap<String, Option<String>>,
-    now: DateTime<Utc>,
-) -> Result<(), AdminRefusal> {
-    let invalid = |m: String| Err(AdminRefusal::InvalidRequest(m));
-    if task.kind != crate::domain::task::TaskKind::Connector {
-        return invalid("only connector tasks are approved here; a reminder was approved by its user".into());
-    }
-    let mut target = task
-        .pending
-        .as_ref()
-        .map_or_else(|| task.spec.clone(), |p| p.spec.clone());
-    for (name, value) in arguments {
-        if !task.prompt_arguments.contains_key(&name) {
-            return invalid(format!("the prompt has no argument `{name}`"));
-        }
-        target.arguments.insert(name, value);
-    }
-    if let Some((name, _)) = task
-        .prompt_arguments
-        .iter()
-        .find(|(n, required)| **required && !target.arguments.contains_key(*n))
-    {
-        return invalid(format!("the required argument `{name}` has no value"));
-    }
-    for (need, install) in bindings {
-        if !target.needs.contains_key(&need) {
-            return invalid(format!("the task declares no need `{need}`"));
-        }
-        if let Some(id) = &install
-            && let Err(refusal) = check_binding(task, id, installs)
-        {
-            return invalid(refusal.to_string());
-        }
-        target.bindings.insert(need, install);
-    }
-    target.bindings.retain(|need, _| target.needs.contains_key(need));
-    if let Some(need) = target.needs.keys().find(|n| !target.bindings.contains_key(*n)) {
-        return invalid(format!(
-            "need `{need}` has no decision: bind it to an install, or pass null to leave it unbound"
-        ));
-    }
-    task.spec = target;
-    task.pending = None;
-    task.hold.lift(HoldReason::AwaitingApproval);
-    reconcile::settle_holds(task, &mut Vec::new(), installs, now);
-    task.approval = Some(Approval {
-        id: format!("admin:{}:{}", principal.id, task.version + 1),
-        approved_at: now,
-        by: Some(principal.id.clone()),
-    });
     Ok(())
 }

@@ -183,7 +183,7 @@ pub async fn intake<S: TaskCatalog, Q: WorkQueue>(
     queue
         .enqueue(&group(event.workspace(), event.install_id()), id, &body)
         .await?;
-    store.first_delivery(id, now).await?;
+    store.record_delivery(id, now).await?;
     tracing::info!(
         webhook_id = id,
         workspace = event.workspace(),

@@ -152,20 +152,23 @@ impl Ceilings {
     }
 }
 
+/// SPEC §9's example `SCHEDULE_CEILINGS`: the one copy the tests, the fuzz
+/// targets and the local stack use.
+pub const EXAMPLE_CEILINGS: Limits = Limits {
+    max_turns: 10,
+    max_tool_calls: 20,
+    max_output_tokens: 4000,
+    timeout_seconds: 300,
+};
+
 /// Test data shared by the domain's test modules.
 #[cfg(test)]
 pub(crate) mod tests_support {
-    use super::{Ceilings, Limits};
+    use super::{Ceilings, EXAMPLE_CEILINGS};
 
     /// SPEC §9's example `SCHEDULE_CEILINGS`.
     pub fn ceilings() -> Ceilings {
-        Ceilings::new(Limits {
-            max_turns: 10,
-            max_tool_calls: 20,
-            max_output_tokens: 4000,
-            timeout_seconds: 300,
-        })
-        .unwrap()
+        Ceilings::new(EXAMPLE_CEILINGS).unwrap()
     }
 }
 

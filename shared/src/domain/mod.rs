@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod approval;
+pub mod bounds;
 pub mod budget;
 pub mod declaration;
 pub mod descriptor;

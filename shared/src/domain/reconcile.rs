@@ -8,20 +8,25 @@
 //! task until an admin gives a value; withdrawal is decided here, from
 //! `prompts/list`, and nowhere else; each runtime hold is lifted only when
 //! its own cause has cleared; a plan of an unchanged input writes nothing.
+//!
+//! The steps of [`plan`]: split the stored tasks into this install's and
+//! others' ([`partition`]); for each distinct listed prompt, withdraw it when
+//! unmarked, record a refused declaration ([`refuse`]), create a held task
+//! ([`create`]) or bring the stored one up to the declaration ([`update`]:
+//! reattach, accept, follow the arguments, follow the proposal or apply the
+//! bounds, settle the holds); withdraw stored tasks whose prompt is gone.
+//! What "widens" means is [`super::bounds`].
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-
-use chrono::{DateTime, Datelike, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::approval::check_binding;
+use super::bounds::compare;
 use super::declaration::{self, Declaration};
 use super::hold::HoldReason;
 use super::install::Install;
 use super::limits::Ceilings;
-use super::schedule::cron::Cron;
-use super::schedule::{RateUnit, Schedule};
 use super::task::{Pending, Provenance, Spec, Task, TaskId, TaskKind};
 
 /// A prompt as the server's `prompts/list` shows it.
@@ -40,186 +45,6 @@ pub struct ServerView<'a> {
     pub install: &'a Install,
     pub prompts: &'a [ListedPrompt],
     pub tools: &'a BTreeSet<String>,
-}
-
-/// One difference between approved and declared bounds.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Difference {
-    pub what: String,
-    pub from: String,
-    pub to: String,
-    pub widens: bool,
-}
-
-impl fmt::Display for Difference {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verb = if self.widens { "raised" } else { "lowered" };
-        write!(f, "{} {verb} from {} to {}", self.what, self.from, self.to)
-    }
-}
-
-/// How often a schedule fires in a reference year: the measure of "fires
-/// more often". DST shifts are ignored; they move fires, not their number.
-pub fn fires_per_year(schedule: &Schedule) -> u64 {
-    match schedule {
-        Schedule::At { .. } => 1,
-        Schedule::Rate { every, unit } => {
-            let minutes = match unit {
-                RateUnit::Minutes => 1,
-                RateUnit::Hours => 60,
-                RateUnit::Days => 1440,
-            } * u64::from(*every);
-            365 * 1440 / minutes.max(1)
-        }
-        Schedule::Cron { cron, .. } => match Cron::parse(cron) {
-            Ok(cron) => {
-                let per_day = (cron.hours.len() * cron.minutes.len()) as u64;
-                let days = (1..=365)
-                    .filter_map(|d| NaiveDate::from_yo_opt(2027, d))
-                    .filter(|date| cron.fires_on(*date))
-                    .count() as u64;
-                days * per_day
-            }
-            Err(_) => u64::MAX,
-        },
-    }
-}
-
-/// The shortest time between two fires, in minutes: the other measure of
-/// "fires more often" (fewer fires a year can still come closer together).
-/// Local wall-clock time; DST is ignored as in [`fires_per_year`].
-pub fn shortest_gap_minutes(schedule: &Schedule) -> u64 {
-    match schedule {
-        Schedule::At { .. } => u64::MAX,
-        Schedule::Rate { every, unit } => {
-            u64::from(*every)
-                * match unit {
-                    RateUnit::Minutes => 1,
-                    RateUnit::Hours => 60,
-                    RateUnit::Days => 1440,
-                }
-        }
-        Schedule::Cron { cron, .. } => {
-            let Ok(cron) = Cron::parse(cron) else {
-                return 0;
-            };
-            let times: Vec<u64> = cron
-                .hours
-                .iter()
-                .flat_map(|h| cron.minutes.iter().map(move |m| u64::from(*h) * 60 + u64::from(*m)))
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            let (Some(first), Some(last)) = (times.first(), times.last()) else {
-                return u64::MAX;
-            };
-            let within_a_day = times.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(u64::MAX);
-            // Two years, so that a once-a-year schedule has a gap too.
-            let days: Vec<u64> = (2027..=2028)
-                .flat_map(|year| (1..=366).filter_map(move |d| NaiveDate::from_yo_opt(year, d)))
-                .filter(|date| cron.fires_on(*date))
-                .map(|date| date.num_days_from_ce() as u64)
-                .collect();
-            let across_days = days
-                .windows(2)
-                .map(|w| (w[1] - w[0]) * 1440 + first - last)
-                .min()
-                .unwrap_or(u64::MAX);
-            within_a_day.min(across_days)
-        }
-    }
-}
-
-/// Whether `new` fires more often than `old`: more fires a year, or two
-/// fires closer together than any two of `old`.
-pub fn fires_more_often(old: &Schedule, new: &Schedule) -> bool {
-    fires_per_year(new) > fires_per_year(old) || shortest_gap_minutes(new) < shortest_gap_minutes(old)
-}
-
-fn describe_schedule(schedule: &Schedule) -> String {
-    match schedule {
-        Schedule::At { at } => format!("once at {}", super::schedule::format_utc(*at)),
-        Schedule::Cron { cron, timezone } => format!("`{cron}` in {timezone}"),
-        Schedule::Rate { every, unit } => format!("every {every} {unit:?}").to_lowercase(),
-    }
-}
-
-fn list(set: &BTreeSet<String>) -> String {
-    if set.is_empty() {
-        "none".into()
-    } else {
-        set.iter().cloned().collect::<Vec<_>>().join(", ")
-    }
-}
-
-/// Every difference between approved bounds `old` and declared bounds `new`.
-pub fn compare(old: &Spec, new: &Spec) -> Vec<Difference> {
-    let mut out = Vec::new();
-    let mut push = |what: &str, from: String, to: String, widens: bool| {
-        out.push(Difference {
-            what: what.into(),
-            from,
-            to,
-            widens,
-        });
-    };
-    if old.tools != new.tools {
-        push(
-            "tools",
-            list(&old.tools),
-            list(&new.tools),
-            !new.tools.is_subset(&old.tools),
-        );
-    }
-    let (o, n) = (old.limits, new.limits);
-    for (what, a, b) in [
-        ("max_turns", o.max_turns, n.max_turns),
-        ("max_tool_calls", o.max_tool_calls, n.max_tool_calls),
-        ("max_output_tokens", o.max_output_tokens, n.max_output_tokens),
-        ("timeout_seconds", o.timeout_seconds, n.timeout_seconds),
-    ] {
-        if a != b {
-            push(what, a.to_string(), b.to_string(), b > a);
-        }
-    }
-    let money = |v: f64| format!("${v:.2}");
-    let (ob, nb) = (old.budget.unwrap_or_default(), new.budget.unwrap_or_default());
-    if ob.max_usd_per_run != nb.max_usd_per_run {
-        push(
-            "budget per run",
-            money(ob.max_usd_per_run),
-            money(nb.max_usd_per_run),
-            nb.max_usd_per_run > ob.max_usd_per_run,
-        );
-    }
-    if ob.max_usd_per_month != nb.max_usd_per_month {
-        push(
-            "budget per month",
-            money(ob.max_usd_per_month),
-            money(nb.max_usd_per_month),
-            nb.max_usd_per_month > ob.max_usd_per_month,
-        );
-    }
-    let (old_needs, new_needs): (BTreeSet<String>, BTreeSet<String>) =
-        (old.needs.keys().cloned().collect(), new.needs.keys().cloned().collect());
-    if old_needs != new_needs {
-        push(
-            "needs",
-            list(&old_needs),
-            list(&new_needs),
-            !new_needs.is_subset(&old_needs),
-        );
-    }
-    if old.schedule != new.schedule {
-        let widens = fires_more_often(&old.schedule, &new.schedule);
-        push(
-            "schedule",
-            describe_schedule(&old.schedule),
-            describe_schedule(&new.schedule),
-            widens,
-        );
-    }
-    out
 }
 
 /// A kind of change, for logs and metrics.
@@ -393,175 +218,225 @@ pub fn plan(
     if !install.may_own_tasks() {
         return plan;
     }
+    let (mut ours, theirs) = partition(stored, install, installs);
+    let mut seen = BTreeSet::new();
+    for prompt in view.prompts {
+        if !seen.insert(prompt.name.as_str()) {
+            continue;
+        }
+        let id = TaskId::for_connector(&install.workspace, &install.server, &prompt.name);
+        if theirs.contains(&id) {
+            continue;
+        }
+        let existing = ours.remove(&id);
+        plan_prompt(&mut plan, view, prompt, id, existing, installs, ceilings, now);
+    }
+    // Stored tasks whose prompt is gone from the list.
+    for task in ours.into_values() {
+        withdraw(&mut plan, task, "the prompt is gone from prompts/list", now);
+    }
+    plan
+}
+
+/// The stored tasks this install plans for, by id, and the ids of those
+/// another live workspace install (or a user) owns.
+fn partition<'t>(
+    stored: &'t [Task],
+    install: &Install,
+    installs: &BTreeMap<String, Install>,
+) -> (BTreeMap<TaskId, &'t Task>, BTreeSet<&'t TaskId>) {
     let owned_elsewhere = |task: &Task| match &task.provenance {
         Provenance::Connector { install_id, .. } => {
             *install_id != install.install_id && installs.get(install_id).is_some_and(Install::may_own_tasks)
         }
         Provenance::User { .. } => true,
     };
-    let mut by_id: BTreeMap<TaskId, &Task> = stored
-        .iter()
-        .filter(|t| !owned_elsewhere(t))
-        .map(|t| (t.task_id.clone(), t))
-        .collect();
-    let owned_by_others: BTreeSet<&TaskId> = stored
-        .iter()
-        .filter(|t| owned_elsewhere(t))
-        .map(|t| &t.task_id)
-        .collect();
-    let mut seen = BTreeSet::new();
+    let (theirs, ours): (Vec<&Task>, Vec<&Task>) = stored.iter().partition(|t| owned_elsewhere(t));
+    (
+        ours.into_iter().map(|t| (t.task_id.clone(), t)).collect(),
+        theirs.into_iter().map(|t| &t.task_id).collect(),
+    )
+}
 
-    for prompt in view.prompts {
-        if !seen.insert(prompt.name.as_str()) {
-            continue;
+/// One listed prompt: unmarked, withdrawn; marked but invalid, refused;
+/// valid, a new held task or the stored one brought up to the declaration.
+#[allow(clippy::too_many_arguments)]
+fn plan_prompt(
+    plan: &mut Plan,
+    view: &ServerView<'_>,
+    prompt: &ListedPrompt,
+    id: TaskId,
+    existing: Option<&Task>,
+    installs: &BTreeMap<String, Install>,
+    ceilings: &Ceilings,
+    now: DateTime<Utc>,
+) {
+    let Some(marker) = &prompt.marker else {
+        if let Some(task) = existing {
+            withdraw(
+                plan,
+                task,
+                "the prompt no longer carries the scheduled-prompts marker",
+                now,
+            );
         }
-        let id = TaskId::for_connector(&install.workspace, &install.server, &prompt.name);
-        if owned_by_others.contains(&id) {
-            continue;
-        }
-        let existing = by_id.remove(&id);
-        let Some(marker) = &prompt.marker else {
-            if let Some(task) = existing {
-                withdraw(
-                    &mut plan,
-                    task,
-                    "the prompt no longer carries the scheduled-prompts marker",
-                    now,
-                );
-            }
-            continue;
-        };
-        let declaration = match declaration::parse(marker, view.tools, ceilings) {
-            Ok(d) => d,
-            Err(e) => {
-                let reason = e.to_string();
-                plan.refused.insert(prompt.name.clone(), reason.clone());
-                if let Some(task) =
-                    existing.filter(|t| !is_tombstoned(t) && t.declaration_error.as_ref() != Some(&reason))
-                {
-                    let mut t = task.clone();
-                    t.declaration_error = Some(reason);
-                    push(&mut plan, task, t, vec![Change::DeclarationRefused], now);
-                }
-                continue;
-            }
-        };
-        let declared = declared_spec(&declaration);
-        match existing {
-            None => {
-                let mut task = Task::new(
-                    id,
-                    install.workspace.clone(),
-                    TaskKind::Connector,
-                    Provenance::Connector {
-                        install_id: install.install_id.clone(),
-                        server: install.server.clone(),
-                        prompt: prompt.name.clone(),
-                    },
-                    prompt.name.clone(),
-                    None,
-                    declared,
-                    now,
-                );
-                task.hold.place(
-                    HoldReason::AwaitingApproval,
-                    now,
-                    "a new scheduled prompt waits for an admin's approval",
-                );
-                task.prompt_arguments = prompt.arguments.clone();
-                plan.writes.push(Write {
-                    task,
-                    read_version: None,
-                    changes: vec![Change::Created],
-                });
-            }
-            Some(task) if is_tombstoned(task) => {}
-            Some(task) => {
-                let mut t = task.clone();
-                let mut changes = Vec::new();
-                // A reinstall gives the server a new install id: its tasks follow.
-                if let Provenance::Connector { install_id, .. } = &mut t.provenance
-                    && *install_id != install.install_id
-                {
-                    install_id.clone_from(&install.install_id);
-                    changes.push(Change::Reattached);
-                }
-                if t.declaration_error.take().is_some() {
-                    changes.push(Change::DeclarationAccepted);
-                }
-                lift(&mut t, &mut changes, HoldReason::Withdrawn);
-                // Arguments: a removed one narrows (its value goes); the
-                // required ones are checked by `settle_holds`.
-                let dropped: Vec<String> = t
-                    .spec
-                    .arguments
-                    .keys()
-                    .filter(|a| !prompt.arguments.contains_key(*a))
-                    .cloned()
-                    .collect();
-                for name in &dropped {
-                    t.spec.arguments.remove(name);
-                    if let Some(p) = t.pending.as_mut() {
-                        p.spec.arguments.remove(name);
-                    }
-                }
-                if !dropped.is_empty() {
-                    changes.push(Change::ArgumentsDropped);
-                }
-                if t.prompt_arguments != prompt.arguments {
-                    t.prompt_arguments = prompt.arguments.clone();
-                    changes.push(Change::ArgumentsChanged);
-                }
-
-                if t.hold.has(HoldReason::AwaitingApproval) {
-                    // Not approved yet: the proposal follows the server.
-                    let mut proposal = declared.clone();
-                    proposal.arguments = t.spec.arguments.clone();
-                    if t.spec != proposal {
-                        t.spec = proposal;
-                        changes.push(Change::ProposalUpdated);
-                    }
-                } else {
-                    let mut target = declared.clone();
-                    target.arguments = t.spec.arguments.clone();
-                    target.bindings = t
-                        .spec
-                        .bindings
-                        .iter()
-                        .filter(|(need, _)| target.needs.contains_key(*need))
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect();
-                    target.agent = t.spec.agent.clone();
-                    target.scopes = t.spec.scopes.clone();
-                    let differences = compare(&t.spec, &target);
-                    if differences.iter().any(|d| d.widens) {
-                        if t.pending.as_ref().map(|p| &p.spec) != Some(&target) {
-                            t.pending = Some(Pending {
-                                spec: target,
-                                since: now,
-                            });
-                            changes.push(Change::PendingStored);
-                        }
-                    } else {
-                        if t.pending.take().is_some() {
-                            changes.push(Change::PendingCleared);
-                        }
-                        if t.spec != target {
-                            t.spec = target;
-                            changes.push(Change::Narrowed);
-                        }
-                    }
-                }
-                settle_holds(&mut t, &mut changes, installs, now);
-                push(&mut plan, task, t, changes, now);
-            }
+        return;
+    };
+    let declaration = match declaration::parse(marker, view.tools, ceilings) {
+        Ok(d) => d,
+        Err(e) => return refuse(plan, prompt, existing, e.to_string(), now),
+    };
+    let declared = declared_spec(&declaration);
+    match existing {
+        None => plan.writes.push(create(view.install, prompt, id, declared, now)),
+        Some(task) if is_tombstoned(task) => {}
+        Some(task) => {
+            let (t, changes) = update(task, view.install, prompt, declared, installs, now);
+            push(plan, task, t, changes, now);
         }
     }
-    // Stored tasks whose prompt is gone from the list.
-    for task in by_id.into_values() {
-        withdraw(&mut plan, task, "the prompt is gone from prompts/list", now);
+}
+
+/// A refused declaration changes no bounds: it is recorded, and on the
+/// stored task once per reason.
+fn refuse(plan: &mut Plan, prompt: &ListedPrompt, existing: Option<&Task>, reason: String, now: DateTime<Utc>) {
+    plan.refused.insert(prompt.name.clone(), reason.clone());
+    if let Some(task) = existing.filter(|t| !is_tombstoned(t) && t.declaration_error.as_ref() != Some(&reason)) {
+        let mut t = task.clone();
+        t.declaration_error = Some(reason);
+        push(plan, task, t, vec![Change::DeclarationRefused], now);
     }
-    plan
+}
+
+/// A newly declared prompt: a task held until an admin approves it.
+fn create(install: &Install, prompt: &ListedPrompt, id: TaskId, declared: Spec, now: DateTime<Utc>) -> Write {
+    let mut task = Task::new(
+        id,
+        install.workspace.clone(),
+        TaskKind::Connector,
+        Provenance::Connector {
+            install_id: install.install_id.clone(),
+            server: install.server.clone(),
+            prompt: prompt.name.clone(),
+        },
+        prompt.name.clone(),
+        None,
+        declared,
+        now,
+    );
+    task.hold.place(
+        HoldReason::AwaitingApproval,
+        now,
+        "a new scheduled prompt waits for an admin's approval",
+    );
+    task.prompt_arguments = prompt.arguments.clone();
+    Write {
+        task,
+        read_version: None,
+        changes: vec![Change::Created],
+    }
+}
+
+/// A stored task brought up to its declaration: reattached to a reinstall,
+/// the declaration accepted, the withdrawal lifted, the arguments followed,
+/// the bounds applied (or kept pending), and the holds settled.
+fn update(
+    task: &Task,
+    install: &Install,
+    prompt: &ListedPrompt,
+    declared: Spec,
+    installs: &BTreeMap<String, Install>,
+    now: DateTime<Utc>,
+) -> (Task, Vec<Change>) {
+    let mut t = task.clone();
+    let mut changes = Vec::new();
+    // A reinstall gives the server a new install id: its tasks follow.
+    if let Provenance::Connector { install_id, .. } = &mut t.provenance
+        && *install_id != install.install_id
+    {
+        install_id.clone_from(&install.install_id);
+        changes.push(Change::Reattached);
+    }
+    if t.declaration_error.take().is_some() {
+        changes.push(Change::DeclarationAccepted);
+    }
+    lift(&mut t, &mut changes, HoldReason::Withdrawn);
+    follow_arguments(&mut t, &mut changes, prompt);
+    if t.hold.has(HoldReason::AwaitingApproval) {
+        follow_proposal(&mut t, &mut changes, declared);
+    } else {
+        apply_bounds(&mut t, &mut changes, declared, now);
+    }
+    settle_holds(&mut t, &mut changes, installs, now);
+    (t, changes)
+}
+
+/// Arguments: a removed one narrows (its value goes); the required ones are
+/// checked by `settle_holds`.
+fn follow_arguments(t: &mut Task, changes: &mut Vec<Change>, prompt: &ListedPrompt) {
+    let dropped: Vec<String> = t
+        .spec
+        .arguments
+        .keys()
+        .filter(|a| !prompt.arguments.contains_key(*a))
+        .cloned()
+        .collect();
+    for name in &dropped {
+        t.spec.arguments.remove(name);
+        if let Some(p) = t.pending.as_mut() {
+            p.spec.arguments.remove(name);
+        }
+    }
+    if !dropped.is_empty() {
+        changes.push(Change::ArgumentsDropped);
+    }
+    if t.prompt_arguments != prompt.arguments {
+        t.prompt_arguments = prompt.arguments.clone();
+        changes.push(Change::ArgumentsChanged);
+    }
+}
+
+/// Not approved yet: the proposal follows the server.
+fn follow_proposal(t: &mut Task, changes: &mut Vec<Change>, declared: Spec) {
+    let mut proposal = declared;
+    proposal.arguments = t.spec.arguments.clone();
+    if t.spec != proposal {
+        t.spec = proposal;
+        changes.push(Change::ProposalUpdated);
+    }
+}
+
+/// Approved: a change that only narrows applies at once; any widening waits
+/// whole as `pending` while the approved spec keeps running.
+fn apply_bounds(t: &mut Task, changes: &mut Vec<Change>, declared: Spec, now: DateTime<Utc>) {
+    let mut target = declared;
+    target.arguments = t.spec.arguments.clone();
+    target.bindings = t
+        .spec
+        .bindings
+        .iter()
+        .filter(|(need, _)| target.needs.contains_key(*need))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    target.agent = t.spec.agent.clone();
+    target.scopes = t.spec.scopes.clone();
+    if compare(&t.spec, &target).iter().any(|d| d.widens) {
+        if t.pending.as_ref().map(|p| &p.spec) != Some(&target) {
+            t.pending = Some(Pending {
+                spec: target,
+                since: now,
+            });
+            changes.push(Change::PendingStored);
+        }
+    } else {
+        if t.pending.take().is_some() {
+            changes.push(Change::PendingCleared);
+        }
+        if t.spec != target {
+            t.spec = target;
+            changes.push(Change::Narrowed);
+        }
+    }
 }
 
 fn is_tombstoned(task: &Task) -> bool {
@@ -622,7 +497,7 @@ mod tests {
     use crate::domain::install::{InstallScope, InstallStatus};
     use crate::domain::limits::tests_support::ceilings;
     use crate::domain::overrides::Overrides;
-    use chrono::{Duration, TimeZone};
+    use chrono::TimeZone;
     use serde_json::json;
 
     fn now() -> DateTime<Utc> {
@@ -1045,55 +920,5 @@ mod tests {
         );
         let plan = run(&[prompt(Some(marker()), &[])], std::slice::from_ref(&w.task));
         assert_eq!(plan.writes[0].changes, vec![Change::DeclarationAccepted]);
-    }
-
-    fn cron(expression: &str) -> Schedule {
-        Schedule::Cron {
-            cron: expression.into(),
-            timezone: "UTC".into(),
-        }
-    }
-
-    #[test]
-    fn frequency_orders_schedules() {
-        assert!(fires_per_year(&cron("0 9 * * MON-FRI")) < fires_per_year(&cron("0 9 * * *")));
-        assert_eq!(fires_per_year(&cron("0 9 * * *")), 365);
-        assert_eq!(
-            fires_per_year(&Schedule::Rate {
-                every: 1,
-                unit: RateUnit::Days
-            }),
-            365
-        );
-        assert!(
-            fires_per_year(&Schedule::Rate {
-                every: 5,
-                unit: RateUnit::Minutes
-            }) > fires_per_year(&cron("0 * * * *"))
-        );
-        let _ = Duration::zero();
-    }
-
-    #[test]
-    fn fires_bunched_closer_together_are_more_often_even_with_fewer_a_year() {
-        let daily = cron("0 9 * * *");
-        let bunched = cron("*/2 9 1 * *");
-        assert!(fires_per_year(&bunched) < fires_per_year(&daily));
-        assert_eq!(shortest_gap_minutes(&daily), 1440);
-        assert_eq!(shortest_gap_minutes(&bunched), 2);
-        assert!(fires_more_often(&daily, &bunched));
-        assert!(!fires_more_often(&daily, &cron("0 9 * * MON")), "weekly is a narrowing");
-        assert!(!fires_more_often(&cron("0 9,17 * * *"), &daily));
-        assert!(fires_more_often(&daily, &cron("0 9,17 * * *")));
-        assert_eq!(shortest_gap_minutes(&cron("0 23 * * *")), 1440, "across midnight");
-        assert_eq!(shortest_gap_minutes(&cron("0 9 1 1 *")), 365 * 1440, "once a year");
-        assert_eq!(shortest_gap_minutes(&cron("30 8,9 * * *")), 60);
-        assert_eq!(
-            shortest_gap_minutes(&Schedule::Rate {
-                every: 3,
-                unit: RateUnit::Hours
-            }),
-            180
-        );
     }
 }

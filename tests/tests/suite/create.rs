@@ -5,6 +5,7 @@
 
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
+use shared::adapters::keys::Key;
 use shared::config::Flags;
 use tests::{TestStack, code, create_request};
 
@@ -68,7 +69,7 @@ async fn rules_6_7_an_approved_call_writes_the_task_and_its_schedule_exactly() {
     assert_eq!(answer["task"]["state"], "scheduled");
 
     // The task item.
-    let item = t.item("WS#ws_1", &format!("TASK#{task_id}")).await.expect("task item");
+    let item = t.item_at(Key::task("ws_1", &task_id)).await.expect("task item");
     assert_eq!(item["entity"], "task");
     assert_eq!(item["kind"], "reminder");
     assert_eq!(item["state"], "scheduled");
@@ -92,7 +93,7 @@ async fn rules_6_7_an_approved_call_writes_the_task_and_its_schedule_exactly() {
 
     // Its idempotency record, in the same transaction.
     let record = t
-        .item("IDEM#usr_123", "KEY#call_7f3a")
+        .item_at(Key::idempotency("usr_123", "call_7f3a"))
         .await
         .expect("idempotency record");
     assert_eq!(record["task_id"], task_id.as_str());

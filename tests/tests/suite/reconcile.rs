@@ -6,6 +6,7 @@
 use chrono::Utc;
 use local::mcp_fixture::{FixturePrompt, FixtureState, McpFixture, scheduled_prompt, tool};
 use serde_json::{Value, json};
+use shared::adapters::keys::Key;
 use shared::domain::task::TaskId;
 use tests::{TestStack, admin_principal, event, installed};
 
@@ -78,7 +79,7 @@ impl World {
 
     async fn task(&self) -> Value {
         self.t
-            .item("WS#ws_1", &format!("TASK#{}", self.task_id))
+            .item_at(Key::task("ws_1", self.task_id.as_str()))
             .await
             .expect("task item")
     }
@@ -324,7 +325,7 @@ async fn a_connectors_standing_work_follows_its_releases_under_admin_control() {
         .await
         .unwrap();
     assert!(w.task().await["hold"]["need_unbound"].is_object());
-    let chat_url = w.t.item("WS#ws_1", "INSTALL#ins_chat").await.unwrap()["url"]
+    let chat_url = w.t.item_at(Key::install("ws_1", "ins_chat")).await.unwrap()["url"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -342,7 +343,7 @@ async fn a_connectors_standing_work_follows_its_releases_under_admin_control() {
         .unwrap();
     assert_eq!(w.version().await, before);
     assert_eq!(
-        w.t.item("WS#ws_1", "INSTALL#ins_1").await.unwrap()["status"],
+        w.t.item_at(Key::install("ws_1", "ins_1")).await.unwrap()["status"],
         "uninstalled"
     );
     w.t.reconciler()
@@ -383,7 +384,7 @@ async fn invalid_declarations_are_recorded_and_admin_needs_its_scope() {
         w.t.items_of("task").await.is_empty(),
         "an invalid declaration creates no task"
     );
-    let install = w.t.item("WS#ws_1", "INSTALL#ins_1").await.unwrap();
+    let install = w.t.item_at(Key::install("ws_1", "ins_1")).await.unwrap();
     assert!(
         install["declaration_errors"]["weekly_summary"]
             .as_str()
@@ -529,7 +530,7 @@ async fn the_daily_pass_queues_every_installed_connector_and_no_uninstalled_one(
     assert!(passes.iter().all(|(_, body)| body["workspace"] == "ws_1"));
 
     // Reinstalled, it is listed again.
-    let url = w.t.item("WS#ws_1", "INSTALL#ins_me").await.unwrap()["url"]
+    let url = w.t.item_at(Key::install("ws_1", "ins_me")).await.unwrap()["url"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -7,6 +7,7 @@
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use local::converse::Reply;
 use serde_json::{Value, json};
+use shared::adapters::keys::Key;
 use shared::app::run::Disposition;
 use shared::config::Flags;
 use shared::domain::occurrence::RunStatus;
@@ -182,7 +183,7 @@ async fn an_owner_creates_lists_reads_moves_pauses_resumes_and_cancels() {
     assert_eq!(cancelled["task"]["state"], "deleted");
     assert_eq!(schedule_of(&t, &weekly).await, None, "cancel removes the schedule");
     let item = t
-        .item("WS#ws_1", &format!("TASK#{}", weekly["task_id"].as_str().unwrap()))
+        .item_at(Key::task("ws_1", weekly["task_id"].as_str().unwrap()))
         .await
         .unwrap();
     assert_eq!(item["override"]["deleted"], true);

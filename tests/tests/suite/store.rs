@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{TimeZone, Utc};
 use serde_json::json;
 use shared::adapters::dynamo::DynamoStore;
+use shared::adapters::keys::Key;
 use shared::domain::hold::{Hold, HoldReason};
 use shared::domain::idempotency::{Fingerprint, IdempotencyRecord};
 use shared::domain::limits::Limits;
@@ -113,7 +114,7 @@ async fn a_full_task_round_trips_and_its_state_is_derived() {
     assert_eq!(read, task);
 
     // What an operator sees in the console.
-    let item = t.item("WS#ws_1", &format!("TASK#{}", task.task_id)).await.unwrap();
+    let item = t.item_at(Key::task("ws_1", task.task_id.as_str())).await.unwrap();
     assert_eq!(
         item["state"], "paused",
         "an admin's pause shows before the runtime's hold"

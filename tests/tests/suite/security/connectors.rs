@@ -30,6 +30,7 @@
 use chrono::Utc;
 use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
 use serde_json::{Value, json};
+use shared::adapters::keys::Key;
 use shared::app::reconcile::{Delivery, WebhookAnswer, intake};
 use shared::domain::task::TaskId;
 use shared::domain::webhook::WebhookSecret;
@@ -156,7 +157,7 @@ async fn a_personal_install_never_takes_over_a_workspace_task() {
         .unwrap();
 
     assert_eq!(snapshot(&t).await, before, "the task stays the workspace install's");
-    let task = t.item("WS#ws_1", &format!("TASK#{}", task_id())).await.unwrap();
+    let task = t.item_at(Key::task("ws_1", task_id().as_str())).await.unwrap();
     assert_eq!(task["provenance"]["install_id"], "ins_1");
     assert_eq!(
         r.connectors().secret_reads(),
@@ -500,7 +501,7 @@ async fn an_install_id_re_declared_as_another_server_is_refused() {
         .unwrap();
     assert_eq!(summary, Default::default());
     assert_eq!(snapshot(&t).await, before, "the install keeps its server and URL");
-    let record = t.item("WS#ws_1", "INSTALL#ins_1").await.unwrap();
+    let record = t.item_at(Key::install("ws_1", "ins_1")).await.unwrap();
     assert_eq!(record["server"], "issues");
     assert_eq!(record["url"], issues.url());
 }
@@ -581,7 +582,7 @@ async fn a_stored_binding_to_the_declaring_install_is_never_honoured() {
     r.apply(&event("prompts.list_changed", "ins_1"), Utc::now())
         .await
         .unwrap();
-    let item = t.item("WS#ws_1", &format!("TASK#{}", task_id())).await.unwrap();
+    let item = t.item_at(Key::task("ws_1", task_id().as_str())).await.unwrap();
     assert_eq!(item["state"], "held", "{item}");
     assert!(
         item["hold"]["need_unbound"]["detail"]

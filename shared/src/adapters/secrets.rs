@@ -1,0 +1,47 @@
+//! Reading a secret's string value from Secrets Manager: the one reader of
+//! secrets (the webhook intake's signing secret at start-up, a connector's
+//! credential when the runner opens it).
+
+use aws_sdk_secretsmanager::Client;
+use aws_sdk_secretsmanager::error::DisplayErrorContext;
+
+/// Why a secret could not be read. `message` says which; the secret's
+/// value never appears in it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SecretError {
+    /// `false`: the read failed; `true`: the secret has no string value.
+    pub no_string: bool,
+    pub message: String,
+}
+
+#[derive(Clone)]
+pub struct SecretsReader {
+    client: Client,
+}
+
+impl SecretsReader {
+    pub fn from_sdk(sdk: &aws_config::SdkConfig) -> Self {
+        Self {
+            client: Client::new(sdk),
+        }
+    }
+
+    /// The secret's string value.
+    pub async fn read(&self, arn: &str) -> Result<String, SecretError> {
+        let out = self
+            .client
+            .get_secret_value()
+            .secret_id(arn)
+            .send()
+            .await
+            .map_err(|e| SecretError {
+                no_string: false,
+                message: DisplayErrorContext(&e).to_string(),
+            })?;
+        out.secret_string().map(str::to_owned).ok_or_else(|| SecretError {
+            no_string: true,
+            message: format!("secret {arn} has no string value"),
+        })
+    }
+}
