@@ -32,7 +32,7 @@ if grep -rnE --include='*.rs' "$prefixes" shared functions infra tests | grep -v
   exit 1
 fi
 echo "== one TLS crypto stack in each function (aws-lc-rs; ring never besides it)"
-for function in create runner reconcile admin; do
+for function in create runner reconcile admin schedules; do
   crates="$(cargo tree -p "$function" -e normal --prefix none --locked | cut -d' ' -f1 | sort -u)"
   if grep -qx ring <<<"$crates" && grep -qx aws-lc-rs <<<"$crates"; then
     echo "$function links two TLS crypto stacks (ring and aws-lc-rs): cargo tree -p $function -i ring -e normal" >&2

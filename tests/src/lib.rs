@@ -270,7 +270,7 @@ impl RunStack {
             .expect("task item")
     }
 
-    pub async fn account(&self, account: &str, period: &str) -> Option<Value> {
+    pub async fn account(&self, account: &shared::domain::budget::Account, period: &str) -> Option<Value> {
         self.t.item_at(Key::account(account, period)).await
     }
 }

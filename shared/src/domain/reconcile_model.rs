@@ -26,11 +26,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::domain::bounds::compare;
 use crate::domain::hold::HoldReason;
 use crate::domain::install::{Install, InstallScope, InstallStatus};
 use crate::domain::limits::{Ceilings, Limits};
 use crate::domain::overrides::Overrides;
-use crate::domain::reconcile::{ListedPrompt, ServerView, Write, compare, plan, rebind, settle_holds};
+use crate::domain::reconcile::{ListedPrompt, ServerView, Write, plan, rebind, settle_holds};
 use crate::domain::task::{Spec, Task};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use proptest::prelude::*;

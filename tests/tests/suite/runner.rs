@@ -96,7 +96,10 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
     assert_eq!(item["state"], "completed", "a one-time task is done after its run");
     assert_eq!(item["claims"][&occurrence]["status"], "succeeded");
     let account = s
-        .account("PRINCIPAL#usr_123", &at.format("%Y-%m").to_string())
+        .account(
+            &shared::domain::budget::Account::Principal("usr_123".into()),
+            &at.format("%Y-%m").to_string(),
+        )
         .await
         .expect("account charge");
     assert_eq!(account["runs"], 1);
@@ -155,7 +158,10 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
     }
     assert_eq!(s.model.requests().await.len(), 1, "one model call");
     let account = s
-        .account("PRINCIPAL#usr_123", &at.format("%Y-%m").to_string())
+        .account(
+            &shared::domain::budget::Account::Principal("usr_123".into()),
+            &at.format("%Y-%m").to_string(),
+        )
         .await
         .unwrap();
     assert_eq!(account["runs"], 1, "one charge");
@@ -278,7 +284,10 @@ async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once()
         "the model ran in both attempts; only one is recorded"
     );
     let account = s
-        .account("PRINCIPAL#usr_123", &at.format("%Y-%m").to_string())
+        .account(
+            &shared::domain::budget::Account::Principal("usr_123".into()),
+            &at.format("%Y-%m").to_string(),
+        )
         .await
         .unwrap();
     assert_eq!(account["runs"], 1);
@@ -443,7 +452,10 @@ async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
         (item["budget_used"][&period].as_f64().unwrap() - cost).abs() < 1e-12,
         "the reservation settled to the cost"
     );
-    let account = s.account("INSTALL#acct_ins_1", &period).await.unwrap();
+    let account = s
+        .account(&shared::domain::budget::Account::Install("acct_ins_1".into()), &period)
+        .await
+        .unwrap();
     assert!(
         (account["spent_usd"].as_f64().unwrap() - cost).abs() < 1e-12,
         "charged to the install's account"
@@ -670,7 +682,10 @@ async fn a_crash_right_after_the_settle_still_notifies_once() {
     assert_eq!(events[0]["detail"]["status"], "succeeded");
     assert_eq!(s.model.requests().await.len(), 1, "the run itself never repeated");
     let account = s
-        .account("PRINCIPAL#usr_123", &at.format("%Y-%m").to_string())
+        .account(
+            &shared::domain::budget::Account::Principal("usr_123".into()),
+            &at.format("%Y-%m").to_string(),
+        )
         .await
         .unwrap();
     assert_eq!(account["runs"], 1);

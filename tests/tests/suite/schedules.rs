@@ -781,9 +781,15 @@ async fn a_daily_reminder_runs_every_occurrence_once_across_dst_changes() {
         ),
         "invalid_request"
     );
-    let march = s.account("PRINCIPAL#usr_1", "2027-03").await.unwrap();
+    let march = s
+        .account(&shared::domain::budget::Account::Principal("usr_1".into()), "2027-03")
+        .await
+        .unwrap();
     assert_eq!(march["runs"], 3);
-    let november = s.account("PRINCIPAL#usr_1", "2027-11").await.unwrap();
+    let november = s
+        .account(&shared::domain::budget::Account::Principal("usr_1".into()), "2027-11")
+        .await
+        .unwrap();
     assert_eq!(november["runs"], 3);
 
     // A paused run is skipped at the door, and the history says why in words.

@@ -551,7 +551,12 @@ async fn a_task_attached_to_a_personal_install_is_skipped_at_the_door() {
         "the personal server is never called"
     );
     assert!(s.model.requests().await.is_empty(), "no model call");
-    let account = s.account("INSTALL#acct_ins_me", &at.format("%Y-%m").to_string()).await;
+    let account = s
+        .account(
+            &shared::domain::budget::Account::Install("acct_ins_me".into()),
+            &at.format("%Y-%m").to_string(),
+        )
+        .await;
     assert!(account.is_none(), "nothing charged to the person's account");
 }
 

@@ -171,7 +171,13 @@ async fn a_crash_after_a_side_effect_is_paid_for_and_the_rerun_carries_the_same_
         "the crashed reservation is spent, the second settled to its cost: {item}"
     );
     assert_eq!(item["claims"][occurrence_key(at)]["status"], "succeeded");
-    let account = s.account("INSTALL#acct_ins_1", &month(at)).await.unwrap();
+    let account = s
+        .account(
+            &shared::domain::budget::Account::Install("acct_ins_1".into()),
+            &month(at),
+        )
+        .await
+        .unwrap();
     assert!(
         approx(account["spent_usd"].as_f64().unwrap(), actual + reserve),
         "{account}"
@@ -364,7 +370,13 @@ async fn a_settle_that_keeps_failing_leaves_no_claim_running_and_no_reservation_
         approx(item["budget_used"][month(at)].as_f64().unwrap(), cost),
         "settled to the cost, the reservation released: {item}"
     );
-    let account = s.account("INSTALL#acct_ins_1", &month(at)).await.unwrap();
+    let account = s
+        .account(
+            &shared::domain::budget::Account::Install("acct_ins_1".into()),
+            &month(at),
+        )
+        .await
+        .unwrap();
     assert!(approx(account["spent_usd"].as_f64().unwrap(), cost));
 }
 
