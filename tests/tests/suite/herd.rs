@@ -1,6 +1,6 @@
 //! A small fixed slice of the herd (`tests::herd`, `infra/scripts/herd.sh`):
 //! 50 connector tasks due at one instant against a model quota of 20
-//! requests per minute, on a clock compressed 60 times. Asserts what must
+//! requests per minute, on a clock compressed 6 times. Asserts what must
 //! hold, never how long it took nor how often the quota bound.
 
 use tests::herd::{HerdConfig, run};
@@ -10,7 +10,9 @@ async fn fifty_tasks_due_at_once_all_run_once_within_the_catch_up_window_none_fa
     let report = run(HerdConfig {
         tasks: 50,
         rpm: 20,
-        compression: 60,
+        // A run's invocation is compressed too (360 s / 6 = 60 s real, its
+        // connector setup included): time enough on a loaded CI machine.
+        compression: 6,
         concurrency: 20,
         batch: 5,
         duplicate_every: 5,
