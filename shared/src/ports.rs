@@ -234,8 +234,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::domain::agent::{Message, ModelReply, ModelRequest};
+use crate::domain::claim::Claim;
 use crate::domain::install::Install;
-use crate::domain::occurrence::{Claim, RunRecord};
+use crate::domain::occurrence::RunRecord;
 
 /// A claim on one occurrence, written on its task item.
 #[derive(Debug, Clone)]

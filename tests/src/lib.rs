@@ -189,10 +189,11 @@ use shared::adapters::bedrock::BedrockModel;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::mcp::McpConnectors;
 use shared::app::run::{RunSettings, Runner};
+use shared::domain::budget::Budget;
 use shared::domain::budget::{Price, Prices};
 use shared::domain::install::{Install, InstallScope, InstallStatus};
 use shared::domain::schedule::Schedule;
-use shared::domain::task::{Budget, Provenance, Spec, Task, TaskId, TaskKind};
+use shared::domain::task::{Provenance, Spec, Task, TaskId, TaskKind};
 
 pub const MODEL: &str = "anthropic.claude-test-v1:0";
 

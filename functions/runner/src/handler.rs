@@ -64,8 +64,8 @@ async fn deliver(app: &App, record: &SqsMessage, deadline: DateTime<Utc>) -> Opt
 
 /// The delivery's metrics (CloudWatch EMF).
 fn emit(disposition: &Disposition) {
+    use shared::domain::claim::RunStatus;
     use shared::domain::door::SkipReason;
-    use shared::domain::occurrence::RunStatus;
     match disposition {
         Disposition::Ran(status) => {
             metrics::count("RunsStarted", 1, None);

@@ -108,7 +108,8 @@ async fn the_binary_runs_a_batch_with_partial_failures() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use shared::domain::occurrence::{Claim, RunStatus, occurrence_key};
+    use shared::domain::claim::{Claim, RunStatus};
+    use shared::domain::occurrence::occurrence_key;
     use shared::domain::redelivery::return_delay;
     use shared::ports::{ClaimRequest, RunStore};
 

@@ -125,8 +125,8 @@ pub fn task_item(task: &Task) -> Result<Item, StoreError> {
         OwnerIndexKey::new(&task.workspace, principal, task.created_at, task.task_id.as_str()).add_to(&mut item);
     }
     item.insert("state".to_owned(), AttributeValue::S(task.state().as_str().to_owned()));
-    item.insert(RESERVE.to_owned(), number(budget::reservation(task)));
-    if let Some(threshold) = budget::threshold(task) {
+    item.insert(RESERVE.to_owned(), number(budget::reservation(task.spec.budget)));
+    if let Some(threshold) = budget::threshold(task.spec.budget) {
         item.insert(THRESHOLD.to_owned(), number(threshold));
     }
     Ok(item)

@@ -26,8 +26,9 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item, written};
 use super::keys::{Key, PK, SK};
+use crate::domain::claim::RunStatus;
 use crate::domain::install::Install;
-use crate::domain::occurrence::{RunRecord, RunStatus, cap_output};
+use crate::domain::occurrence::{RunRecord, cap_output};
 use crate::domain::task::Task;
 use crate::ports::{ClaimAnswer, ClaimRequest, Release, RunStore, Settled, Settlement, StoreError};
 

@@ -7,7 +7,7 @@
 //! lose each other's change; admin writes touch `override`, and approval
 //! writes `spec` (never `hold` directly: the runtime's holds are lifted by
 //! the same rule reconcile uses, `reconcile::settle_holds`); a need binds
-//! only as `approval::check_binding` allows; the task's schedule follows
+//! only as `binding::check_binding` allows; the task's schedule follows
 //! every change, and converges on the task's latest version when writers
 //! race (`reconcile::put_in_step`).
 

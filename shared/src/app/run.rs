@@ -44,12 +44,13 @@ use crate::domain::agent::{
     prompt_conversation, tool_result,
 };
 use crate::domain::budget::{self, Price, Prices};
+use crate::domain::claim::{Claim, RunStatus};
 use crate::domain::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
 use crate::domain::install::Install;
 use crate::domain::limits::{Ceilings, Limits};
 use crate::domain::occurrence::{
-    Claim, ClaimOutcome, Delivery, RunMessage, RunRecord, RunStatus, Usage, cap_output, cap_reason, claim_retention,
-    diagnose, prunable, run_id, ttl_for,
+    ClaimOutcome, Delivery, RunMessage, RunRecord, Usage, cap_output, cap_reason, claim_retention, diagnose, prunable,
+    run_id, ttl_for,
 };
 use crate::domain::task::{Provenance, Task, TaskKind};
 use crate::ports::{
@@ -332,7 +333,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             occurrence: &occ.key,
             execution_id: &occ.message.execution_id,
             period: &period,
-            reserved_usd: budget::reservation(&task) + crashed,
+            reserved_usd: budget::reservation(task.spec.budget) + crashed,
             account: account
                 .as_ref()
                 .filter(|_| outcome.status != RunStatus::Skipped || crashed > 0.0),
@@ -403,7 +404,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             occurrence: &occ.key,
             execution_id: &occ.message.execution_id,
             period,
-            reserved_usd: budget::reservation(task) + crashed,
+            reserved_usd: budget::reservation(task.spec.budget) + crashed,
             spent_usd: requeue.cost,
             account: account.as_ref().filter(|_| requeue.cost > 0.0),
         };
@@ -542,7 +543,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 // served by an installed workspace install of another server
                 // only (a stored binding that breaks it lends nothing).
                 Ok(Some(bound))
-                    if crate::domain::approval::check_binding(
+                    if crate::domain::binding::check_binding(
                         task,
                         install_id,
                         &BTreeMap::from([(install_id.clone(), bound.clone())]),

@@ -1,85 +1,23 @@
-//! An approval is the record that a person agreed to a task's bounds: the chat
-//! user who approved a reminder's concrete call, or the workspace admin who
-//! approved a connector's declared bounds.
+//! An approval is a person agreeing to a task's bounds: the chat user who
+//! approved a reminder's concrete call (create records it), or the workspace
+//! admin who approves a connector's declared bounds here ([`approve`]). The
+//! record itself is `task::Approval`, which the task item holds.
 //!
 //! Invariant: no task runs without one. A reminder carries the chat backend's
 //! approval id and time; create refuses a request without it. An admin binds
-//! a connector task's needs only as [`check_binding`] allows: never to the
-//! declaring install, another install of its server, a personal install or
+//! a connector task's needs only as `binding::check_binding` allows: never to
+//! the declaring install, another install of its server, a personal install or
 //! one that is not installed.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
+use super::binding::check_binding;
 use super::hold::HoldReason;
-use super::install::{Install, InstallScope};
+use super::install::Install;
 use super::reconcile::settle_holds;
-use super::task::{Provenance, Task, TaskKind};
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Approval {
-    /// The approval's id in the system that asked the person.
-    pub id: String,
-    pub approved_at: DateTime<Utc>,
-    /// Who approved, when it was not the task's own principal (an admin).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub by: Option<String>,
-}
-
-/// Why a need may not be bound to an install (SPEC §5, §8).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BindingRefusal {
-    #[error("install `{0}` is not an installed connector of this workspace")]
-    NotInstalled(String),
-    #[error("install `{0}` is personal: only workspace connectors serve a need")]
-    Personal(String),
-    #[error(
-        "install `{0}` declares this task: a need is never bound to the declaring install (its tools are limited by `tools`)"
-    )]
-    Declaring(String),
-    #[error(
-        "install `{install}` is another install of the declaring server `{server}`: a need is never bound to it (that would bypass `tools`)"
-    )]
-    SameServer { install: String, server: String },
-}
-
-/// Whether a connector task's need may be bound to `install_id`: an
-/// installed workspace install of the task's workspace that is neither the
-/// declaring install nor another install of the declaring server. Admin's
-/// approve refuses what this refuses; reconcile holds a task whose stored
-/// binding it refuses (`need_unbound`), so the runner never offers it.
-pub fn check_binding(
-    task: &Task,
-    install_id: &str,
-    installs: &BTreeMap<String, Install>,
-) -> Result<(), BindingRefusal> {
-    if let Provenance::Connector {
-        install_id: declaring,
-        server,
-        ..
-    } = &task.provenance
-    {
-        if declaring == install_id {
-            return Err(BindingRefusal::Declaring(install_id.to_owned()));
-        }
-        if let Some(bound) = installs.get(install_id)
-            && bound.server == *server
-        {
-            return Err(BindingRefusal::SameServer {
-                install: install_id.to_owned(),
-                server: server.clone(),
-            });
-        }
-    }
-    match installs.get(install_id) {
-        Some(bound) if bound.workspace != task.workspace => Err(BindingRefusal::NotInstalled(install_id.to_owned())),
-        Some(bound) if bound.may_serve_a_need() => Ok(()),
-        Some(bound) if bound.scope == InstallScope::Personal => Err(BindingRefusal::Personal(install_id.to_owned())),
-        _ => Err(BindingRefusal::NotInstalled(install_id.to_owned())),
-    }
-}
+use super::task::{Approval, Task, TaskKind};
 
 /// Why an admin's approval is refused: the message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -89,7 +27,7 @@ pub struct InvalidApproval(pub String);
 /// An admin approves a connector task's pending (or first declared) bounds
 /// with argument values and need bindings: every argument is one the prompt
 /// has, every required one has a value, every need is bound (as
-/// [`check_binding`] allows) or left unbound by decision. The bounds become
+/// `binding::check_binding` allows) or left unbound by decision. The bounds become
 /// `spec`, `pending` goes, the approval hold is lifted and the runtime holds
 /// settle as reconcile settles them.
 pub fn approve(
@@ -153,72 +91,10 @@ pub fn approve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::install::InstallStatus;
+    use crate::domain::install::tests_support::install;
+    use crate::domain::install::{InstallScope, InstallStatus};
     use crate::domain::task::tests_support::connector_task;
     use chrono::TimeZone;
-
-    fn install(id: &str, server: &str, scope: InstallScope, status: InstallStatus) -> Install {
-        Install {
-            install_id: id.into(),
-            workspace: "ws_1".into(),
-            server: server.into(),
-            url: "https://mcp.example.com/mcp".into(),
-            scope,
-            account: "acct".into(),
-            credential_secret_arn: None,
-            status,
-            updated_at: Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(),
-            declaration_errors: Default::default(),
-        }
-    }
-
-    #[test]
-    fn a_need_binds_only_to_another_servers_workspace_install() {
-        let task = connector_task(Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap());
-        let Provenance::Connector {
-            install_id: declaring,
-            server,
-            ..
-        } = task.provenance.clone()
-        else {
-            panic!("a connector task");
-        };
-        let mut other_ws = install("ins_far", "chat", InstallScope::Workspace, InstallStatus::Installed);
-        other_ws.workspace = "ws_2".into();
-        let installs: BTreeMap<String, Install> = [
-            install(&declaring, &server, InstallScope::Workspace, InstallStatus::Installed),
-            install("ins_twin", &server, InstallScope::Workspace, InstallStatus::Installed),
-            install("ins_chat", "chat", InstallScope::Workspace, InstallStatus::Installed),
-            install("ins_mine", "mail", InstallScope::Personal, InstallStatus::Installed),
-            install("ins_gone", "drive", InstallScope::Workspace, InstallStatus::Uninstalled),
-            other_ws,
-        ]
-        .into_iter()
-        .map(|i| (i.install_id.clone(), i))
-        .collect();
-        assert_eq!(check_binding(&task, "ins_chat", &installs), Ok(()));
-        for (id, expected) in [
-            (declaring.as_str(), BindingRefusal::Declaring(declaring.clone())),
-            (
-                "ins_twin",
-                BindingRefusal::SameServer {
-                    install: "ins_twin".into(),
-                    server: server.clone(),
-                },
-            ),
-            ("ins_mine", BindingRefusal::Personal("ins_mine".into())),
-            ("ins_gone", BindingRefusal::NotInstalled("ins_gone".into())),
-            ("ins_far", BindingRefusal::NotInstalled("ins_far".into())),
-            ("ins_none", BindingRefusal::NotInstalled("ins_none".into())),
-        ] {
-            assert_eq!(check_binding(&task, id, &installs), Err(expected), "{id}");
-        }
-        // The declaring install is refused even when its record is missing.
-        assert_eq!(
-            check_binding(&task, &declaring, &BTreeMap::new()),
-            Err(BindingRefusal::Declaring(declaring.clone()))
-        );
-    }
 
     fn awaiting(now: DateTime<Utc>) -> Task {
         let mut task = connector_task(now);

@@ -274,7 +274,7 @@ mod tests {
                 max_output_tokens: limits[2],
                 timeout_seconds: limits[3],
             },
-            budget: Some(crate::domain::task::Budget {
+            budget: Some(crate::domain::budget::Budget {
                 max_usd_per_run: budget.0,
                 max_usd_per_month: budget.1,
             }),

@@ -12,7 +12,13 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::task::Task;
+/// A task's spending bounds in US dollars (`spec.budget`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    pub max_usd_per_run: f64,
+    pub max_usd_per_month: f64,
+}
 
 /// USD per million tokens, as `MODEL_PRICES` gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -88,20 +94,16 @@ pub fn period(scheduled: DateTime<Utc>) -> String {
 /// What a run reserves before it starts: the task's per-run maximum, or
 /// nothing for a task without a budget (reminders are bounded by their limits
 /// and charged to their principal's account after the run).
-pub fn reservation(task: &Task) -> f64 {
-    task.spec.budget.map_or(0.0, |b| b.max_usd_per_run)
+pub fn reservation(budget: Option<Budget>) -> f64 {
+    budget.map_or(0.0, |b| b.max_usd_per_run)
 }
 
 /// The highest committed amount at which a reservation still fits:
 /// committed + per-run <= monthly  <=>  committed <= monthly - per-run.
-/// Stored on the task item so the claim's condition can compare attributes.
-pub fn threshold(task: &Task) -> Option<f64> {
-    task.spec.budget.map(|b| b.max_usd_per_month - b.max_usd_per_run)
-}
-
-/// Whether a reservation fits what is already committed in the period.
-pub fn fits(task: &Task, committed: f64) -> bool {
-    threshold(task).is_none_or(|t| committed <= t)
+/// Stored on the task item so the claim's condition can compare attributes:
+/// that condition is the rule, not code here.
+pub fn threshold(budget: Option<Budget>) -> Option<f64> {
+    budget.map(|b| b.max_usd_per_month - b.max_usd_per_run)
 }
 
 /// The account a task's runs are charged to: the install's account for a

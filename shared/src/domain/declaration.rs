@@ -15,10 +15,10 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::budget::Budget;
 use super::limits::{Ceilings, LimitError, RequestedLimits};
 use super::schedule::cron::{Cron, CronError};
 use super::schedule::{RateUnit, Schedule};
-use super::task::Budget;
 
 pub const MARKER: &str = "ai.nimblebrain/scheduled-prompts";
 pub const VERSION: u64 = 1;

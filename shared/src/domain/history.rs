@@ -8,7 +8,8 @@
 
 use serde_json::{Value, json};
 
-use super::occurrence::{RunRecord, RunStatus};
+use super::claim::RunStatus;
+use super::occurrence::RunRecord;
 use super::schedule::format_utc;
 
 /// Runs a `runs` request lists when it names no limit, and at most.

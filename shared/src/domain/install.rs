@@ -151,6 +151,28 @@ impl CredentialPrefix {
 }
 
 #[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+    use chrono::TimeZone;
+
+    /// An install of `server` in `ws_1`.
+    pub fn install(id: &str, server: &str, scope: InstallScope, status: InstallStatus) -> Install {
+        Install {
+            install_id: id.into(),
+            workspace: "ws_1".into(),
+            server: server.into(),
+            url: "https://mcp.example.com/mcp".into(),
+            scope,
+            account: "acct".into(),
+            credential_secret_arn: None,
+            status,
+            updated_at: Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(),
+            declaration_errors: Default::default(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

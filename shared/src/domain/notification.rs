@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::occurrence::RunStatus;
+use super::claim::RunStatus;
 
 pub const DETAIL_TYPE: &str = "Scheduled run finished";
 pub const SOURCE: &str = "scheduled-agent-tasks.runner";

@@ -11,6 +11,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::budget::Tokens;
+use super::claim::RunStatus;
 use super::task::{Task, TaskId};
 
 /// The runs-queue message, as Scheduler delivers it.
@@ -99,48 +100,6 @@ pub fn occurrence_key(scheduled: DateTime<Utc>) -> String {
 /// The id of a run, as the notification names it.
 pub fn run_id(task_id: &str, scheduled: DateTime<Utc>) -> String {
     format!("{task_id}@{}", occurrence_key(scheduled))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    Running,
-    Succeeded,
-    Failed,
-    Skipped,
-}
-
-impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::Failed => "failed",
-            RunStatus::Skipped => "skipped",
-        }
-    }
-}
-
-/// One occurrence's claim, kept on its task item under `claims.<occurrence>`:
-/// the lease while it runs, then its outcome, so duplicates are recognised
-/// by the same request that would have claimed them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Claim {
-    pub status: RunStatus,
-    /// Unix seconds; a running claim past its lease may be taken over.
-    pub lease_until: i64,
-    pub execution_id: String,
-    pub attempts: u32,
-    pub started_at: DateTime<Utc>,
-    /// What crashed attempts reserved and may have spent (SPEC §7 "A crash
-    /// is paid for"): committed to the period budget when the attempt is
-    /// taken over, charged to the account when the occurrence settles.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub crashed_usd: f64,
-}
-
-fn is_zero(v: &f64) -> bool {
-    *v == 0.0
 }
 
 /// What the claim request's answer means.
@@ -313,6 +272,7 @@ mod tests {
 #[cfg(test)]
 mod claim_tests {
     use super::*;
+    use crate::domain::claim::Claim;
     use crate::domain::task::tests_support::reminder_task;
     use chrono::TimeZone;
 

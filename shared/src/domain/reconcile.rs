@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::approval::check_binding;
+use super::binding::check_binding;
 use super::bounds::compare;
 use super::declaration::{self, Declaration};
 use super::hold::HoldReason;

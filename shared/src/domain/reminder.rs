@@ -27,12 +27,11 @@ use serde::{Deserialize, Serialize};
 
 use serde_json::Value;
 
-use super::approval::Approval;
 use super::idempotency::{Fingerprint, IdempotencyRecord};
 use super::limits::{Ceilings, RequestedLimits};
 use super::recurrence::Recurrence;
 use super::schedule::{self, InstantError, Schedule};
-use super::task::{AgentPin, Provenance, Spec, Task, TaskId, TaskKind};
+use super::task::{AgentPin, Approval, Provenance, Spec, Task, TaskId, TaskKind};
 
 /// The one scope that allows create. Nothing broader stands in for it.
 pub const WRITE_SCOPE: &str = "schedule.write";

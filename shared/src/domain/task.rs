@@ -20,10 +20,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::approval::Approval;
+use super::budget::Budget;
+use super::claim::Claim;
 use super::hold::Hold;
 use super::limits::Limits;
-use super::occurrence::Claim;
 use super::overrides::Overrides;
 use super::schedule::Schedule;
 
@@ -104,12 +104,17 @@ pub struct AgentPin {
     pub policy_profile: String,
 }
 
-/// Spending bounds in US dollars.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Budget {
-    pub max_usd_per_run: f64,
-    pub max_usd_per_month: f64,
+/// The record that a person agreed to a task's bounds: the chat user who
+/// approved a reminder's concrete call, or the workspace admin who approved a
+/// connector's declared bounds (`approval::approve`). No task runs without one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    /// The approval's id in the system that asked the person.
+    pub id: String,
+    pub approved_at: DateTime<Utc>,
+    /// Who approved, when it was not the task's own principal (an admin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 /// The approved bounds of a task: what the runner may do, and when.

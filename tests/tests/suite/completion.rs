@@ -8,7 +8,7 @@ use chrono::{Duration, Utc};
 use serde_json::{Value, json};
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::run::Disposition;
-use shared::domain::occurrence::RunStatus;
+use shared::domain::claim::RunStatus;
 use shared::ports::{ScheduleDefinition, Schedules, TaskStore};
 use tests::{RunStack, admin_principal, reminder, run_message};
 

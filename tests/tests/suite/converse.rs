@@ -11,8 +11,9 @@ use serde_json::{Value, json};
 use shared::adapters::bedrock::BedrockModel;
 use shared::app::run::Disposition;
 use shared::domain::agent::{Block, EMPTY_RESULT, Message, ModelRequest, PROMPT_OPENING, Role, ToolSpec, offered_name};
+use shared::domain::claim::RunStatus;
 use shared::domain::install::InstallScope;
-use shared::domain::occurrence::{RunStatus, occurrence_key};
+use shared::domain::occurrence::occurrence_key;
 use shared::ports::{Model, ModelErrorKind};
 use tests::{RunStack, connector_task, install, run_message};
 

@@ -5,8 +5,9 @@ use chrono::{Duration, Utc};
 use local::everything::ServerEverything;
 use shared::adapters::mcp::McpConnectors;
 use shared::app::run::Disposition;
+use shared::domain::claim::RunStatus;
 use shared::domain::install::InstallScope;
-use shared::domain::occurrence::{RunStatus, occurrence_key};
+use shared::domain::occurrence::occurrence_key;
 use shared::ports::McpSession;
 use tests::{RunStack, connector_task, install, run_message};
 

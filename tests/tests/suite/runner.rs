@@ -7,10 +7,11 @@ use local::converse::Reply;
 use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
 use serde_json::{Value, json};
 use shared::app::run::Disposition;
+use shared::domain::claim::RunStatus;
 use shared::domain::door::SkipReason;
 use shared::domain::hold::HoldReason;
 use shared::domain::install::{InstallScope, InstallStatus};
-use shared::domain::occurrence::{RunStatus, occurrence_key};
+use shared::domain::occurrence::occurrence_key;
 use shared::domain::overrides::Overrides;
 use shared::domain::task::Task;
 use tests::{RunStack, connector_task, install, reminder, run_message, run_settings};
@@ -521,7 +522,7 @@ async fn the_per_run_budget_stops_the_loop() {
     let s = RunStack::start().await.unwrap();
     let _fixture = installed_fixture(&s).await;
     let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
-    task.spec.budget = Some(shared::domain::task::Budget {
+    task.spec.budget = Some(shared::domain::budget::Budget {
         max_usd_per_run: 0.01,
         max_usd_per_month: 5.0,
     });
@@ -560,7 +561,7 @@ async fn a_per_run_budget_the_first_input_exceeds_makes_no_model_call() {
     let s = RunStack::start().await.unwrap();
     let _fixture = installed_fixture(&s).await;
     let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
-    task.spec.budget = Some(shared::domain::task::Budget {
+    task.spec.budget = Some(shared::domain::budget::Budget {
         max_usd_per_run: 0.000_1,
         max_usd_per_month: 5.0,
     });

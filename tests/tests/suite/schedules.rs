@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use shared::adapters::keys::Key;
 use shared::app::run::Disposition;
 use shared::config::Flags;
-use shared::domain::occurrence::RunStatus;
+use shared::domain::claim::RunStatus;
 use shared::domain::schedule::Expression;
 use shared::domain::schedule::preview::cron_fires;
 use shared::domain::task::TaskId;

@@ -7,12 +7,13 @@ use chrono::{TimeZone, Utc};
 use serde_json::json;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::keys::Key;
+use shared::domain::budget::Budget;
 use shared::domain::hold::{Hold, HoldReason};
 use shared::domain::idempotency::{Fingerprint, IdempotencyRecord};
 use shared::domain::limits::Limits;
 use shared::domain::overrides::Overrides;
 use shared::domain::schedule::Schedule;
-use shared::domain::task::{Budget, Pending, Provenance, Spec, Task, TaskId, TaskKind};
+use shared::domain::task::{Pending, Provenance, Spec, Task, TaskId, TaskKind};
 use shared::ports::{ReminderInserted, TaskStore};
 use tests::TestStack;
 
