@@ -10,9 +10,8 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 
 use crate::domain::idempotency::IdempotencyRecord;
-use crate::domain::occurrence::schedule_input;
-use crate::domain::schedule::{Expression, at_expression};
-use crate::domain::task::{Task, TaskId, TaskKind};
+use crate::domain::schedule_definition::{ScheduleDefinition, ScheduleStatus};
+use crate::domain::task::{Task, TaskId};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -142,78 +141,6 @@ pub struct ScheduleError {
     pub name: String,
     #[source]
     pub source: BoxError,
-}
-
-/// One task's Scheduler schedule, as the system wants it to be.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScheduleDefinition {
-    /// The task id: one schedule per task, found again by name.
-    pub name: String,
-    pub expression: Expression,
-    /// One-time schedules delete themselves after their one delivery.
-    pub one_time: bool,
-    pub enabled: bool,
-    /// The runs-queue message template (see `domain::occurrence`).
-    pub input: String,
-    /// Content-free: the kind and the task id, never the title.
-    pub description: String,
-    /// A one-time task that has run: its schedule deleted itself after its
-    /// one delivery (`ActionAfterCompletion=DELETE`) and must never exist
-    /// again, whoever writes (admin, reconcile's repair, the owner): a new
-    /// `at()` in the past would be a schedule for nothing. `put` writes
-    /// nothing for it.
-    pub retired: bool,
-}
-
-impl ScheduleDefinition {
-    /// The schedule a task's approved spec runs on, enabled exactly when the
-    /// task should fire.
-    pub fn for_task(task: &Task) -> Result<Self, crate::domain::schedule::cron::CronError> {
-        let expression = task.spec.schedule.expression()?;
-        Ok(Self {
-            name: task.task_id.to_string(),
-            expression,
-            one_time: task.spec.schedule.is_one_time(),
-            enabled: task.should_fire(),
-            input: schedule_input(&task.task_id, &task.workspace),
-            description: match task.kind {
-                TaskKind::Reminder => format!("reminder {}", task.task_id),
-                TaskKind::Connector => format!("connector task {}", task.task_id),
-            },
-            retired: task.spec.schedule.is_one_time() && task.completed_at.is_some(),
-        })
-    }
-
-    /// The schedule of a one-time task firing at `at`.
-    pub fn one_time(task: &Task, at: DateTime<Utc>) -> Self {
-        let kind = match task.kind {
-            TaskKind::Reminder => "reminder",
-            TaskKind::Connector => "connector task",
-        };
-        Self {
-            name: task.task_id.to_string(),
-            expression: at_expression(at),
-            one_time: true,
-            enabled: task.should_fire(),
-            input: schedule_input(&task.task_id, &task.workspace),
-            description: format!("{kind} {}", task.task_id),
-            retired: task.completed_at.is_some(),
-        }
-    }
-}
-
-/// What Scheduler holds for a schedule (the daily pass compares it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScheduleStatus {
-    pub expression: crate::domain::schedule::Expression,
-    pub enabled: bool,
-}
-
-impl ScheduleDefinition {
-    /// Whether Scheduler's schedule is this definition's (expression, zone, state).
-    pub fn matches(&self, status: &ScheduleStatus) -> bool {
-        self.expression == status.expression && self.enabled == status.enabled
-    }
 }
 
 pub trait Schedules: Send + Sync {

@@ -17,7 +17,8 @@ use aws_sdk_scheduler::types::{
 };
 
 use crate::config::ScheduleTarget;
-use crate::ports::{ScheduleDefinition, ScheduleError, ScheduleStatus, Schedules};
+use crate::domain::schedule_definition::{ScheduleDefinition, ScheduleStatus};
+use crate::ports::{ScheduleError, Schedules};
 
 /// Scheduler keeps retrying a failed delivery to the queue for this long; the
 /// runner's door decides separately whether a late delivery still runs.
@@ -322,7 +323,6 @@ mod tests {
         assert!(!ScheduleDefinition::for_task(&one_time).unwrap().retired);
         one_time.completed_at = Some(at);
         assert!(ScheduleDefinition::for_task(&one_time).unwrap().retired);
-        assert!(ScheduleDefinition::one_time(&one_time, at).retired);
         let mut recurring = task(Schedule::Cron {
             cron: "0 9 * * *".into(),
             timezone: "UTC".into(),

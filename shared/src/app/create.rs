@@ -42,8 +42,9 @@ use crate::domain::limits::Ceilings;
 use crate::domain::payload::Payload;
 use crate::domain::reminder::{CreateRequest, Rejection, Surface};
 use crate::domain::schedule::{Schedule, format_utc};
+use crate::domain::schedule_definition::ScheduleDefinition;
 use crate::domain::task::{Task, TaskId};
-use crate::ports::{ReminderInserted, ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskStore};
+use crate::ports::{ReminderInserted, ScheduleError, Schedules, StoreError, TaskStore};
 
 /// How often a capped create counts again after the owner's reminders moved.
 const OWNER_RETRIES: usize = 5;

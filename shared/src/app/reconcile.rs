@@ -23,12 +23,13 @@ use crate::domain::reconcile::{self, ServerView, Write};
 use crate::domain::task::{Provenance, Task, TaskId};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::schedule_definition::ScheduleDefinition;
 use crate::domain::task::{TaskKind, TaskState};
 pub use crate::domain::webhook::InstallRules;
 use crate::domain::webhook::{Event, InstallRef, WebhookError, WebhookSecret};
 use crate::ports::{
-    Connectors, McpError, McpSession, QueueError, ScheduleDefinition, ScheduleError, Schedules, StoreError,
-    TaskCatalog, TaskStore, Versioned, WorkQueue,
+    Connectors, McpError, McpSession, QueueError, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore,
+    Versioned, WorkQueue,
 };
 
 /// A schedule put that could not be brought in step.

@@ -31,6 +31,7 @@ pub mod recurrence;
 pub mod redelivery;
 pub mod reminder;
 pub mod schedule;
+pub mod schedule_definition;
 pub mod task;
 pub mod webhook;
 

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::run::Disposition;
 use shared::domain::claim::RunStatus;
-use shared::ports::{ScheduleDefinition, Schedules, TaskStore};
+use shared::domain::schedule_definition::ScheduleDefinition;
+use shared::ports::{Schedules, TaskStore};
 use tests::{RunStack, admin_principal, reminder, run_message};
 
 async fn admin(s: &RunStack, request: Value) -> Value {

@@ -9,10 +9,9 @@ use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::create::{CreateReminder, CreateSettings};
 use shared::domain::idempotency::IdempotencyRecord;
+use shared::domain::schedule_definition::ScheduleDefinition;
 use shared::domain::task::{Task, TaskId};
-use shared::ports::{
-    OwnerReminders, ReminderInserted, ScheduleDefinition, ScheduleError, Schedules, StoreError, TaskStore,
-};
+use shared::ports::{OwnerReminders, ReminderInserted, ScheduleError, Schedules, StoreError, TaskStore};
 use tests::{ENABLED, TestStack, code, create_request};
 
 /// The schedule is written, then the process dies.
@@ -28,7 +27,10 @@ impl Schedules for CrashAfterSchedule {
         })
     }
 
-    async fn status(&self, name: &str) -> Result<Option<shared::ports::ScheduleStatus>, ScheduleError> {
+    async fn status(
+        &self,
+        name: &str,
+    ) -> Result<Option<shared::domain::schedule_definition::ScheduleStatus>, ScheduleError> {
         self.0.status(name).await
     }
 

@@ -491,7 +491,7 @@ async fn a_pass_repairs_a_schedule_out_of_step_with_its_task() {
         w.t.create_config(tests::ENABLED).target,
     );
     schedules
-        .put(&shared::ports::ScheduleDefinition::for_task(&stale).unwrap())
+        .put(&shared::domain::schedule_definition::ScheduleDefinition::for_task(&stale).unwrap())
         .await
         .unwrap();
     assert_eq!(w.schedule_state().await, "DISABLED");
@@ -574,7 +574,10 @@ struct Gated {
 }
 
 impl shared::ports::Schedules for Gated {
-    async fn put(&self, schedule: &shared::ports::ScheduleDefinition) -> Result<(), shared::ports::ScheduleError> {
+    async fn put(
+        &self,
+        schedule: &shared::domain::schedule_definition::ScheduleDefinition,
+    ) -> Result<(), shared::ports::ScheduleError> {
         let gate = self.gate.lock().await.take();
         if let Some(gate) = gate {
             if let Some(entered) = self.entered.lock().await.take() {
@@ -585,7 +588,10 @@ impl shared::ports::Schedules for Gated {
         self.inner.put(schedule).await
     }
 
-    async fn status(&self, name: &str) -> Result<Option<shared::ports::ScheduleStatus>, shared::ports::ScheduleError> {
+    async fn status(
+        &self,
+        name: &str,
+    ) -> Result<Option<shared::domain::schedule_definition::ScheduleStatus>, shared::ports::ScheduleError> {
         self.inner.status(name).await
     }
 
@@ -644,7 +650,8 @@ async fn concurrent_admin_writes_leave_the_schedule_in_step_with_the_task() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daily_pass_puts_reminders_schedules_back_in_step() {
-    use shared::ports::{ScheduleDefinition, Schedules, TaskStore};
+    use shared::domain::schedule_definition::ScheduleDefinition;
+    use shared::ports::{Schedules, TaskStore};
     let t = TestStack::start().await.unwrap();
     let app = t.create_app();
     let now = Utc::now();

@@ -1,0 +1,68 @@
+//! A task's Scheduler schedule as the system wants it to be, built in one
+//! place ([`ScheduleDefinition::for_task`]) for every writer: create,
+//! schedules, reconcile, admin and the daily pass. `ports::Schedules` puts
+//! it; the scheduler adapter maps it onto the SDK.
+//!
+//! Invariants: one schedule per task, named by the task id; enabled exactly
+//! when the task should fire; its input is the runs-queue message template
+//! (`occurrence::schedule_input`) and its description content-free (the
+//! kind and the id, never the title); a completed one-time task's schedule
+//! is retired and never written again.
+
+use super::occurrence::schedule_input;
+use super::schedule::Expression;
+use super::schedule::cron::CronError;
+use super::task::{Task, TaskKind};
+
+/// One task's Scheduler schedule, as the system wants it to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleDefinition {
+    /// The task id: one schedule per task, found again by name.
+    pub name: String,
+    pub expression: Expression,
+    /// One-time schedules delete themselves after their one delivery.
+    pub one_time: bool,
+    pub enabled: bool,
+    /// The runs-queue message template (see `domain::occurrence`).
+    pub input: String,
+    /// Content-free: the kind and the task id, never the title.
+    pub description: String,
+    /// A one-time task that has run: its schedule deleted itself after its
+    /// one delivery (`ActionAfterCompletion=DELETE`) and must never exist
+    /// again, whoever writes (admin, reconcile's repair, the owner): a new
+    /// `at()` in the past would be a schedule for nothing. `put` writes
+    /// nothing for it.
+    pub retired: bool,
+}
+
+impl ScheduleDefinition {
+    /// The schedule a task's approved spec runs on, enabled exactly when the
+    /// task should fire.
+    pub fn for_task(task: &Task) -> Result<Self, CronError> {
+        let expression = task.spec.schedule.expression()?;
+        Ok(Self {
+            name: task.task_id.to_string(),
+            expression,
+            one_time: task.spec.schedule.is_one_time(),
+            enabled: task.should_fire(),
+            input: schedule_input(&task.task_id, &task.workspace),
+            description: match task.kind {
+                TaskKind::Reminder => format!("reminder {}", task.task_id),
+                TaskKind::Connector => format!("connector task {}", task.task_id),
+            },
+            retired: task.spec.schedule.is_one_time() && task.completed_at.is_some(),
+        })
+    }
+
+    /// Whether Scheduler's schedule is this definition's (expression, zone, state).
+    pub fn matches(&self, status: &ScheduleStatus) -> bool {
+        self.expression == status.expression && self.enabled == status.enabled
+    }
+}
+
+/// What Scheduler holds for a schedule (the daily pass compares it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleStatus {
+    pub expression: Expression,
+    pub enabled: bool,
+}
