@@ -11,7 +11,11 @@
 //! collides with another write of one of its items (two tasks of one
 //! account settling at once), so the settle retries such a cancellation and
 //! throttling a few times, under one client request token (a retry of a
-//! transaction that did commit then succeeds without writing twice). The
+//! transaction that did commit then succeeds without writing twice). Its
+//! steps: `settle_items` builds the transaction (`run_record_put`,
+//! `claim_settled`, `account_charge`), `transact` sends it with those
+//! retries; the outcome-alone fallback after they fail is the use case's
+//! (`app::run`), which settles again with a smaller record. The
 //! run record it writes is also the
 //! notification's outbox: the table's stream carries it to the event bus
 //! (`domain::notification`), so the runner sends no event itself.
@@ -169,6 +173,79 @@ impl DynamoStore {
         }
     }
 
+    /// The settle's transaction: the run record, the claim finished and the
+    /// budget settled on the task item, the account charged.
+    fn settle_items(&self, settlement: &Settlement<'_>) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let mut items = vec![
+            TransactWriteItem::builder()
+                .put(self.run_record_put(settlement.record)?)
+                .build(),
+            TransactWriteItem::builder()
+                .update(self.claim_settled(settlement)?)
+                .build(),
+        ];
+        if let Some(account) = settlement.account {
+            items.push(self.account_charge(account, settlement.period, settlement.record.cost_usd, true)?);
+        }
+        Ok(items)
+    }
+
+    /// The run record, written once, with the outcome.
+    fn run_record_put(&self, record: &RunRecord) -> Result<Put, StoreError> {
+        let run_key = Key::run(&record.task_id, &record.scheduled_time);
+        Put::builder()
+            .table_name(self.table())
+            .set_item(Some(to_item(record, &run_key, "run")?))
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))
+    }
+
+    /// The task item's side of a settle, fenced on the claim's execution id:
+    /// the claim takes the outcome, the budget moves from reserved to actual,
+    /// a finished one-time task completes, dead claims are pruned.
+    fn claim_settled(&self, settlement: &Settlement<'_>) -> Result<Update, StoreError> {
+        let (task, record) = (settlement.task, settlement.record);
+        let mut set = vec![
+            "claims.#occ.#status = :status".to_owned(),
+            // One operator per SET value: DynamoDB's grammar has no `a - b + c`.
+            "budget_used.#period = budget_used.#period + :delta".to_owned(),
+        ];
+        let mut update = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(Key::task(&task.workspace, task.task_id.as_str()).to_map()))
+            .condition_expression("claims.#occ.execution_id = :exec AND claims.#occ.#status = :running")
+            .expression_attribute_names("#occ", settlement.occurrence)
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#period", settlement.period)
+            .expression_attribute_values(":status", s(record.status.as_str()))
+            .expression_attribute_values(":delta", n(record.cost_usd - settlement.reserved_usd))
+            .expression_attribute_values(":exec", s(settlement.execution_id))
+            .expression_attribute_values(":running", s(RunStatus::Running.as_str()));
+        if settlement.complete {
+            set.push("completed_at = :finished".into());
+            set.push("#state = :completed".into());
+            set.push("updated_at = :finished".into());
+            set.push("version = version + :one".into());
+            update = update
+                .expression_attribute_names("#state", "state")
+                .expression_attribute_values(":finished", s(&crate::domain::schedule::format_utc(record.finished_at)))
+                .expression_attribute_values(":completed", s("completed"))
+                .expression_attribute_values(":one", n(1));
+        }
+        let mut expression = format!("SET {}", set.join(", "));
+        if !settlement.prune.is_empty() {
+            let removals: Vec<String> = (0..settlement.prune.len()).map(|i| format!("claims.#old{i}")).collect();
+            expression.push_str(&format!(" REMOVE {}", removals.join(", ")));
+            for (i, occurrence) in settlement.prune.iter().enumerate() {
+                update = update.expression_attribute_names(format!("#old{i}"), occurrence);
+            }
+        }
+        update
+            .update_expression(expression)
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))
+    }
+
     async fn update_claim(
         &self,
         request: &ClaimRequest<'_>,
@@ -255,62 +332,8 @@ impl RunStore for DynamoStore {
     }
 
     async fn settle(&self, settlement: &Settlement<'_>) -> Result<Settled, StoreError> {
-        let record = settlement.record;
-        let run_key = Key::run(&record.task_id, &record.scheduled_time);
-        let run_put = Put::builder()
-            .table_name(self.table())
-            .set_item(Some(to_item(record, &run_key, "run")?))
-            .build()
-            .map_err(|e| request_error("TransactWriteItems", e))?;
-
-        let task = settlement.task;
-        let mut set = vec![
-            "claims.#occ.#status = :status".to_owned(),
-            // One operator per SET value: DynamoDB's grammar has no `a - b + c`.
-            "budget_used.#period = budget_used.#period + :delta".to_owned(),
-        ];
-        let mut update = Update::builder()
-            .table_name(self.table())
-            .set_key(Some(Key::task(&task.workspace, task.task_id.as_str()).to_map()))
-            .condition_expression("claims.#occ.execution_id = :exec AND claims.#occ.#status = :running")
-            .expression_attribute_names("#occ", settlement.occurrence)
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_names("#period", settlement.period)
-            .expression_attribute_values(":status", s(record.status.as_str()))
-            .expression_attribute_values(":delta", n(record.cost_usd - settlement.reserved_usd))
-            .expression_attribute_values(":exec", s(settlement.execution_id))
-            .expression_attribute_values(":running", s(RunStatus::Running.as_str()));
-        if settlement.complete {
-            set.push("completed_at = :finished".into());
-            set.push("#state = :completed".into());
-            set.push("updated_at = :finished".into());
-            set.push("version = version + :one".into());
-            update = update
-                .expression_attribute_names("#state", "state")
-                .expression_attribute_values(":finished", s(&crate::domain::schedule::format_utc(record.finished_at)))
-                .expression_attribute_values(":completed", s("completed"))
-                .expression_attribute_values(":one", n(1));
-        }
-        let mut expression = format!("SET {}", set.join(", "));
-        if !settlement.prune.is_empty() {
-            let removals: Vec<String> = (0..settlement.prune.len()).map(|i| format!("claims.#old{i}")).collect();
-            expression.push_str(&format!(" REMOVE {}", removals.join(", ")));
-            for (i, occurrence) in settlement.prune.iter().enumerate() {
-                update = update.expression_attribute_names(format!("#old{i}"), occurrence);
-            }
-        }
-        let update = update
-            .update_expression(expression)
-            .build()
-            .map_err(|e| request_error("TransactWriteItems", e))?;
-
-        let mut items = vec![
-            TransactWriteItem::builder().put(run_put).build(),
-            TransactWriteItem::builder().update(update).build(),
-        ];
-        if let Some(account) = settlement.account {
-            items.push(self.account_charge(account, settlement.period, record.cost_usd, true)?);
-        }
+        let items = self.settle_items(settlement)?;
+        // The claim's update (item 1) carries the fence.
         self.transact(items, settle_token(settlement), 1).await
     }
 
