@@ -417,12 +417,12 @@ impl TestStack {
         DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table)
     }
 
-    pub fn admin(&self) -> Admin<DynamoStore, EventBridgeSchedules> {
+    pub fn admin(&self) -> AdminFunction<DynamoStore, EventBridgeSchedules> {
         let config = self.create_config(ENABLED);
-        Admin::new(
+        AdminFunction(Admin::new(
             DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table),
             EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
-        )
+        ))
     }
 
     /// Receives and deletes every message of the reconcile FIFO queue.
@@ -520,4 +520,22 @@ pub fn schedules_create(principal: &Value, key: &str, title: &str, when: Value) 
         "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard"},
         "input": input,
     })
+}
+
+/// The admin use case behind its function's handler: a payload is decoded
+/// as the admin function decodes it (`admin::decode`), then answered.
+pub struct AdminFunction<S, G>(pub Admin<S, G>);
+
+impl<S, G> AdminFunction<S, G>
+where
+    S: shared::ports::TaskCatalog + shared::ports::TaskStore + shared::ports::ReminderStore,
+    G: shared::ports::Schedules,
+{
+    pub async fn handle(
+        &self,
+        payload: Value,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Value, shared::app::admin::AdminError> {
+        admin::answer(&self.0, payload.into(), now).await
+    }
 }

@@ -77,9 +77,11 @@ pub enum AdminError {
     Unschedulable(String, String),
 }
 
-#[derive(Debug, Deserialize)]
+/// An admin request, as the handler decodes it from the invoke payload
+/// (`functions/admin`): the operation named by `op`, with its fields.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-enum Request {
+pub enum AdminRequest {
     List {
         principal: Principal,
     },
@@ -129,17 +131,17 @@ enum Request {
     },
 }
 
-impl Request {
-    fn principal(&self) -> &Principal {
+impl AdminRequest {
+    pub fn principal(&self) -> &Principal {
         match self {
-            Request::List { principal }
-            | Request::Get { principal, .. }
-            | Request::Approve { principal, .. }
-            | Request::Pause { principal, .. }
-            | Request::Resume { principal, .. }
-            | Request::Delete { principal, .. }
-            | Request::Restore { principal, .. }
-            | Request::Runs { principal, .. } => principal,
+            AdminRequest::List { principal }
+            | AdminRequest::Get { principal, .. }
+            | AdminRequest::Approve { principal, .. }
+            | AdminRequest::Pause { principal, .. }
+            | AdminRequest::Resume { principal, .. }
+            | AdminRequest::Delete { principal, .. }
+            | AdminRequest::Restore { principal, .. }
+            | AdminRequest::Runs { principal, .. } => principal,
         }
     }
 }
@@ -149,7 +151,8 @@ pub struct Admin<S, G> {
     schedules: G,
 }
 
-fn refused(refusal: AdminRefusal) -> Value {
+/// A refusal as the admin's answer: `ok: false` with its stable code.
+pub fn refused(refusal: AdminRefusal) -> Value {
     json!({"ok": false, "error": {"code": refusal.code(), "message": refusal.to_string()}})
 }
 
@@ -245,24 +248,9 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         Self { store, schedules }
     }
 
-    /// Answers one invoke payload. Refusals are `ok: false` answers;
+    /// Answers one decoded request. Refusals are `ok: false` answers;
     /// internal failures are errors (the caller retries).
-    pub async fn handle(&self, payload: Value, now: DateTime<Utc>) -> Result<Value, AdminError> {
-        // A request may name the workspace it acts in; it must be the
-        // principal's own (tasks are looked up there; one found only in
-        // another workspace is refused as well).
-        let named = payload.get("workspace").and_then(Value::as_str).map(str::to_owned);
-        let own = payload
-            .pointer("/principal/workspace")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        if named.is_some() && named != own {
-            return Ok(refused(AdminRefusal::Forbidden));
-        }
-        let request: Request = match serde_json::from_value(payload) {
-            Ok(r) => r,
-            Err(e) => return Ok(refused(AdminRefusal::InvalidRequest(format!("malformed request: {e}")))),
-        };
+    pub async fn handle(&self, request: AdminRequest, now: DateTime<Utc>) -> Result<Value, AdminError> {
         match self.dispatch(request, now).await? {
             Ok(answer) => Ok(answer),
             Err(refusal) => {
@@ -287,20 +275,24 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         }))
     }
 
-    async fn dispatch(&self, request: Request, now: DateTime<Utc>) -> Result<Result<Value, AdminRefusal>, AdminError> {
+    async fn dispatch(
+        &self,
+        request: AdminRequest,
+        now: DateTime<Utc>,
+    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
         let principal = request.principal().clone();
         if !principal.holds(ADMIN_SCOPE) {
             return Ok(Err(AdminRefusal::Forbidden));
         }
         match request {
-            Request::List { .. } => {
+            AdminRequest::List { .. } => {
                 let tasks = self.store.workspace_tasks(&principal.workspace).await?;
                 Ok(Ok(
                     json!({"ok": true, "tasks": tasks.iter().map(view).collect::<Vec<_>>()}),
                 ))
             }
-            Request::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
-            Request::Approve {
+            AdminRequest::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
+            AdminRequest::Approve {
                 task_id,
                 expected_version,
                 arguments,
@@ -313,50 +305,64 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
                 })
                 .await
             }
-            Request::Pause {
+            AdminRequest::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
+            other => self.override_op(&principal, other, now).await,
+        }
+    }
+
+    /// `pause`, `resume`, `delete` and `restore`: the admin's overrides.
+    async fn override_op(
+        &self,
+        principal: &Principal,
+        request: AdminRequest,
+        now: DateTime<Utc>,
+    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
+        match request {
+            AdminRequest::Pause {
                 task_id,
                 expected_version,
                 note,
                 ..
             } => {
-                self.set(&principal, &task_id, expected_version, now, |o| {
+                self.set(principal, &task_id, expected_version, now, |o| {
                     o.paused = true;
                     o.note = note;
                 })
                 .await
             }
-            Request::Resume {
+            AdminRequest::Resume {
                 task_id,
                 expected_version,
                 ..
             } => {
-                self.set(&principal, &task_id, expected_version, now, |o| {
+                self.set(principal, &task_id, expected_version, now, |o| {
                     o.paused = false;
                     o.note = None;
                 })
                 .await
             }
-            Request::Delete {
+            AdminRequest::Delete {
                 task_id,
                 expected_version,
                 note,
                 ..
             } => {
-                self.set(&principal, &task_id, expected_version, now, |o| {
+                self.set(principal, &task_id, expected_version, now, |o| {
                     o.deleted = true;
                     o.note = note;
                 })
                 .await
             }
-            Request::Restore {
+            AdminRequest::Restore {
                 task_id,
                 expected_version,
                 ..
             } => {
-                self.set(&principal, &task_id, expected_version, now, |o| o.deleted = false)
+                self.set(principal, &task_id, expected_version, now, |o| o.deleted = false)
                     .await
             }
-            Request::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
+            // `dispatch` answers the others.
+            _ => Ok(Err(AdminRefusal::InvalidRequest("not an override operation".into()))),
         }
     }
 

@@ -615,7 +615,7 @@ async fn concurrent_admin_writes_leave_the_schedule_in_step_with_the_task() {
     // and resumes; B's put lands first, then A's (disabled) lands last.
     let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
     let (gate_tx, gate_rx) = tokio::sync::oneshot::channel();
-    let slow = shared::app::admin::Admin::new(
+    let slow = tests::AdminFunction(shared::app::admin::Admin::new(
         w.t.admin_store(),
         Gated {
             inner: shared::adapters::scheduler::EventBridgeSchedules::from_sdk(
@@ -625,7 +625,7 @@ async fn concurrent_admin_writes_leave_the_schedule_in_step_with_the_task() {
             entered: tokio::sync::Mutex::new(Some(entered_tx)),
             gate: tokio::sync::Mutex::new(Some(gate_rx)),
         },
-    );
+    ));
     let v = w.version().await;
     let pause = json!({"op": "pause", "principal": admin_principal(), "task_id": w.task_id, "expected_version": v, "note": "quiet"});
     let a = slow.handle(pause, Utc::now());
