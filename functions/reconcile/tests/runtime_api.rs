@@ -158,3 +158,50 @@ async fn the_binary_takes_webhooks_works_its_queue_and_answers_cloudformation() 
         "{batch}"
     );
 }
+
+/// The custom resource reply (`reconcile::custom_resource_reply`), built
+/// from the typed request: under CloudFormation's 4 KB cap whatever the
+/// reason.
+mod reply {
+    use aws_lambda_events::event::cloudformation::{
+        CloudFormationCustomResourceRequest, CloudFormationCustomResourceResponseStatus,
+    };
+    use reconcile::{CUSTOM_RESOURCE_REPLY_LIMIT, Event, custom_resource_reply};
+    use serde_json::{Value, json};
+
+    fn request() -> CloudFormationCustomResourceRequest {
+        let event = json!({"RequestType": "Update", "ResponseURL": "http://127.0.0.1:1/reply",
+               "StackId": format!("arn:aws:cloudformation:us-east-1:123456789012:stack/{}/0f2c8e10-9a7b-11ef-8f3a-0a1b2c3d4e5f", "s".repeat(128)),
+               "RequestId": "5d2f9b1c-0c1e-4c4e-9d6f-2b9a1f0e7c11", "LogicalResourceId": "ReconcileAtDeploy",
+               "PhysicalResourceId": "reconcile-at-deploy", "ResourceType": "AWS::CloudFormation::CustomResource",
+               "ResourceProperties": {}, "OldResourceProperties": {}});
+        match Event::decode(event) {
+            Ok(Event::CustomResource(request)) => *request,
+            _ => panic!("a custom resource request"),
+        }
+    }
+
+    #[test]
+    fn a_reply_stays_under_the_limit_whatever_the_reason() {
+        for reason in [
+            String::new(),
+            "queued a reconcile pass for 3 installs".to_owned(),
+            "x".repeat(10_000),
+            "\"quoted\" and\nescaped\u{1}".repeat(2_000),
+            "é☃".repeat(3_000),
+        ] {
+            let reply = custom_resource_reply(&request(), CloudFormationCustomResourceResponseStatus::Failed, &reason);
+            assert!(reply.len() < CUSTOM_RESOURCE_REPLY_LIMIT, "{} bytes", reply.len());
+            let parsed: Value = serde_json::from_str(&reply).unwrap();
+            assert_eq!(parsed["Status"], "FAILED");
+            assert_eq!(parsed["LogicalResourceId"], "ReconcileAtDeploy");
+            let sent = parsed["Reason"].as_str().unwrap();
+            if reason.len() < 100 {
+                assert_eq!(sent, reason, "a short reason is sent whole");
+            } else {
+                assert!(sent.ends_with('…'), "a cut reason says so");
+                assert!(reason.starts_with(sent.trim_end_matches('…')));
+            }
+        }
+    }
+}
