@@ -48,6 +48,13 @@ pub const STACK: StackSpec = StackSpec {
     reconcile_visibility_timeout: 720,
 };
 
+/// SPEC §9's example ceilings, as `SCHEDULE_CEILINGS` holds them.
+fn example_ceilings() -> String {
+    serde_json::to_value(shared::domain::limits::EXAMPLE_CEILINGS)
+        .map(|v| v.to_string())
+        .unwrap_or_default()
+}
+
 fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -357,11 +364,19 @@ impl Stack {
         })
     }
 
-    /// The SPEC §9 variables that point a function at this stack.
-    /// `ALLOW_LOOPBACK_CONNECTORS=true`: local connectors are on loopback
-    /// (the template never sets it).
+    /// The local value of every SPEC §9 variable that has one: those that
+    /// point a function at this stack's resources, both flags on, and SPEC
+    /// §9's example ceilings. `ALLOW_LOOPBACK_CONNECTORS=true`: local
+    /// connectors are on loopback (the template never sets it). The model's
+    /// variables come with the Converse endpoint
+    /// ([`crate::runtime::Launch::model`]); `CATCH_UP_SECONDS` and
+    /// `MAX_ACTIVE_REMINDERS` are left to the functions' defaults.
+    /// [`crate::runtime::Launch`] gives each function its template's share.
     pub fn function_env(&self) -> Vec<(&'static str, String)> {
         vec![
+            ("AGENT_SCHEDULE_API_ENABLED", "true".to_owned()),
+            ("AGENT_SCHEDULE_WORKER_ENABLED", "true".to_owned()),
+            ("SCHEDULE_CEILINGS", example_ceilings()),
             ("TABLE_NAME", self.names.table.clone()),
             ("SCHEDULE_GROUP", self.names.schedule_group.clone()),
             ("RUN_QUEUE_ARN", self.runs_queue_arn.clone()),
