@@ -3,6 +3,7 @@
 //! uniquely named resources.
 
 pub mod herd;
+pub mod intercept;
 
 use std::collections::HashMap;
 

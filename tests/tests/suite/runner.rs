@@ -13,6 +13,8 @@ use shared::domain::install::{InstallScope, InstallStatus};
 use shared::domain::occurrence::{RunStatus, occurrence_key};
 use shared::domain::overrides::Overrides;
 use shared::domain::task::Task;
+use shared::ports::RunStore;
+use tests::intercept::{Intercepted, RunStoreHook};
 use tests::{RunStack, connector_task, install, reminder, run_message, run_settings};
 
 fn deadline() -> chrono::DateTime<Utc> {
@@ -172,76 +174,41 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
 /// before the record (`after_the_write: false`), or right after the settle
 /// transaction, before its answer (`true`).
 struct CrashAtSettle {
-    inner: shared::adapters::dynamo::DynamoStore,
     crashed: std::sync::atomic::AtomicBool,
     after_the_write: bool,
 }
 
 impl CrashAtSettle {
-    fn new(inner: shared::adapters::dynamo::DynamoStore, after_the_write: bool) -> Self {
-        Self {
+    fn new(
+        inner: shared::adapters::dynamo::DynamoStore,
+        after_the_write: bool,
+    ) -> Intercepted<shared::adapters::dynamo::DynamoStore, Self> {
+        Intercepted::new(
             inner,
-            crashed: Default::default(),
-            after_the_write,
-        }
+            Self {
+                crashed: Default::default(),
+                after_the_write,
+            },
+        )
     }
 }
 
-impl shared::ports::RunStore for CrashAtSettle {
-    async fn claim(
-        &self,
-        r: &shared::ports::ClaimRequest<'_>,
-    ) -> Result<shared::ports::ClaimAnswer, shared::ports::StoreError> {
-        self.inner.claim(r).await
-    }
-    async fn take_over(
-        &self,
-        r: &shared::ports::ClaimRequest<'_>,
-    ) -> Result<shared::ports::ClaimAnswer, shared::ports::StoreError> {
-        self.inner.take_over(r).await
-    }
-    async fn release(
-        &self,
-        r: &shared::ports::Release<'_>,
-    ) -> Result<shared::ports::Settled, shared::ports::StoreError> {
-        self.inner.release(r).await
-    }
-    async fn install(
-        &self,
-        w: &str,
-        i: &str,
-    ) -> Result<Option<shared::domain::install::Install>, shared::ports::StoreError> {
-        self.inner.install(w, i).await
-    }
+impl RunStoreHook<shared::adapters::dynamo::DynamoStore> for CrashAtSettle {
     async fn settle(
         &self,
+        inner: &shared::adapters::dynamo::DynamoStore,
         s: &shared::ports::Settlement<'_>,
     ) -> Result<shared::ports::Settled, shared::ports::StoreError> {
         if !self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
             if self.after_the_write {
-                self.inner.settle(s).await?;
+                inner.settle(s).await?;
             }
             return Err(shared::ports::StoreError::Request {
                 operation: "TransactWriteItems",
                 source: "injected crash".into(),
             });
         }
-        self.inner.settle(s).await
-    }
-    async fn record_unclaimed(
-        &self,
-        r: &shared::domain::occurrence::RunRecord,
-    ) -> Result<(), shared::ports::StoreError> {
-        self.inner.record_unclaimed(r).await
-    }
-    async fn record_malformed(
-        &self,
-        m: &str,
-        b: &str,
-        r: &str,
-        n: chrono::DateTime<Utc>,
-    ) -> Result<(), shared::ports::StoreError> {
-        self.inner.record_malformed(m, b, r, n).await
+        inner.settle(s).await
     }
 }
 

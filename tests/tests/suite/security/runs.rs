@@ -14,37 +14,25 @@ use shared::app::run::Disposition;
 use shared::domain::agent::RUN_ID_META;
 use shared::domain::install::InstallScope;
 use shared::domain::limits::{Ceilings, Limits};
-use shared::domain::occurrence::{RunRecord, RunStatus, occurrence_key, run_id};
+use shared::domain::occurrence::{RunStatus, occurrence_key, run_id};
 use shared::domain::schedule::{RateUnit, Schedule};
 use shared::domain::task::Task;
-use shared::ports::{ClaimAnswer, ClaimRequest, Release, RunStore, Settled, Settlement, StoreError};
+use shared::ports::{RunStore, Settled, Settlement, StoreError};
+use tests::intercept::{Intercepted, RunStoreHook};
 use tests::{RunStack, connector_task, install, run_message, run_settings};
 
 const KB: usize = 1024;
 const MB: usize = 1024 * 1024;
 
-/// The store, with settles that fail while `fails` says so: a process that
-/// dies before its record, or a record that cannot be written.
+/// Settles that fail while `fails` says so: a process that dies before its
+/// record, or a record that cannot be written.
 struct FailingSettle {
-    inner: DynamoStore,
     fails: fn(&Settlement<'_>) -> bool,
     rejects: bool,
 }
 
-impl RunStore for FailingSettle {
-    async fn claim(&self, r: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
-        self.inner.claim(r).await
-    }
-    async fn take_over(&self, r: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
-        self.inner.take_over(r).await
-    }
-    async fn release(&self, r: &Release<'_>) -> Result<Settled, StoreError> {
-        self.inner.release(r).await
-    }
-    async fn install(&self, w: &str, i: &str) -> Result<Option<shared::domain::install::Install>, StoreError> {
-        self.inner.install(w, i).await
-    }
-    async fn settle(&self, s: &Settlement<'_>) -> Result<Settled, StoreError> {
+impl RunStoreHook<DynamoStore> for FailingSettle {
+    async fn settle(&self, inner: &DynamoStore, s: &Settlement<'_>) -> Result<Settled, StoreError> {
         if (self.fails)(s) {
             // A record the store refuses (as DynamoDB refuses an item over
             // 400 KB) when it has an output, a transient failure otherwise.
@@ -55,13 +43,7 @@ impl RunStore for FailingSettle {
                 _ => StoreError::Request { operation, source },
             });
         }
-        self.inner.settle(s).await
-    }
-    async fn record_unclaimed(&self, r: &RunRecord) -> Result<(), StoreError> {
-        self.inner.record_unclaimed(r).await
-    }
-    async fn record_malformed(&self, m: &str, b: &str, r: &str, n: DateTime<Utc>) -> Result<(), StoreError> {
-        self.inner.record_malformed(m, b, r, n).await
+        inner.settle(s).await
     }
 }
 
@@ -120,11 +102,13 @@ async fn a_crash_after_a_side_effect_is_paid_for_and_the_rerun_carries_the_same_
 
     // The first attempt posts, then dies before its settle.
     let crashing = s.runner_on(
-        FailingSettle {
-            inner: s.store(),
-            fails: |_| true,
-            rejects: false,
-        },
+        Intercepted::new(
+            s.store(),
+            FailingSettle {
+                fails: |_| true,
+                rejects: false,
+            },
+        ),
         run_settings(true),
     );
     let first_deadline = deadline();
@@ -345,11 +329,13 @@ async fn a_settle_that_keeps_failing_leaves_no_claim_running_and_no_reservation_
     s.model.script([Reply::text("the digest", 1000, 100)]).await;
     // Every settle with the run's output fails (a record that cannot be written).
     let runner = s.runner_on(
-        FailingSettle {
-            inner: s.store(),
-            fails: |s| s.record.output.is_some(),
-            rejects: true,
-        },
+        Intercepted::new(
+            s.store(),
+            FailingSettle {
+                fails: |s| s.record.output.is_some(),
+                rejects: true,
+            },
+        ),
         run_settings(true),
     );
     let got = runner
@@ -400,11 +386,13 @@ async fn a_one_minute_task_over_thirty_days_keeps_its_item_small() {
     occurrences.extend((0..80).map(|m| end + Duration::minutes(m)));
     let last = end + Duration::minutes(79);
     let crash = s.runner_on(
-        FailingSettle {
-            inner: s.store(),
-            fails: |_| true,
-            rejects: false,
-        },
+        Intercepted::new(
+            s.store(),
+            FailingSettle {
+                fails: |_| true,
+                rejects: false,
+            },
+        ),
         run_settings(true),
     );
     let runner = s.runner();
