@@ -15,11 +15,7 @@ use shared::domain::overrides::Overrides;
 use shared::domain::task::Task;
 use shared::ports::RunStore;
 use tests::intercept::{Intercepted, RunStoreHook};
-use tests::{RunStack, connector_task, install, reminder, run_message, run_settings};
-
-fn deadline() -> chrono::DateTime<Utc> {
-    Utc::now() + Duration::minutes(5)
-}
+use tests::{RunStack, connector_task, deadline, install, reminder, run_message, run_settings};
 
 async fn fixture() -> McpFixture {
     McpFixture::start(FixtureState {
@@ -46,22 +42,10 @@ async fn installed_fixture(s: &RunStack) -> McpFixture {
     fixture
 }
 
-async fn insert(s: &RunStack, task: &Task) {
-    s.store().insert_task(task).await.unwrap();
-}
-
-/// A reminder stored with its occurrence five seconds ago.
-async fn due_reminder(s: &RunStack) -> (Task, chrono::DateTime<Utc>) {
-    let at = Utc::now() - Duration::seconds(5);
-    let task = reminder(at);
-    insert(s, &task).await;
-    (task, at)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
     let s = RunStack::start().await.unwrap();
-    let (task, at) = due_reminder(&s).await;
+    let (task, at) = s.due_reminder().await;
     s.model
         .script([Reply::text("Time to call mom about Sunday!", 1000, 100)])
         .await;
@@ -131,7 +115,7 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
 #[tokio::test(flavor = "multi_thread")]
 async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
     let s = RunStack::start().await.unwrap();
-    let (task, at) = due_reminder(&s).await;
+    let (task, at) = s.due_reminder().await;
     let runner = s.runner();
     let body = run_message(&task, at, "e1");
     let deliveries = (0..20).map(|i| {
@@ -215,7 +199,7 @@ impl RunStoreHook<shared::adapters::dynamo::DynamoStore> for CrashAtSettle {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once() {
     let s = RunStack::start().await.unwrap();
-    let (task, at) = due_reminder(&s).await;
+    let (task, at) = s.due_reminder().await;
     let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
     let body = run_message(&task, at, "e1");
     let now = Utc::now();
@@ -309,7 +293,7 @@ async fn every_skip_reason_is_recorded_and_sends_no_event() {
     cases.push((broke, at, "budget exhausted"));
 
     for (task, scheduled, reason) in &cases {
-        insert(&s, task).await;
+        s.insert(task).await;
         let got = runner
             .deliver("m", &run_message(task, *scheduled, "e"), now, deadline())
             .await
@@ -344,7 +328,7 @@ async fn every_skip_reason_is_recorded_and_sends_no_event() {
 #[tokio::test(flavor = "multi_thread")]
 async fn worker_flag_off_skips_without_reading_the_task() {
     let s = RunStack::start().await.unwrap();
-    let (task, at) = due_reminder(&s).await;
+    let (task, at) = s.due_reminder().await;
     let runner = s.runner_on(s.store(), run_settings(false));
     let got = runner
         .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
@@ -369,7 +353,7 @@ async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
         &["list_issues", "post_summary"],
         &[("repo", "acme/web")],
     );
-    insert(&s, &task).await;
+    s.insert(&task).await;
     s.model
         .script([
             Reply::tool("issues__list_issues", json!({"text": "open"}), 500, 50),
@@ -379,11 +363,7 @@ async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
         ])
         .await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
+    let got = s.deliver_once(&task, at).await;
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
 
     let state = fixture.state().read().await;
@@ -434,15 +414,9 @@ async fn a_missing_required_argument_fails_the_run_and_holds_nothing() {
     let s = RunStack::start().await.unwrap();
     let _fixture = installed_fixture(&s).await;
     let task = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
-    insert(&s, &task).await;
+    s.insert(&task).await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_to(&task, at, RunStatus::Failed).await;
     let reason = record["reason"].as_str().unwrap();
     assert!(reason.contains("-32602") && reason.contains("repo"), "{reason}");
     let item = s.task_item(&task).await;
@@ -463,15 +437,9 @@ async fn a_slow_connector_setup_fails_the_run_within_its_time_limit() {
     fixture.state().write().await.get_prompt_delay = Some(std::time::Duration::from_secs(20));
     let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
     task.spec.limits.timeout_seconds = 1;
-    insert(&s, &task).await;
+    s.insert(&task).await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_to(&task, at, RunStatus::Failed).await;
     let reason = record["reason"].as_str().unwrap();
     assert!(reason.contains("time limit"), "{reason}");
     let took = chrono::DateTime::parse_from_rfc3339(record["finished_at"].as_str().unwrap()).unwrap()
@@ -492,7 +460,7 @@ async fn the_per_run_budget_stops_the_loop() {
         max_usd_per_run: 0.01,
         max_usd_per_month: 5.0,
     });
-    insert(&s, &task).await;
+    s.insert(&task).await;
     // 3000 input tokens cost $0.009: the next turn cannot be paid for.
     s.model
         .script([
@@ -501,13 +469,7 @@ async fn the_per_run_budget_stops_the_loop() {
         ])
         .await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_to(&task, at, RunStatus::Failed).await;
     assert!(
         record["reason"].as_str().unwrap().contains("per-run budget"),
         "{record}"
@@ -531,15 +493,9 @@ async fn a_per_run_budget_the_first_input_exceeds_makes_no_model_call() {
         max_usd_per_run: 0.000_1,
         max_usd_per_month: 5.0,
     });
-    insert(&s, &task).await;
+    s.insert(&task).await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_to(&task, at, RunStatus::Failed).await;
     assert!(
         record["reason"].as_str().unwrap().contains("per-run budget"),
         "{record}"
@@ -554,7 +510,7 @@ async fn limits_stop_the_loop_and_unpriced_models_never_run() {
     let at = Utc::now() - Duration::seconds(5);
     let mut task = reminder(at);
     task.spec.limits.max_turns = 1;
-    insert(&s, &task).await;
+    s.insert(&task).await;
     s.model
         .script([Reply::Stop {
             reason: "max_tokens".into(),
@@ -563,20 +519,14 @@ async fn limits_stop_the_loop_and_unpriced_models_never_run() {
             output_tokens: 2000,
         }])
         .await;
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_to(&task, at, RunStatus::Failed).await;
     assert!(
         record["reason"].as_str().unwrap().contains("output token limit"),
         "{record}"
     );
 
     let other = reminder(at + Duration::seconds(1));
-    insert(&s, &other).await;
+    s.insert(&other).await;
     let mut settings = run_settings(true);
     settings.model_id = "unpriced.model".into();
     let got = s
@@ -616,7 +566,7 @@ async fn a_malformed_message_is_recorded_and_acknowledged() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_right_after_the_settle_still_notifies_once() {
     let s = RunStack::start().await.unwrap();
-    let (task, at) = due_reminder(&s).await;
+    let (task, at) = s.due_reminder().await;
     let runner = s.runner_on(CrashAtSettle::new(s.store(), true), run_settings(true));
     let body = run_message(&task, at, "e1");
     assert!(
@@ -701,7 +651,7 @@ async fn bound_workspace_connectors_lend_their_tools_and_credentials_come_from_s
         ("archive".to_owned(), None),
     ]
     .into();
-    insert(&s, &task).await;
+    s.insert(&task).await;
     s.model
         .script([
             Reply::tool("chat__post_message", json!({"text": "summary"}), 100, 10),
