@@ -388,18 +388,18 @@ pub struct SchedulesConfig {
 }
 
 impl SchedulesConfig {
-    /// Every variable schedules reads; `template.yaml` sets exactly these.
-    pub const VARIABLES: [&'static str; 9] = [
-        "TABLE_NAME",
-        "SCHEDULE_GROUP",
-        "RUN_QUEUE_ARN",
-        "SCHEDULER_ROLE_ARN",
-        "SCHEDULER_DLQ_ARN",
-        "AGENT_SCHEDULE_API_ENABLED",
-        "AGENT_SCHEDULE_WORKER_ENABLED",
-        "SCHEDULE_CEILINGS",
-        "MAX_ACTIVE_REMINDERS",
-    ];
+    /// Every variable schedules reads, create's and the cap;
+    /// `template.yaml` sets exactly these.
+    pub const VARIABLES: [&'static str; CreateConfig::VARIABLES.len() + 1] = {
+        let mut names = [""; CreateConfig::VARIABLES.len() + 1];
+        let mut i = 0;
+        while i < CreateConfig::VARIABLES.len() {
+            names[i] = CreateConfig::VARIABLES[i];
+            i += 1;
+        }
+        names[i] = "MAX_ACTIVE_REMINDERS";
+        names
+    };
 
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from(&Env::process())

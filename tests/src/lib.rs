@@ -3,6 +3,7 @@
 //! uniquely named resources.
 
 pub mod herd;
+pub mod intercept;
 
 use std::collections::HashMap;
 
@@ -192,6 +193,7 @@ use shared::app::run::{RunSettings, Runner};
 use shared::domain::budget::Budget;
 use shared::domain::budget::{Price, Prices};
 use shared::domain::install::{Install, InstallScope, InstallStatus};
+use shared::domain::occurrence::RunStatus;
 use shared::domain::schedule::Schedule;
 use shared::domain::task::{Provenance, Spec, Task, TaskId, TaskKind};
 
@@ -240,6 +242,37 @@ impl RunStack {
         DynamoStore::new(local::strict::dynamodb(&self.t.aws.sdk), &self.t.stack.names.table)
     }
 
+    /// Stores `task` as create or reconcile would have written it.
+    pub async fn insert(&self, task: &Task) {
+        self.store().insert_task(task).await.expect("insert the task");
+    }
+
+    /// A reminder stored with its occurrence five seconds ago.
+    pub async fn due_reminder(&self) -> (Task, DateTime<Utc>) {
+        let at = Utc::now() - Duration::seconds(5);
+        let task = reminder(at);
+        self.insert(&task).await;
+        (task, at)
+    }
+
+    /// Delivers `task`'s occurrence at `at` once through the real runner
+    /// (message `m1`, execution `e1`), now, with five minutes to go.
+    pub async fn deliver_once(&self, task: &Task, at: DateTime<Utc>) -> shared::app::run::Disposition {
+        self.runner()
+            .deliver("m1", &run_message(task, at, "e1"), Utc::now(), deadline())
+            .await
+            .expect("the delivery answers")
+    }
+
+    /// Delivers once (as [`RunStack::deliver_once`]), asserts that the
+    /// occurrence ran to `status`, and answers its run record.
+    pub async fn run_to(&self, task: &Task, at: DateTime<Utc>, status: RunStatus) -> Value {
+        let got = self.deliver_once(task, at).await;
+        assert_eq!(got, shared::app::run::Disposition::Ran(status));
+        let occurrence = shared::domain::occurrence::occurrence_key(at);
+        self.run_record(&task.task_id, &occurrence).await.expect("a run record")
+    }
+
     /// The runner on a store of the caller's choice (to inject crashes).
     pub fn runner_on<S: shared::ports::RunStore>(&self, store: S, settings: RunSettings) -> TestRunner<S> {
         Runner::new(
@@ -274,6 +307,11 @@ impl RunStack {
     pub async fn account(&self, account: &shared::domain::budget::Account, period: &str) -> Option<Value> {
         self.t.item_at(Key::account(account, period)).await
     }
+}
+
+/// Five minutes from now: an invocation deadline no test run reaches.
+pub fn deadline() -> DateTime<Utc> {
+    Utc::now() + Duration::minutes(5)
 }
 
 /// The runs-queue message Scheduler would deliver for an occurrence.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
-use local::runtime::{FunctionProcess, RuntimeApi};
+use local::runtime::Launch;
 use serde_json::json;
 use tests::{TestStack, admin_principal, installed};
 
@@ -35,11 +35,13 @@ async fn the_binary_lists_explains_and_approves() {
         .await
         .unwrap();
 
-    let mut env = t.aws.sdk_env();
-    env.extend(t.stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
-    let api = RuntimeApi::start("admin", Duration::from_secs(30)).await.unwrap();
-    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("admin-{}.log", uuid::Uuid::new_v4().simple()));
-    let _function = FunctionProcess::spawn(Path::new(BINARY), &api, "admin", &env, Some(&log)).unwrap();
+    let api = Launch::new("admin", &t.aws, &t.stack)
+        .unwrap()
+        .timeout(Duration::from_secs(30))
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
 
     let listed = api
         .invoke_ok(&json!({"op": "list", "principal": admin_principal()}))

@@ -5,46 +5,30 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::time::Duration;
 
-use local::runtime::{FunctionProcess, Outcome, RuntimeApi};
+use local::runtime::{Function, Launch, Outcome};
 use local::{LocalAws, Stack, StackNames};
 use serde_json::{Value, json};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_create");
-/// SPEC §9's example ceilings, as `SCHEDULE_CEILINGS` holds them.
-fn ceilings() -> String {
-    serde_json::to_string(&shared::domain::limits::EXAMPLE_CEILINGS).expect("ceilings as JSON")
+
+/// create as the template configures it on `stack`, logging to a file.
+fn launch(aws: &LocalAws, stack: &Stack) -> Launch {
+    Launch::new("create", aws, stack)
+        .unwrap()
+        .timeout(std::time::Duration::from_secs(30))
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
 }
 
-fn function_env(aws: &LocalAws, stack: &Stack) -> Vec<(String, String)> {
-    let mut env = aws.sdk_env();
-    env.extend(stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
-    env.push(("AGENT_SCHEDULE_API_ENABLED".into(), "true".into()));
-    env.push(("AGENT_SCHEDULE_WORKER_ENABLED".into(), "true".into()));
-    env.push(("SCHEDULE_CEILINGS".into(), ceilings()));
-    env
-}
-
-fn log_path(name: &str) -> std::path::PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    dir.join(format!("{name}-{}.log", uuid::Uuid::new_v4().simple()))
+async fn start(launch: Launch) -> Function {
+    launch.start(Path::new(BINARY)).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_binary_serves_describe_and_create_under_the_runtime_api() {
     let aws = LocalAws::start().await.unwrap();
     let stack = Stack::create(&aws.sdk, StackNames::unique("rt")).await.unwrap();
-    let api = RuntimeApi::start("create", Duration::from_secs(30)).await.unwrap();
-    let log = log_path("create");
-    let _function = FunctionProcess::spawn(
-        Path::new(BINARY),
-        &api,
-        "create",
-        &function_env(&aws, &stack),
-        Some(&log),
-    )
-    .unwrap();
+    let api = start(launch(&aws, &stack)).await;
 
     let describe = api.invoke_ok(&json!({"op": "describe"})).await.unwrap();
     assert_eq!(describe["descriptor"]["name"], "schedule.create");
@@ -101,7 +85,7 @@ async fn the_binary_serves_describe_and_create_under_the_runtime_api() {
         Outcome::Error(error) => panic!("a refusal is an answer: {error}"),
     }
 
-    let logs = std::fs::read_to_string(&log).unwrap();
+    let logs = api.logs().unwrap();
     assert!(
         logs.lines().any(|l| serde_json::from_str::<Value>(l).is_ok()),
         "JSON log lines: {logs}"
@@ -113,15 +97,7 @@ async fn the_binary_serves_describe_and_create_under_the_runtime_api() {
 async fn an_internal_failure_is_a_function_error() {
     let aws = LocalAws::start().await.unwrap();
     let stack = Stack::create(&aws.sdk, StackNames::unique("rt")).await.unwrap();
-    let mut env = function_env(&aws, &stack);
-    for (name, value) in env.iter_mut() {
-        if name == "TABLE_NAME" {
-            *value = "no-such-table".into();
-        }
-    }
-    let api = RuntimeApi::start("create", Duration::from_secs(30)).await.unwrap();
-    let _function =
-        FunctionProcess::spawn(Path::new(BINARY), &api, "create", &env, Some(&log_path("create-fail"))).unwrap();
+    let api = start(launch(&aws, &stack).set("TABLE_NAME", "no-such-table")).await;
     let request = json!({
         "op": "create",
         "principal": {"id": "usr_1", "workspace": "ws_1", "scopes": ["schedule.write"]},
@@ -140,15 +116,13 @@ async fn an_internal_failure_is_a_function_error() {
 async fn a_missing_variable_fails_the_start_and_names_itself() {
     let aws = LocalAws::start().await.unwrap();
     let stack = Stack::create(&aws.sdk, StackNames::unique("rt")).await.unwrap();
-    let env: Vec<_> = function_env(&aws, &stack)
-        .into_iter()
-        .filter(|(k, _)| k != "SCHEDULE_CEILINGS")
-        .collect();
-    let api = RuntimeApi::start("create", Duration::from_secs(30)).await.unwrap();
-    let log = log_path("create-init");
-    let mut function = FunctionProcess::spawn(Path::new(BINARY), &api, "create", &env, Some(&log)).unwrap();
-    let status = function.wait_exit(Duration::from_secs(30)).await.unwrap();
+    let mut function = start(launch(&aws, &stack).unset("SCHEDULE_CEILINGS")).await;
+    let status = function
+        .process
+        .wait_exit(std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
     assert!(!status.success());
-    let logs = std::fs::read_to_string(&log).unwrap();
+    let logs = function.logs().unwrap();
     assert!(logs.contains("SCHEDULE_CEILINGS"), "{logs}");
 }

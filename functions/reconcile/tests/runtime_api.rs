@@ -7,21 +7,16 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::Utc;
 use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
-use local::runtime::{FunctionProcess, RuntimeApi};
+use local::runtime::Launch;
 use serde_json::{Value, json};
 use shared::domain::webhook::WebhookSecret;
 use tests::TestStack;
 use tokio::sync::Mutex;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_reconcile");
-/// SPEC §9's example ceilings, as `SCHEDULE_CEILINGS` holds them.
-fn ceilings() -> String {
-    serde_json::to_string(&shared::domain::limits::EXAMPLE_CEILINGS).expect("ceilings as JSON")
-}
 
 fn url_event(headers: Value, body: &str) -> Value {
     json!({
@@ -53,12 +48,12 @@ async fn the_binary_takes_webhooks_works_its_queue_and_answers_cloudformation() 
     .await
     .unwrap();
 
-    let mut env = t.aws.sdk_env();
-    env.extend(t.stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
-    env.push(("SCHEDULE_CEILINGS".into(), ceilings()));
-    let api = RuntimeApi::start("reconcile", Duration::from_secs(60)).await.unwrap();
-    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("reconcile-{}.log", uuid::Uuid::new_v4().simple()));
-    let _function = FunctionProcess::spawn(Path::new(BINARY), &api, "reconcile", &env, Some(&log)).unwrap();
+    let api = Launch::new("reconcile", &t.aws, &t.stack)
+        .unwrap()
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
 
     let secret = WebhookSecret::parse(&t.stack.webhook_secret).unwrap();
     let body = json!({"type": "connector.installed", "workspace": "ws_1",

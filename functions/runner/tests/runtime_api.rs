@@ -8,11 +8,19 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::Utc;
-use local::runtime::{FunctionProcess, RuntimeApi};
+use local::runtime::{Launch, RuntimeApi};
 use serde_json::{Value, json};
 use tests::{RunStack, reminder, run_message};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_runner");
+
+/// The runner as the template configures it on the stack, its model the
+/// Converse stand-in at the harness's prices.
+fn launch(s: &RunStack) -> Launch {
+    Launch::new("runner", &s.t.aws, &s.t.stack)
+        .unwrap()
+        .model(&s.model.endpoint(), tests::MODEL, 3.0, 15.0)
+}
 
 fn sqs_event(records: &[(&str, &str)]) -> Value {
     let records: Vec<Value> = records
@@ -43,29 +51,11 @@ async fn the_binary_runs_a_batch_with_partial_failures() {
     let task = reminder(at);
     s.store().insert_task(&task).await.unwrap();
 
-    let mut env = s.t.aws.sdk_env();
-    env.extend([
-        ("TABLE_NAME".to_owned(), s.t.stack.names.table.clone()),
-        ("AGENT_SCHEDULE_WORKER_ENABLED".to_owned(), "true".to_owned()),
-        ("MODEL_ID".to_owned(), tests::MODEL.to_owned()),
-        (
-            "MODEL_PRICES".to_owned(),
-            json!({tests::MODEL: {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}).to_string(),
-        ),
-        (
-            "SCHEDULE_CEILINGS".to_owned(),
-            json!({"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300})
-                .to_string(),
-        ),
-        ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME".to_owned(), s.model.endpoint()),
-        (
-            "CONNECTOR_SECRET_PREFIX".to_owned(),
-            s.t.stack.connector_secret_prefix(),
-        ),
-    ]);
-    let api = RuntimeApi::start("runner", Duration::from_secs(60)).await.unwrap();
-    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("runner-{}.log", uuid::Uuid::new_v4().simple()));
-    let _runner = FunctionProcess::spawn(Path::new(BINARY), &api, "runner", &env, Some(&log)).unwrap();
+    let api = launch(&s)
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
 
     let body = run_message(&task, at, "exec-1");
     let batch = sqs_event(&[("m1", &body), ("m2", &body), ("poison", "{\"not\": \"a run\"}")]);
@@ -89,7 +79,7 @@ async fn the_binary_runs_a_batch_with_partial_failures() {
     assert_eq!(s.events().await.len(), 1);
     assert_eq!(s.model.requests().await.len(), 1);
 
-    let logs = std::fs::read_to_string(&log).unwrap();
+    let logs = api.logs().unwrap();
     assert!(
         !logs.contains("call mom about Sunday"),
         "no instruction text in the logs"
@@ -141,37 +131,16 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
         .await
         .unwrap();
 
-    let mut env = s.t.aws.sdk_env();
-    env.extend([
-        ("TABLE_NAME".to_owned(), s.t.stack.names.table.clone()),
-        ("AGENT_SCHEDULE_WORKER_ENABLED".to_owned(), "true".to_owned()),
-        ("MODEL_ID".to_owned(), tests::MODEL.to_owned()),
-        (
-            "MODEL_PRICES".to_owned(),
-            json!({tests::MODEL: {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}).to_string(),
-        ),
-        (
-            "CATCH_UP_SECONDS".to_owned(),
-            shared::config::MIN_CATCH_UP_SECONDS.to_string(),
-        ),
-        (
-            "SCHEDULE_CEILINGS".to_owned(),
-            json!({"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300})
-                .to_string(),
-        ),
-        ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME".to_owned(), s.model.endpoint()),
-        (
-            "CONNECTOR_SECRET_PREFIX".to_owned(),
-            s.t.stack.connector_secret_prefix(),
-        ),
-    ]);
-    let api = RuntimeApi::start("runner", Duration::from_secs(60)).await.unwrap();
+    let runner = launch(&s)
+        .set("CATCH_UP_SECONDS", shared::config::MIN_CATCH_UP_SECONDS.to_string())
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
     let idle = RuntimeApi::start("reconcile", Duration::from_secs(60)).await.unwrap();
-    let _runner = FunctionProcess::spawn(Path::new(BINARY), &api, "runner", &env, None).unwrap();
     let dispatch = local::dispatcher::Dispatcher {
         sdk: &s.t.aws.sdk,
         stack: &s.t.stack,
-        runner: &api,
+        runner: &runner.api,
         reconcile: &idle,
     };
     aws_sdk_sqs::Client::new(&s.t.aws.sdk)

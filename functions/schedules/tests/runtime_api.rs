@@ -8,28 +8,23 @@
 use std::path::Path;
 use std::time::Duration;
 
-use local::runtime::{FunctionProcess, Outcome, RuntimeApi};
+use local::runtime::{Launch, Outcome};
 use serde_json::json;
 use tests::{TestStack, owner, schedules_create};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_schedules");
-/// SPEC §9's example ceilings, as `SCHEDULE_CEILINGS` holds them.
-fn ceilings() -> String {
-    serde_json::to_string(&shared::domain::limits::EXAMPLE_CEILINGS).expect("ceilings as JSON")
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_binary_serves_an_owner_s_reminders() {
     let t = TestStack::start().await.unwrap();
-    let mut env = t.aws.sdk_env();
-    env.extend(t.stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
-    env.push(("AGENT_SCHEDULE_API_ENABLED".into(), "true".into()));
-    env.push(("AGENT_SCHEDULE_WORKER_ENABLED".into(), "true".into()));
-    env.push(("SCHEDULE_CEILINGS".into(), ceilings()));
-    env.push(("MAX_ACTIVE_REMINDERS".into(), "5".into()));
-    let api = RuntimeApi::start("schedules", Duration::from_secs(30)).await.unwrap();
-    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("schedules-{}.log", uuid::Uuid::new_v4().simple()));
-    let _function = FunctionProcess::spawn(Path::new(BINARY), &api, "schedules", &env, Some(&log)).unwrap();
+    let api = Launch::new("schedules", &t.aws, &t.stack)
+        .unwrap()
+        .set("MAX_ACTIVE_REMINDERS", "5")
+        .timeout(Duration::from_secs(30))
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
 
     let me = owner("usr_1");
     let daily = json!({"daily": {"time": "19:00", "timezone": "Europe/Berlin"}});

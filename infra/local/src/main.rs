@@ -18,11 +18,11 @@ use chrono::{FixedOffset, SecondsFormat, Utc};
 use local::converse::ConverseStandIn;
 use local::dispatcher::Dispatcher;
 use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
-use local::runtime::{FunctionProcess, RuntimeApi};
+use local::runtime::{Function, Launch};
 use local::{LocalAws, Stack};
 use serde_json::{Value, json};
+use shared::domain::task::TaskId;
 
-const CEILINGS: &str = r#"{"max_turns": 10, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#;
 const MODEL: &str = "anthropic.claude-3-5-haiku-20241022-v1:0";
 
 struct Clock(Instant);
@@ -56,19 +56,60 @@ fn binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-struct Function {
-    api: RuntimeApi,
-    _process: FunctionProcess,
+/// The five functions, each a real binary under its Runtime API emulator;
+/// JSON logs and EMF metrics go to `target/local-logs/<name>.log`.
+struct Functions {
+    create: Function,
+    runner: Function,
+    reconcile: Function,
+    admin: Function,
+    schedules: Function,
 }
 
-/// Starts a function binary; its JSON logs and EMF metrics go to
-/// `target/local-logs/<name>.log`.
-async fn start(name: &str, env: &[(String, String)]) -> anyhow::Result<Function> {
-    let api = RuntimeApi::start(name, Duration::from_secs(120)).await?;
-    let logs = local::moto::repo_root().join("target/local-logs");
-    std::fs::create_dir_all(&logs)?;
-    let process = FunctionProcess::spawn(&binary(name)?, &api, name, env, Some(&logs.join(format!("{name}.log"))))?;
-    Ok(Function { api, _process: process })
+impl Functions {
+    async fn start(aws: &LocalAws, stack: &Stack, model: &ConverseStandIn) -> anyhow::Result<Self> {
+        let logs = local::moto::repo_root().join("target/local-logs");
+        std::fs::create_dir_all(&logs)?;
+        let start = |name: &'static str| {
+            let logs = &logs;
+            async move {
+                Launch::new(name, aws, stack)?
+                    .model(&model.endpoint(), MODEL, 0.8, 4.0)
+                    .set("RUST_LOG", "info")
+                    .timeout(Duration::from_secs(120))
+                    .log_to(logs.join(format!("{name}.log")))
+                    .start(&binary(name)?)
+                    .await
+            }
+        };
+        Ok(Self {
+            create: start("create").await?,
+            runner: start("runner").await?,
+            reconcile: start("reconcile").await?,
+            admin: start("admin").await?,
+            schedules: start("schedules").await?,
+        })
+    }
+
+    /// Every variable any function was started with, once: the env file
+    /// `cargo lambda watch` gives all of them.
+    fn env(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = Vec::new();
+        for f in [
+            &self.create,
+            &self.runner,
+            &self.reconcile,
+            &self.admin,
+            &self.schedules,
+        ] {
+            for (k, v) in &f.env {
+                if !env.iter().any(|(seen, _)| seen == k) {
+                    env.push((k.clone(), v.clone()));
+                }
+            }
+        }
+        env
+    }
 }
 
 fn weekly_marker(budget: f64, tools: &[&str]) -> Value {
@@ -99,6 +140,14 @@ fn sweep() -> local::mcp_fixture::FixturePrompt {
     )
 }
 
+/// The widened release: a new tool and a higher budget per run.
+fn widened() -> Vec<local::mcp_fixture::FixturePrompt> {
+    vec![
+        weekly(weekly_marker(0.5, &["list_issues", "post_summary", "close_issue"])),
+        sweep(),
+    ]
+}
+
 async fn invoke(f: &Function, payload: Value) -> anyhow::Result<Value> {
     f.api.invoke_ok(&payload).await
 }
@@ -113,19 +162,55 @@ fn admin(op: &str, task_id: &str, extra: Value) -> Value {
     request
 }
 
-async fn item(aws: &LocalAws, stack: &Stack, key: Key) -> anyhow::Result<Value> {
-    let out = aws_sdk_dynamodb::Client::new(&aws.sdk)
-        .get_item()
-        .table_name(&stack.names.table)
-        .set_key(Some(key.to_map()))
-        .send()
-        .await?;
-    Ok(out.item.map(local::item_json).unwrap_or(Value::Null))
-}
-
 fn run_summary(record: &Value) -> Value {
     json!({"status": record["status"], "reason": record["reason"], "usage": record["usage"],
            "cost_usd": record["cost_usd"], "output": record["output"]})
+}
+
+fn explanation(answer: &Value) -> &str {
+    answer["explanation"].as_str().unwrap_or_default()
+}
+
+/// The sample connector (two scheduled prompts) and a chat connector.
+struct Connectors {
+    issues: McpFixture,
+    chat: McpFixture,
+}
+
+impl Connectors {
+    async fn start() -> anyhow::Result<Self> {
+        let issues = McpFixture::start(FixtureState {
+            prompts: vec![weekly(weekly_marker(0.25, &["list_issues", "post_summary"])), sweep()],
+            tools: vec![tool("list_issues"), tool("post_summary"), tool("close_issue")],
+            ..Default::default()
+        })
+        .await?;
+        let chat = McpFixture::start(FixtureState {
+            tools: vec![tool("post_message")],
+            ..Default::default()
+        })
+        .await?;
+        Ok(Self { issues, chat })
+    }
+}
+
+/// Everything the walk-through drives, and the ids it follows.
+struct Walk<'a> {
+    clock: Clock,
+    aws: &'a LocalAws,
+    stack: &'a Stack,
+    model: &'a ConverseStandIn,
+    connectors: &'a Connectors,
+    functions: &'a Functions,
+    dispatch: Dispatcher<'a>,
+    /// Each fast-forward delivers the occurrence after the last one delivered.
+    last_fired: std::cell::Cell<chrono::DateTime<Utc>>,
+}
+
+/// The connector tasks the walk follows.
+struct ConnectorTasks {
+    weekly: String,
+    sweep: String,
 }
 
 #[tokio::main]
@@ -134,6 +219,55 @@ async fn main() -> anyhow::Result<()> {
     clock.step("Starting the local AWS (moto on loopback), the stack, and the Bedrock stand-in");
     let (aws, stack) = LocalAws::with_stack("local").await?;
     let model = ConverseStandIn::start().await?;
+    say_what_stands_in(&aws, &model);
+
+    clock.step("Starting the sample connector (MCP, two scheduled prompts) and a chat connector");
+    let connectors = Connectors::start().await?;
+    say(format!(
+        "issues connector: {}   chat connector: {}",
+        connectors.issues.url(),
+        connectors.chat.url()
+    ));
+
+    clock.step("Starting the five real function binaries under Lambda Runtime API emulators");
+    let functions = Functions::start(&aws, &stack, &model).await?;
+    let walk = Walk {
+        clock,
+        aws: &aws,
+        stack: &stack,
+        model: &model,
+        connectors: &connectors,
+        dispatch: Dispatcher {
+            sdk: &aws.sdk,
+            stack: &stack,
+            runner: &functions.runner.api,
+            reconcile: &functions.reconcile.api,
+        },
+        functions: &functions,
+        last_fired: std::cell::Cell::new(Utc::now()),
+    };
+    say("their JSON logs and EMF metrics: target/local-logs/<function>.log");
+
+    let reminder = walk.a_reminder().await?;
+    let daily = walk.an_owner_s_schedules().await?;
+    let tasks = walk.connectors_installed_and_approved().await?;
+    walk.runs_and_releases(&tasks).await?;
+    walk.final_items(&[
+        ("reminder", &reminder),
+        ("daily reminder", &daily),
+        ("weekly_summary", &tasks.weekly),
+        ("stale_issue_sweep", &tasks.sweep),
+    ])
+    .await?;
+
+    if std::env::args().any(|a| a == "--serve") {
+        return serve(&functions.env(), &walk.dispatch).await;
+    }
+    say("\nDone. Run with --serve to keep the stack up and invoke the functions yourself.");
+    Ok(())
+}
+
+fn say_what_stands_in(aws: &LocalAws, model: &ConverseStandIn) {
     say(format!("moto: {} (pid {})", aws.moto.endpoint(), aws.moto.pid()));
     say(format!(
         "Bedrock is NOT called: Converse goes to a scripted stand-in at {} (AWS_ENDPOINT_URL_BEDROCK_RUNTIME). \
@@ -144,376 +278,360 @@ async fn main() -> anyhow::Result<()> {
         "Run notifications: moto keeps the table's stream but runs no EventBridge Pipe; a local stand-in \
          applies RunFinishedPipe's filter and input template from template.yaml to the stream.",
     );
+}
 
-    clock.step("Starting the sample connector (MCP, two scheduled prompts) and a chat connector");
-    let issues = McpFixture::start(FixtureState {
-        prompts: vec![weekly(weekly_marker(0.25, &["list_issues", "post_summary"])), sweep()],
-        tools: vec![tool("list_issues"), tool("post_summary"), tool("close_issue")],
-        ..Default::default()
-    })
-    .await?;
-    let chat = McpFixture::start(FixtureState {
-        tools: vec![tool("post_message")],
-        ..Default::default()
-    })
-    .await?;
-    say(format!(
-        "issues connector: {}   chat connector: {}",
-        issues.url(),
-        chat.url()
-    ));
-
-    clock.step("Starting the five real function binaries under Lambda Runtime API emulators");
-    let mut env = aws.sdk_env();
-    env.extend(stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
-    env.extend(
-        [
-            ("AGENT_SCHEDULE_API_ENABLED", "true".to_owned()),
-            ("AGENT_SCHEDULE_WORKER_ENABLED", "true".to_owned()),
-            ("SCHEDULE_CEILINGS", CEILINGS.to_owned()),
-            ("MODEL_ID", MODEL.to_owned()),
-            (
-                "MODEL_PRICES",
-                json!({MODEL: {"input_per_mtok": 0.8, "output_per_mtok": 4.0}}).to_string(),
-            ),
-            ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", model.endpoint()),
-            ("RUST_LOG", "info".to_owned()),
-        ]
-        .map(|(k, v)| (k.to_owned(), v)),
-    );
-    let create = start("create", &env).await?;
-    let runner = start("runner", &env).await?;
-    let reconcile = start("reconcile", &env).await?;
-    let admin_fn = start("admin", &env).await?;
-    let schedules_fn = start("schedules", &env).await?;
-    let dispatch = Dispatcher {
-        sdk: &aws.sdk,
-        stack: &stack,
-        runner: &runner.api,
-        reconcile: &reconcile.api,
-    };
-    say("their JSON logs and EMF metrics: target/local-logs/<function>.log");
-
-    // ---- A reminder ----------------------------------------------------------
-    clock.step("A chat user approved \"remind me in five seconds\"; the chat backend invokes create");
-    let now = Utc::now();
-    let at = (now + chrono::Duration::seconds(5)).with_timezone(&FixedOffset::east_opt(3600).context("offset")?);
-    let created = invoke(
-        &create,
-        json!({
-            "op": "create",
-            "principal": {"id": "usr_123", "workspace": "ws_1", "scopes": ["schedule.write"]},
-            "idempotency_key": format!("call_{}", now.timestamp()),
-            "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard", "limits": {"max_turns": 2}},
-            "approval": {"id": "apr_9", "approved_at": now.to_rfc3339_opts(SecondsFormat::Secs, true)},
-            "input": {"title": "Call mom", "instruction": "Remind me to call mom about Sunday.",
-                      "at": at.to_rfc3339_opts(SecondsFormat::Secs, false)}
-        }),
-    )
-    .await?;
-    show("create answered", &created);
-    let reminder_id = created["task"]["task_id"].as_str().context("task id")?.to_owned();
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    clock.step("The reminder is due: the dispatcher fires its at() schedule into the runs queue");
-    for fired in dispatch.fire_due(Utc::now()).await? {
-        say(format!("fired {} for {}", fired.schedule, fired.scheduled_time));
+impl Walk<'_> {
+    async fn item(&self, key: Key) -> anyhow::Result<Value> {
+        let out = aws_sdk_dynamodb::Client::new(&self.aws.sdk)
+            .get_item()
+            .table_name(&self.stack.names.table)
+            .set_key(Some(key.to_map()))
+            .send()
+            .await?;
+        Ok(out.item.map(local::item_json).unwrap_or(Value::Null))
     }
-    dispatch.drain_runs().await?;
-    let occurrence = created["task"]["at"].as_str().unwrap_or_default().to_owned();
-    let record = item(&aws, &stack, Key::run(&reminder_id, &occurrence)).await?;
-    show("the runner's run record", &run_summary(&record));
 
-    // ---- The owner's schedules ------------------------------------------------
-    clock.step("A user's app (the schedules function): two one-time reminders and a daily one");
-    let user = json!({"id": "usr_456", "workspace": "ws_1", "scopes": ["schedule.read", "schedule.write"]});
-    let mut made = Vec::new();
-    for (key, title, when) in [
-        (
-            "app_dentist",
-            "Dentist",
-            json!({"at": (now + chrono::Duration::hours(3)).to_rfc3339_opts(SecondsFormat::Secs, true)}),
-        ),
-        (
-            "app_parcel",
-            "Parcel",
-            json!({"at": (now + chrono::Duration::hours(4)).to_rfc3339_opts(SecondsFormat::Secs, true)}),
-        ),
-        (
-            "app_water",
-            "Water plants",
-            json!({"daily": {"time": "08:00", "timezone": "Europe/Berlin"}}),
-        ),
-    ] {
-        let mut input = json!({"title": title, "instruction": format!("Remind me: {title}.")});
-        if let (Some(input), Some(when)) = (input.as_object_mut(), when.as_object()) {
-            input.extend(when.clone());
-        }
-        let answer = invoke(
-            &schedules_fn,
-            json!({"op": "create", "principal": user, "idempotency_key": format!("{key}_{}", now.timestamp()),
-                   "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard", "limits": {"max_turns": 2}},
-                   "input": input}),
+    /// A chat backend's reminder, due in five seconds, created and run.
+    /// Answers its task id.
+    async fn a_reminder(&self) -> anyhow::Result<String> {
+        self.clock
+            .step("A chat user approved \"remind me in five seconds\"; the chat backend invokes create");
+        let now = Utc::now();
+        let at = (now + chrono::Duration::seconds(5)).with_timezone(&FixedOffset::east_opt(3600).context("offset")?);
+        let created = invoke(
+            &self.functions.create,
+            json!({
+                "op": "create",
+                "principal": {"id": "usr_123", "workspace": "ws_1", "scopes": ["schedule.write"]},
+                "idempotency_key": format!("call_{}", now.timestamp()),
+                "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard", "limits": {"max_turns": 2}},
+                "approval": {"id": "apr_9", "approved_at": now.to_rfc3339_opts(SecondsFormat::Secs, true)},
+                "input": {"title": "Call mom", "instruction": "Remind me to call mom about Sunday.",
+                          "at": at.to_rfc3339_opts(SecondsFormat::Secs, false)}
+            }),
         )
         .await?;
-        made.push(answer["task"].clone());
-    }
-    let listed = invoke(&schedules_fn, json!({"op": "list", "principal": user})).await?;
-    for task in listed["tasks"].as_array().cloned().unwrap_or_default() {
-        say(format!(
-            "list: {} {} {} next {}",
-            task["title"], task["schedule"], task["state"], task["next_run_at"]
-        ));
-    }
-    clock.step("The user moves the dentist an hour later and cancels the parcel");
-    let dentist = &made[0];
-    let moved = invoke(
-        &schedules_fn,
-        json!({"op": "update", "principal": user, "task_id": dentist["task_id"], "expected_version": dentist["version"],
-               "idempotency_key": format!("app_move_{}", now.timestamp()),
-               "input": {"at": (now + chrono::Duration::hours(4)).to_rfc3339_opts(SecondsFormat::Secs, true)}}),
-    )
-    .await?;
-    say(format!(
-        "moved: {} now at {}",
-        moved["task"]["title"].as_str().unwrap_or_default(),
-        moved["task"]["schedule"]["at"].as_str().unwrap_or_default()
-    ));
-    let parcel = &made[1];
-    let cancelled = invoke(
-        &schedules_fn,
-        json!({"op": "cancel", "principal": user, "task_id": parcel["task_id"], "expected_version": parcel["version"]}),
-    )
-    .await?;
-    say(format!(
-        "cancelled: {} is {}",
-        cancelled["task"]["title"].as_str().unwrap_or_default(),
-        cancelled["task"]["state"].as_str().unwrap_or_default()
-    ));
-    let water_id = made[2]["task_id"].as_str().context("daily task id")?.to_owned();
-    let got = invoke(
-        &schedules_fn,
-        json!({"op": "get", "principal": user, "task_id": water_id}),
-    )
-    .await?;
-    say(format!(
-        "Water plants: {}",
-        got["task"]["explanation"].as_str().unwrap_or_default()
-    ));
-    clock.step("Two days of the daily reminder, fast-forwarded: each occurrence runs once");
-    let mut after = Utc::now();
-    for _ in 0..2 {
-        let Some(fired) = dispatch.fire_next(&water_id, after).await? else {
-            anyhow::bail!("the daily reminder's schedule is not enabled");
-        };
-        after = fired.scheduled_time;
-        say(format!("delivering the occurrence of {}", fired.scheduled_time));
-        dispatch.drain_runs().await?;
-    }
-    let runs = invoke(
-        &schedules_fn,
-        json!({"op": "runs", "principal": user, "task_id": water_id}),
-    )
-    .await?;
-    for run in runs["runs"].as_array().cloned().unwrap_or_default() {
-        say(format!(
-            "run {}: {}",
-            run["scheduled_time"].as_str().unwrap_or_default(),
-            run["explanation"].as_str().unwrap_or_default()
-        ));
+        show("create answered", &created);
+        let reminder_id = created["task"]["task_id"].as_str().context("task id")?.to_owned();
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        self.clock
+            .step("The reminder is due: the dispatcher fires its at() schedule into the runs queue");
+        for fired in self.dispatch.fire_due(Utc::now()).await? {
+            say(format!("fired {} for {}", fired.schedule, fired.scheduled_time));
+        }
+        self.dispatch.drain_runs().await?;
+        let occurrence = created["task"]["at"].as_str().unwrap_or_default().to_owned();
+        let record = self.item(Key::run(&reminder_id, &occurrence)).await?;
+        show("the runner's run record", &run_summary(&record));
+        Ok(reminder_id)
     }
 
-    // ---- A connector's standing work ----------------------------------------
-    clock.step("The platform installs the chat and issues connectors (signed webhooks to reconcile)");
-    for (id, server, url) in [("ins_chat", "chat", chat.url()), ("ins_issues", "issues", issues.url())] {
-        let status = dispatch
-            .webhook(&json!({"type": "connector.installed", "workspace": "ws_1",
-                "install": {"id": id, "server": server, "url": url, "scope": "workspace", "account": "acct_1"}}))
-            .await?;
-        say(format!("connector.installed {id}: HTTP {status}"));
+    /// A user's app: two one-time reminders and a daily one, one moved,
+    /// one cancelled, the daily one run on two fast-forwarded days.
+    /// Answers the daily reminder's task id.
+    async fn an_owner_s_schedules(&self) -> anyhow::Result<String> {
+        self.clock
+            .step("A user's app (the schedules function): two one-time reminders and a daily one");
+        let user = json!({"id": "usr_456", "workspace": "ws_1", "scopes": ["schedule.read", "schedule.write"]});
+        let made = self.create_three(&user).await?;
+        self.clock
+            .step("The user moves the dentist an hour later and cancels the parcel");
+        self.move_and_cancel(&user, &made[0], &made[1]).await?;
+        let water_id = made[2]["task_id"].as_str().context("daily task id")?.to_owned();
+        let got = invoke(
+            &self.functions.schedules,
+            json!({"op": "get", "principal": user, "task_id": water_id}),
+        )
+        .await?;
+        say(format!(
+            "Water plants: {}",
+            got["task"]["explanation"].as_str().unwrap_or_default()
+        ));
+        self.clock
+            .step("Two days of the daily reminder, fast-forwarded: each occurrence runs once");
+        self.two_days_of(&user, &water_id).await?;
+        Ok(water_id)
     }
-    dispatch.drain_reconcile().await?;
-    let listed = invoke(
-        &admin_fn,
-        json!({"op": "list", "principal": {"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]}}),
-    )
-    .await?;
-    show("admin list", &listed["tasks"]);
-    let weekly_id = shared::domain::task::TaskId::for_connector("ws_1", "issues", "weekly_summary").to_string();
-    let sweep_id = shared::domain::task::TaskId::for_connector("ws_1", "issues", "stale_issue_sweep").to_string();
-    let got = invoke(&admin_fn, admin("get", &weekly_id, json!({}))).await?;
-    say(format!(
-        "weekly_summary: {}",
-        got["explanation"].as_str().unwrap_or_default()
-    ));
 
-    clock.step("A workspace admin approves both, binding the need to the chat connector");
-    let approved = invoke(
-        &admin_fn,
-        admin(
-            "approve",
-            &weekly_id,
-            json!({"expected_version": got["version"],
-        "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_chat"}}),
-        ),
-    )
-    .await?;
-    say(format!(
-        "weekly_summary: {}",
-        approved["explanation"].as_str().unwrap_or_default()
-    ));
-    let sweep_task = invoke(&admin_fn, admin("get", &sweep_id, json!({}))).await?;
-    let approved = invoke(
-        &admin_fn,
-        admin("approve", &sweep_id, json!({"expected_version": sweep_task["version"]})),
-    )
-    .await?;
-    say(format!(
-        "stale_issue_sweep: {}",
-        approved["explanation"].as_str().unwrap_or_default()
-    ));
-    let fires: Vec<String> = sweep_task["next_fires"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|f| {
-            format!(
-                "{} local{}",
-                f["local"].as_str().unwrap_or_default(),
-                f["note"].as_str().map(|n| format!(" ({n})")).unwrap_or_default()
+    /// The dentist, the parcel and the daily water-plants reminder, then the list.
+    async fn create_three(&self, user: &Value) -> anyhow::Result<Vec<Value>> {
+        let now = Utc::now();
+        let mut made = Vec::new();
+        for (key, title, when) in [
+            (
+                "app_dentist",
+                "Dentist",
+                json!({"at": (now + chrono::Duration::hours(3)).to_rfc3339_opts(SecondsFormat::Secs, true)}),
+            ),
+            (
+                "app_parcel",
+                "Parcel",
+                json!({"at": (now + chrono::Duration::hours(4)).to_rfc3339_opts(SecondsFormat::Secs, true)}),
+            ),
+            (
+                "app_water",
+                "Water plants",
+                json!({"daily": {"time": "08:00", "timezone": "Europe/Berlin"}}),
+            ),
+        ] {
+            let mut input = json!({"title": title, "instruction": format!("Remind me: {title}.")});
+            if let (Some(input), Some(when)) = (input.as_object_mut(), when.as_object()) {
+                input.extend(when.clone());
+            }
+            let answer = invoke(
+                &self.functions.schedules,
+                json!({"op": "create", "principal": user, "idempotency_key": format!("{key}_{}", now.timestamp()),
+                       "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard", "limits": {"max_turns": 2}},
+                       "input": input}),
             )
-        })
-        .collect();
-    say(format!(
-        "stale_issue_sweep fires next (America/New_York): {}",
-        fires.join("; ")
-    ));
+            .await?;
+            made.push(answer["task"].clone());
+        }
+        let listed = invoke(&self.functions.schedules, json!({"op": "list", "principal": user})).await?;
+        for task in listed["tasks"].as_array().cloned().unwrap_or_default() {
+            say(format!(
+                "list: {} {} {} next {}",
+                task["title"], task["schedule"], task["state"], task["next_run_at"]
+            ));
+        }
+        Ok(made)
+    }
 
-    // Each fast-forward delivers the occurrence after the last one delivered.
-    let last_fired = std::cell::Cell::new(Utc::now());
-    let run_next = |label: &'static str, task: String| {
-        let dispatch = &dispatch;
-        let aws = &aws;
-        let stack = &stack;
-        let model = &model;
-        let last_fired = &last_fired;
-        async move {
-            let Some(fired) = dispatch.fire_next(&task, last_fired.get()).await? else {
-                say(format!(
-                    "{label}: its schedule is disabled; Scheduler would not fire it"
-                ));
-                return anyhow::Ok(());
+    async fn move_and_cancel(&self, user: &Value, dentist: &Value, parcel: &Value) -> anyhow::Result<()> {
+        let now = Utc::now();
+        let moved = invoke(
+            &self.functions.schedules,
+            json!({"op": "update", "principal": user, "task_id": dentist["task_id"], "expected_version": dentist["version"],
+                   "idempotency_key": format!("app_move_{}", now.timestamp()),
+                   "input": {"at": (now + chrono::Duration::hours(4)).to_rfc3339_opts(SecondsFormat::Secs, true)}}),
+        )
+        .await?;
+        say(format!(
+            "moved: {} now at {}",
+            moved["task"]["title"].as_str().unwrap_or_default(),
+            moved["task"]["schedule"]["at"].as_str().unwrap_or_default()
+        ));
+        let cancelled = invoke(
+            &self.functions.schedules,
+            json!({"op": "cancel", "principal": user, "task_id": parcel["task_id"], "expected_version": parcel["version"]}),
+        )
+        .await?;
+        say(format!(
+            "cancelled: {} is {}",
+            cancelled["task"]["title"].as_str().unwrap_or_default(),
+            cancelled["task"]["state"].as_str().unwrap_or_default()
+        ));
+        Ok(())
+    }
+
+    async fn two_days_of(&self, user: &Value, water_id: &str) -> anyhow::Result<()> {
+        let mut after = Utc::now();
+        for _ in 0..2 {
+            let Some(fired) = self.dispatch.fire_next(water_id, after).await? else {
+                anyhow::bail!("the daily reminder's schedule is not enabled");
             };
-            last_fired.set(fired.scheduled_time);
-            say(format!(
-                "{label}: delivering the occurrence of {} now (the dispatcher fast-forwards)",
-                fired.scheduled_time
-            ));
-            dispatch.drain_runs().await?;
-            let key = shared::domain::occurrence::occurrence_key(fired.scheduled_time);
-            let record = item(aws, stack, Key::run(&task, &key)).await?;
-            show("run record", &run_summary(&record));
-            let offered: Vec<String> = model
-                .requests()
-                .await
-                .last()
-                .map(|(_, r)| {
-                    r["toolConfig"]["tools"]
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default()
-                        .iter()
-                        .filter_map(|t| t["toolSpec"]["name"].as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default();
-            say(format!("tools offered to the model: {}", offered.join(", ")));
-            anyhow::Ok(())
+            after = fired.scheduled_time;
+            say(format!("delivering the occurrence of {}", fired.scheduled_time));
+            self.dispatch.drain_runs().await?;
         }
-    };
+        let runs = invoke(
+            &self.functions.schedules,
+            json!({"op": "runs", "principal": user, "task_id": water_id}),
+        )
+        .await?;
+        for run in runs["runs"].as_array().cloned().unwrap_or_default() {
+            say(format!(
+                "run {}: {}",
+                run["scheduled_time"].as_str().unwrap_or_default(),
+                run["explanation"].as_str().unwrap_or_default()
+            ));
+        }
+        Ok(())
+    }
 
-    // A release of the issues connector: new declarations, the platform's
-    // list_changed webhook, reconcile's work, and the admin's view after.
-    let release = |prompts: Vec<local::mcp_fixture::FixturePrompt>| {
-        let (issues, dispatch, admin_fn, weekly_id) = (&issues, &dispatch, &admin_fn, &weekly_id);
-        async move {
-            issues.state().write().await.prompts = prompts;
-            dispatch
-                .webhook(&json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_issues"}}))
+    /// The platform installs both connectors, reconcile creates their
+    /// tasks, and a workspace admin approves both.
+    async fn connectors_installed_and_approved(&self) -> anyhow::Result<ConnectorTasks> {
+        self.clock
+            .step("The platform installs the chat and issues connectors (signed webhooks to reconcile)");
+        let (chat, issues) = (&self.connectors.chat, &self.connectors.issues);
+        for (id, server, url) in [("ins_chat", "chat", chat.url()), ("ins_issues", "issues", issues.url())] {
+            let status = self
+                .dispatch
+                .webhook(&json!({"type": "connector.installed", "workspace": "ws_1",
+                    "install": {"id": id, "server": server, "url": url, "scope": "workspace", "account": "acct_1"}}))
                 .await?;
-            dispatch.drain_reconcile().await?;
-            let got = invoke(admin_fn, admin("get", weekly_id, json!({}))).await?;
-            say(format!(
-                "weekly_summary: {}",
-                got["explanation"].as_str().unwrap_or_default()
-            ));
-            anyhow::Ok(got)
+            say(format!("connector.installed {id}: HTTP {status}"));
         }
-    };
+        self.dispatch.drain_reconcile().await?;
+        let listed = invoke(
+            &self.functions.admin,
+            json!({"op": "list", "principal": {"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]}}),
+        )
+        .await?;
+        show("admin list", &listed["tasks"]);
+        let tasks = ConnectorTasks {
+            weekly: TaskId::for_connector("ws_1", "issues", "weekly_summary").to_string(),
+            sweep: TaskId::for_connector("ws_1", "issues", "stale_issue_sweep").to_string(),
+        };
+        let got = invoke(&self.functions.admin, admin("get", &tasks.weekly, json!({}))).await?;
+        say(format!("weekly_summary: {}", explanation(&got)));
 
-    clock.step("weekly_summary runs on its schedule: prompts/get on the connector, then the agent loop");
-    run_next("weekly_summary", weekly_id.clone()).await?;
-
-    clock.step("A release widens the bounds (a new tool, a higher budget): it waits for the admin");
-    release(vec![
-        weekly(weekly_marker(0.5, &["list_issues", "post_summary", "close_issue"])),
-        sweep(),
-    ])
-    .await?;
-    say("the old bounds keep running:");
-    run_next("weekly_summary", weekly_id.clone()).await?;
-
-    clock.step("The next release withdraws the prompt: the task is held, its schedule disabled");
-    release(vec![sweep()]).await?;
-    run_next("weekly_summary", weekly_id.clone()).await?;
-
-    clock.step("The prompt is restored: the hold lifts, the widening still waits; the admin approves it");
-    let got = release(vec![
-        weekly(weekly_marker(0.5, &["list_issues", "post_summary", "close_issue"])),
-        sweep(),
-    ])
-    .await?;
-    let approved = invoke(
-        &admin_fn,
-        admin("approve", &weekly_id, json!({"expected_version": got["version"]})),
-    )
-    .await?;
-    say(format!(
-        "approved: {}",
-        approved["explanation"].as_str().unwrap_or_default()
-    ));
-    run_next("weekly_summary", weekly_id.clone()).await?;
-
-    clock.step("Final task items");
-    for (label, task_id) in [
-        ("reminder", &reminder_id),
-        ("daily reminder", &water_id),
-        ("weekly_summary", &weekly_id),
-        ("stale_issue_sweep", &sweep_id),
-    ] {
-        let task = item(&aws, &stack, Key::task("ws_1", task_id)).await?;
-        show(
-            label,
-            &json!({"task_id": task["task_id"], "kind": task["kind"], "state": task["state"], "version": task["version"],
-            "spec": {"schedule": task["spec"]["schedule"], "tools": task["spec"]["tools"], "budget": task["spec"]["budget"],
-                     "arguments": task["spec"]["arguments"], "bindings": task["spec"]["bindings"]},
-            "pending": task["pending"], "hold": task["hold"], "override": task["override"]}),
-        );
-    }
-    let events = stack.received_events(&aws.sdk).await?;
-    say(format!(
-        "\"Scheduled run finished\" events on the bus: {}",
-        events.len()
-    ));
-    for event in &events {
-        say(event["detail"].to_string());
+        self.clock
+            .step("A workspace admin approves both, binding the need to the chat connector");
+        self.approve_both(&tasks, &got["version"]).await?;
+        Ok(tasks)
     }
 
-    if std::env::args().any(|a| a == "--serve") {
-        return serve(&env, &dispatch).await;
+    async fn approve_both(&self, tasks: &ConnectorTasks, weekly_version: &Value) -> anyhow::Result<()> {
+        let admin_fn = &self.functions.admin;
+        let approved = invoke(
+            admin_fn,
+            admin(
+                "approve",
+                &tasks.weekly,
+                json!({"expected_version": weekly_version,
+                       "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_chat"}}),
+            ),
+        )
+        .await?;
+        say(format!("weekly_summary: {}", explanation(&approved)));
+        let sweep_task = invoke(admin_fn, admin("get", &tasks.sweep, json!({}))).await?;
+        let approved = invoke(
+            admin_fn,
+            admin(
+                "approve",
+                &tasks.sweep,
+                json!({"expected_version": sweep_task["version"]}),
+            ),
+        )
+        .await?;
+        say(format!("stale_issue_sweep: {}", explanation(&approved)));
+        let fires: Vec<String> = sweep_task["next_fires"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} local{}",
+                    f["local"].as_str().unwrap_or_default(),
+                    f["note"].as_str().map(|n| format!(" ({n})")).unwrap_or_default()
+                )
+            })
+            .collect();
+        say(format!(
+            "stale_issue_sweep fires next (America/New_York): {}",
+            fires.join("; ")
+        ));
+        Ok(())
     }
-    say("\nDone. Run with --serve to keep the stack up and invoke the functions yourself.");
-    Ok(())
+
+    /// weekly_summary through its releases: it runs, a widening waits
+    /// while the old bounds run, a withdrawal holds it, a restore lifts
+    /// the hold and the admin approves the widening.
+    async fn runs_and_releases(&self, tasks: &ConnectorTasks) -> anyhow::Result<()> {
+        let weekly = &tasks.weekly;
+        self.clock
+            .step("weekly_summary runs on its schedule: prompts/get on the connector, then the agent loop");
+        self.run_next("weekly_summary", weekly).await?;
+
+        self.clock
+            .step("A release widens the bounds (a new tool, a higher budget): it waits for the admin");
+        self.release(widened(), weekly).await?;
+        say("the old bounds keep running:");
+        self.run_next("weekly_summary", weekly).await?;
+
+        self.clock
+            .step("The next release withdraws the prompt: the task is held, its schedule disabled");
+        self.release(vec![sweep()], weekly).await?;
+        self.run_next("weekly_summary", weekly).await?;
+
+        self.clock
+            .step("The prompt is restored: the hold lifts, the widening still waits; the admin approves it");
+        let got = self.release(widened(), weekly).await?;
+        let approved = invoke(
+            &self.functions.admin,
+            admin("approve", weekly, json!({"expected_version": got["version"]})),
+        )
+        .await?;
+        say(format!("approved: {}", explanation(&approved)));
+        self.run_next("weekly_summary", weekly).await
+    }
+
+    /// Fast-forwards `task` to its next occurrence, delivers it, and shows
+    /// the run record and the tools the model was offered.
+    async fn run_next(&self, label: &str, task: &str) -> anyhow::Result<()> {
+        let Some(fired) = self.dispatch.fire_next(task, self.last_fired.get()).await? else {
+            say(format!(
+                "{label}: its schedule is disabled; Scheduler would not fire it"
+            ));
+            return Ok(());
+        };
+        self.last_fired.set(fired.scheduled_time);
+        say(format!(
+            "{label}: delivering the occurrence of {} now (the dispatcher fast-forwards)",
+            fired.scheduled_time
+        ));
+        self.dispatch.drain_runs().await?;
+        let key = shared::domain::occurrence::occurrence_key(fired.scheduled_time);
+        let record = self.item(Key::run(task, &key)).await?;
+        show("run record", &run_summary(&record));
+        let offered: Vec<String> = self
+            .model
+            .requests()
+            .await
+            .last()
+            .map(|(_, r)| {
+                r["toolConfig"]["tools"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|t| t["toolSpec"]["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        say(format!("tools offered to the model: {}", offered.join(", ")));
+        Ok(())
+    }
+
+    /// A release of the issues connector: new declarations, the platform's
+    /// list_changed webhook, reconcile's work, and the admin's view after.
+    async fn release(&self, prompts: Vec<local::mcp_fixture::FixturePrompt>, weekly: &str) -> anyhow::Result<Value> {
+        self.connectors.issues.state().write().await.prompts = prompts;
+        self.dispatch
+            .webhook(&json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_issues"}}))
+            .await?;
+        self.dispatch.drain_reconcile().await?;
+        let got = invoke(&self.functions.admin, admin("get", weekly, json!({}))).await?;
+        say(format!("weekly_summary: {}", explanation(&got)));
+        Ok(got)
+    }
+
+    /// The final task items and the notifications on the bus.
+    async fn final_items(&self, tasks: &[(&str, &String)]) -> anyhow::Result<()> {
+        self.clock.step("Final task items");
+        for (label, task_id) in tasks {
+            let task = self.item(Key::task("ws_1", task_id)).await?;
+            show(
+                label,
+                &json!({"task_id": task["task_id"], "kind": task["kind"], "state": task["state"], "version": task["version"],
+                "spec": {"schedule": task["spec"]["schedule"], "tools": task["spec"]["tools"], "budget": task["spec"]["budget"],
+                         "arguments": task["spec"]["arguments"], "bindings": task["spec"]["bindings"]},
+                "pending": task["pending"], "hold": task["hold"], "override": task["override"]}),
+            );
+        }
+        let events = self.stack.received_events(&self.aws.sdk).await?;
+        say(format!(
+            "\"Scheduled run finished\" events on the bus: {}",
+            events.len()
+        ));
+        for event in &events {
+            say(event["detail"].to_string());
+        }
+        Ok(())
+    }
 }
 
 /// Keeps everything up: writes the functions' environment for

@@ -266,3 +266,154 @@ impl FunctionProcess {
         Ok(tokio::time::timeout(limit, self.child.wait()).await??)
     }
 }
+
+/// The variables `template.yaml` sets on `function` (the function's
+/// `VARIABLES` in `shared::config`, which `tests/suite/template.rs` holds
+/// to the template), plus `ALLOW_LOOPBACK_CONNECTORS`, which only local
+/// runs set. Locally one reconcile process is both the webhook intake and
+/// the worker, so it gets both functions' variables.
+pub fn template_variables(function: &str) -> anyhow::Result<Vec<&'static str>> {
+    use shared::config::{AdminConfig, CreateConfig, ReconcileConfig, RunnerConfig, SchedulesConfig};
+    let mut names: Vec<&'static str> = match function {
+        "create" => CreateConfig::VARIABLES.to_vec(),
+        "runner" => RunnerConfig::VARIABLES.to_vec(),
+        "reconcile" => [
+            ReconcileConfig::VARIABLES.as_slice(),
+            &ReconcileConfig::INTAKE_VARIABLES,
+        ]
+        .concat(),
+        "admin" => AdminConfig::VARIABLES.to_vec(),
+        "schedules" => SchedulesConfig::VARIABLES.to_vec(),
+        other => bail!("no function `{other}` in template.yaml"),
+    };
+    names.push("ALLOW_LOOPBACK_CONNECTORS");
+    names.sort_unstable();
+    names.dedup();
+    Ok(names)
+}
+
+/// A function binary to start under its own [`RuntimeApi`], with the
+/// environment the template gives it on this stack ([`template_variables`]
+/// with their values from [`crate::Stack::function_env`], and the SDK's
+/// variables pointing at moto), and the caller's overrides on top.
+pub struct Launch {
+    name: String,
+    env: Vec<(String, String)>,
+    timeout: Duration,
+    log: Option<std::path::PathBuf>,
+}
+
+impl Launch {
+    /// `function` on the stack: its template variables that have a local
+    /// value, no log file (lines go to this process's stderr), 60 seconds
+    /// per invocation.
+    pub fn new(function: &str, aws: &crate::LocalAws, stack: &crate::Stack) -> anyhow::Result<Self> {
+        let names = template_variables(function)?;
+        let mut env = aws.sdk_env();
+        env.extend(
+            stack
+                .function_env()
+                .into_iter()
+                .filter(|(name, _)| names.contains(name))
+                .map(|(name, value)| (name.to_owned(), value)),
+        );
+        Ok(Self {
+            name: function.to_owned(),
+            env,
+            timeout: Duration::from_secs(60),
+            log: None,
+        })
+    }
+
+    /// Sets a variable, replacing the stack's value if it has one.
+    pub fn set(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.env.retain(|(k, _)| k != name);
+        self.env.push((name.to_owned(), value.into()));
+        self
+    }
+
+    /// Sets every pair, as [`Launch::set`] does.
+    pub fn set_all<K: AsRef<str>, V: Into<String>>(self, vars: impl IntoIterator<Item = (K, V)>) -> Self {
+        vars.into_iter().fold(self, |launch, (k, v)| launch.set(k.as_ref(), v))
+    }
+
+    /// Points the function at a Converse endpoint (the stand-in) with one
+    /// priced model: `MODEL_ID`, `MODEL_PRICES` (USD per million input and
+    /// output tokens) and the SDK's `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`.
+    pub fn model(self, endpoint: &str, model_id: &str, input_per_mtok: f64, output_per_mtok: f64) -> Self {
+        let prices =
+            serde_json::json!({model_id: {"input_per_mtok": input_per_mtok, "output_per_mtok": output_per_mtok}});
+        self.set("MODEL_ID", model_id)
+            .set("MODEL_PRICES", prices.to_string())
+            .set("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", endpoint)
+    }
+
+    /// Leaves a variable out (a start-up failure to see).
+    pub fn unset(mut self, name: &str) -> Self {
+        self.env.retain(|(k, _)| k != name);
+        self
+    }
+
+    /// How long an invocation may take before the emulator gives up.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Writes the function's log lines to `path` (tests read them).
+    pub fn log_to(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.log = Some(path.into());
+        self
+    }
+
+    /// Writes the log lines to a new file in `dir`, named after the function.
+    pub fn log_in(self, dir: &Path) -> Self {
+        let file = dir.join(format!("{}-{}.log", self.name, uuid::Uuid::new_v4().simple()));
+        self.log_to(file)
+    }
+
+    /// The environment as it stands.
+    pub fn env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// Starts the Runtime API and `binary` against it.
+    pub async fn start(self, binary: &Path) -> anyhow::Result<Function> {
+        let api = RuntimeApi::start(&self.name, self.timeout).await?;
+        let process = FunctionProcess::spawn(binary, &api, &self.name, &self.env, self.log.as_deref())?;
+        Ok(Function {
+            api,
+            process,
+            log: self.log,
+            env: self.env,
+        })
+    }
+}
+
+/// A started function: its Runtime API and its process (killed when dropped).
+pub struct Function {
+    pub api: RuntimeApi,
+    pub process: FunctionProcess,
+    /// Where its log lines go, when not to stderr.
+    pub log: Option<std::path::PathBuf>,
+    /// The environment it was started with.
+    pub env: Vec<(String, String)>,
+}
+
+impl Function {
+    /// Its log lines so far (empty without a log file).
+    pub fn logs(&self) -> anyhow::Result<String> {
+        match &self.log {
+            Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display())),
+            None => Ok(String::new()),
+        }
+    }
+}
+
+impl std::ops::Deref for Function {
+    type Target = RuntimeApi;
+
+    fn deref(&self) -> &RuntimeApi {
+        &self.api
+    }
+}

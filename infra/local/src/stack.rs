@@ -48,6 +48,13 @@ pub const STACK: StackSpec = StackSpec {
     reconcile_visibility_timeout: 720,
 };
 
+/// SPEC §9's example ceilings, as `SCHEDULE_CEILINGS` holds them.
+fn example_ceilings() -> String {
+    serde_json::to_value(shared::domain::limits::EXAMPLE_CEILINGS)
+        .map(|v| v.to_string())
+        .unwrap_or_default()
+}
+
 fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -133,154 +140,190 @@ async fn queue(
     Ok((url, arn))
 }
 
-impl Stack {
-    /// Creates the table, the queues and the schedule group.
-    pub async fn create(sdk: &SdkConfig, names: StackNames) -> anyhow::Result<Self> {
-        let dynamo = aws_sdk_dynamodb::Client::new(sdk);
-        let (hash, range) = STACK.table_keys;
-        let attribute = |name: &str| {
-            AttributeDefinition::builder()
-                .attribute_name(name)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-        };
-        let key = |name: &str, kind| KeySchemaElement::builder().attribute_name(name).key_type(kind).build();
-        let (index, index_hash, index_range) = STACK.table_index;
-        let (owner, owner_hash, owner_range) = STACK.owner_index;
-        let created = dynamo
-            .create_table()
-            .table_name(&names.table)
-            .billing_mode(BillingMode::PayPerRequest)
-            .attribute_definitions(attribute(hash)?)
-            .attribute_definitions(attribute(range)?)
-            .attribute_definitions(attribute(index_hash)?)
-            .attribute_definitions(attribute(index_range)?)
-            .attribute_definitions(attribute(owner_hash)?)
-            .attribute_definitions(attribute(owner_range)?)
-            .key_schema(key(hash, KeyType::Hash)?)
-            .key_schema(key(range, KeyType::Range)?)
-            .global_secondary_indexes(
-                GlobalSecondaryIndex::builder()
-                    .index_name(index)
-                    .key_schema(key(index_hash, KeyType::Hash)?)
-                    .key_schema(key(index_range, KeyType::Range)?)
-                    .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
-                    .build()?,
-            )
-            .global_secondary_indexes(
-                GlobalSecondaryIndex::builder()
-                    .index_name(owner)
-                    .key_schema(key(owner_hash, KeyType::Hash)?)
-                    .key_schema(key(owner_range, KeyType::Range)?)
-                    .projection(Projection::builder().projection_type(ProjectionType::All).build())
-                    .build()?,
-            )
-            .stream_specification(
-                StreamSpecification::builder()
-                    .stream_enabled(true)
-                    .stream_view_type(StreamViewType::from(STACK.table_stream_view))
-                    .build()?,
-            )
-            .send()
-            .await?;
-        let stream_arn = created
-            .table_description()
-            .and_then(|t| t.latest_stream_arn())
-            .ok_or_else(|| anyhow::anyhow!("the table has no stream"))?
-            .to_owned();
-        dynamo
-            .update_time_to_live()
-            .table_name(&names.table)
-            .time_to_live_specification(
-                TimeToLiveSpecification::builder()
-                    .attribute_name(STACK.ttl_attribute)
-                    .enabled(true)
-                    .build()?,
-            )
-            .send()
-            .await?;
+/// The runs queue and the two DLQs beside it.
+struct RunQueues {
+    runs_queue_url: String,
+    runs_queue_arn: String,
+    runs_dlq_url: String,
+    scheduler_dlq_url: String,
+    scheduler_dlq_arn: String,
+}
 
-        let sqs = aws_sdk_sqs::Client::new(sdk);
-        let retention = (
-            QueueAttributeName::MessageRetentionPeriod,
-            STACK.dlq_retention_seconds.to_string(),
-        );
-        let (runs_dlq_url, runs_dlq_arn) = queue(&sqs, &names.runs_dlq, std::slice::from_ref(&retention)).await?;
-        let (scheduler_dlq_url, scheduler_dlq_arn) = queue(&sqs, &names.scheduler_dlq, &[retention]).await?;
-        let redrive = serde_json::json!({
-            "deadLetterTargetArn": runs_dlq_arn,
-            "maxReceiveCount": STACK.runs_max_receive_count,
-        });
-        let (runs_queue_url, runs_queue_arn) = queue(
-            &sqs,
-            &names.runs_queue,
-            &[
-                (
-                    QueueAttributeName::VisibilityTimeout,
-                    STACK.runs_visibility_timeout.to_string(),
-                ),
-                (
-                    QueueAttributeName::MessageRetentionPeriod,
-                    STACK.runs_retention_seconds.to_string(),
-                ),
-                (QueueAttributeName::RedrivePolicy, redrive.to_string()),
-            ],
+/// The table with its two indexes, its stream and its TTL; answers the
+/// stream's ARN, which the notification pipe reads.
+async fn create_table(sdk: &SdkConfig, names: &StackNames) -> anyhow::Result<String> {
+    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
+    let (hash, range) = STACK.table_keys;
+    let attribute = |name: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+    };
+    let key = |name: &str, kind| KeySchemaElement::builder().attribute_name(name).key_type(kind).build();
+    let index = |(name, index_hash, index_range): (&str, &str, &str), projection| {
+        GlobalSecondaryIndex::builder()
+            .index_name(name)
+            .key_schema(key(index_hash, KeyType::Hash)?)
+            .key_schema(key(index_range, KeyType::Range)?)
+            .projection(Projection::builder().projection_type(projection).build())
+            .build()
+    };
+    let (_, index_hash, index_range) = STACK.table_index;
+    let (_, owner_hash, owner_range) = STACK.owner_index;
+    let mut create = dynamo
+        .create_table()
+        .table_name(&names.table)
+        .billing_mode(BillingMode::PayPerRequest);
+    for name in [hash, range, index_hash, index_range, owner_hash, owner_range] {
+        create = create.attribute_definitions(attribute(name)?);
+    }
+    let created = create
+        .key_schema(key(hash, KeyType::Hash)?)
+        .key_schema(key(range, KeyType::Range)?)
+        .global_secondary_indexes(index(STACK.table_index, ProjectionType::KeysOnly)?)
+        .global_secondary_indexes(index(STACK.owner_index, ProjectionType::All)?)
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::from(STACK.table_stream_view))
+                .build()?,
         )
+        .send()
         .await?;
+    let stream_arn = created
+        .table_description()
+        .and_then(|t| t.latest_stream_arn())
+        .ok_or_else(|| anyhow::anyhow!("the table has no stream"))?
+        .to_owned();
+    dynamo
+        .update_time_to_live()
+        .table_name(&names.table)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .attribute_name(STACK.ttl_attribute)
+                .enabled(true)
+                .build()?,
+        )
+        .send()
+        .await?;
+    Ok(stream_arn)
+}
 
+/// The runs queue, redriving to its DLQ, and the Scheduler DLQ.
+async fn create_run_queues(sqs: &aws_sdk_sqs::Client, names: &StackNames) -> anyhow::Result<RunQueues> {
+    let retention = (
+        QueueAttributeName::MessageRetentionPeriod,
+        STACK.dlq_retention_seconds.to_string(),
+    );
+    let (runs_dlq_url, runs_dlq_arn) = queue(sqs, &names.runs_dlq, std::slice::from_ref(&retention)).await?;
+    let (scheduler_dlq_url, scheduler_dlq_arn) = queue(sqs, &names.scheduler_dlq, &[retention]).await?;
+    let redrive = serde_json::json!({
+        "deadLetterTargetArn": runs_dlq_arn,
+        "maxReceiveCount": STACK.runs_max_receive_count,
+    });
+    let (runs_queue_url, runs_queue_arn) = queue(
+        sqs,
+        &names.runs_queue,
+        &[
+            (
+                QueueAttributeName::VisibilityTimeout,
+                STACK.runs_visibility_timeout.to_string(),
+            ),
+            (
+                QueueAttributeName::MessageRetentionPeriod,
+                STACK.runs_retention_seconds.to_string(),
+            ),
+            (QueueAttributeName::RedrivePolicy, redrive.to_string()),
+        ],
+    )
+    .await?;
+    Ok(RunQueues {
+        runs_queue_url,
+        runs_queue_arn,
+        runs_dlq_url,
+        scheduler_dlq_url,
+        scheduler_dlq_arn,
+    })
+}
+
+/// The event bus and, local only, a rule that copies every notification
+/// to a capture queue; answers the capture queue's URL.
+async fn create_event_bus(sdk: &SdkConfig, sqs: &aws_sdk_sqs::Client, names: &StackNames) -> anyhow::Result<String> {
+    let events = aws_sdk_eventbridge::Client::new(sdk);
+    events.create_event_bus().name(&names.event_bus).send().await?;
+    let (events_capture_url, events_capture_arn) = queue(sqs, &names.events_capture, &[]).await?;
+    events
+        .put_rule()
+        .name("capture")
+        .event_bus_name(&names.event_bus)
+        .event_pattern(serde_json::json!({"source": [shared::domain::notification::SOURCE]}).to_string())
+        .send()
+        .await?;
+    events
+        .put_targets()
+        .rule("capture")
+        .event_bus_name(&names.event_bus)
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("capture")
+                .arn(events_capture_arn)
+                .build()?,
+        )
+        .send()
+        .await?;
+    Ok(events_capture_url)
+}
+
+/// The reconcile work queue (FIFO, deduplicated by content); answers its URL.
+async fn create_reconcile_queue(sqs: &aws_sdk_sqs::Client, names: &StackNames) -> anyhow::Result<String> {
+    let (url, _) = queue(
+        sqs,
+        &names.reconcile_queue,
+        &[
+            (QueueAttributeName::FifoQueue, "true".to_owned()),
+            (QueueAttributeName::ContentBasedDeduplication, "true".to_owned()),
+            (
+                QueueAttributeName::VisibilityTimeout,
+                STACK.reconcile_visibility_timeout.to_string(),
+            ),
+        ],
+    )
+    .await?;
+    Ok(url)
+}
+
+/// A fresh Standard Webhooks secret (`whsec_...`) in Secrets Manager;
+/// answers the secret and its ARN.
+async fn create_webhook_secret(sdk: &SdkConfig, names: &StackNames) -> anyhow::Result<(String, String)> {
+    let secret = format!("whsec_{}", uuid::Uuid::new_v4().simple());
+    let secret = format!("whsec_{}", base64_encode(secret.as_bytes()));
+    let arn = aws_sdk_secretsmanager::Client::new(sdk)
+        .create_secret()
+        .name(&names.webhook_secret)
+        .secret_string(&secret)
+        .send()
+        .await?
+        .arn
+        .unwrap_or_default();
+    Ok((secret, arn))
+}
+
+impl Stack {
+    /// Creates the table, the queues, the schedule group, the bus and the
+    /// webhook secret, in that order.
+    pub async fn create(sdk: &SdkConfig, names: StackNames) -> anyhow::Result<Self> {
+        let stream_arn = create_table(sdk, &names).await?;
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let runs = create_run_queues(&sqs, &names).await?;
         aws_sdk_scheduler::Client::new(sdk)
             .create_schedule_group()
             .name(&names.schedule_group)
             .send()
             .await?;
-
-        let events = aws_sdk_eventbridge::Client::new(sdk);
-        events.create_event_bus().name(&names.event_bus).send().await?;
-        let (events_capture_url, events_capture_arn) = queue(&sqs, &names.events_capture, &[]).await?;
-        events
-            .put_rule()
-            .name("capture")
-            .event_bus_name(&names.event_bus)
-            .event_pattern(serde_json::json!({"source": [shared::domain::notification::SOURCE]}).to_string())
-            .send()
-            .await?;
-        events
-            .put_targets()
-            .rule("capture")
-            .event_bus_name(&names.event_bus)
-            .targets(
-                aws_sdk_eventbridge::types::Target::builder()
-                    .id("capture")
-                    .arn(events_capture_arn)
-                    .build()?,
-            )
-            .send()
-            .await?;
-
-        let (reconcile_queue_url, _) = queue(
-            &sqs,
-            &names.reconcile_queue,
-            &[
-                (QueueAttributeName::FifoQueue, "true".to_owned()),
-                (QueueAttributeName::ContentBasedDeduplication, "true".to_owned()),
-                (
-                    QueueAttributeName::VisibilityTimeout,
-                    STACK.reconcile_visibility_timeout.to_string(),
-                ),
-            ],
-        )
-        .await?;
-        let webhook_secret = format!("whsec_{}", uuid::Uuid::new_v4().simple());
-        let webhook_secret = format!("whsec_{}", base64_encode(webhook_secret.as_bytes()));
-        let webhook_secret_arn = aws_sdk_secretsmanager::Client::new(sdk)
-            .create_secret()
-            .name(&names.webhook_secret)
-            .secret_string(&webhook_secret)
-            .send()
-            .await?
-            .arn
-            .unwrap_or_default();
-
+        let events_capture_url = create_event_bus(sdk, &sqs, &names).await?;
+        let reconcile_queue_url = create_reconcile_queue(&sqs, &names).await?;
+        let (webhook_secret, webhook_secret_arn) = create_webhook_secret(sdk, &names).await?;
         let pipe = crate::pipe::Pipe::new(
             crate::pipe::PipeSpec::from_template()?,
             stream_arn,
@@ -294,11 +337,11 @@ impl Stack {
             events_capture_url,
             scheduler_role_arn: format!("arn:aws:iam::123456789012:role/{}-scheduler", names.schedule_group),
             names,
-            runs_queue_url,
-            runs_queue_arn,
-            runs_dlq_url,
-            scheduler_dlq_url,
-            scheduler_dlq_arn,
+            runs_queue_url: runs.runs_queue_url,
+            runs_queue_arn: runs.runs_queue_arn,
+            runs_dlq_url: runs.runs_dlq_url,
+            scheduler_dlq_url: runs.scheduler_dlq_url,
+            scheduler_dlq_arn: runs.scheduler_dlq_arn,
         })
     }
 
@@ -357,11 +400,19 @@ impl Stack {
         })
     }
 
-    /// The SPEC §9 variables that point a function at this stack.
-    /// `ALLOW_LOOPBACK_CONNECTORS=true`: local connectors are on loopback
-    /// (the template never sets it).
+    /// The local value of every SPEC §9 variable that has one: those that
+    /// point a function at this stack's resources, both flags on, and SPEC
+    /// §9's example ceilings. `ALLOW_LOOPBACK_CONNECTORS=true`: local
+    /// connectors are on loopback (the template never sets it). The model's
+    /// variables come with the Converse endpoint
+    /// ([`crate::runtime::Launch::model`]); `CATCH_UP_SECONDS` and
+    /// `MAX_ACTIVE_REMINDERS` are left to the functions' defaults.
+    /// [`crate::runtime::Launch`] gives each function its template's share.
     pub fn function_env(&self) -> Vec<(&'static str, String)> {
         vec![
+            ("AGENT_SCHEDULE_API_ENABLED", "true".to_owned()),
+            ("AGENT_SCHEDULE_WORKER_ENABLED", "true".to_owned()),
+            ("SCHEDULE_CEILINGS", example_ceilings()),
             ("TABLE_NAME", self.names.table.clone()),
             ("SCHEDULE_GROUP", self.names.schedule_group.clone()),
             ("RUN_QUEUE_ARN", self.runs_queue_arn.clone()),

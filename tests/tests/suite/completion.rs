@@ -11,7 +11,7 @@ use shared::app::run::Disposition;
 use shared::domain::claim::RunStatus;
 use shared::domain::schedule_definition::ScheduleDefinition;
 use shared::ports::{Schedules, TaskStore};
-use tests::{RunStack, admin_principal, reminder, run_message};
+use tests::{RunStack, admin_principal, reminder};
 
 async fn admin(s: &RunStack, request: Value) -> Value {
     s.t.admin().handle(request, Utc::now()).await.unwrap()
@@ -20,19 +20,8 @@ async fn admin(s: &RunStack, request: Value) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_admin_pause_and_resume_of_a_completed_reminder_creates_no_schedule() {
     let s = RunStack::start().await.unwrap();
-    let at = Utc::now() - Duration::seconds(5);
-    let task = reminder(at);
-    s.store().insert_task(&task).await.unwrap();
-    let ran = s
-        .runner()
-        .deliver(
-            "m1",
-            &run_message(&task, at, "e1"),
-            Utc::now(),
-            Utc::now() + Duration::minutes(5),
-        )
-        .await
-        .unwrap();
+    let (task, at) = s.due_reminder().await;
+    let ran = s.deliver_once(&task, at).await;
     assert_eq!(ran, Disposition::Ran(RunStatus::Succeeded));
     assert_eq!(s.task_item(&task).await["state"], "completed");
     assert!(s.t.schedule_names().await.is_empty());

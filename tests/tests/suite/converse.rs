@@ -314,7 +314,7 @@ async fn a_run_on_a_server_shaped_like_real_ones_is_sent_as_bedrock_takes_it() {
     let mut task = connector_task("releases.v2", "weekly", &[DOTTED, &long, "empty"], &[]);
     task.spec.limits.max_tool_calls = 5;
     task.spec.limits.max_turns = 6;
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     let names = [DOTTED, long.as_str(), "empty"].map(|t| offered_name("releases.v2", t));
     s.model
         .script([
@@ -325,16 +325,7 @@ async fn a_run_on_a_server_shaped_like_real_ones_is_sent_as_bedrock_takes_it() {
         ])
         .await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver(
-            "m1",
-            &run_message(&task, at, "e1"),
-            Utc::now(),
-            Utc::now() + Duration::minutes(5),
-        )
-        .await
-        .unwrap();
+    let got = s.deliver_once(&task, at).await;
     let refused = s.model.refused().await;
     assert!(
         refused.is_empty(),
@@ -410,7 +401,7 @@ async fn server_everythings_resource_prompt_and_rich_tools_go_through_the_strict
         &[("resourceType", "Text"), ("resourceId", "1")],
     );
     task.spec.limits.max_turns = 5;
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     s.model
         .script([
             Reply::tool("everything__get-tiny-image", json!({}), 100, 10),
@@ -425,16 +416,7 @@ async fn server_everythings_resource_prompt_and_rich_tools_go_through_the_strict
         ])
         .await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver(
-            "m1",
-            &run_message(&task, at, "e1"),
-            Utc::now(),
-            Utc::now() + Duration::minutes(5),
-        )
-        .await
-        .unwrap();
+    let got = s.deliver_once(&task, at).await;
     let refused = s.model.refused().await;
     assert!(
         refused.is_empty(),
@@ -481,7 +463,7 @@ async fn the_python_sdk_servers_structured_result_goes_through_the_strict_stand_
         .await
         .unwrap();
     let task = connector_task("python-digest", "daily_digest", &["search"], &[("topic", "rust")]);
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     s.model
         .script([
             Reply::tool("python-digest__search", json!({"query": "rust"}), 100, 10),
@@ -489,16 +471,7 @@ async fn the_python_sdk_servers_structured_result_goes_through_the_strict_stand_
         ])
         .await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver(
-            "m1",
-            &run_message(&task, at, "e1"),
-            Utc::now(),
-            Utc::now() + Duration::minutes(5),
-        )
-        .await
-        .unwrap();
+    let got = s.deliver_once(&task, at).await;
     assert!(s.model.refused().await.is_empty());
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
     let last = &s.model.requests().await[1].1;
@@ -677,7 +650,7 @@ async fn a_run_throttled_after_a_tool_call_fails_as_model_throttled_and_before_o
         .await
         .unwrap();
     let task = connector_task("issues", "weekly", &["list_issues"], &[]);
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     let at = Utc::now() - Duration::seconds(5);
     s.model
         .script([Reply::tool("issues__list_issues", json!({}), 100, 10)])
@@ -697,7 +670,7 @@ async fn a_run_throttled_after_a_tool_call_fails_as_model_throttled_and_before_o
 
     // A reminder under a ServiceUnavailableException outage goes back whole.
     let (reminder, when) = (tests::reminder(at), at);
-    s.store().insert_task(&reminder).await.unwrap();
+    s.insert(&reminder).await;
     s.model.throttle(None).await;
     s.model.fault(Some(Fault::ServiceUnavailable)).await;
     let got = s

@@ -9,63 +9,42 @@ use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::create::{CreateReminder, CreateSettings};
 use shared::domain::idempotency::IdempotencyRecord;
+use shared::domain::task::Task;
 use shared::domain::schedule_definition::ScheduleDefinition;
-use shared::domain::task::{Task, TaskId};
 use shared::ports::{OwnerReminders, ReminderInserted, ScheduleError, Schedules, StoreError, TaskStore};
+use tests::intercept::{Intercepted, SchedulesHook, TaskStoreHook};
 use tests::{ENABLED, TestStack, code, create_request};
 
 /// The schedule is written, then the process dies.
-struct CrashAfterSchedule(EventBridgeSchedules);
+struct CrashAfterSchedule;
 
-impl Schedules for CrashAfterSchedule {
-    async fn put(&self, schedule: &ScheduleDefinition) -> Result<(), ScheduleError> {
-        self.0.put(schedule).await?;
+impl SchedulesHook<EventBridgeSchedules> for CrashAfterSchedule {
+    async fn put(&self, inner: &EventBridgeSchedules, schedule: &ScheduleDefinition) -> Result<(), ScheduleError> {
+        inner.put(schedule).await?;
         Err(ScheduleError {
             operation: "CreateSchedule",
             name: schedule.name.clone(),
             source: "injected crash after the schedule write".into(),
         })
     }
-
-    async fn status(
-        &self,
-        name: &str,
-    ) -> Result<Option<shared::domain::schedule_definition::ScheduleStatus>, ScheduleError> {
-        self.0.status(name).await
-    }
-
-    async fn delete(&self, name: &str) -> Result<(), ScheduleError> {
-        self.0.delete(name).await
-    }
 }
 
 /// The transaction commits, then the process dies before answering.
-struct CrashAfterInsert(DynamoStore);
+struct CrashAfterInsert;
 
-impl TaskStore for CrashAfterInsert {
-    async fn idempotency_record(&self, principal: &str, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.0.idempotency_record(principal, key).await
-    }
-
-    async fn task(&self, workspace: &str, task_id: &TaskId) -> Result<Option<Task>, StoreError> {
-        self.0.task(workspace, task_id).await
-    }
-
+impl TaskStoreHook<DynamoStore> for CrashAfterInsert {
     async fn insert_with_idempotency(
         &self,
+        inner: &DynamoStore,
         task: &Task,
         record: &IdempotencyRecord,
         owner: Option<&OwnerReminders>,
     ) -> Result<ReminderInserted, StoreError> {
-        self.0.insert_with_idempotency(task, record, owner).await?;
+        inner.insert_with_idempotency(task, record, owner).await?;
         Err(StoreError::Request {
             operation: "TransactWriteItems",
             source: "injected crash after the transaction".into(),
         })
-    }
-
-    async fn owner_reminders(&self, workspace: &str, principal: &str) -> Result<OwnerReminders, StoreError> {
-        self.0.owner_reminders(workspace, principal).await
     }
 }
 
@@ -93,7 +72,7 @@ async fn retry(t: &TestStack, request: Value) -> Value {
 async fn a_crash_after_the_schedule_converges_on_retry() {
     let t = TestStack::start().await.unwrap();
     let (store, schedules, settings) = parts(&t);
-    let crashing = CreateReminder::new(store, CrashAfterSchedule(schedules), settings);
+    let crashing = CreateReminder::new(store, Intercepted::new(schedules, CrashAfterSchedule), settings);
     let request = create_request("k", Utc::now(), Duration::hours(1));
 
     let failed = crashing.handle(request.clone(), Utc::now()).await;
@@ -115,7 +94,7 @@ async fn a_crash_after_the_schedule_converges_on_retry() {
 async fn a_retry_with_another_input_after_a_crash_takes_the_new_instant() {
     let t = TestStack::start().await.unwrap();
     let (store, schedules, settings) = parts(&t);
-    let crashing = CreateReminder::new(store, CrashAfterSchedule(schedules), settings);
+    let crashing = CreateReminder::new(store, Intercepted::new(schedules, CrashAfterSchedule), settings);
     let now = Utc::now();
     assert!(
         crashing
@@ -140,7 +119,7 @@ async fn a_retry_with_another_input_after_a_crash_takes_the_new_instant() {
 async fn a_crash_after_the_transaction_replays_on_retry() {
     let t = TestStack::start().await.unwrap();
     let (store, schedules, settings) = parts(&t);
-    let crashing = CreateReminder::new(CrashAfterInsert(store), schedules, settings);
+    let crashing = CreateReminder::new(Intercepted::new(store, CrashAfterInsert), schedules, settings);
     let request = create_request("k", Utc::now(), Duration::hours(1));
     assert!(crashing.handle(request.clone(), Utc::now()).await.is_err());
     assert_eq!(t.items_of("task").await.len(), 1);

@@ -60,8 +60,8 @@ async fn a_run_against_server_everything_fails_cleanly_on_a_missing_argument() {
         &["echo"],
         &[("department", "Sales")],
     );
-    s.store().insert_task(&good).await.unwrap();
-    s.store().insert_task(&bad).await.unwrap();
+    s.insert(&good).await;
+    s.insert(&bad).await;
     let at = Utc::now() - Duration::seconds(5);
     let deadline = Utc::now() + Duration::minutes(5);
     let runner = s.runner();

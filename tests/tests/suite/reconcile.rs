@@ -7,7 +7,10 @@ use chrono::Utc;
 use local::mcp_fixture::{FixturePrompt, FixtureState, McpFixture, scheduled_prompt, tool};
 use serde_json::{Value, json};
 use shared::adapters::keys::Key;
+use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::domain::task::TaskId;
+use shared::ports::Schedules;
+use tests::intercept::{Intercepted, SchedulesHook};
 use tests::{TestStack, admin_principal, event, installed};
 
 fn marker() -> Value {
@@ -565,17 +568,17 @@ async fn the_marker_is_read_from_a_server_written_with_another_sdk() {
     assert_eq!(t.schedule(id).await.schedule_expression(), Some("cron(0 8 * * ? *)"));
 }
 
-/// A schedule adapter whose first put waits at a gate, as a slow Lambda's
+/// A first schedule put that waits at a gate, as a slow Lambda's
 /// UpdateSchedule would, so another writer's whole change lands first.
 struct Gated {
-    inner: shared::adapters::scheduler::EventBridgeSchedules,
     entered: tokio::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     gate: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
 }
 
-impl shared::ports::Schedules for Gated {
+impl SchedulesHook<EventBridgeSchedules> for Gated {
     async fn put(
         &self,
+        inner: &EventBridgeSchedules,
         schedule: &shared::domain::schedule_definition::ScheduleDefinition,
     ) -> Result<(), shared::ports::ScheduleError> {
         let gate = self.gate.lock().await.take();
@@ -585,18 +588,7 @@ impl shared::ports::Schedules for Gated {
             }
             let _ = gate.await;
         }
-        self.inner.put(schedule).await
-    }
-
-    async fn status(
-        &self,
-        name: &str,
-    ) -> Result<Option<shared::domain::schedule_definition::ScheduleStatus>, shared::ports::ScheduleError> {
-        self.inner.status(name).await
-    }
-
-    async fn delete(&self, name: &str) -> Result<(), shared::ports::ScheduleError> {
-        self.inner.delete(name).await
+        inner.put(schedule).await
     }
 }
 
@@ -617,15 +609,14 @@ async fn concurrent_admin_writes_leave_the_schedule_in_step_with_the_task() {
     let (gate_tx, gate_rx) = tokio::sync::oneshot::channel();
     let slow = tests::AdminFunction(shared::app::admin::Admin::new(
         w.t.admin_store(),
-        Gated {
-            inner: shared::adapters::scheduler::EventBridgeSchedules::from_sdk(
-                &w.t.aws.sdk,
-                w.t.create_config(tests::ENABLED).target,
-            ),
-            entered: tokio::sync::Mutex::new(Some(entered_tx)),
-            gate: tokio::sync::Mutex::new(Some(gate_rx)),
-        },
-    ));
+        Intercepted::new(
+            EventBridgeSchedules::from_sdk(&w.t.aws.sdk, w.t.create_config(tests::ENABLED).target),
+            Gated {
+                entered: tokio::sync::Mutex::new(Some(entered_tx)),
+                gate: tokio::sync::Mutex::new(Some(gate_rx)),
+            },
+        ),
+    );
     let v = w.version().await;
     let pause = json!({"op": "pause", "principal": admin_principal(), "task_id": w.task_id, "expected_version": v, "note": "quiet"});
     let a = slow.handle(pause, Utc::now());

@@ -14,11 +14,9 @@ use shared::domain::install::{InstallScope, InstallStatus};
 use shared::domain::occurrence::occurrence_key;
 use shared::domain::overrides::Overrides;
 use shared::domain::task::Task;
-use tests::{RunStack, connector_task, install, reminder, run_message, run_settings};
-
-fn deadline() -> chrono::DateTime<Utc> {
-    Utc::now() + Duration::minutes(5)
-}
+use shared::ports::RunStore;
+use tests::intercept::{Intercepted, RunStoreHook};
+use tests::{RunStack, connector_task, deadline, install, reminder, run_message, run_settings};
 
 async fn fixture() -> McpFixture {
     McpFixture::start(FixtureState {
@@ -45,22 +43,10 @@ async fn installed_fixture(s: &RunStack) -> McpFixture {
     fixture
 }
 
-async fn insert(s: &RunStack, task: &Task) {
-    s.store().insert_task(task).await.unwrap();
-}
-
-/// A reminder stored with its occurrence five seconds ago.
-async fn due_reminder(s: &RunStack) -> (Task, chrono::DateTime<Utc>) {
-    let at = Utc::now() - Duration::seconds(5);
-    let task = reminder(at);
-    insert(s, &task).await;
-    (task, at)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
     let s = RunStack::start().await.unwrap();
-    let (task, at) = due_reminder(&s).await;
+    let (task, at) = s.due_reminder().await;
     s.model
         .script([Reply::text("Time to call mom about Sunday!", 1000, 100)])
         .await;
@@ -130,7 +116,7 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
 #[tokio::test(flavor = "multi_thread")]
 async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
     let s = RunStack::start().await.unwrap();
-    let (task, at) = due_reminder(&s).await;
+    let (task, at) = s.due_reminder().await;
     let runner = s.runner();
     let body = run_message(&task, at, "e1");
     let deliveries = (0..20).map(|i| {
@@ -173,83 +159,48 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
 /// before the record (`after_the_write: false`), or right after the settle
 /// transaction, before its answer (`true`).
 struct CrashAtSettle {
-    inner: shared::adapters::dynamo::DynamoStore,
     crashed: std::sync::atomic::AtomicBool,
     after_the_write: bool,
 }
 
 impl CrashAtSettle {
-    fn new(inner: shared::adapters::dynamo::DynamoStore, after_the_write: bool) -> Self {
-        Self {
+    fn new(
+        inner: shared::adapters::dynamo::DynamoStore,
+        after_the_write: bool,
+    ) -> Intercepted<shared::adapters::dynamo::DynamoStore, Self> {
+        Intercepted::new(
             inner,
-            crashed: Default::default(),
-            after_the_write,
-        }
+            Self {
+                crashed: Default::default(),
+                after_the_write,
+            },
+        )
     }
 }
 
-impl shared::ports::RunStore for CrashAtSettle {
-    async fn claim(
-        &self,
-        r: &shared::ports::ClaimRequest<'_>,
-    ) -> Result<shared::ports::ClaimAnswer, shared::ports::StoreError> {
-        self.inner.claim(r).await
-    }
-    async fn take_over(
-        &self,
-        r: &shared::ports::ClaimRequest<'_>,
-    ) -> Result<shared::ports::ClaimAnswer, shared::ports::StoreError> {
-        self.inner.take_over(r).await
-    }
-    async fn release(
-        &self,
-        r: &shared::ports::Release<'_>,
-    ) -> Result<shared::ports::Settled, shared::ports::StoreError> {
-        self.inner.release(r).await
-    }
-    async fn install(
-        &self,
-        w: &str,
-        i: &str,
-    ) -> Result<Option<shared::domain::install::Install>, shared::ports::StoreError> {
-        self.inner.install(w, i).await
-    }
+impl RunStoreHook<shared::adapters::dynamo::DynamoStore> for CrashAtSettle {
     async fn settle(
         &self,
+        inner: &shared::adapters::dynamo::DynamoStore,
         s: &shared::ports::Settlement<'_>,
     ) -> Result<shared::ports::Settled, shared::ports::StoreError> {
         if !self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
             if self.after_the_write {
-                self.inner.settle(s).await?;
+                inner.settle(s).await?;
             }
             return Err(shared::ports::StoreError::Request {
                 operation: "TransactWriteItems",
                 source: "injected crash".into(),
             });
         }
-        self.inner.settle(s).await
-    }
-    async fn record_unclaimed(
-        &self,
-        r: &shared::domain::occurrence::RunRecord,
-    ) -> Result<(), shared::ports::StoreError> {
-        self.inner.record_unclaimed(r).await
-    }
-    async fn record_malformed(
-        &self,
-        m: &str,
-        b: &str,
-        r: &str,
-        n: chrono::DateTime<Utc>,
-    ) -> Result<(), shared::ports::StoreError> {
-        self.inner.record_malformed(m, b, r, n).await
+        inner.settle(s).await
     }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once() {
     let s = RunStack::start().await.unwrap();
-    let (task, at) = due_reminder(&s).await;
+    let (task, at) = s.due_reminder().await;
     let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
     let body = run_message(&task, at, "e1");
     let now = Utc::now();
@@ -343,7 +294,7 @@ async fn every_skip_reason_is_recorded_and_sends_no_event() {
     cases.push((broke, at, "budget exhausted"));
 
     for (task, scheduled, reason) in &cases {
-        insert(&s, task).await;
+        s.insert(task).await;
         let got = runner
             .deliver("m", &run_message(task, *scheduled, "e"), now, deadline())
             .await
@@ -378,7 +329,7 @@ async fn every_skip_reason_is_recorded_and_sends_no_event() {
 #[tokio::test(flavor = "multi_thread")]
 async fn worker_flag_off_skips_without_reading_the_task() {
     let s = RunStack::start().await.unwrap();
-    let (task, at) = due_reminder(&s).await;
+    let (task, at) = s.due_reminder().await;
     let runner = s.runner_on(s.store(), run_settings(false));
     let got = runner
         .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
@@ -403,7 +354,7 @@ async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
         &["list_issues", "post_summary"],
         &[("repo", "acme/web")],
     );
-    insert(&s, &task).await;
+    s.insert(&task).await;
     s.model
         .script([
             Reply::tool("issues__list_issues", json!({"text": "open"}), 500, 50),
@@ -413,11 +364,7 @@ async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
         ])
         .await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
+    let got = s.deliver_once(&task, at).await;
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
 
     let state = fixture.state().read().await;
@@ -468,15 +415,9 @@ async fn a_missing_required_argument_fails_the_run_and_holds_nothing() {
     let s = RunStack::start().await.unwrap();
     let _fixture = installed_fixture(&s).await;
     let task = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
-    insert(&s, &task).await;
+    s.insert(&task).await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_to(&task, at, RunStatus::Failed).await;
     let reason = record["reason"].as_str().unwrap();
     assert!(reason.contains("-32602") && reason.contains("repo"), "{reason}");
     let item = s.task_item(&task).await;
@@ -497,15 +438,9 @@ async fn a_slow_connector_setup_fails_the_run_within_its_time_limit() {
     fixture.state().write().await.get_prompt_delay = Some(std::time::Duration::from_secs(20));
     let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
     task.spec.limits.timeout_seconds = 1;
-    insert(&s, &task).await;
+    s.insert(&task).await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_to(&task, at, RunStatus::Failed).await;
     let reason = record["reason"].as_str().unwrap();
     assert!(reason.contains("time limit"), "{reason}");
     let took = chrono::DateTime::parse_from_rfc3339(record["finished_at"].as_str().unwrap()).unwrap()
@@ -526,7 +461,7 @@ async fn the_per_run_budget_stops_the_loop() {
         max_usd_per_run: 0.01,
         max_usd_per_month: 5.0,
     });
-    insert(&s, &task).await;
+    s.insert(&task).await;
     // 3000 input tokens cost $0.009: the next turn cannot be paid for.
     s.model
         .script([
@@ -535,13 +470,7 @@ async fn the_per_run_budget_stops_the_loop() {
         ])
         .await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_to(&task, at, RunStatus::Failed).await;
     assert!(
         record["reason"].as_str().unwrap().contains("per-run budget"),
         "{record}"
@@ -565,15 +494,9 @@ async fn a_per_run_budget_the_first_input_exceeds_makes_no_model_call() {
         max_usd_per_run: 0.000_1,
         max_usd_per_month: 5.0,
     });
-    insert(&s, &task).await;
+    s.insert(&task).await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_to(&task, at, RunStatus::Failed).await;
     assert!(
         record["reason"].as_str().unwrap().contains("per-run budget"),
         "{record}"
@@ -588,7 +511,7 @@ async fn limits_stop_the_loop_and_unpriced_models_never_run() {
     let at = Utc::now() - Duration::seconds(5);
     let mut task = reminder(at);
     task.spec.limits.max_turns = 1;
-    insert(&s, &task).await;
+    s.insert(&task).await;
     s.model
         .script([Reply::Stop {
             reason: "max_tokens".into(),
@@ -597,20 +520,14 @@ async fn limits_stop_the_loop_and_unpriced_models_never_run() {
             output_tokens: 2000,
         }])
         .await;
-    let got = s
-        .runner()
-        .deliver("m", &run_message(&task, at, "e"), Utc::now(), deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_to(&task, at, RunStatus::Failed).await;
     assert!(
         record["reason"].as_str().unwrap().contains("output token limit"),
         "{record}"
     );
 
     let other = reminder(at + Duration::seconds(1));
-    insert(&s, &other).await;
+    s.insert(&other).await;
     let mut settings = run_settings(true);
     settings.model_id = "unpriced.model".into();
     let got = s
@@ -650,7 +567,7 @@ async fn a_malformed_message_is_recorded_and_acknowledged() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_right_after_the_settle_still_notifies_once() {
     let s = RunStack::start().await.unwrap();
-    let (task, at) = due_reminder(&s).await;
+    let (task, at) = s.due_reminder().await;
     let runner = s.runner_on(CrashAtSettle::new(s.store(), true), run_settings(true));
     let body = run_message(&task, at, "e1");
     assert!(
@@ -735,7 +652,7 @@ async fn bound_workspace_connectors_lend_their_tools_and_credentials_come_from_s
         ("archive".to_owned(), None),
     ]
     .into();
-    insert(&s, &task).await;
+    s.insert(&task).await;
     s.model
         .script([
             Reply::tool("chat__post_message", json!({"text": "summary"}), 100, 10),

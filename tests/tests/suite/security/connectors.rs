@@ -86,6 +86,22 @@ async fn admin(t: &TestStack, op: &str, extra: Value) -> Value {
     t.admin().handle(request, Utc::now()).await.unwrap()
 }
 
+/// An admin's approval binding the need to `install` is refused as
+/// `invalid_request`, its message saying `why`, and nothing changes.
+async fn assert_binding_refused(t: &TestStack, install: &str, why: &str) {
+    let before = snapshot(t).await;
+    let version = admin(t, "get", json!({})).await["version"].as_u64().unwrap();
+    let answer = admin(
+        t,
+        "approve",
+        json!({"expected_version": version, "bindings": {"summary_channel": install}}),
+    )
+    .await;
+    assert_eq!(code(&answer), "invalid_request", "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains(why));
+    assert_eq!(snapshot(t).await, before);
+}
+
 /// The issues server installed in ws_1 (`ins_1`) with a chat connector
 /// (`ins_chat`), its task created and approved with the need bound to chat.
 async fn approved_world(t: &TestStack, issues: &McpFixture, chat: &McpFixture) -> TestReconciler {
@@ -192,22 +208,7 @@ async fn a_need_bound_to_the_declaring_install_is_refused() {
     let t = TestStack::start().await.unwrap();
     let (issues, chat) = (issues_server().await, chat_server().await);
     let _r = approved_world(&t, &issues, &chat).await;
-    let before = snapshot(&t).await;
-    let version = admin(&t, "get", json!({})).await["version"].as_u64().unwrap();
-    let answer = admin(
-        &t,
-        "approve",
-        json!({"expected_version": version, "bindings": {"summary_channel": "ins_1"}}),
-    )
-    .await;
-    assert_eq!(code(&answer), "invalid_request", "{answer}");
-    assert!(
-        answer["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("declaring install")
-    );
-    assert_eq!(snapshot(&t).await, before);
+    assert_binding_refused(&t, "ins_1", "declaring install").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -219,22 +220,7 @@ async fn a_need_bound_to_another_install_of_the_same_server_is_refused() {
     r.apply(&installed("ins_twin", "issues", &twin.url(), "workspace"), Utc::now())
         .await
         .unwrap();
-    let before = snapshot(&t).await;
-    let version = admin(&t, "get", json!({})).await["version"].as_u64().unwrap();
-    let answer = admin(
-        &t,
-        "approve",
-        json!({"expected_version": version, "bindings": {"summary_channel": "ins_twin"}}),
-    )
-    .await;
-    assert_eq!(code(&answer), "invalid_request", "{answer}");
-    assert!(
-        answer["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("declaring server")
-    );
-    assert_eq!(snapshot(&t).await, before);
+    assert_binding_refused(&t, "ins_twin", "declaring server").await;
 }
 
 /// Posts a signed `connector.installed` naming `url` and `credential` to the
@@ -528,7 +514,7 @@ async fn a_task_attached_to_a_personal_install_is_skipped_at_the_door() {
         server: "issues".into(),
         prompt: "weekly_summary".into(),
     };
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     let at = Utc::now() - chrono::Duration::seconds(5);
     let runner = s.runner();
     let got = runner

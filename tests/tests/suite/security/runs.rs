@@ -15,37 +15,25 @@ use shared::domain::agent::RUN_ID_META;
 use shared::domain::claim::RunStatus;
 use shared::domain::install::InstallScope;
 use shared::domain::limits::{Ceilings, Limits};
-use shared::domain::occurrence::{RunRecord, occurrence_key, run_id};
+use shared::domain::occurrence::{occurrence_key, run_id};
 use shared::domain::schedule::{RateUnit, Schedule};
 use shared::domain::task::Task;
-use shared::ports::{ClaimAnswer, ClaimRequest, Release, RunStore, Settled, Settlement, StoreError};
-use tests::{RunStack, connector_task, install, run_message, run_settings};
+use shared::ports::{RunStore, Settled, Settlement, StoreError};
+use tests::intercept::{Intercepted, RunStoreHook};
+use tests::{RunStack, connector_task, deadline, install, run_message, run_settings};
 
 const KB: usize = 1024;
 const MB: usize = 1024 * 1024;
 
-/// The store, with settles that fail while `fails` says so: a process that
-/// dies before its record, or a record that cannot be written.
+/// Settles that fail while `fails` says so: a process that dies before its
+/// record, or a record that cannot be written.
 struct FailingSettle {
-    inner: DynamoStore,
     fails: fn(&Settlement<'_>) -> bool,
     rejects: bool,
 }
 
-impl RunStore for FailingSettle {
-    async fn claim(&self, r: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
-        self.inner.claim(r).await
-    }
-    async fn take_over(&self, r: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
-        self.inner.take_over(r).await
-    }
-    async fn release(&self, r: &Release<'_>) -> Result<Settled, StoreError> {
-        self.inner.release(r).await
-    }
-    async fn install(&self, w: &str, i: &str) -> Result<Option<shared::domain::install::Install>, StoreError> {
-        self.inner.install(w, i).await
-    }
-    async fn settle(&self, s: &Settlement<'_>) -> Result<Settled, StoreError> {
+impl RunStoreHook<DynamoStore> for FailingSettle {
+    async fn settle(&self, inner: &DynamoStore, s: &Settlement<'_>) -> Result<Settled, StoreError> {
         if (self.fails)(s) {
             // A record the store refuses (as DynamoDB refuses an item over
             // 400 KB) when it has an output, a transient failure otherwise.
@@ -56,18 +44,8 @@ impl RunStore for FailingSettle {
                 _ => StoreError::Request { operation, source },
             });
         }
-        self.inner.settle(s).await
+        inner.settle(s).await
     }
-    async fn record_unclaimed(&self, r: &RunRecord) -> Result<(), StoreError> {
-        self.inner.record_unclaimed(r).await
-    }
-    async fn record_malformed(&self, m: &str, b: &str, r: &str, n: DateTime<Utc>) -> Result<(), StoreError> {
-        self.inner.record_malformed(m, b, r, n).await
-    }
-}
-
-fn deadline() -> DateTime<Utc> {
-    Utc::now() + Duration::minutes(5)
 }
 
 /// The fixture as `issues` (install `ins_1`), with `state` for its tools.
@@ -109,7 +87,7 @@ async fn a_crash_after_a_side_effect_is_paid_for_and_the_rerun_carries_the_same_
     )
     .await;
     let task = connector_task("issues", "weekly", &["post_summary"], &[]);
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     let at = Utc::now() - Duration::seconds(5);
     let reply = || {
         [
@@ -121,11 +99,13 @@ async fn a_crash_after_a_side_effect_is_paid_for_and_the_rerun_carries_the_same_
 
     // The first attempt posts, then dies before its settle.
     let crashing = s.runner_on(
-        FailingSettle {
-            inner: s.store(),
-            fails: |_| true,
-            rejects: false,
-        },
+        Intercepted::new(
+            s.store(),
+            FailingSettle {
+                fails: |_| true,
+                rejects: false,
+            },
+        ),
         run_settings(true),
     );
     let first_deadline = deadline();
@@ -208,7 +188,7 @@ async fn oversized_server_answers_are_bounded_before_the_model_and_the_record() 
     )
     .await;
     let task = connector_task("issues", "weekly", &["dump", "t9999"], &[]);
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     let at = Utc::now() - Duration::seconds(5);
     s.model
         .script([
@@ -216,11 +196,7 @@ async fn oversized_server_answers_are_bounded_before_the_model_and_the_record() 
             Reply::text(&"y".repeat(MB), 100, 10),
         ])
         .await;
-    let got = s
-        .runner()
-        .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline())
-        .await
-        .unwrap();
+    let got = s.deliver_once(&task, at).await;
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
     assert_eq!(fixture.state().read().await.calls.len(), 1);
     let requests = s.model.requests().await;
@@ -262,15 +238,9 @@ async fn a_megabyte_error_from_a_server_is_cut_and_the_run_still_settles() {
     )
     .await;
     let task = connector_task("issues", "weekly", &[], &[]);
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_to(&task, at, RunStatus::Failed).await;
     let reason = record["reason"].as_str().unwrap();
     assert!(reason.contains("-32602"), "{reason}");
     assert!(reason.chars().count() <= shared::domain::occurrence::MAX_REASON_CHARS);
@@ -300,7 +270,7 @@ async fn a_lowered_ceiling_brakes_an_approved_task_at_its_next_run() {
     .await;
     let task = connector_task("issues", "weekly", &["post_summary"], &[]);
     assert_eq!(task.spec.limits.max_tool_calls, 3, "approved for three calls");
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     let spec_before = s.task_item(&task).await["spec"].clone();
     s.model
         .script([
@@ -341,16 +311,18 @@ async fn a_settle_that_keeps_failing_leaves_no_claim_running_and_no_reservation_
     let s = RunStack::start().await.unwrap();
     let _fixture = server(&s, FixtureState::default()).await;
     let task = connector_task("issues", "weekly", &[], &[]);
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     let at = Utc::now() - Duration::seconds(5);
     s.model.script([Reply::text("the digest", 1000, 100)]).await;
     // Every settle with the run's output fails (a record that cannot be written).
     let runner = s.runner_on(
-        FailingSettle {
-            inner: s.store(),
-            fails: |s| s.record.output.is_some(),
-            rejects: true,
-        },
+        Intercepted::new(
+            s.store(),
+            FailingSettle {
+                fails: |s| s.record.output.is_some(),
+                rejects: true,
+            },
+        ),
         run_settings(true),
     );
     let got = runner
@@ -391,7 +363,7 @@ async fn a_one_minute_task_over_thirty_days_keeps_its_item_small() {
         unit: RateUnit::Minutes,
     };
     task.spec.budget = None;
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     // Thirty days of a rate(1 minute) task, compressed: an occurrence every
     // twelve hours, some crashing before their settle (left running, never
     // delivered again), then eighty minutes of every minute at the end.
@@ -401,11 +373,13 @@ async fn a_one_minute_task_over_thirty_days_keeps_its_item_small() {
     occurrences.extend((0..80).map(|m| end + Duration::minutes(m)));
     let last = end + Duration::minutes(79);
     let crash = s.runner_on(
-        FailingSettle {
-            inner: s.store(),
-            fails: |_| true,
-            rejects: false,
-        },
+        Intercepted::new(
+            s.store(),
+            FailingSettle {
+                fails: |_| true,
+                rejects: false,
+            },
+        ),
         run_settings(true),
     );
     let runner = s.runner();
@@ -457,14 +431,10 @@ async fn a_stored_binding_to_the_declaring_install_offers_no_unapproved_tool() {
     let mut task = connector_task("issues", "weekly", &["post_summary"], &[]);
     task.spec.needs = [("summary_channel".to_owned(), "a channel".to_owned())].into();
     task.spec.bindings = [("summary_channel".to_owned(), Some("ins_1".to_owned()))].into();
-    s.store().insert_task(&task).await.unwrap();
+    s.insert(&task).await;
     s.model.script([Reply::text("done", 100, 10)]).await;
     let at = Utc::now() - Duration::seconds(5);
-    let got = s
-        .runner()
-        .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline())
-        .await
-        .unwrap();
+    let got = s.deliver_once(&task, at).await;
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
     let requests = s.model.requests().await;
     let offered: Vec<String> = requests[0].1["toolConfig"]["tools"]

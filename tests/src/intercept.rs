@@ -1,0 +1,198 @@
+//! Fault injection at one method of a port: [`Intercepted`] wraps the real
+//! adapter and a hook; every call goes through the hook, whose methods all
+//! forward to the adapter unless the hook overrides one. A test writes only
+//! the method it breaks (a crash after the write, a gate before it, a
+//! refusal instead of it), so a port that gains a method changes this file
+//! and no test.
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+use shared::domain::idempotency::IdempotencyRecord;
+use shared::domain::install::Install;
+use shared::domain::occurrence::RunRecord;
+use shared::domain::task::{Task, TaskId};
+use shared::ports::{
+    ClaimAnswer, ClaimRequest, OwnerReminders, Release, ReminderInserted, RunStore, ScheduleDefinition, ScheduleError,
+    ScheduleStatus, Schedules, Settled, Settlement, StoreError, TaskStore,
+};
+
+/// A port `inner` with `hook` in front of it.
+pub struct Intercepted<P, H> {
+    pub inner: P,
+    pub hook: H,
+}
+
+impl<P, H> Intercepted<P, H> {
+    pub fn new(inner: P, hook: H) -> Self {
+        Self { inner, hook }
+    }
+}
+
+/// What a hook on a [`RunStore`] may change; each method forwards unless
+/// overridden.
+pub trait RunStoreHook<P: RunStore>: Send + Sync {
+    fn claim(&self, inner: &P, r: &ClaimRequest<'_>) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send {
+        inner.claim(r)
+    }
+    fn take_over(
+        &self,
+        inner: &P,
+        r: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send {
+        inner.take_over(r)
+    }
+    fn install(
+        &self,
+        inner: &P,
+        workspace: &str,
+        install_id: &str,
+    ) -> impl Future<Output = Result<Option<Install>, StoreError>> + Send {
+        inner.install(workspace, install_id)
+    }
+    fn settle(&self, inner: &P, s: &Settlement<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        inner.settle(s)
+    }
+    fn release(&self, inner: &P, r: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        inner.release(r)
+    }
+    fn record_unclaimed(&self, inner: &P, r: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
+        inner.record_unclaimed(r)
+    }
+    fn record_malformed(
+        &self,
+        inner: &P,
+        message_id: &str,
+        body: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        inner.record_malformed(message_id, body, reason, now)
+    }
+}
+
+impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
+    fn claim(&self, r: &ClaimRequest<'_>) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send {
+        self.hook.claim(&self.inner, r)
+    }
+    fn take_over(&self, r: &ClaimRequest<'_>) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send {
+        self.hook.take_over(&self.inner, r)
+    }
+    fn install(&self, w: &str, i: &str) -> impl Future<Output = Result<Option<Install>, StoreError>> + Send {
+        self.hook.install(&self.inner, w, i)
+    }
+    fn settle(&self, s: &Settlement<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        self.hook.settle(&self.inner, s)
+    }
+    fn release(&self, r: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        self.hook.release(&self.inner, r)
+    }
+    fn record_unclaimed(&self, r: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.hook.record_unclaimed(&self.inner, r)
+    }
+    fn record_malformed(
+        &self,
+        m: &str,
+        b: &str,
+        r: &str,
+        n: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.hook.record_malformed(&self.inner, m, b, r, n)
+    }
+}
+
+/// What a hook on [`Schedules`] may change; each method forwards unless
+/// overridden.
+pub trait SchedulesHook<P: Schedules>: Send + Sync {
+    fn put(&self, inner: &P, schedule: &ScheduleDefinition) -> impl Future<Output = Result<(), ScheduleError>> + Send {
+        inner.put(schedule)
+    }
+    fn status(
+        &self,
+        inner: &P,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<ScheduleStatus>, ScheduleError>> + Send {
+        inner.status(name)
+    }
+    fn delete(&self, inner: &P, name: &str) -> impl Future<Output = Result<(), ScheduleError>> + Send {
+        inner.delete(name)
+    }
+}
+
+impl<P: Schedules, H: SchedulesHook<P>> Schedules for Intercepted<P, H> {
+    fn put(&self, schedule: &ScheduleDefinition) -> impl Future<Output = Result<(), ScheduleError>> + Send {
+        self.hook.put(&self.inner, schedule)
+    }
+    fn status(&self, name: &str) -> impl Future<Output = Result<Option<ScheduleStatus>, ScheduleError>> + Send {
+        self.hook.status(&self.inner, name)
+    }
+    fn delete(&self, name: &str) -> impl Future<Output = Result<(), ScheduleError>> + Send {
+        self.hook.delete(&self.inner, name)
+    }
+}
+
+/// What a hook on a [`TaskStore`] may change; each method forwards unless
+/// overridden.
+pub trait TaskStoreHook<P: TaskStore>: Send + Sync {
+    fn idempotency_record(
+        &self,
+        inner: &P,
+        principal: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<IdempotencyRecord>, StoreError>> + Send {
+        inner.idempotency_record(principal, key)
+    }
+    fn task(
+        &self,
+        inner: &P,
+        workspace: &str,
+        task_id: &TaskId,
+    ) -> impl Future<Output = Result<Option<Task>, StoreError>> + Send {
+        inner.task(workspace, task_id)
+    }
+    fn insert_with_idempotency(
+        &self,
+        inner: &P,
+        task: &Task,
+        record: &IdempotencyRecord,
+        owner: Option<&OwnerReminders>,
+    ) -> impl Future<Output = Result<ReminderInserted, StoreError>> + Send {
+        inner.insert_with_idempotency(task, record, owner)
+    }
+    fn owner_reminders(
+        &self,
+        inner: &P,
+        workspace: &str,
+        principal: &str,
+    ) -> impl Future<Output = Result<OwnerReminders, StoreError>> + Send {
+        inner.owner_reminders(workspace, principal)
+    }
+}
+
+impl<P: TaskStore, H: TaskStoreHook<P>> TaskStore for Intercepted<P, H> {
+    fn idempotency_record(
+        &self,
+        principal: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<IdempotencyRecord>, StoreError>> + Send {
+        self.hook.idempotency_record(&self.inner, principal, key)
+    }
+    fn task(&self, workspace: &str, task_id: &TaskId) -> impl Future<Output = Result<Option<Task>, StoreError>> + Send {
+        self.hook.task(&self.inner, workspace, task_id)
+    }
+    fn insert_with_idempotency(
+        &self,
+        task: &Task,
+        record: &IdempotencyRecord,
+        owner: Option<&OwnerReminders>,
+    ) -> impl Future<Output = Result<ReminderInserted, StoreError>> + Send {
+        self.hook.insert_with_idempotency(&self.inner, task, record, owner)
+    }
+    fn owner_reminders(
+        &self,
+        workspace: &str,
+        principal: &str,
+    ) -> impl Future<Output = Result<OwnerReminders, StoreError>> + Send {
+        self.hook.owner_reminders(&self.inner, workspace, principal)
+    }
+}
