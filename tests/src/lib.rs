@@ -3,6 +3,7 @@
 //! uniquely named resources.
 
 pub mod herd;
+pub mod sim;
 
 use std::collections::HashMap;
 
