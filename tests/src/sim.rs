@@ -104,6 +104,9 @@ const FAULTY_RECEIVES: usize = 2;
 /// the task could prune that claim before the check reads it. Edge
 /// deliveries get only faults that leave no claim behind.
 const EDGE_SECONDS: i64 = CATCH_UP_SECONDS - VISIBILITY_SECONDS - 600;
+/// A give-up delivery's run time: its invocation ends this long (real
+/// time) after the settle's reserve, so the runner's backoff gives up.
+const GIVE_UP_SECONDS: i64 = 4;
 /// The side-effecting tool of every connector task.
 pub const TOOL: &str = "post_summary";
 const SERVER: &str = "issues";
@@ -191,8 +194,8 @@ pub struct MessagePlan {
     pub at: i64,
     /// What it is: the first, a duplicate, a Scheduler retry.
     pub what: &'static str,
-    /// The fault of each of its first receives (`None`: none).
-    pub faults: Vec<Option<Fault>>,
+    /// The faults of each of its first receives (empty: none).
+    pub faults: Vec<Vec<Fault>>,
 }
 
 #[derive(Debug, Clone)]
@@ -229,7 +232,7 @@ const DYNAMO_FAULTS: [DynamoFault; 3] = [DynamoFault::Error, DynamoFault::Ghost,
 fn fault(rng: &mut fastrand::Rng, kind: Kind, edge: bool) -> Fault {
     if edge {
         // Nothing that leaves a claim behind past the window (EDGE_SECONDS).
-        return match rng.u8(..3) {
+        return match rng.u8(..5) {
             0 => Fault::Crash {
                 point: Point::Claim,
                 after: false,
@@ -237,6 +240,15 @@ fn fault(rng: &mut fastrand::Rng, kind: Kind, edge: bool) -> Fault {
             1 => Fault::Dynamo {
                 point: Point::Claim,
                 fault: DynamoFault::Error,
+            },
+            // A delivery past the window records its skip unclaimed.
+            2 => Fault::Crash {
+                point: Point::RecordUnclaimed,
+                after: rng.bool(),
+            },
+            3 => Fault::Dynamo {
+                point: Point::RecordUnclaimed,
+                fault: pick(rng, &DYNAMO_FAULTS),
             },
             _ => Fault::Throttle {
                 kind: pick(rng, &MODEL_FAULTS),
@@ -304,6 +316,63 @@ fn fault(rng: &mut fastrand::Rng, kind: Kind, edge: bool) -> Fault {
     }
 }
 
+/// The faults of a message's first receives: half of the first receives
+/// get one, a third of the second ones. A give-up may be followed by a
+/// fault at its release, and a crash or ghost write that leaves a claim
+/// running by one at the take-over that follows its lease.
+fn receive_faults(rng: &mut fastrand::Rng, kind: Kind, edge: bool) -> Vec<Vec<Fault>> {
+    let mut out: Vec<Vec<Fault>> = (0..FAULTY_RECEIVES)
+        .map(|r| {
+            let mut faults = Vec::new();
+            if rng.u8(..6) < [3, 2][r.min(1)] {
+                let f = fault(rng, kind, edge);
+                faults.push(f);
+                if matches!(f, Fault::GiveUp { .. }) && rng.bool() {
+                    faults.push(if rng.bool() {
+                        Fault::Crash {
+                            point: Point::Release,
+                            after: rng.bool(),
+                        }
+                    } else {
+                        Fault::Dynamo {
+                            point: Point::Release,
+                            fault: pick(rng, &DYNAMO_FAULTS),
+                        }
+                    });
+                }
+            }
+            faults
+        })
+        .collect();
+    let leaves_claim = out[0].iter().any(|f| {
+        matches!(
+            f,
+            Fault::Crash { point, after: true } if *point != Point::Settle && *point != Point::RecordUnclaimed
+        ) || matches!(f, Fault::Crash { point, after: false } if *point > Point::Claim && *point != Point::RecordUnclaimed)
+            || matches!(
+                f,
+                Fault::Dynamo {
+                    point: Point::Claim,
+                    fault: DynamoFault::Ghost | DynamoFault::GhostRetried
+                }
+            )
+    });
+    if leaves_claim && !edge && rng.bool() {
+        out[1] = vec![if rng.bool() {
+            Fault::Crash {
+                point: Point::TakeOver,
+                after: rng.bool(),
+            }
+        } else {
+            Fault::Dynamo {
+                point: Point::TakeOver,
+                fault: pick(rng, &DYNAMO_FAULTS),
+            }
+        }];
+    }
+    out
+}
+
 /// The plan of one seed: `size` occurrences, `per_task` per task.
 pub fn plan(seed: u64, size: usize, per_task: usize) -> SeedPlan {
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -328,12 +397,7 @@ pub fn plan(seed: u64, size: usize, per_task: usize) -> SeedPlan {
             };
             let edge = lateness > EDGE_SECONDS;
             let exec = |n: usize| format!("s{seed}-t{index}-o{o}-e{n}");
-            let faults = |rng: &mut fastrand::Rng| {
-                // Half of the first receives, a third of the second ones.
-                (0..FAULTY_RECEIVES)
-                    .map(|r| (rng.u8(..6) < [3, 2][r.min(1)]).then(|| fault(rng, kind, edge)))
-                    .collect::<Vec<_>>()
-            };
+            let faults = |rng: &mut fastrand::Rng| receive_faults(rng, kind, edge);
             let mut messages = vec![MessagePlan {
                 execution_id: exec(0),
                 at: 0,
@@ -386,7 +450,11 @@ impl SeedPlan {
                         .faults
                         .iter()
                         .enumerate()
-                        .filter_map(|(r, f)| f.map(|f| format!("receive {}: {}", r + 1, f.label())))
+                        .filter(|(_, f)| !f.is_empty())
+                        .map(|(r, f)| {
+                            let labels: Vec<String> = f.iter().map(|f| f.label()).collect();
+                            format!("receive {}: {}", r + 1, labels.join(", then "))
+                        })
                         .collect();
                     let _ = writeln!(
                         out,
@@ -414,10 +482,12 @@ impl SeedPlan {
 
 /// What one delivery carries into the ports it calls.
 struct Delivery {
-    fault: Option<Fault>,
-    /// The fault as it struck (a planned fault at a point the delivery
+    faults: Vec<Fault>,
+    /// The faults as they struck (a planned fault at a point the delivery
     /// never reached strikes nothing).
-    hit: Mutex<Option<Fault>>,
+    hit: Mutex<Vec<Fault>>,
+    /// Whether it took over an expired lease.
+    took_over: std::sync::atomic::AtomicBool,
     crashed: tokio::sync::Notify,
     model_calls: AtomicU32,
     tool_calls: AtomicU32,
@@ -428,10 +498,11 @@ tokio::task_local! {
 }
 
 impl Delivery {
-    fn new(fault: Option<Fault>) -> Self {
+    fn new(faults: Vec<Fault>) -> Self {
         Self {
-            fault,
-            hit: Mutex::new(None),
+            faults,
+            hit: Mutex::new(Vec::new()),
+            took_over: std::sync::atomic::AtomicBool::new(false),
             crashed: tokio::sync::Notify::new(),
             model_calls: AtomicU32::new(0),
             tool_calls: AtomicU32::new(0),
@@ -443,13 +514,23 @@ impl Delivery {
     }
 
     fn strike(&self, fault: Fault) {
-        if let Ok(mut hit) = self.hit.lock() {
-            hit.get_or_insert(fault);
+        if let Ok(mut hit) = self.hit.lock()
+            && !hit.contains(&fault)
+        {
+            hit.push(fault);
         }
     }
 
-    fn struck(&self) -> Option<Fault> {
-        self.hit.lock().ok().and_then(|h| *h)
+    fn struck(&self) -> Vec<Fault> {
+        self.hit.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    /// The planned fault at `point`, if any.
+    fn at(&self, point: Point) -> Option<Fault> {
+        self.faults
+            .iter()
+            .copied()
+            .find(|f| matches!(f, Fault::Crash { point: p, .. } | Fault::Dynamo { point: p, .. } if *p == point))
     }
 }
 
@@ -458,7 +539,7 @@ async fn at<T>(point: Point, call: impl Future<Output = T>) -> T {
     let Some(delivery) = Delivery::current() else {
         return call.await;
     };
-    match delivery.fault {
+    match delivery.at(point) {
         Some(fault @ Fault::Dynamo { point: p, fault: f }) if p == point => {
             if local::faults::arm(f) {
                 delivery.strike(fault);
@@ -485,7 +566,11 @@ impl<S: RunStore> RunStore for SimStore<S> {
         at(Point::Claim, self.0.claim(request)).await
     }
     async fn take_over(&self, request: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
-        at(Point::TakeOver, self.0.take_over(request)).await
+        let answer = at(Point::TakeOver, self.0.take_over(request)).await;
+        if let (Ok(ClaimAnswer::Claimed(_)), Some(d)) = (&answer, Delivery::current()) {
+            d.took_over.store(true, Ordering::Relaxed);
+        }
+        answer
     }
     async fn install(&self, workspace: &str, install_id: &str) -> Result<Option<Install>, StoreError> {
         at(Point::Install, self.0.install(workspace, install_id)).await
@@ -523,11 +608,14 @@ impl Model for SimModel {
         let n = delivery
             .as_ref()
             .map_or(0, |d| d.model_calls.fetch_add(1, Ordering::Relaxed) + 1);
-        let routed = match delivery.as_ref().and_then(|d| d.fault) {
-            Some(fault @ Fault::Throttle { kind, calls }) if n <= calls => Some((fault, kind)),
-            Some(fault @ Fault::GiveUp { kind }) => Some((fault, kind)),
-            _ => None,
-        };
+        let routed = delivery
+            .iter()
+            .flat_map(|d| d.faults.iter().copied())
+            .find_map(|f| match f {
+                Fault::Throttle { kind, calls } if n <= calls => Some((f, kind)),
+                Fault::GiveUp { kind } => Some((f, kind)),
+                _ => None,
+            });
         let model = match routed {
             Some((fault, kind)) => {
                 if let Some(d) = &delivery {
@@ -631,6 +719,8 @@ struct Ran {
     lossy: bool,
     dead_lettered: bool,
     deliveries: usize,
+    /// Deliveries that took over an expired lease.
+    took_over: usize,
     answers: BTreeMap<&'static str, usize>,
     faults: Vec<Fault>,
 }
@@ -823,6 +913,7 @@ async fn run_occurrence(
         lossy: false,
         dead_lettered: false,
         deliveries: 0,
+        took_over: 0,
         answers: BTreeMap::new(),
         faults: Vec::new(),
     };
@@ -837,24 +928,25 @@ async fn run_occurrence(
         let real = Utc::now();
         let deliveries = batch.iter().map(|&(_, m, receives)| {
             let message = &plan.messages[m];
-            let mut fault = message.faults.get(receives as usize).copied().flatten();
+            let mut faults = message.faults.get(receives as usize).cloned().unwrap_or_default();
             // A give-up needs a run whose wall time is short in real time:
             // only a delivery whose `now` is not ahead of the real clock.
-            if let Some(Fault::GiveUp { kind }) = fault
-                && now - real > Duration::seconds(1)
-            {
-                fault = Some(Fault::Throttle { kind, calls: 2 });
-            }
-            let deadline = match fault {
-                Some(Fault::GiveUp { .. }) => {
-                    now.max(real) + Duration::seconds(SETTLE_RESERVE_SECONDS) + Duration::milliseconds(2500)
+            for f in &mut faults {
+                if let Fault::GiveUp { kind } = *f
+                    && now - real > Duration::seconds(1)
+                {
+                    *f = Fault::Throttle { kind, calls: 2 };
                 }
-                _ => now + Duration::seconds(INVOCATION_SECONDS),
+            }
+            let deadline = if faults.iter().any(|f| matches!(f, Fault::GiveUp { .. })) {
+                now.max(real) + Duration::seconds(SETTLE_RESERVE_SECONDS) + Duration::seconds(GIVE_UP_SECONDS)
+            } else {
+                now + Duration::seconds(INVOCATION_SECONDS)
             };
             let body = run_message(task, scheduled, &message.execution_id);
             let id = format!("{}-{m}-{receives}", message.execution_id);
             async move {
-                let delivery = Arc::new(Delivery::new(fault));
+                let delivery = Arc::new(Delivery::new(faults));
                 let fut = DELIVERY.scope(
                     delivery.clone(),
                     local::faults::scope(runner.deliver(&id, &body, now, deadline)),
@@ -867,13 +959,15 @@ async fn run_occurrence(
                     },
                     () = delivery.crashed.notified() => Answer::Crashed,
                 };
-                (m, receives, answer, delivery.struck())
+                let took_over = delivery.took_over.load(Ordering::Relaxed);
+                (m, receives, answer, delivery.struck(), took_over)
             }
         });
-        for (m, receives, answer, struck) in futures::future::join_all(deliveries).await {
+        for (m, receives, answer, struck, took_over) in futures::future::join_all(deliveries).await {
             ran.deliveries += 1;
+            ran.took_over += usize::from(took_over);
             *ran.answers.entry(answer.label()).or_default() += 1;
-            if let Some(f) = struck {
+            for f in struck {
                 ran.faults.push(f);
                 let lossy = matches!(f, Fault::Crash { .. })
                     || matches!(
@@ -1034,7 +1128,28 @@ async fn check(
         deliveries: ran.iter().map(|r| r.deliveries).sum(),
         ..Default::default()
     };
+    let mut shapes: BTreeMap<String, usize> = BTreeMap::new();
+    for task in &plan.tasks {
+        for occ in &task.occurrences {
+            if occ.lateness > CATCH_UP_SECONDS {
+                *shapes
+                    .entry("late: just outside the catch-up window".into())
+                    .or_default() += 1;
+            } else if occ.lateness > EDGE_SECONDS {
+                *shapes
+                    .entry("late: just inside the catch-up window".into())
+                    .or_default() += 1;
+            }
+            for m in &occ.messages[1..] {
+                *shapes.entry(format!("delivery: {}", m.what)).or_default() += 1;
+            }
+        }
+    }
+    report.faults.extend(shapes);
     for r in ran {
+        if r.took_over > 0 {
+            *report.faults.entry("lease expired, taken over".into()).or_default() += r.took_over;
+        }
         for fault in &r.faults {
             *report.faults.entry(fault.label()).or_default() += 1;
         }
