@@ -6,10 +6,15 @@ request thread can interleave with; DynamoDB applies each conditional write
 local stack serialises requests: threads and keep-alive stay, the backends see
 one request at a time. Same arguments as moto_server (-H HOST -p PORT).
 
-It also gives SQS a clock that tests can move (see `_clock`).
+It also gives SQS a clock that tests can move (see `_clock`), and keeps
+DynamoDB's `ClientRequestToken` promise for `TransactWriteItems`, which moto
+ignores (see `_transaction_token`).
 """
 
+import io
+import json
 import threading
+import time
 
 import moto.server as server
 import moto.sqs.models as sqs_models
@@ -57,6 +62,69 @@ def _clock(environ, start_response):
     return [('{"offset_seconds": %s}' % _sqs_offset_seconds).encode()]
 
 
+# DynamoDB makes TransactWriteItems with a ClientRequestToken idempotent for
+# 10 minutes after the first request with it completes: a repeat of a
+# transaction that succeeded succeeds without writing again, and the same
+# token with other parameters is IdempotentParameterMismatchException. moto
+# ignores the token and runs a repeat again (the SDK repeats a request whose
+# answer timed out; the runner's settle and release rely on the token).
+_TOKEN_SECONDS = 600.0
+_tokens = {}
+
+
+def _transaction_token(environ):
+    """(key, parameters) of a TransactWriteItems request with a token, or None.
+
+    Reads the body only of such requests, and puts it back for moto."""
+    if not environ.get("HTTP_X_AMZ_TARGET", "").endswith(".TransactWriteItems"):
+        return None
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    token = request.pop("ClientRequestToken", None) if isinstance(request, dict) else None
+    if not token:
+        return None
+    key = (environ.get("HTTP_X_MOTO_ACCOUNT_ID", ""), token)
+    return key, request
+
+
+def _transaction(environ, start_response, app):
+    found = _transaction_token(environ)
+    if found is None:
+        return list(app(environ, start_response))
+    key, request = found
+    now = time.monotonic()
+    seen = _tokens.get(key)
+    if seen is not None and seen[0] > now:
+        _, parameters, status, headers, body = seen
+        if parameters != request:
+            start_response("400 Bad Request", [("Content-Type", "application/x-amz-json-1.0")])
+            message = {
+                "__type": "com.amazonaws.dynamodb.v20120810#IdempotentParameterMismatchException",
+                "message": "The request uses the same client token as a previous, but non-identical request.",
+            }
+            return [json.dumps(message).encode()]
+        start_response(status, headers)
+        return [body]
+    answer = {}
+
+    def capture(status, headers, exc_info=None):
+        answer["status"], answer["headers"] = status, list(headers)
+        return start_response(status, headers, exc_info)
+
+    out = list(app(environ, capture))
+    if answer.get("status", "").startswith("200"):
+        if len(_tokens) > 10_000:
+            for old in [k for k, v in _tokens.items() if v[0] <= now]:
+                del _tokens[old]
+        _tokens[key] = (time.monotonic() + _TOKEN_SECONDS, request, answer["status"], answer["headers"], b"".join(out))
+    return out
+
+
 class Serial:
     def __init__(self, app):
         self.app = app
@@ -67,7 +135,7 @@ class Serial:
                 return _clock(environ, start_response)
             # Produce the whole body inside the lock: a lazy body would run
             # the backend after the lock is released.
-            return list(self.app(environ, start_response))
+            return _transaction(environ, start_response, self.app)
 
 
 def run_simple(host, port, app, **kwargs):

@@ -4,6 +4,7 @@
 
 pub mod herd;
 pub mod intercept;
+pub mod sim;
 
 use std::collections::HashMap;
 

@@ -13,6 +13,7 @@ mod reconcile;
 mod runner;
 mod schedules;
 mod security;
+mod sim;
 mod store;
 mod template;
 mod webhooks;
