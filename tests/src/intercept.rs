@@ -12,9 +12,10 @@ use shared::domain::idempotency::IdempotencyRecord;
 use shared::domain::install::Install;
 use shared::domain::occurrence::RunRecord;
 use shared::domain::task::{Task, TaskId};
+use shared::domain::schedule_definition::{ScheduleDefinition, ScheduleStatus};
 use shared::ports::{
-    ClaimAnswer, ClaimRequest, OwnerReminders, Release, ReminderInserted, RunStore, ScheduleDefinition, ScheduleError,
-    ScheduleStatus, Schedules, Settled, Settlement, StoreError, TaskStore,
+    ClaimAnswer, ClaimRequest, OwnerReminders, Release, ReminderInserted, RunStore, ScheduleError, Schedules, Settled,
+    Settlement, StoreError, TaskStore,
 };
 
 /// A port `inner` with `hook` in front of it.

@@ -194,7 +194,7 @@ use shared::app::run::{RunSettings, Runner};
 use shared::domain::budget::Budget;
 use shared::domain::budget::{Price, Prices};
 use shared::domain::install::{Install, InstallScope, InstallStatus};
-use shared::domain::occurrence::RunStatus;
+use shared::domain::claim::RunStatus;
 use shared::domain::schedule::Schedule;
 use shared::domain::task::{Provenance, Spec, Task, TaskId, TaskKind};
 

@@ -1235,7 +1235,7 @@ async fn check(
             }
             if claim_status == "running" {
                 *budget_expected.entry((id.to_owned(), period.clone())).or_default() +=
-                    f(&claim["crashed_usd"]) + budget::reservation(task);
+                    f(&claim["crashed_usd"]) + budget::reservation(task.spec.budget);
             }
         }
         // 2. Tool side effects, at the fixture, by run id.
