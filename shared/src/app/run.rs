@@ -232,7 +232,6 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let task = match self.store.claim(&request).await? {
             ClaimAnswer::Claimed(task) => task,
             ClaimAnswer::Refused(old) => match diagnose(old.as_deref(), &occ.key, now) {
-                ClaimOutcome::Claimed { .. } => return Ok(Disposition::Busy),
                 ClaimOutcome::Finished { status } => {
                     tracing::info!(status = status.as_str(), "duplicate delivery of a finished occurrence");
                     return Ok(Disposition::Duplicate);

@@ -146,10 +146,6 @@ fn is_zero(v: &f64) -> bool {
 /// What the claim request's answer means.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClaimOutcome {
-    /// This execution owns the occurrence now.
-    Claimed {
-        takeover: bool,
-    },
     /// The occurrence finished before: a duplicate delivery.
     Finished {
         status: RunStatus,
@@ -278,12 +274,7 @@ pub struct RunRecord {
 
 /// Caps a run's output to [`MAX_OUTPUT_CHARS`] characters, marking the cut.
 pub fn cap_output(text: &str) -> String {
-    if text.chars().count() <= MAX_OUTPUT_CHARS {
-        return text.to_owned();
-    }
-    let mut capped: String = text.chars().take(MAX_OUTPUT_CHARS - 1).collect();
-    capped.push('…');
-    capped
+    cap_chars(text, MAX_OUTPUT_CHARS)
 }
 
 pub fn ttl_for(finished: DateTime<Utc>) -> i64 {
