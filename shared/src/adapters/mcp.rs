@@ -24,8 +24,8 @@
 //! replaced by an open object schema. Every `tools/call` carries the run id
 //! in `_meta` (`agent::RUN_ID_META`).
 //!
-//! A connector's credential is read from Secrets Manager on first use and
-//! kept for [`CREDENTIAL_TTL`] in a warm process, so a run costs no
+//! A connector's credential is read from Secrets Manager on first use (the
+//! one reader, `adapters::secrets`) and kept for [`CREDENTIAL_TTL`] in a warm process, so a run costs no
 //! Secrets Manager call and a rotated secret is picked up within minutes.
 //!
 //! Trust (SPEC §6): before anything is sent or read, the install's URL is
@@ -41,7 +41,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_secretsmanager::Client as SecretsClient;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams, GetPromptResponse, Implementation,
     JsonObject, MetaObject, PaginatedRequestParams, Prompt, ProtocolVersion, RequestMetaObject, Role as McpRole,
@@ -54,6 +53,7 @@ use serde_json::Value;
 
 use base64::Engine;
 
+use crate::adapters::secrets::SecretsReader;
 use crate::domain::agent::{Block, ImageFormat, Message, RUN_ID_META, Role};
 use crate::domain::declaration::MARKER;
 use crate::domain::endpoint::{Endpoint, EndpointPolicy, connect_endpoint};
@@ -130,7 +130,7 @@ async fn timed<T>(
 /// Secrets Manager when they have one.
 #[derive(Clone)]
 pub struct McpConnectors {
-    secrets: SecretsClient,
+    secrets: SecretsReader,
     /// Secret ARN -> (token, when it was read).
     tokens: Arc<Mutex<HashMap<String, (String, Instant)>>>,
     reads: Arc<AtomicU64>,
@@ -167,7 +167,7 @@ impl McpConnectors {
     /// which credential it may have (`CONNECTOR_SECRET_PREFIX`).
     pub fn from_sdk(sdk: &aws_config::SdkConfig, rules: InstallRules) -> Self {
         Self {
-            secrets: SecretsClient::new(sdk),
+            secrets: SecretsReader::from_sdk(sdk),
             tokens: Arc::default(),
             reads: Arc::default(),
             rules,
@@ -198,24 +198,14 @@ impl McpConnectors {
 
     async fn read_token(&self, arn: &str) -> Result<String, McpError> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let out = self
-            .secrets
-            .get_secret_value()
-            .secret_id(arn)
-            .send()
-            .await
-            .map_err(|e| McpError {
-                operation: "connect",
-                code: None,
-                message: format!(
-                    "the install's credential could not be read: {}",
-                    aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
-                ),
-            })?;
-        out.secret_string().map(str::to_owned).ok_or_else(|| McpError {
+        self.secrets.read(arn).await.map_err(|e| McpError {
             operation: "connect",
             code: None,
-            message: "the install's credential secret has no string value".into(),
+            message: if e.no_string {
+                "the install's credential secret has no string value".into()
+            } else {
+                format!("the install's credential could not be read: {}", e.message)
+            },
         })
     }
 

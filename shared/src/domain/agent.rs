@@ -1,13 +1,10 @@
 //! The agent loop's vocabulary, independent of Bedrock: messages, content
-//! blocks, offered tools, why the model stopped, and the bookkeeping that
-//! enforces a run's limits.
+//! blocks, tools as offered, why the model stopped, and the names tools are
+//! offered under. What a run offers and the bookkeeping that enforces its
+//! limits are `agent_loop`'s.
 //!
-//! Invariants: the tools offered are exactly the approved tools of the
-//! declaring server plus the tools of the workspace connectors bound to its
-//! needs; a tool is offered under a name that says which server it belongs to
-//! (`<server>__<tool>`), so no two servers' tools can be confused; a call to
-//! a name that was not offered is refused and counted. Reminders get no tools.
-//!
+//! Invariants: a tool is offered under a name that says which server it
+//! belongs to (`<server>__<tool>`), so no two servers' tools can be confused.
 //! What reaches the model is valid as Bedrock documents Converse (SPEC §7):
 //! [`prompt_conversation`] merges a prompt's consecutive same-role messages,
 //! starts it with the user and drops blank text; [`tool_result`] is never

@@ -3,6 +3,7 @@
 //! proves it builds without the SDK.
 
 pub mod agent;
+pub mod agent_loop;
 pub mod approval;
 pub mod binding;
 pub mod bounds;

@@ -105,10 +105,6 @@ pub fn run_id(task_id: &str, scheduled: DateTime<Utc>) -> String {
 /// What the claim request's answer means.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClaimOutcome {
-    /// This execution owns the occurrence now.
-    Claimed {
-        takeover: bool,
-    },
     /// The occurrence finished before: a duplicate delivery.
     Finished {
         status: RunStatus,
@@ -235,14 +231,78 @@ pub struct RunRecord {
     pub ttl: i64,
 }
 
+impl RunRecord {
+    /// The record of `delivery`'s outcome: the one place a run record is
+    /// made, for a skip before the claim and for a settle alike. `crashed_usd`
+    /// (what taken-over attempts reserved) is added to the outcome's cost; a
+    /// skip names no model.
+    pub fn new(
+        delivery: &Delivery,
+        outcome: &Outcome,
+        attempts: u32,
+        crashed_usd: f64,
+        model_id: &str,
+        started_at: DateTime<Utc>,
+        finished_at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            run_id: run_id(delivery.task_id.as_str(), delivery.scheduled),
+            task_id: delivery.task_id.to_string(),
+            workspace: delivery.message.workspace.clone(),
+            scheduled_time: delivery.key.clone(),
+            status: outcome.status,
+            reason: outcome.reason.clone(),
+            attempts,
+            usage: outcome.usage,
+            cost_usd: outcome.cost + crashed_usd,
+            output: outcome.output.clone(),
+            model_id: (outcome.status != RunStatus::Skipped).then(|| model_id.to_owned()),
+            execution_id: Some(delivery.message.execution_id.clone()),
+            started_at,
+            finished_at,
+            ttl: ttl_for(finished_at),
+        }
+    }
+}
+
+/// How an occurrence ended, before it is recorded ([`RunRecord::new`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub status: RunStatus,
+    pub reason: Option<String>,
+    pub usage: Usage,
+    pub output: Option<String>,
+    /// This attempt's cost in USD.
+    pub cost: f64,
+}
+
+impl Outcome {
+    /// A skip, `reason` in words: nothing used, nothing spent.
+    pub fn skipped(reason: String) -> Self {
+        Self {
+            status: RunStatus::Skipped,
+            reason: Some(reason),
+            usage: Usage::default(),
+            output: None,
+            cost: 0.0,
+        }
+    }
+
+    /// A failure, its reason capped ([`cap_reason`]).
+    pub fn failed(reason: impl Into<String>, usage: Usage, cost: f64, output: Option<String>) -> Self {
+        Self {
+            status: RunStatus::Failed,
+            reason: Some(cap_reason(&reason.into())),
+            usage,
+            output,
+            cost,
+        }
+    }
+}
+
 /// Caps a run's output to [`MAX_OUTPUT_CHARS`] characters, marking the cut.
 pub fn cap_output(text: &str) -> String {
-    if text.chars().count() <= MAX_OUTPUT_CHARS {
-        return text.to_owned();
-    }
-    let mut capped: String = text.chars().take(MAX_OUTPUT_CHARS - 1).collect();
-    capped.push('…');
-    capped
+    cap_chars(text, MAX_OUTPUT_CHARS)
 }
 
 pub fn ttl_for(finished: DateTime<Utc>) -> i64 {
@@ -341,6 +401,38 @@ mod claim_tests {
             );
         }
         assert_eq!(prunable(&task, now, Duration::hours(2)).len(), MAX_PRUNED_PER_SETTLE);
+    }
+
+    #[test]
+    fn a_run_record_adds_crashed_attempts_to_the_cost_and_a_skip_names_no_model() {
+        let at = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
+        let task = reminder_task(at);
+        let body = schedule_input(&task.task_id, "ws_1")
+            .replace("<aws.scheduler.scheduled-time>", "2026-12-24T18:00:00Z")
+            .replace("<aws.scheduler.execution-id>", "e2")
+            .replace("<aws.scheduler.attempt-number>", "1");
+        let delivery = RunMessage::parse(&body).unwrap();
+        let ran = Outcome {
+            status: RunStatus::Succeeded,
+            reason: None,
+            usage: Usage::default(),
+            output: Some("done".into()),
+            cost: 0.25,
+        };
+        let finished = at + Duration::seconds(5);
+        let record = RunRecord::new(&delivery, &ran, 2, 0.5, "m1", at, finished);
+        assert_eq!(record.run_id, run_id(task.task_id.as_str(), at));
+        assert_eq!(record.scheduled_time, "2026-12-24T18:00:00Z");
+        assert_eq!((record.attempts, record.cost_usd), (2, 0.75));
+        assert_eq!(record.model_id.as_deref(), Some("m1"));
+        assert_eq!(record.execution_id.as_deref(), Some("e2"));
+        assert_eq!(record.ttl, ttl_for(finished));
+        let skipped = RunRecord::new(&delivery, &Outcome::skipped("paused".into()), 0, 0.0, "m1", at, at);
+        assert_eq!(skipped.status, RunStatus::Skipped);
+        assert_eq!(skipped.reason.as_deref(), Some("paused"));
+        assert_eq!((skipped.model_id, skipped.output, skipped.cost_usd), (None, None, 0.0));
+        let failed = Outcome::failed("x".repeat(MAX_REASON_CHARS + 5), Usage::default(), 0.0, None);
+        assert_eq!(failed.reason.map(|r| r.chars().count()), Some(MAX_REASON_CHARS));
     }
 
     #[test]

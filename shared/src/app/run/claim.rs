@@ -1,0 +1,143 @@
+//! Step 2, the claim, and the install read of step 3.
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::{Disposition, LEASE_MARGIN_SECONDS, RunError, Runner};
+use crate::domain::budget;
+use crate::domain::door::{SkipReason, TaskFacts, Verdict, verdict};
+use crate::domain::install::Install;
+use crate::domain::claim::{Claim, RunStatus};
+use crate::domain::occurrence::{ClaimOutcome, Delivery, diagnose};
+use crate::domain::task::{Provenance, Task};
+use crate::ports::{ClaimAnswer, ClaimRequest, Connectors, Model, RunStore, StoreError};
+
+/// An occurrence this execution holds the claim of.
+pub(super) struct Claimed {
+    /// The task as the claim returned it.
+    pub task: Box<Task>,
+    /// The budget period the claim reserved in (`budget::period`).
+    pub period: String,
+    /// This attempt's number, counting taken-over ones.
+    pub attempts: u32,
+    /// What crashed attempts of this occurrence reserved, committed at
+    /// take-over: charged to the account with this attempt's cost.
+    pub crashed: f64,
+}
+
+impl Claimed {
+    fn of(task: Box<Task>, occurrence: &str, period: &str) -> Self {
+        let claim = task.claims.get(occurrence);
+        Self {
+            attempts: claim.map_or(1, |c| c.attempts),
+            crashed: claim.map_or(0.0, |c| c.crashed_usd),
+            period: period.to_owned(),
+            task,
+        }
+    }
+}
+
+/// What the claim step came to.
+pub(super) enum Claiming {
+    /// This execution runs the occurrence.
+    Held(Claimed),
+    /// It does not: this is the delivery's answer (a skip already recorded).
+    Answered(Disposition),
+}
+
+impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
+    /// Claims the occurrence (`RunStore::claim`): a lease until `deadline`
+    /// plus a margin, and the run's reservation, in one conditional write.
+    pub(super) async fn claim(
+        &self,
+        occ: &Delivery,
+        now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Result<Claiming, RunError> {
+        let period = budget::period(occ.scheduled);
+        let claim = Claim {
+            status: RunStatus::Running,
+            lease_until: (deadline + Duration::seconds(LEASE_MARGIN_SECONDS)).timestamp(),
+            execution_id: occ.message.execution_id.clone(),
+            attempts: 1,
+            started_at: now,
+            crashed_usd: 0.0,
+        };
+        let request = ClaimRequest {
+            workspace: &occ.message.workspace,
+            task_id: &occ.task_id,
+            occurrence: &occ.key,
+            period: &period,
+            claim: &claim,
+            now,
+        };
+        match self.store.claim(&request).await? {
+            ClaimAnswer::Claimed(task) => Ok(Claiming::Held(Claimed::of(task, &occ.key, &period))),
+            ClaimAnswer::Refused(old) => self.refused(occ, &request, old, now).await,
+        }
+    }
+
+    /// A refused claim, diagnosed from the task as it was: a duplicate, a
+    /// live lease (retry later), an expired one (taken over with
+    /// `RunStore::take_over`), no task, or no budget (skips recorded).
+    async fn refused(
+        &self,
+        occ: &Delivery,
+        request: &ClaimRequest<'_>,
+        old: Option<Box<Task>>,
+        now: DateTime<Utc>,
+    ) -> Result<Claiming, RunError> {
+        let answered = |disposition| -> Result<Claiming, RunError> { Ok(Claiming::Answered(disposition)) };
+        match diagnose(old.as_deref(), &occ.key, now) {
+            ClaimOutcome::Finished { status } => {
+                tracing::info!(status = status.as_str(), "duplicate delivery of a finished occurrence");
+                answered(Disposition::Duplicate)
+            }
+            ClaimOutcome::Busy { lease_until } => {
+                tracing::info!(lease_until, "occurrence is running elsewhere; retry later");
+                answered(Disposition::Busy)
+            }
+            ClaimOutcome::Expired => match self.store.take_over(request).await? {
+                ClaimAnswer::Claimed(task) => {
+                    tracing::warn!("took over an expired lease");
+                    Ok(Claiming::Held(Claimed::of(task, &occ.key, request.period)))
+                }
+                ClaimAnswer::Refused(_) => answered(Disposition::Busy),
+            },
+            ClaimOutcome::Missing => answered(self.skip_unclaimed(occ, SkipReason::Missing, now, 1).await?),
+            ClaimOutcome::BudgetExhausted => {
+                let reason = self.over_budget(occ, old.as_deref(), now).await?;
+                answered(self.skip_unclaimed(occ, reason, now, 1).await?)
+            }
+        }
+    }
+
+    /// Why a claim refused for its budget is skipped: the door speaks first
+    /// (a paused task is skipped as paused), after the install read.
+    async fn over_budget(
+        &self,
+        occ: &Delivery,
+        old: Option<&Task>,
+        now: DateTime<Utc>,
+    ) -> Result<SkipReason, RunError> {
+        let Some(old) = old else {
+            return Ok(SkipReason::Missing);
+        };
+        let install = self.install_of(old).await?;
+        let task = TaskFacts::Present {
+            task: old,
+            install: install.as_ref(),
+        };
+        Ok(match verdict(&self.facts(occ, now, task)) {
+            Verdict::Skip(reason) => reason,
+            Verdict::Run => SkipReason::BudgetExhausted,
+        })
+    }
+
+    /// The install of a connector task (`RunStore::install`); a reminder has none.
+    pub(super) async fn install_of(&self, task: &Task) -> Result<Option<Install>, StoreError> {
+        match &task.provenance {
+            Provenance::Connector { install_id, .. } => self.store.install(&task.workspace, install_id).await,
+            Provenance::User { .. } => Ok(None),
+        }
+    }
+}

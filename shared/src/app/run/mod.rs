@@ -1,0 +1,226 @@
+//! The run use case (SPEC §7): one runs-queue message becomes at most one
+//! effective run of its occurrence, whatever Scheduler and SQS redeliver.
+//! [`Runner::deliver`] reads as these steps, each a named function with the
+//! port calls it makes named beside it, one at a time, so a crash can fall
+//! between any two of them:
+//!
+//! 1. **Door** before any read: worker flag, lateness (`domain::door`, no
+//!    I/O). A skip is recorded (`skip_unclaimed`: `RunStore::record_unclaimed`).
+//! 2. **Claim** (`claim`: `RunStore::claim`): one conditional write on the
+//!    task item claims the occurrence (a lease until the function's
+//!    deadline), reserves the run's maximum against the task's period
+//!    budget, and returns the task, so the claim is also the task read.
+//!    Refused, the old task says why (`refused`): finished (a duplicate:
+//!    acknowledged, nothing else), running under a live lease (retry later),
+//!    running under an expired lease (take over: `RunStore::take_over`),
+//!    missing, or over budget (the door speaks first, after an install read).
+//! 3. **Door** again with the task (`install_of`: `RunStore::install`, the
+//!    install of a connector task).
+//! 4. **Procedure** (`procedure`): a reminder's instruction, or on the
+//!    connector's server `Connectors::connect`, `McpSession::get_prompt`
+//!    with the approved arguments at every run, and `McpSession::list_tools`
+//!    (then, per bound need, `RunStore::install`, connect, `list_tools`).
+//!    Any MCP error fails the run; it never withdraws the task.
+//! 5. **Agent loop** (`agent_loop`): each model call (`model_call`:
+//!    `Model::converse`, retried while throttled) and each tool call
+//!    (`tool_call`: `McpSession::call_tool`) is one step; what is offered,
+//!    whether a call is allowed and when the loop stops are decided by
+//!    `domain::agent_loop`.
+//! 6. **Settle** (`settle`: `RunStore::settle`): one transaction writes the
+//!    run record, finishes the claim, settles the budget to the actual cost
+//!    and charges the account; it is fenced on this execution still holding
+//!    the claim. A run the model kept throttled before any tool call is
+//!    released instead (`release`: `RunStore::release`: claim removed,
+//!    reservation returned) and its message goes back to the queue.
+//! 7. **Notify**: the settle's run record is the outbox. The table's stream
+//!    carries a succeeded or failed record to the bus through an EventBridge
+//!    Pipe (`domain::notification`): after accounting by construction, one
+//!    event per settled run, none for a skip, and nothing for a duplicate
+//!    delivery or a crash after the settle to get wrong.
+//!
+//! A run's limits are its spec's bounded by the current `SCHEDULE_CEILINGS`;
+//! a taken-over occurrence pays for the crashed attempt's reservation. The
+//! run record is made in one place (`RunRecord::new`), for a skip before the
+//! claim and for a settle.
+//!
+//! DynamoDB requests: 2 for a run (claim, settle; a connector task adds its
+//! install read), 1 for a duplicate, 1 for a skip at the first door, 2 for a
+//! skip after the claim.
+
+mod agent;
+mod claim;
+mod procedure;
+mod settle;
+
+use std::time::Duration as StdDuration;
+
+use chrono::{DateTime, Duration, Utc};
+
+use crate::domain::agent_loop::Ended;
+use crate::domain::budget::Prices;
+use crate::domain::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
+use crate::domain::limits::Ceilings;
+use crate::domain::claim::RunStatus;
+use crate::domain::occurrence::{Delivery, Outcome, RunMessage};
+use crate::ports::{Connectors, Model, RunStore, StoreError};
+
+use claim::Claiming;
+
+/// What the runner reads besides its ports.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    pub worker_enabled: bool,
+    /// `CATCH_UP_SECONDS`: deliveries later than this after their scheduled
+    /// time are skipped as missed.
+    pub catch_up: Duration,
+    pub model_id: String,
+    pub prices: Prices,
+    /// `SCHEDULE_CEILINGS` as the runner reads it now: a run's limits are
+    /// its spec's, bounded by these.
+    pub ceilings: Ceilings,
+}
+
+/// Kept past the function's deadline on a lease, so a slow settle after the
+/// deadline is not mistaken for a crash.
+pub const LEASE_MARGIN_SECONDS: i64 = 30;
+/// Left for the settle at the end of an invocation.
+pub const SETTLE_RESERVE_SECONDS: i64 = 10;
+
+/// What became of one message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Disposition {
+    Ran(RunStatus),
+    Skipped(SkipReason),
+    /// A delivery of an occurrence that already finished (or that another
+    /// execution took over): nothing done.
+    Duplicate,
+    /// Not a run message: recorded for an operator and acknowledged.
+    Malformed(String),
+    /// Another execution is running this occurrence: deliver again later.
+    Busy,
+    /// The model was throttled before the run called any tool: the claim
+    /// and the reservation are released, nothing is recorded, and the
+    /// message goes back to the queue to run again within the catch-up window.
+    ReturnToQueue,
+}
+
+/// The first wait after a throttled model call; it doubles up to
+/// [`THROTTLE_BACKOFF_CAP_MS`], each wait jittered (half fixed, half random).
+pub const THROTTLE_BACKOFF_MS: u64 = 200;
+pub const THROTTLE_BACKOFF_CAP_MS: u64 = 4000;
+
+/// The wait before retry `attempt` (0-based) of a throttled call.
+fn backoff(attempt: u32) -> StdDuration {
+    use std::hash::{BuildHasher, Hasher};
+    let ceiling = THROTTLE_BACKOFF_MS
+        .saturating_mul(1 << attempt.min(10))
+        .min(THROTTLE_BACKOFF_CAP_MS);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(attempt);
+    let random = hasher.finish() % (ceiling / 2 + 1);
+    StdDuration::from_millis(ceiling / 2 + random)
+}
+
+/// A transient failure: the message is returned to the queue.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Runner<S, M, C> {
+    store: S,
+    model: M,
+    connectors: C,
+    settings: RunSettings,
+}
+
+impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
+    pub fn new(store: S, model: M, connectors: C, settings: RunSettings) -> Self {
+        Self {
+            store,
+            model,
+            connectors,
+            settings,
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn connectors(&self) -> &C {
+        &self.connectors
+    }
+
+    /// Handles one runs-queue message at `now`, in an invocation that must
+    /// end by `deadline`: the steps of the module doc, in order.
+    #[tracing::instrument(skip_all, fields(message_id, task_id, workspace, occurrence))]
+    pub async fn deliver(
+        &self,
+        message_id: &str,
+        body: &str,
+        now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Result<Disposition, RunError> {
+        let span = tracing::Span::current();
+        span.record("message_id", message_id);
+        let occ = match RunMessage::parse(body) {
+            Ok(occ) => occ,
+            Err(reason) => return self.record_malformed(message_id, body, reason, now).await,
+        };
+        span.record("task_id", occ.task_id.as_str());
+        span.record("workspace", occ.message.workspace.as_str());
+        span.record("occurrence", occ.key.as_str());
+
+        // 1. Door, before any read.
+        if let Verdict::Skip(reason) = verdict(&self.facts(&occ, now, TaskFacts::Unknown)) {
+            return self.skip_unclaimed(&occ, reason, now, 0).await;
+        }
+        // 2. Claim: also the task read.
+        let claimed = match self.claim(&occ, now, deadline).await? {
+            Claiming::Held(claimed) => claimed,
+            Claiming::Answered(disposition) => return Ok(disposition),
+        };
+        // 3. Door again, with the task and its install.
+        let install = self.install_of(&claimed.task).await?;
+        let task = TaskFacts::Present {
+            task: &claimed.task,
+            install: install.as_ref(),
+        };
+        let door = verdict(&self.facts(&occ, now, task));
+        let outcome = match &door {
+            Verdict::Skip(reason) => {
+                tracing::info!(reason = reason.code(), "skipped at the door");
+                Outcome::skipped(reason.describe())
+            }
+            // 4. and 5. The procedure and the agent loop.
+            Verdict::Run => match self
+                .run(&claimed.task, install.as_ref(), occ.scheduled, now, deadline)
+                .await
+            {
+                Ended::Run(outcome) => outcome,
+                Ended::Requeue(requeue) => return self.release(&occ, &claimed, install.as_ref(), requeue).await,
+            },
+        };
+        // 6. Settle; 7. its record is the notification's outbox.
+        let Some(recorded) = self.settle(&occ, &claimed, install.as_ref(), &outcome, now).await? else {
+            return Ok(Disposition::Duplicate);
+        };
+        Ok(match door {
+            Verdict::Skip(reason) if recorded == RunStatus::Skipped => Disposition::Skipped(reason),
+            _ => Disposition::Ran(recorded),
+        })
+    }
+
+    /// What the door reads of this delivery.
+    fn facts<'a>(&self, occ: &Delivery, now: DateTime<Utc>, task: TaskFacts<'a>) -> Facts<'a> {
+        Facts {
+            worker_enabled: self.settings.worker_enabled,
+            scheduled: occ.scheduled,
+            now,
+            catch_up: self.settings.catch_up,
+            task,
+        }
+    }
+}

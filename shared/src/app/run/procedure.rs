@@ -1,0 +1,167 @@
+//! Steps 4 and 5 begun: the procedure a run starts from, the sessions and
+//! tools it is offered, and the agent loop set up within the run's limits.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::{Runner, SETTLE_RESERVE_SECONDS};
+use crate::domain::agent::{Message, ToolSpec, prompt_conversation};
+use crate::domain::agent_loop::{self, AgentLoop, Ended, Toolbox, reminder_prompt, time_left};
+use crate::domain::install::Install;
+use crate::domain::occurrence::{Outcome, Usage, run_id};
+use crate::domain::task::{Provenance, Task, TaskKind};
+use crate::ports::{Connectors, McpError, McpSession, Model, RunStore, ServerTool};
+
+/// What a run starts from: its first messages, the tools it is offered, and
+/// the open sessions they lead to (a route's `session` indexes `sessions`).
+struct Setup<T> {
+    messages: Vec<Message>,
+    toolbox: Toolbox,
+    sessions: Vec<T>,
+}
+
+impl<T> Setup<T> {
+    fn new(messages: Vec<Message>) -> Self {
+        Self {
+            messages,
+            toolbox: Toolbox::default(),
+            sessions: Vec::new(),
+        }
+    }
+
+    /// Keeps `session` and offers the tools of `server` it listed that pass `admit`.
+    fn offer(&mut self, server: &str, listed: Vec<ServerTool>, admit: impl Fn(&str) -> bool, session: T) {
+        let index = self.sessions.len();
+        self.sessions.push(session);
+        let listed = listed
+            .into_iter()
+            .map(|tool| ToolSpec {
+                name: tool.name,
+                description: tool.description,
+                input_schema: tool.input_schema,
+            })
+            .collect();
+        self.toolbox.offer(server, index, listed, admit);
+    }
+}
+
+fn connect_failed(message: String) -> McpError {
+    McpError {
+        operation: "connect",
+        code: None,
+        message,
+    }
+}
+
+impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
+    /// The procedure and the agent loop. Every failure here is the run's
+    /// outcome, never an error of the delivery.
+    pub(super) async fn run(
+        &self,
+        task: &Task,
+        install: Option<&Install>,
+        scheduled: DateTime<Utc>,
+        now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Ended {
+        let failed = |reason: String| Ended::Run(Outcome::failed(reason, Usage::default(), 0.0, None));
+        let price = match self.settings.prices.of(&self.settings.model_id) {
+            Ok(price) => price,
+            Err(e) => return failed(e.to_string()),
+        };
+        // Ceilings bind at run time: lowering one brakes every task.
+        let limits = self.settings.ceilings.bound(task.spec.limits);
+        let latest = deadline - Duration::seconds(SETTLE_RESERVE_SECONDS);
+        let wall_deadline = agent_loop::wall_deadline(&limits, now, latest);
+        let setup = match self.procedure(task, install, wall_deadline).await {
+            Ok(setup) => setup,
+            Err(e) => return failed(e.to_string()),
+        };
+        let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
+        let turns = AgentLoop::new(setup.messages, setup.toolbox, limits, run_budget, price, wall_deadline);
+        let run = run_id(task.task_id.as_str(), scheduled);
+        self.agent_loop(turns, &setup.sessions, &run).await
+    }
+
+    /// Step 4: a reminder's instruction, or the connector's prompt and tools.
+    async fn procedure(
+        &self,
+        task: &Task,
+        install: Option<&Install>,
+        wall_deadline: DateTime<Utc>,
+    ) -> Result<Setup<C::Session>, McpError> {
+        match task.kind {
+            TaskKind::Reminder => {
+                let instruction = task.instruction.as_deref().unwrap_or_default();
+                Ok(Setup::new(vec![reminder_prompt(&task.title, instruction)]))
+            }
+            // The setup (connects, prompts/get, tools/list per binding) is
+            // bounded by the run's wall time too, so the settle still fits.
+            TaskKind::Connector => {
+                let left = time_left(wall_deadline, Utc::now());
+                match tokio::time::timeout(left, self.connector_setup(task, install)).await {
+                    Ok(setup) => setup,
+                    Err(_) => Err(connect_failed(
+                        "the connector setup did not finish within the run's time limit".into(),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// The declaring server: `connect`, `prompts/get` with the approved
+    /// arguments, `tools/list` (its approved tools offered); then the
+    /// connectors bound to the task's needs.
+    async fn connector_setup(&self, task: &Task, install: Option<&Install>) -> Result<Setup<C::Session>, McpError> {
+        let (Provenance::Connector { prompt, .. }, Some(install)) = (&task.provenance, install) else {
+            return Err(connect_failed("the connector task has no install".into()));
+        };
+        let session = self.connectors.connect(install).await?;
+        let messages = prompt_conversation(session.get_prompt(prompt, &task.spec.arguments).await?);
+        if messages.is_empty() {
+            return Err(McpError {
+                operation: "prompts/get",
+                code: None,
+                message: "the prompt has no content to run".into(),
+            });
+        }
+        let mut setup = Setup::new(messages);
+        let own = session.list_tools().await?;
+        setup.offer(&install.server, own, |name| task.spec.tools.contains(name), session);
+        for install_id in task.spec.bindings.values().flatten() {
+            let Some(bound) = self.bound_install(task, install_id).await? else {
+                continue;
+            };
+            let session = self.connectors.connect(&bound).await?;
+            let tools = session.list_tools().await?;
+            setup.offer(&bound.server, tools, |_| true, session);
+        }
+        Ok(setup)
+    }
+
+    /// A bound install as stored now (`RunStore::install`), if it may serve
+    /// a need: the binding rule again, an installed workspace install of
+    /// another server only (a stored binding that breaks it lends nothing).
+    async fn bound_install(&self, task: &Task, install_id: &str) -> Result<Option<Install>, McpError> {
+        match self.store.install(&task.workspace, install_id).await {
+            Ok(Some(bound))
+                if crate::domain::binding::check_binding(
+                    task,
+                    install_id,
+                    &BTreeMap::from([(install_id.to_owned(), bound.clone())]),
+                )
+                .is_ok() =>
+            {
+                Ok(Some(bound))
+            }
+            Ok(_) => {
+                tracing::warn!(install_id = %install_id, "a bound install that may not serve a need is not offered");
+                Ok(None)
+            }
+            Err(e) => Err(connect_failed(format!(
+                "bound install {install_id} could not be read: {e}"
+            ))),
+        }
+    }
+}

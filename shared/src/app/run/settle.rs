@@ -1,0 +1,182 @@
+//! Step 6 and the records of the steps before it: the settle of a claimed
+//! occurrence (or its release), a skip that held no claim, a malformed
+//! message. Every run record is made by `RunRecord::new`.
+
+use chrono::{DateTime, Utc};
+
+use super::claim::Claimed;
+use super::{Disposition, RunError, Runner};
+use crate::domain::agent_loop::Requeue;
+use crate::domain::budget;
+use crate::domain::door::SkipReason;
+use crate::domain::install::Install;
+use crate::domain::claim::RunStatus;
+use crate::domain::occurrence::{Delivery, Outcome, RunRecord, cap_reason, claim_retention, prunable};
+use crate::domain::task::{Provenance, Task};
+use crate::ports::{Connectors, Model, Release, RunStore, Settled, Settlement, StoreError};
+
+/// The account a run is charged to: one per install, a principal's for a
+/// reminder.
+fn account_of(task: &Task, install: Option<&Install>) -> Option<budget::Account> {
+    match (&task.provenance, install) {
+        (Provenance::User { principal }, _) => Some(budget::account_of_principal(principal)),
+        (Provenance::Connector { .. }, Some(install)) => Some(budget::Account::Install(install.account.clone())),
+        (Provenance::Connector { .. }, None) => None,
+    }
+}
+
+/// `record` with its outcome alone, for a settle the store refused: failed
+/// (a skip stays a skip), no output, the reason saying why and what it was.
+fn outcome_alone(record: &RunRecord, error: &StoreError) -> RunRecord {
+    let mut minimal = record.clone();
+    if minimal.status != RunStatus::Skipped {
+        minimal.status = RunStatus::Failed;
+    }
+    minimal.output = None;
+    minimal.reason = Some(cap_reason(&format!(
+        "the run's outcome could not be recorded ({}); was: {}",
+        crate::error_chain(error),
+        record.reason.as_deref().unwrap_or(record.status.as_str())
+    )));
+    minimal
+}
+
+impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
+    /// Settles a claimed occurrence (`RunStore::settle`): its record, the
+    /// claim finished, the budget settled, the account charged, fenced on
+    /// the claim. The status recorded, or `None` when the claim was lost to
+    /// a take-over (that execution records the outcome).
+    pub(super) async fn settle(
+        &self,
+        occ: &Delivery,
+        claimed: &Claimed,
+        install: Option<&Install>,
+        outcome: &Outcome,
+        now: DateTime<Utc>,
+    ) -> Result<Option<RunStatus>, RunError> {
+        let task = &claimed.task;
+        let finished_at = Utc::now().max(now);
+        let model_id = &self.settings.model_id;
+        let record = RunRecord::new(
+            occ,
+            outcome,
+            claimed.attempts,
+            claimed.crashed,
+            model_id,
+            now,
+            finished_at,
+        );
+        let account = account_of(task, install);
+        let settlement = Settlement {
+            task,
+            occurrence: &occ.key,
+            execution_id: &occ.message.execution_id,
+            period: &claimed.period,
+            reserved_usd: budget::reservation(task.spec.budget) + claimed.crashed,
+            account: account
+                .as_ref()
+                .filter(|_| outcome.status != RunStatus::Skipped || claimed.crashed > 0.0),
+            record: &record,
+            complete: task.spec.schedule.is_one_time() && outcome.status != RunStatus::Skipped,
+            prune: prunable(task, now, claim_retention(self.settings.catch_up)),
+        };
+        let (settled, recorded) = match self.store.settle(&settlement).await {
+            Ok(settled) => (settled, outcome.status),
+            Err(error @ StoreError::Rejected { .. }) => self.settle_outcome_alone(&settlement, &error).await?,
+            Err(error) => return Err(error.into()),
+        };
+        if settled == Settled::LostClaim {
+            tracing::warn!("the claim was taken over before this run settled; its outcome is not recorded");
+            return Ok(None);
+        }
+        tracing::info!(
+            status = recorded.as_str(),
+            cost_usd = outcome.cost,
+            "occurrence settled"
+        );
+        Ok(Some(recorded))
+    }
+
+    /// The settle once more with the outcome alone ([`outcome_alone`]),
+    /// after the store refused it as invalid: that would fail the same way
+    /// on every redelivery, and a claim must not stay running nor a
+    /// reservation held because a record could not be written. (A transient
+    /// failure instead sends the message back: a take-over later.)
+    async fn settle_outcome_alone(
+        &self,
+        settlement: &Settlement<'_>,
+        error: &StoreError,
+    ) -> Result<(Settled, RunStatus), StoreError> {
+        tracing::error!(error = %crate::error_chain(error), "the settle failed; recording the outcome without its content");
+        let minimal = outcome_alone(settlement.record, error);
+        let fallback = Settlement {
+            record: &minimal,
+            ..settlement.clone()
+        };
+        Ok((self.store.settle(&fallback).await?, minimal.status))
+    }
+
+    /// Releases the claim and the reservation (`RunStore::release`,
+    /// charging what was spent, crashed attempts' reservations included) so
+    /// the message can come back and run as if it never had.
+    pub(super) async fn release(
+        &self,
+        occ: &Delivery,
+        claimed: &Claimed,
+        install: Option<&Install>,
+        requeue: Requeue,
+    ) -> Result<Disposition, RunError> {
+        let task = &claimed.task;
+        let spent = requeue.cost + claimed.crashed;
+        let account = account_of(task, install);
+        let release = Release {
+            task,
+            occurrence: &occ.key,
+            execution_id: &occ.message.execution_id,
+            period: &claimed.period,
+            reserved_usd: budget::reservation(task.spec.budget) + claimed.crashed,
+            spent_usd: spent,
+            account: account.as_ref().filter(|_| spent > 0.0),
+        };
+        if self.store.release(&release).await? == Settled::LostClaim {
+            tracing::warn!("the claim was taken over before this run was released");
+            return Ok(Disposition::Duplicate);
+        }
+        tracing::warn!(
+            turns = requeue.usage.turns,
+            "the model stayed throttled before any tool call; returned to the queue"
+        );
+        Ok(Disposition::ReturnToQueue)
+    }
+
+    /// Records a skip that holds no claim (`RunStore::record_unclaimed`):
+    /// at the first door (`attempts` 0), or for a claim refused as missing
+    /// or over budget (1).
+    pub(super) async fn skip_unclaimed(
+        &self,
+        occ: &Delivery,
+        reason: SkipReason,
+        now: DateTime<Utc>,
+        attempts: u32,
+    ) -> Result<Disposition, RunError> {
+        let skipped = Outcome::skipped(reason.describe());
+        let record = RunRecord::new(occ, &skipped, attempts, 0.0, &self.settings.model_id, now, now);
+        self.store.record_unclaimed(&record).await?;
+        tracing::info!(reason = reason.code(), "skipped at the door");
+        Ok(Disposition::Skipped(reason))
+    }
+
+    /// Keeps a message that is no run message (`RunStore::record_malformed`)
+    /// and acknowledges it.
+    pub(super) async fn record_malformed(
+        &self,
+        message_id: &str,
+        body: &str,
+        reason: String,
+        now: DateTime<Utc>,
+    ) -> Result<Disposition, RunError> {
+        self.store.record_malformed(message_id, body, &reason, now).await?;
+        tracing::warn!(reason = %reason, "malformed message recorded and acknowledged");
+        Ok(Disposition::Malformed(reason))
+    }
+}
