@@ -31,6 +31,23 @@ if grep -rnE --include='*.rs' "$prefixes" shared functions infra tests | grep -v
   echo "a DynamoDB key prefix is spelled outside shared/src/adapters/keys.rs: build the key with keys::Key" >&2
   exit 1
 fi
+echo "== the module graph and the environment, as ARCHITECTURE.md's invariants say"
+# A check fails when a line names what its module may not: print the lines, say the rule.
+forbid() { # rule, pattern, paths...
+  local rule="$1" pattern="$2"
+  shift 2
+  if grep -rnE --include='*.rs' "$pattern" "$@"; then
+    echo "$rule" >&2
+    exit 1
+  fi
+}
+forbid "adapters never import app" 'crate::app\b' shared/src/adapters
+forbid "the domain imports neither app, adapters nor ports" 'crate::(app|adapters|ports)\b' shared/src/domain
+forbid "config.rs is the only reader of the environment" 'std::env::var|env::var(_os)?\(|env::vars\(' \
+  $(find shared/src functions/*/src -name '*.rs' ! -path shared/src/config.rs)
+forbid "Lambda event types and the runtime stay in functions/*" 'aws_lambda_events|lambda_runtime' shared/src
+forbid "AWS SDK calls stay in shared/src/adapters" 'aws_sdk_[a-z]+::' \
+  $(find shared/src -name '*.rs' ! -path 'shared/src/adapters/*') functions/*/src
 echo "== one TLS crypto stack in each function (aws-lc-rs; ring never besides it)"
 for function in create runner reconcile admin schedules; do
   crates="$(cargo tree -p "$function" -e normal --prefix none --locked | cut -d' ' -f1 | sort -u)"

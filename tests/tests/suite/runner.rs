@@ -545,6 +545,68 @@ async fn limits_stop_the_loop_and_unpriced_models_never_run() {
     );
 }
 
+/// A connector run's DynamoDB requests, counted by the store's own counter
+/// (ARCHITECTURE.md states them): the claim (which is also the task read),
+/// the declaring install's read, one read per bound install, and the
+/// settle. No more: the connector's credential is read from Secrets
+/// Manager, not the table.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connector_run_reads_its_install_and_each_bound_install_once() {
+    let s = RunStack::start().await.unwrap();
+    let issues = McpFixture::start(FixtureState {
+        prompts: ["weekly_summary", "daily_digest"]
+            .map(|name| scheduled_prompt(name, json!({"version": 1}), &[], "Summarise."))
+            .into(),
+        tools: vec![tool("list_issues")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let chat = McpFixture::start(FixtureState {
+        tools: vec![tool("post_message")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.store()
+        .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    s.store()
+        .put_install(&install("ins_chat", "chat", &chat.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    let unbound = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
+    let mut bound = connector_task("issues", "daily_digest", &["list_issues"], &[]);
+    bound.spec.bindings = [("summary_channel".to_owned(), Some("ins_chat".to_owned()))].into();
+    s.insert(&unbound).await;
+    s.insert(&bound).await;
+    s.model
+        .script([Reply::text("done", 100, 10), Reply::text("done", 100, 10)])
+        .await;
+    let at = Utc::now() - Duration::seconds(5);
+    let runner = s.runner();
+    let mut counted = Vec::new();
+    for task in [&unbound, &bound] {
+        let before = runner.store().requests();
+        let got = runner
+            .deliver("m1", &run_message(task, at, "e1"), Utc::now(), deadline())
+            .await
+            .unwrap();
+        assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+        counted.push(runner.store().requests() - before);
+    }
+    assert_eq!(counted[0], 3, "claim, install read, settle");
+    assert_eq!(counted[1], 4, "claim, install read, one bound install read, settle");
+    assert_eq!(s.model.requests().await.len(), 2);
+    let offered = &s.model.requests().await[1].1["toolConfig"]["tools"];
+    assert_eq!(
+        offered.as_array().map(Vec::len),
+        Some(2),
+        "the bound install's tool too: {offered}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_malformed_message_is_recorded_and_acknowledged() {
     let s = RunStack::start().await.unwrap();
