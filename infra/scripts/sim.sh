@@ -3,7 +3,7 @@
 # moto, the rmcp fixture and the Converse stand-in, under generated faults.
 # Prints one table and exits non-zero when a check finds a violation; one
 # seed (--seeds 17..17) also prints its fault schedule.
-#   infra/scripts/sim.sh [--seeds A..B] [--size N] [--per-task M] [--concurrency K] [--schedule]
+#   infra/scripts/sim.sh [--seeds A..B] [--size N] [--per-task M] [--concurrency K] [--parallel P] [--schedule] [--tamper]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 infra/scripts/venv.sh

@@ -746,11 +746,11 @@ pub struct SimReport {
 }
 
 pub const CHECKS: [&str; 5] = [ONE_OUTCOME, SIDE_EFFECTS, ACCOUNTING, ONE_EVENT, NONE_LOST];
-const ONE_OUTCOME: &str = "at most one settled outcome per occurrence";
-const SIDE_EFFECTS: &str = "tool side effects by run id";
-const ACCOUNTING: &str = "budget_used and account charges";
-const ONE_EVENT: &str = "one bus event per settled run, none for a skip";
-const NONE_LOST: &str = "every delivered occurrence recorded";
+pub const ONE_OUTCOME: &str = "at most one settled outcome per occurrence";
+pub const SIDE_EFFECTS: &str = "tool side effects by run id";
+pub const ACCOUNTING: &str = "budget_used and account charges";
+pub const ONE_EVENT: &str = "one bus event per settled run, none for a skip";
+pub const NONE_LOST: &str = "every delivered occurrence recorded";
 
 impl SimReport {
     pub fn violation_count(&self) -> usize {
@@ -854,6 +854,11 @@ pub struct SimConfig {
     pub concurrency: usize,
     /// Print each seed's fault schedule.
     pub print_schedule: bool,
+    /// Seeds run at once, each on its own stack.
+    pub parallel: usize,
+    /// Tamper with the table after the deliveries, before the checks (one
+    /// run record deleted, one account overcharged): the checks must find it.
+    pub tamper: bool,
 }
 
 impl Default for SimConfig {
@@ -865,30 +870,43 @@ impl Default for SimConfig {
             per_task: 10,
             concurrency: 16,
             print_schedule: false,
+            parallel: 1,
+            tamper: false,
         }
     }
 }
 
-/// Runs every seed of the range, one after another, each on its own stack.
+/// Runs every seed of the range, `parallel` at once, each on its own stack.
 pub async fn run(config: &SimConfig) -> anyhow::Result<SimReport> {
+    use futures::StreamExt;
     let started = Instant::now();
     let mut report = SimReport {
         size: config.size,
         ..Default::default()
     };
-    for seed in config.first_seed..=config.last_seed {
-        let plan = plan(seed, config.size, config.per_task);
-        if config.print_schedule {
-            println!("{}", plan.schedule());
-        }
-        let one = run_seed(&plan, config.concurrency)
-            .await
-            .with_context(|| format!("seed {seed}"))?;
-        if one.violation_count() > 0 {
-            eprintln!("seed {seed}: {} violations", one.violation_count());
-        }
+    let mut seeds = futures::stream::iter(config.first_seed..=config.last_seed)
+        .map(|seed| async move {
+            let plan = plan(seed, config.size, config.per_task);
+            if config.print_schedule {
+                println!("{}", plan.schedule());
+            }
+            run_seed(&plan, config.concurrency, config.tamper)
+                .await
+                .with_context(|| format!("seed {seed}"))
+        })
+        .buffer_unordered(config.parallel.max(1));
+    while let Some(one) = seeds.next().await {
+        let one = one?;
+        let seed = one.seeds.first().copied().unwrap_or_default();
+        eprintln!(
+            "seed {seed}: {} occurrences, {} deliveries, {} violations",
+            one.occurrences,
+            one.deliveries,
+            one.violation_count()
+        );
         report.merge(one);
     }
+    report.seeds.sort_unstable();
     report.real_seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -1018,7 +1036,7 @@ fn tasks_of(plan: &SeedPlan) -> Vec<Task> {
 }
 
 /// Runs one seed on a fresh stack and checks it.
-pub async fn run_seed(plan: &SeedPlan, concurrency: usize) -> anyhow::Result<SimReport> {
+pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyhow::Result<SimReport> {
     let s = RunStack::start().await?;
     let prompts = plan
         .tasks
@@ -1101,9 +1119,48 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize) -> anyhow::Result<Sim
     let ran: Vec<Ran> = ran.into_iter().flatten().collect();
     let sent = sent.lock().map(|s| s.clone()).unwrap_or_default();
     let calls: Vec<Option<Value>> = fixture.state().read().await.call_metas.clone();
+    if tamper {
+        tamper_with(&s, &tasks, &ran).await?;
+    }
     let report = check(plan, &s, &tasks, &ran, &sent, &calls).await?;
     drop(stand_ins);
     Ok(report)
+}
+
+/// Deletes the first succeeded run record and overcharges an account by a
+/// dollar, behind the runner's back.
+async fn tamper_with(s: &RunStack, tasks: &[Task], ran: &[Ran]) -> anyhow::Result<()> {
+    use shared::adapters::keys::Key;
+    for r in ran {
+        let task = &tasks[r.task];
+        let Some(record) = s.run_record(&task.task_id, &r.key).await else {
+            continue;
+        };
+        if record["status"] != "succeeded" {
+            continue;
+        }
+        let run = Key::run(task.task_id.as_str(), &r.key);
+        s.t.dynamo
+            .delete_item()
+            .table_name(&s.t.stack.names.table)
+            .set_key(Some(run.to_map()))
+            .send()
+            .await?;
+        let account = match task.kind {
+            shared::domain::task::TaskKind::Reminder => budget::account_of_principal("usr_123"),
+            shared::domain::task::TaskKind::Connector => budget::Account::Install(format!("acct_{INSTALL}")),
+        };
+        s.t.dynamo
+            .update_item()
+            .table_name(&s.t.stack.names.table)
+            .set_key(Some(Key::account(&account, &budget::period(r.scheduled)).to_map()))
+            .update_expression("ADD spent_usd :one")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .send()
+            .await?;
+        return Ok(());
+    }
+    anyhow::bail!("nothing succeeded to tamper with")
 }
 
 fn f(value: &Value) -> f64 {
@@ -1211,6 +1268,8 @@ async fn check(
         let record = records.get(&(id.to_owned(), r.key.clone())).copied();
         let claim = task_items.get(id).map(|t| &t["claims"][&r.key]);
         let status = record.and_then(|rec| rec["status"].as_str()).unwrap_or("");
+        // Every task's budget is checked, whatever its occurrences left.
+        budget_expected.entry((id.to_owned(), period.clone())).or_default();
         let what = format!("{} {} ({})", task.task_id, r.key, describe(&r.faults));
         match record {
             Some(rec) => {
@@ -1308,6 +1367,18 @@ async fn check(
             violate(
                 ACCOUNTING,
                 format!("task {id} {period}: budget_used {used:.6}, records and running claims {expected:.6}"),
+            );
+        }
+    }
+    for a in &accounts {
+        let key = (
+            a["pk"].as_str().unwrap_or_default().to_owned(),
+            a["sk"].as_str().unwrap_or_default().to_owned(),
+        );
+        if !account_expected.contains_key(&key) {
+            violate(
+                ACCOUNTING,
+                format!("account {} {} charged with no record to charge", key.0, key.1),
             );
         }
     }

@@ -3,7 +3,11 @@
 //! table, and exits non-zero when a check found a violation. One seed
 //! (`--seeds 17..17`) also prints its fault schedule.
 //!
-//! `sim [--seeds A..B] [--size N] [--per-task M] [--concurrency K] [--schedule]`
+//! `sim [--seeds A..B] [--size N] [--per-task M] [--concurrency K] [--parallel P] [--schedule] [--tamper]`
+//!
+//! `--parallel` runs that many seeds at once (each its own moto);
+//! `--tamper` deletes a run record and overcharges an account behind the
+//! runner's back before the checks, to see them fail.
 
 // The SDK futures nest deeply; their layout needs more than the default depth.
 #![recursion_limit = "256"]
@@ -17,6 +21,10 @@ fn parse(args: &[String]) -> anyhow::Result<SimConfig> {
     while let Some(flag) = args.next() {
         if flag == "--schedule" {
             config.print_schedule = true;
+            continue;
+        }
+        if flag == "--tamper" {
+            config.tamper = true;
             continue;
         }
         let value = args.next().with_context(|| format!("{flag} needs a value"))?;
@@ -34,6 +42,7 @@ fn parse(args: &[String]) -> anyhow::Result<SimConfig> {
             "--size" => config.size = number()?,
             "--per-task" => config.per_task = number()?,
             "--concurrency" => config.concurrency = number()?,
+            "--parallel" => config.parallel = number()?,
             other => anyhow::bail!("unknown flag {other}"),
         }
     }

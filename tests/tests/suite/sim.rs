@@ -14,6 +14,8 @@ async fn seeded_faults_leave_one_outcome_per_occurrence_paid_once_notified_once_
         per_task: 5,
         concurrency: 6,
         print_schedule: false,
+        parallel: 2,
+        tamper: false,
     })
     .await
     .unwrap();
@@ -31,6 +33,40 @@ async fn seeded_faults_leave_one_outcome_per_occurrence_paid_once_notified_once_
         "the slice injects faults:\n{}",
         report.table()
     );
+}
+
+/// The checks read the table, not what the deliveries answered: a run
+/// record deleted and an account overcharged behind the runner's back are
+/// found.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_checks_find_a_record_lost_and_an_account_overcharged_behind_the_runners_back() {
+    let report = run(&SimConfig {
+        first_seed: 3,
+        last_seed: 3,
+        size: 10,
+        per_task: 5,
+        concurrency: 2,
+        print_schedule: false,
+        parallel: 1,
+        tamper: true,
+    })
+    .await
+    .unwrap();
+    let found = |check: &str| report.violations.get(check).map_or(0, Vec::len);
+    assert_eq!(found(tests::sim::NONE_LOST), 1, "\n{}", report.details());
+    assert_eq!(
+        found(tests::sim::ONE_EVENT),
+        1,
+        "the lost record's event:\n{}",
+        report.details()
+    );
+    assert_eq!(
+        found(tests::sim::ACCOUNTING),
+        2,
+        "its budget and the overcharged account:\n{}",
+        report.details()
+    );
+    assert_eq!(report.failing_seeds.iter().copied().collect::<Vec<_>>(), vec![3]);
 }
 
 /// DynamoDB keeps a `TransactWriteItems` client request token for ten
