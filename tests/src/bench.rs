@@ -34,6 +34,8 @@ pub struct Report {
     pub instructions: Vec<binaries::Instructions>,
     pub size_arch: String,
     pub sizes: Vec<binaries::Size>,
+    /// Sections not measured, and why.
+    pub skipped: Vec<String>,
 }
 
 /// The machine, as `/proc` names it: CPU model, cores, memory.
@@ -65,15 +67,36 @@ pub fn machine() -> String {
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
     eprintln!("bench: DynamoDB requests per operation ...");
     let requests = requests::measure().await?;
-    let bench = binaries::Bench::start(options.out.with_file_name("bench-logs")).await?;
-    eprintln!("bench: init times ({} starts of each) ...", options.starts);
-    let init = binaries::init_times(&bench, &options.functions, options.starts).await?;
-    eprintln!(
-        "bench: instructions under callgrind ({} invocations each; slow) ...",
-        options.invocations
-    );
-    let instructions = binaries::instructions(&bench, &options.functions, options.invocations).await?;
-    let sizes = binaries::sizes(&options.sizes)?;
+    let mut skipped = Vec::new();
+    let built = |dir: &std::path::Path, names: &[&str]| names.iter().all(|n| dir.join(n).exists());
+    let mut names: Vec<&str> = binaries::FUNCTIONS.to_vec();
+    names.push(binaries::BARE);
+    let (init, instructions) = if built(&options.functions, &names) {
+        let bench = binaries::Bench::start(options.out.with_file_name("bench-logs")).await?;
+        eprintln!("bench: init times ({} starts of each) ...", options.starts);
+        let init = binaries::init_times(&bench, &options.functions, options.starts).await?;
+        eprintln!(
+            "bench: instructions under callgrind ({} invocations each; slow) ...",
+            options.invocations
+        );
+        let instructions = binaries::instructions(&bench, &options.functions, options.invocations).await?;
+        (init, instructions)
+    } else {
+        skipped.push(format!(
+            "init and instructions: the binaries are not built in {}",
+            options.functions.display()
+        ));
+        (Vec::new(), Vec::new())
+    };
+    let sizes = if built(&options.sizes, &binaries::FUNCTIONS) {
+        binaries::sizes(&options.sizes)?
+    } else {
+        skipped.push(format!(
+            "sizes: the binaries are not built in {}",
+            options.sizes.display()
+        ));
+        Vec::new()
+    };
     Ok(Report {
         machine: machine(),
         requests,
@@ -81,6 +104,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         instructions,
         size_arch: options.arch.clone(),
         sizes,
+        skipped,
     })
 }
 
@@ -102,40 +126,49 @@ pub fn markdown(report: &Report) -> String {
             r.outcome.replace('|', "/")
         );
     }
-    let bare = report
-        .init
-        .iter()
-        .find(|i| i.function == binaries::BARE)
-        .map_or(0.0, |i| i.median_ms);
-    let _ = writeln!(
-        out,
-        "\n| Function | Init, median (ms) | Ratio to bare `lambda_runtime` ({bare:.1} ms) |\n|---|---:|---:|"
-    );
-    for i in report.init.iter().filter(|i| i.function != binaries::BARE) {
-        let _ = writeln!(out, "| {} | {:.1} | {:.2} |", i.function, i.median_ms, i.ratio);
-    }
-    let _ = writeln!(
-        out,
-        "\n| Invocation | Instructions each | Top five functions (self instructions each) |\n|---|---:|---|"
-    );
-    for i in &report.instructions {
-        let top: Vec<String> = i
-            .top
+    if !report.init.is_empty() {
+        let bare = report
+            .init
             .iter()
-            .map(|(f, c)| format!("`{}` {}", f.replace('|', "/"), millions(*c)))
-            .collect();
+            .find(|i| i.function == binaries::BARE)
+            .map_or(0.0, |i| i.median_ms);
         let _ = writeln!(
             out,
-            "| {} ({}) | {} | {} |",
-            i.invocation,
-            i.function,
-            millions(i.per_invocation),
-            top.join("; ")
+            "\n| Function | Init, median (ms) | Ratio to bare `lambda_runtime` ({bare:.1} ms) |\n|---|---:|---:|"
         );
+        for i in report.init.iter().filter(|i| i.function != binaries::BARE) {
+            let _ = writeln!(out, "| {} | {:.1} | {:.2} |", i.function, i.median_ms, i.ratio);
+        }
     }
-    let _ = writeln!(out, "\n| Function | Size, {} (MB) |\n|---|---:|", report.size_arch);
-    for s in &report.sizes {
-        let _ = writeln!(out, "| {} | {:.2} |", s.function, s.bytes as f64 / 1e6);
+    if !report.instructions.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n| Invocation | Instructions each | Top five functions (self instructions each) |\n|---|---:|---|"
+        );
+        for i in &report.instructions {
+            let top: Vec<String> = i
+                .top
+                .iter()
+                .map(|(f, c)| format!("`{}` {}", f.replace('|', "/"), millions(*c)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {} ({}) | {} | {} |",
+                i.invocation,
+                i.function,
+                millions(i.per_invocation),
+                top.join("; ")
+            );
+        }
+    }
+    if !report.sizes.is_empty() {
+        let _ = writeln!(out, "\n| Function | Size, {} (MB) |\n|---|---:|", report.size_arch);
+        for s in &report.sizes {
+            let _ = writeln!(out, "| {} | {:.2} |", s.function, s.bytes as f64 / 1e6);
+        }
+    }
+    for skipped in &report.skipped {
+        let _ = writeln!(out, "\nNot measured: {skipped}.");
     }
     out
 }
