@@ -1,8 +1,43 @@
 #!/usr/bin/env bash
-# Benchmarks the release binaries (size, init time, CPU per run) against
-# the local stack. Reports figures; asserts nothing.
+# The benchmarks (README, "Benchmarks"): DynamoDB requests per operation,
+# init time beside a bare lambda_runtime binary, instructions per create,
+# run and reconcile pass under callgrind, and each function's release
+# binary size. Prints the tables and writes target/bench.json. Reports
+# figures; asserts nothing.
+#
+#   bench.sh [--invocations N] [--starts K]
+#
+# Sizes are of the arm64 release build (what template.yaml deploys) when
+# cargo-lambda is on PATH or in .venv-lambda (`infra/scripts/venv.sh
+# lambda`), else of the host's release build; the table says which.
+# Callgrind and init time run the host build of the `bench-sym` profile
+# (release with line tables and symbols). Needs valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+root="$PWD"
+target="${CARGO_TARGET_DIR:-$root/target}"
 infra/scripts/venv.sh
-cargo build --release --workspace --bins --locked --quiet
-exec "${CARGO_TARGET_DIR:-target}/release/bench" "$@"
+export PATH="$root/.venv/bin:$PATH"
+if [ -x "$root/.venv-lambda/bin/cargo-lambda" ]; then
+  export PATH="$root/.venv-lambda/bin:$PATH"
+fi
+command -v valgrind >/dev/null || { echo "bench.sh needs valgrind (callgrind)" >&2; exit 2; }
+
+functions=(-p create -p runner -p reconcile -p admin -p schedules)
+echo "bench: building the functions and bare_lambda (profile bench-sym) ..." >&2
+cargo build --locked --quiet --profile bench-sym "${functions[@]}" -p bare_lambda
+if command -v cargo-lambda >/dev/null; then
+  echo "bench: building the functions for arm64 (release, cargo-lambda) ..." >&2
+  cargo lambda build --locked --quiet --release --arm64 "${functions[@]}"
+  sizes="$target/aarch64-unknown-linux-gnu/release"
+  arch="arm64 (aarch64-unknown-linux-gnu, release)"
+else
+  echo "bench: cargo-lambda not found: sizes are of the host's release build" >&2
+  cargo build --locked --quiet --release "${functions[@]}"
+  sizes="$target/release"
+  arch="$(uname -m) (host, release; cargo-lambda not found)"
+fi
+cargo build --locked --quiet -p tests --bin bench
+export RUST_MIN_STACK=8388608
+exec "$target/debug/bench" --functions "$target/bench-sym" --sizes "$sizes" --arch "$arch" \
+  --out "$target/bench.json" "$@"

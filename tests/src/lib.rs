@@ -2,6 +2,7 @@
 //! gets its own moto process (killed by PID when the test ends) and its own
 //! uniquely named resources.
 
+pub mod bench;
 pub mod herd;
 pub mod intercept;
 pub mod sim;

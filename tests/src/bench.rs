@@ -1,0 +1,174 @@
+//! The benchmarks of `infra/scripts/bench.sh`: measured and reported, never
+//! asserted (README, "Benchmarks"). DynamoDB requests per operation come
+//! from the store adapter's counter with the use cases in process
+//! ([`requests`]); init time, instructions and size from the release
+//! function binaries ([`binaries`]).
+
+pub mod binaries;
+pub mod requests;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// What to measure, from the command line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The function binaries built with symbols (`--profile bench-sym`),
+    /// and `bare_lambda`, for init time and callgrind.
+    pub functions: PathBuf,
+    /// The release binaries whose sizes are reported, and their arch.
+    pub sizes: PathBuf,
+    pub arch: String,
+    pub out: PathBuf,
+    pub invocations: usize,
+    pub starts: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub machine: String,
+    pub requests: Vec<requests::Requests>,
+    pub init: Vec<binaries::Init>,
+    pub instructions: Vec<binaries::Instructions>,
+    pub size_arch: String,
+    pub sizes: Vec<binaries::Size>,
+    /// Sections not measured, and why.
+    pub skipped: Vec<String>,
+}
+
+/// The machine, as `/proc` names it: CPU model, cores, memory.
+pub fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split_once(':'))
+                .map(|(_, m)| m.trim())
+        })
+        .unwrap_or("unknown CPU");
+    let cores = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
+    let memory_gib = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map(|kib| kib / 1_048_576.0)
+        .unwrap_or_default();
+    format!(
+        "{model}, {cores} cores, {memory_gib:.0} GiB, {} {}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+pub async fn run(options: &Options) -> anyhow::Result<Report> {
+    eprintln!("bench: DynamoDB requests per operation ...");
+    let requests = requests::measure().await?;
+    let mut skipped = Vec::new();
+    let built = |dir: &std::path::Path, names: &[&str]| names.iter().all(|n| dir.join(n).exists());
+    let mut names: Vec<&str> = binaries::FUNCTIONS.to_vec();
+    names.push(binaries::BARE);
+    let (init, instructions) = if built(&options.functions, &names) {
+        let bench = binaries::Bench::start(options.out.with_file_name("bench-logs")).await?;
+        eprintln!("bench: init times ({} starts of each) ...", options.starts);
+        let init = binaries::init_times(&bench, &options.functions, options.starts).await?;
+        eprintln!(
+            "bench: instructions under callgrind ({} invocations each; slow) ...",
+            options.invocations
+        );
+        let instructions = binaries::instructions(&bench, &options.functions, options.invocations).await?;
+        (init, instructions)
+    } else {
+        skipped.push(format!(
+            "init and instructions: the binaries are not built in {}",
+            options.functions.display()
+        ));
+        (Vec::new(), Vec::new())
+    };
+    let sizes = if built(&options.sizes, &binaries::FUNCTIONS) {
+        binaries::sizes(&options.sizes)?
+    } else {
+        skipped.push(format!(
+            "sizes: the binaries are not built in {}",
+            options.sizes.display()
+        ));
+        Vec::new()
+    };
+    Ok(Report {
+        machine: machine(),
+        requests,
+        init,
+        instructions,
+        size_arch: options.arch.clone(),
+        sizes,
+        skipped,
+    })
+}
+
+fn millions(n: u64) -> String {
+    format!("{:.2} M", n as f64 / 1e6)
+}
+
+/// The report as the README's tables.
+pub fn markdown(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Machine: {}.\n", report.machine);
+    let _ = writeln!(out, "| Operation | DynamoDB requests | Outcome |\n|---|---:|---|");
+    for r in &report.requests {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            r.operation,
+            r.dynamodb,
+            r.outcome.replace('|', "/")
+        );
+    }
+    if !report.init.is_empty() {
+        let bare = report
+            .init
+            .iter()
+            .find(|i| i.function == binaries::BARE)
+            .map_or(0.0, |i| i.median_ms);
+        let _ = writeln!(
+            out,
+            "\n| Function | Init, median (ms) | Ratio to bare `lambda_runtime` ({bare:.1} ms) |\n|---|---:|---:|"
+        );
+        for i in report.init.iter().filter(|i| i.function != binaries::BARE) {
+            let _ = writeln!(out, "| {} | {:.1} | {:.2} |", i.function, i.median_ms, i.ratio);
+        }
+    }
+    if !report.instructions.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n| Invocation | Instructions each | Top five functions (self instructions each) |\n|---|---:|---|"
+        );
+        for i in &report.instructions {
+            let top: Vec<String> = i
+                .top
+                .iter()
+                .map(|(f, c)| format!("`{}` {}", f.replace('|', "/"), millions(*c)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {} ({}) | {} | {} |",
+                i.invocation,
+                i.function,
+                millions(i.per_invocation),
+                top.join("; ")
+            );
+        }
+    }
+    if !report.sizes.is_empty() {
+        let _ = writeln!(out, "\n| Function | Size, {} (MB) |\n|---|---:|", report.size_arch);
+        for s in &report.sizes {
+            let _ = writeln!(out, "| {} | {:.2} |", s.function, s.bytes as f64 / 1e6);
+        }
+    }
+    for skipped in &report.skipped {
+        let _ = writeln!(out, "\nNot measured: {skipped}.");
+    }
+    out
+}
