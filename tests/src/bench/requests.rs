@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use shared::adapters::keys::Key;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::admin::Admin;
+use crate::AdminFunction as tests_admin;
 use shared::app::run::Disposition;
 use shared::domain::install::InstallScope;
 use shared::domain::overrides::Overrides;
@@ -204,10 +205,10 @@ pub async fn measure() -> anyhow::Result<Vec<Requests>> {
     ));
 
     let store = t.admin_store();
-    let admin = Admin::new(
+    let admin = tests_admin(Admin::new(
         store.clone(),
         EventBridgeSchedules::from_sdk(&t.aws.sdk, t.create_config(ENABLED).target),
-    );
+    ));
     let task_id = TaskId::for_connector("ws_1", "issues", "weekly_summary");
     let version = || async {
         t.item_at(Key::task("ws_1", task_id.as_str()))
