@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use shared::domain::idempotency::IdempotencyRecord;
 use shared::domain::install::Install;
 use shared::domain::occurrence::RunRecord;
-use shared::domain::task::{Task, TaskId};
 use shared::domain::schedule_definition::{ScheduleDefinition, ScheduleStatus};
+use shared::domain::task::{Task, TaskId};
 use shared::ports::{
     ClaimAnswer, ClaimRequest, OwnerReminders, Release, ReminderInserted, RunStore, ScheduleError, Schedules, Settled,
     Settlement, StoreError, TaskStore,

@@ -194,8 +194,8 @@ use shared::adapters::mcp::McpConnectors;
 use shared::app::run::{RunSettings, Runner};
 use shared::domain::budget::Budget;
 use shared::domain::budget::{Price, Prices};
-use shared::domain::install::{Install, InstallScope, InstallStatus};
 use shared::domain::claim::RunStatus;
+use shared::domain::install::{Install, InstallScope, InstallStatus};
 use shared::domain::schedule::Schedule;
 use shared::domain::task::{Provenance, Spec, Task, TaskId, TaskKind};
 

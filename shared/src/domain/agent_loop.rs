@@ -26,8 +26,8 @@ use serde_json::Value;
 use super::agent::{Block, Message, ModelReply, ModelRequest, Role, SYSTEM_PROMPT, StopReason, ToolSpec};
 use super::agent::{hashed_name, offered_name};
 use super::budget::Price;
-use super::limits::Limits;
 use super::claim::RunStatus;
+use super::limits::Limits;
 use super::occurrence::{Outcome, Usage, cap_output};
 
 /// The reason of a run throttled after it called a tool.

@@ -3,6 +3,7 @@
 //! process as the functions wire them, against moto, the Converse stand-in
 //! and the rmcp fixture server on loopback.
 
+use crate::AdminFunction as tests_admin;
 use chrono::{Duration, Utc};
 use local::mcp_fixture::{FixturePrompt, FixtureState, McpFixture, scheduled_prompt, tool};
 use serde::Serialize;
@@ -10,7 +11,6 @@ use serde_json::{Value, json};
 use shared::adapters::keys::Key;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::admin::Admin;
-use crate::AdminFunction as tests_admin;
 use shared::app::run::Disposition;
 use shared::domain::install::InstallScope;
 use shared::domain::overrides::Overrides;

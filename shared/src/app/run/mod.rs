@@ -58,9 +58,9 @@ use chrono::{DateTime, Duration, Utc};
 
 use crate::domain::agent_loop::Ended;
 use crate::domain::budget::Prices;
+use crate::domain::claim::RunStatus;
 use crate::domain::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
 use crate::domain::limits::Ceilings;
-use crate::domain::claim::RunStatus;
 use crate::domain::occurrence::{Delivery, Outcome, RunMessage};
 use crate::ports::{Connectors, Model, RunStore, StoreError};
 
