@@ -356,10 +356,21 @@ impl RunStore for DynamoStore {
         if let Some(account) = release.account {
             items.push(self.account_charge(account, release.period, release.spent_usd, false)?);
         }
+        // One token per claim released: SQS brings a returned message back
+        // with its execution id, and a second release under the first one's
+        // token would be answered from DynamoDB's record without applying
+        // (the claim kept, its reservation later charged as a crash). The
+        // claim's start and lease tell two claims of one execution apart.
+        let claim = task.claims.get(release.occurrence);
         let token = settle_token_of(
             task.task_id.as_str(),
             release.occurrence,
-            &format!("release {}", release.execution_id),
+            &format!(
+                "release {} {} {}",
+                release.execution_id,
+                claim.map(|c| c.started_at.to_rfc3339()).unwrap_or_default(),
+                claim.map_or(0, |c| c.lease_until)
+            ),
         );
         self.transact(items, token, 0).await
     }

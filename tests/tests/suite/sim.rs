@@ -119,3 +119,44 @@ async fn a_transaction_repeated_under_its_client_request_token_is_applied_once()
     send(add("1"), "token-b").await.unwrap();
     assert_eq!(n().await, 2, "another token is another transaction");
 }
+
+/// SQS brings a returned message back with the same execution id: a run
+/// throttled before any tool call on two deliveries of one message is
+/// released both times (a release under the first one's client request
+/// token would be answered from DynamoDB's record, writing nothing, and
+/// leave the claim to be taken over and charged as a crash).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_throttled_on_two_deliveries_of_one_execution_is_released_both_times() {
+    use chrono::{Duration, Utc};
+    use shared::app::run::{Disposition, SETTLE_RESERVE_SECONDS};
+    use shared::domain::occurrence::{RunStatus, occurrence_key};
+
+    let s = tests::RunStack::start().await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let task = tests::reminder(at);
+    s.store().insert_task(&task).await.unwrap();
+    let runner = s.runner();
+    let body = tests::run_message(&task, at, "exec-1");
+    s.model.fault(Some(local::converse::Fault::Throttling)).await;
+    for delivery in 1..=2 {
+        let deadline = Utc::now() + Duration::seconds(SETTLE_RESERVE_SECONDS + 2);
+        assert_eq!(
+            runner.deliver("m", &body, Utc::now(), deadline).await.unwrap(),
+            Disposition::ReturnToQueue
+        );
+        let item = s.task_item(&task).await;
+        assert!(
+            item["claims"][occurrence_key(at)].is_null(),
+            "delivery {delivery} released its claim: {}",
+            item["claims"]
+        );
+    }
+    s.model.fault(None).await;
+    let deadline = Utc::now() + Duration::seconds(360);
+    assert_eq!(
+        runner.deliver("m", &body, Utc::now(), deadline).await.unwrap(),
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    assert_eq!(record["attempts"], 1, "no attempt was taken over: {record}");
+}
