@@ -30,6 +30,11 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         Env(lookup)
     }
 
+    /// A variable that may be absent: `None` when unset or blank.
+    pub fn optional(&self, name: &'static str) -> Option<String> {
+        (self.0)(name).filter(|v| !v.trim().is_empty())
+    }
+
     pub fn required(&self, name: &'static str) -> Result<String, ConfigError> {
         match (self.0)(name) {
             Some(v) if !v.trim().is_empty() => Ok(v),
@@ -79,6 +84,12 @@ impl Flags {
 }
 
 /// `SCHEDULE_CEILINGS`: a JSON object with exactly the four limit keys.
+/// The log directives (`RUST_LOG`), read before anything else is
+/// configured; `adapters::telemetry` parses them.
+pub fn log_directives<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Option<String> {
+    env.optional("RUST_LOG")
+}
+
 pub fn ceilings<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Ceilings, ConfigError> {
     const NAME: &str = "SCHEDULE_CEILINGS";
     let limits: Limits = env.json(NAME)?;

@@ -11,7 +11,7 @@ use shared::config::AdminConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    telemetry::init();
+    telemetry::init(shared::config::log_directives(&shared::config::Env::process()));
     let config = AdminConfig::from_env()?;
     let app = admin::build(&sdk_config().await, config);
     run(service_fn(|event| admin::handle(&app, event))).await

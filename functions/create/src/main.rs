@@ -10,7 +10,7 @@ use shared::config::CreateConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    telemetry::init();
+    telemetry::init(shared::config::log_directives(&shared::config::Env::process()));
     let config = CreateConfig::from_env()?;
     let app = create::build(&sdk_config().await, config);
     run(service_fn(|event| create::handle(&app, event))).await

@@ -12,7 +12,7 @@ use shared::config::ReconcileConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    telemetry::init();
+    telemetry::init(shared::config::log_directives(&shared::config::Env::process()));
     let config = ReconcileConfig::from_env()?;
     let app = reconcile::build(&sdk_config().await, config).await?;
     run(service_fn(|event| reconcile::handle(&app, event))).await

@@ -11,7 +11,7 @@ use shared::config::RunnerConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    telemetry::init();
+    telemetry::init(shared::config::log_directives(&shared::config::Env::process()));
     let config = RunnerConfig::from_env()?;
     let app = runner::build(&sdk_config().await, config);
     run(service_fn(|event| runner::handle(&app, event))).await

@@ -12,7 +12,7 @@ use shared::config::SchedulesConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    telemetry::init();
+    telemetry::init(shared::config::log_directives(&shared::config::Env::process()));
     let config = SchedulesConfig::from_env()?;
     let app = schedules::build(&sdk_config().await, config);
     run(service_fn(|event| schedules::handle(&app, event))).await

@@ -12,10 +12,11 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-pub fn init() {
+/// Installs the subscriber; `directives` are `RUST_LOG`'s, as
+/// `config::log_directives` reads them.
+pub fn init(directives: Option<String>) {
     // A directive that does not parse falls back to `info`, as before.
-    let filter = std::env::var("RUST_LOG")
-        .ok()
+    let filter = directives
         .and_then(|directives| directives.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
     let format = tracing_subscriber::fmt::layer()

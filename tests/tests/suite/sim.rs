@@ -129,7 +129,8 @@ async fn a_transaction_repeated_under_its_client_request_token_is_applied_once()
 async fn a_message_throttled_on_two_deliveries_of_one_execution_is_released_both_times() {
     use chrono::{Duration, Utc};
     use shared::app::run::{Disposition, SETTLE_RESERVE_SECONDS};
-    use shared::domain::occurrence::{RunStatus, occurrence_key};
+    use shared::domain::claim::RunStatus;
+    use shared::domain::occurrence::occurrence_key;
 
     let s = tests::RunStack::start().await.unwrap();
     let at = Utc::now() - Duration::seconds(5);
