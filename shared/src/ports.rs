@@ -156,7 +156,7 @@ pub trait Schedules: Send + Sync {
 
 // ---- The runner's ports ----------------------------------------------------
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -315,8 +315,13 @@ pub trait McpSession: Send + Sync {
         name: &str,
         arguments: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<Vec<Message>, McpError>> + Send;
-    /// The full `tools/list`, all pages.
-    fn list_tools(&self) -> impl Future<Output = Result<Vec<ServerTool>, McpError>> + Send;
+    /// `tools/list`, all pages within the adapter's read bound. With
+    /// `approved`, only the listed tools it names, filtered while reading so
+    /// a tool's place in the list does not decide whether it is kept.
+    fn list_tools(
+        &self,
+        approved: Option<&BTreeSet<String>>,
+    ) -> impl Future<Output = Result<Vec<ServerTool>, McpError>> + Send;
     /// The full `prompts/list`, all pages, with each prompt's marker.
     fn list_prompts(
         &self,

@@ -19,7 +19,9 @@
 //! [`MAX_MESSAGES`] messages, a message or a
 //! result keeps [`MAX_BLOCKS`] blocks, an image above Converse's 3.75 MB is
 //! named instead, an error message is cut to [`MAX_ERROR_CHARS`], a
-//! `tools/list` keeps [`MAX_TOOLS`] tools, each description cut to
+//! `tools/list` reads at most [`MAX_PAGES`] pages and [`MAX_TOOLS_READ`]
+//! tools and keeps the approved ones among them (or, with no approval to
+//! filter by, the first [`MAX_TOOLS`]), each description cut to
 //! [`MAX_DESCRIPTION_CHARS`] and a schema above [`MAX_SCHEMA_BYTES`]
 //! replaced by an open object schema. Every `tools/call` carries the run id
 //! in `_meta` (`agent::RUN_ID_META`).
@@ -36,7 +38,7 @@
 //! is the install's own (`<CONNECTOR_SECRET_PREFIX><workspace>/<install_id>`),
 //! after the address passed; a refused install costs no secret read.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -80,8 +82,14 @@ pub const MAX_IMAGES: usize = 8;
 pub const MAX_MESSAGES: usize = 64;
 /// The most characters kept of a server's error message.
 pub const MAX_ERROR_CHARS: usize = 1_000;
-/// The most tools kept of one server's `tools/list`.
+/// The most tools kept of one server's `tools/list` when no approval
+/// filters it (a bound connector, reconcile). Filtered by an approval, the
+/// approval bounds what is kept.
 pub const MAX_TOOLS: usize = 128;
+/// The most tools read of one server's `tools/list`, over all its pages; the
+/// approved filter is applied while reading, so an approved tool listed
+/// within this bound is kept wherever it stands.
+pub const MAX_TOOLS_READ: usize = 16_384;
 /// The most characters kept of a tool's description.
 pub const MAX_DESCRIPTION_CHARS: usize = 2_048;
 /// The largest tool input schema offered as it is (JSON bytes).
@@ -484,14 +492,27 @@ impl McpSession for McpClient {
         }
     }
 
-    async fn list_tools(&self) -> Result<Vec<ServerTool>, McpError> {
+    async fn list_tools(&self, approved: Option<&BTreeSet<String>>) -> Result<Vec<ServerTool>, McpError> {
         let mut tools = Vec::new();
+        let mut read = 0usize;
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
             let page = timed("tools/list", self.client.list_tools(Some(params))).await?;
-            let room = MAX_TOOLS.saturating_sub(tools.len());
-            tools.extend(page.tools.into_iter().take(room).map(|t| {
+            let room = MAX_TOOLS_READ.saturating_sub(read);
+            read += page.tools.len().min(room);
+            // Filtered by an approval, the approval bounds what is kept.
+            let limit = match approved {
+                Some(_) => usize::MAX,
+                None => MAX_TOOLS.saturating_sub(tools.len()),
+            };
+            let kept = page
+                .tools
+                .into_iter()
+                .take(room)
+                .filter(|t| approved.is_none_or(|a| a.contains(t.name.as_ref())))
+                .take(limit);
+            tools.extend(kept.map(|t| {
                 let schema = Value::Object((*t.input_schema).clone());
                 let oversized = schema.to_string().len() > MAX_SCHEMA_BYTES;
                 ServerTool {
@@ -505,7 +526,8 @@ impl McpSession for McpClient {
                 }
             }));
             cursor = page.next_cursor;
-            if cursor.is_none() || tools.len() >= MAX_TOOLS {
+            let full = approved.is_none() && tools.len() >= MAX_TOOLS;
+            if cursor.is_none() || read >= MAX_TOOLS_READ || full {
                 return Ok(tools);
             }
         }

@@ -337,6 +337,11 @@ impl RunStore for DynamoStore {
         self.transact(items, settle_token(settlement), 1).await
     }
 
+    /// The claim goes whole (`REMOVE claims.<occurrence>`), so the next
+    /// delivery claims afresh (`attribute_not_exists(claims.<occurrence>)`)
+    /// and its `attempts` starts at 1 again: a claim's `attempts`, and the
+    /// run record's, counts the attempts since the last release (take-overs
+    /// after crashes), not the deliveries given back before it.
     async fn release(&self, release: &Release<'_>) -> Result<Settled, StoreError> {
         let task = release.task;
         let update = Update::builder()

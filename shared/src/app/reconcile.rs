@@ -506,7 +506,7 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
         let session = self.connectors.connect(&install).await.map_err(mcp)?;
         let prompts = session.list_prompts().await.map_err(mcp)?;
         let tools: BTreeSet<String> = session
-            .list_tools()
+            .list_tools(None)
             .await
             .map_err(mcp)?
             .into_iter()

@@ -699,4 +699,8 @@ async fn a_run_throttled_after_a_tool_call_fails_as_model_throttled_and_before_o
         .await
         .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    // The release removed the claim: `attempts` counts since it, so the
+    // delivery given back is not counted (ARCHITECTURE, `claims`).
+    let record = s.run_record(&reminder.task_id, &occurrence_key(when)).await.unwrap();
+    assert_eq!(record["attempts"], 1);
 }

@@ -41,7 +41,7 @@ async fn the_client_negotiates_and_reads_prompts_and_errors() {
         .await
         .unwrap_err();
     assert_eq!(unknown.code, Some(-32602), "{unknown}");
-    let tools = client.list_tools().await.unwrap();
+    let tools = client.list_tools(None).await.unwrap();
     assert!(tools.iter().any(|t| t.name == "echo"));
 }
 

@@ -127,14 +127,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             });
         }
         let mut setup = Setup::new(messages);
-        let own = session.list_tools().await?;
+        let own = session.list_tools(Some(&task.spec.tools)).await?;
         setup.offer(&install.server, own, |name| task.spec.tools.contains(name), session);
         for install_id in task.spec.bindings.values().flatten() {
             let Some(bound) = self.bound_install(task, install_id).await? else {
                 continue;
             };
             let session = self.connectors.connect(&bound).await?;
-            let tools = session.list_tools().await?;
+            let tools = session.list_tools(None).await?;
             setup.offer(&bound.server, tools, |_| true, session);
         }
         Ok(setup)

@@ -9,7 +9,7 @@ use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::json;
 use shared::adapters::dynamo::DynamoStore;
-use shared::adapters::mcp::{MAX_TEXT_CHARS, MAX_TOOLS};
+use shared::adapters::mcp::{MAX_TEXT_CHARS, MAX_TOOLS, MAX_TOOLS_READ};
 use shared::app::run::Disposition;
 use shared::domain::agent::RUN_ID_META;
 use shared::domain::claim::RunStatus;
@@ -170,7 +170,8 @@ async fn a_crash_after_a_side_effect_is_paid_for_and_the_rerun_carries_the_same_
 #[tokio::test(flavor = "multi_thread")]
 async fn oversized_server_answers_are_bounded_before_the_model_and_the_record() {
     let s = RunStack::start().await.unwrap();
-    // 10,000 tools, the approved one first and one far past the cap.
+    // 10,000 tools, the approved ones first and far past the cap (within
+    // the read bound): the approved filter is applied while reading.
     let mut tools = vec![tool("dump")];
     tools.extend((0..10_000).map(|i| tool(&format!("t{i}"))));
     let huge = "x".repeat(MB);
@@ -208,8 +209,8 @@ async fn oversized_server_answers_are_bounded_before_the_model_and_the_record() 
         .collect();
     assert_eq!(
         offered,
-        vec!["issues__dump"],
-        "t9999 is past the first {MAX_TOOLS} tools"
+        vec!["issues__dump", "issues__t9999"],
+        "t9999 is past the first {MAX_TOOLS} tools yet approved and within {MAX_TOOLS_READ} read"
     );
     let result = requests[1].1["messages"][2]["content"][0]["toolResult"]["content"][0]["text"]
         .as_str()
@@ -221,6 +222,43 @@ async fn oversized_server_answers_are_bounded_before_the_model_and_the_record() 
     assert!(record.to_string().len() < 16 * KB, "the record is small");
     assert!(s.task_item(&task).await.to_string().len() < 16 * KB);
     assert!(s.model.refused().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approved_tool_listed_on_a_late_page_past_the_cap_is_offered() {
+    let s = RunStack::start().await.unwrap();
+    // 300 tools over pages of 40; the approved `late` is the 300th, past
+    // the first MAX_TOOLS, and the unapproved ones are not offered.
+    let mut tools: Vec<_> = (0..299).map(|i| tool(&format!("t{i}"))).collect();
+    tools.push(tool("late"));
+    assert!(tools.len() > MAX_TOOLS);
+    let _fixture = server(
+        &s,
+        FixtureState {
+            tools,
+            page_size: 40,
+            ..Default::default()
+        },
+    )
+    .await;
+    let task = connector_task("issues", "weekly", &["t1", "late"], &[]);
+    s.store().insert_task(&task).await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    s.model.script([Reply::text("done", 10, 10)]).await;
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    let requests = s.model.requests().await;
+    let offered: Vec<&str> = requests[0].1["toolConfig"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["toolSpec"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, vec!["issues__t1", "issues__late"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
