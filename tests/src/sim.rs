@@ -659,8 +659,11 @@ impl<T: McpSession> McpSession for SimSession<T> {
     async fn get_prompt(&self, name: &str, arguments: &BTreeMap<String, String>) -> Result<Vec<Message>, McpError> {
         at(Point::PromptsGet, self.inner.get_prompt(name, arguments)).await
     }
-    async fn list_tools(&self) -> Result<Vec<ServerTool>, McpError> {
-        at(Point::ToolsList, self.inner.list_tools()).await
+    async fn list_tools(
+        &self,
+        approved: Option<&std::collections::BTreeSet<String>>,
+    ) -> Result<Vec<ServerTool>, McpError> {
+        at(Point::ToolsList, self.inner.list_tools(approved)).await
     }
     async fn list_prompts(&self) -> Result<Vec<shared::domain::reconcile::ListedPrompt>, McpError> {
         self.inner.list_prompts().await
