@@ -15,7 +15,11 @@
 //! steps: `settle_items` builds the transaction (`run_record_put`,
 //! `claim_settled`, `account_charge`), `transact` sends it with those
 //! retries; the outcome-alone fallback after they fail is the use case's
-//! (`app::run`), which settles again with a smaller record. The
+//! (`app::run`), which settles again with a smaller record. A one-time
+//! task completes only if it is not tombstoned: a task deleted while its
+//! last run ran fails that condition, the cancellation's old item
+//! (`ALL_OLD`) tells it from a lost fence, and the settle is sent once more
+//! without the completion, so the stored `state` stays `deleted`. The
 //! run record it writes is also the
 //! notification's outbox: the table's stream carries it to the event bus
 //! (`domain::notification`), so the runner sends no event itself.
@@ -43,13 +47,15 @@ const SETTLE_ATTEMPTS: u32 = 4;
 
 /// The settle's client request token: the same for every attempt of one
 /// execution's settle of one occurrence (at most 36 characters).
-/// A fallback settle (the outcome without its output) gets its own token.
+/// A fallback settle (the outcome without its output) gets its own token,
+/// and so does a settle sent again without the completion.
 fn settle_token(settlement: &Settlement<'_>) -> String {
     let variant = format!(
-        "{} {} {}",
+        "{} {} {} {}",
         settlement.execution_id,
         settlement.record.status.as_str(),
-        settlement.record.output.is_some()
+        settlement.record.output.is_some(),
+        settlement.complete
     );
     settle_token_of(settlement.task.task_id.as_str(), settlement.occurrence, &variant)
 }
@@ -97,6 +103,14 @@ fn n(value: impl ToString) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
+/// How a sent transaction ended, short of an error.
+enum Sent {
+    Done,
+    /// The item at `fenced` failed its condition; the item as it was, when
+    /// the request asked for it (`ALL_OLD`).
+    Refused(Option<Item>),
+}
+
 fn task_from(item: Option<Item>) -> Result<Option<Box<Task>>, StoreError> {
     item.map(|item| read_item::<Task>(item, "task").map(Box::new))
         .transpose()
@@ -126,12 +140,7 @@ impl DynamoStore {
 
     /// Sends a transaction, retrying collisions and throttling under one
     /// client request token; the item at `fenced` carries the claim's fence.
-    async fn transact(
-        &self,
-        items: Vec<TransactWriteItem>,
-        token: String,
-        fenced: usize,
-    ) -> Result<Settled, StoreError> {
+    async fn transact(&self, items: Vec<TransactWriteItem>, token: String, fenced: usize) -> Result<Sent, StoreError> {
         let mut attempt = 0;
         loop {
             self.counted();
@@ -143,7 +152,7 @@ impl DynamoStore {
                 .send()
                 .await;
             let err = match result {
-                Ok(_) => return Ok(Settled::Done),
+                Ok(_) => return Ok(Sent::Done),
                 Err(err) => err,
             };
             let reasons: Vec<&str> = match err.as_service_error() {
@@ -155,7 +164,14 @@ impl DynamoStore {
                 _ => Vec::new(),
             };
             if reasons.get(fenced) == Some(&"ConditionalCheckFailed") {
-                return Ok(Settled::LostClaim);
+                let old = match err.into_service_error() {
+                    TransactWriteItemsError::TransactionCanceledException(e) => e
+                        .cancellation_reasons
+                        .and_then(|mut r| (fenced < r.len()).then(|| r.swap_remove(fenced)))
+                        .and_then(|r| r.item),
+                    _ => None,
+                };
+                return Ok(Sent::Refused(old));
             }
             let code = err.as_service_error().and_then(|e| e.code());
             attempt += 1;
@@ -220,8 +236,19 @@ impl DynamoStore {
             .expression_attribute_values(":status", s(record.status.as_str()))
             .expression_attribute_values(":delta", n(record.cost_usd - settlement.reserved_usd))
             .expression_attribute_values(":exec", s(settlement.execution_id))
-            .expression_attribute_values(":running", s(RunStatus::Running.as_str()));
+            .expression_attribute_values(":running", s(RunStatus::Running.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         if settlement.complete {
+            // The tombstone is `override.deleted` (`domain::overrides`),
+            // written true by the admin's delete and the owner's cancel, and
+            // removed with the whole map when no override is left.
+            update = update
+                .condition_expression(
+                    "claims.#occ.execution_id = :exec AND claims.#occ.#status = :running \
+                     AND (attribute_not_exists(#override.deleted) OR #override.deleted = :kept)",
+                )
+                .expression_attribute_names("#override", "override")
+                .expression_attribute_values(":kept", AttributeValue::Bool(false));
             set.push("completed_at = :finished".into());
             set.push("#state = :completed".into());
             set.push("updated_at = :finished".into());
@@ -334,7 +361,22 @@ impl RunStore for DynamoStore {
     async fn settle(&self, settlement: &Settlement<'_>) -> Result<Settled, StoreError> {
         let items = self.settle_items(settlement)?;
         // The claim's update (item 1) carries the fence.
-        self.transact(items, settle_token(settlement), 1).await
+        match self.transact(items, settle_token(settlement), 1).await? {
+            Sent::Done => Ok(Settled::Done),
+            Sent::Refused(old) if settlement.complete && tombstoned_under(old.clone(), settlement)? => {
+                // Deleted while it ran: settled as usual, not completed.
+                let settlement = Settlement {
+                    complete: false,
+                    ..settlement.clone()
+                };
+                let items = self.settle_items(&settlement)?;
+                match self.transact(items, settle_token(&settlement), 1).await? {
+                    Sent::Done => Ok(Settled::Done),
+                    Sent::Refused(_) => Ok(Settled::LostClaim),
+                }
+            }
+            Sent::Refused(_) => Ok(Settled::LostClaim),
+        }
     }
 
     /// The claim goes whole (`REMOVE claims.<occurrence>`), so the next
@@ -377,7 +419,10 @@ impl RunStore for DynamoStore {
                 claim.map_or(0, |c| c.lease_until)
             ),
         );
-        self.transact(items, token, 0).await
+        match self.transact(items, token, 0).await? {
+            Sent::Done => Ok(Settled::Done),
+            Sent::Refused(_) => Ok(Settled::LostClaim),
+        }
     }
 
     async fn record_unclaimed(&self, record: &RunRecord) -> Result<(), StoreError> {
@@ -423,6 +468,19 @@ impl RunStore for DynamoStore {
             .map_err(|e| request_error("PutItem", e))?;
         Ok(())
     }
+}
+
+/// Whether a completing settle was refused for the tombstone alone: the
+/// task as it was still holds this execution's running claim.
+fn tombstoned_under(old: Option<Item>, settlement: &Settlement<'_>) -> Result<bool, StoreError> {
+    let Some(task) = task_from(old)? else {
+        return Ok(false);
+    };
+    let fenced = task
+        .claims
+        .get(settlement.occurrence)
+        .is_some_and(|claim| claim.execution_id == settlement.execution_id && claim.status == RunStatus::Running);
+    Ok(fenced && task.overrides.is_some_and(|o| o.deleted))
 }
 
 #[cfg(test)]
