@@ -36,8 +36,11 @@
 //! delivery (its scheduled time is set that far in the past that the first
 //! delivery has the planned lateness); a later delivery's `now` is the
 //! anchor plus the simulated time that passed (a return's visibility, a
-//! crashed attempt's lease), never behind the real clock by more than the
-//! time the occurrence's earlier deliveries took. A lease expires when a
+//! crashed attempt's lease), or the real time when the machine is slower
+//! than that plan: never behind the real clock, so a loaded machine does
+//! not fail runs on their wall time. Nothing waits in real time for
+//! simulated time: redeliveries are the simulated clock, and the SDK
+//! clients retry with no backoff (`no_backoff`). A lease expires when a
 //! later delivery's `now` is past it. Occurrences of one task run one after
 //! another, tasks concurrently.
 //!
@@ -945,8 +948,10 @@ async fn run_occurrence(
         let t = queue[0].0;
         let batch: Vec<(i64, usize, u32)> = queue.iter().copied().filter(|e| e.0 == t).collect();
         queue.retain(|e| e.0 != t);
-        let now = anchor + Duration::seconds(t);
         let real = Utc::now();
+        // The planned time, or the real one when the machine is slower than
+        // the plan: a run's wall time is measured against the real clock.
+        let now = (anchor + Duration::seconds(t)).max(real);
         let deliveries = batch.iter().map(|&(_, m, receives)| {
             let message = &plan.messages[m];
             let mut faults = message.faults.get(receives as usize).cloned().unwrap_or_default();
@@ -1038,6 +1043,24 @@ fn tasks_of(plan: &SeedPlan) -> Vec<Task> {
         .collect()
 }
 
+/// The SDK's retry as configured (standard, three attempts) with no wait
+/// between attempts: the SDK's backoff after an injected error or a
+/// throttled model call is real time the simulation has no use for, and
+/// what is retried, and how often, stays the same.
+fn no_backoff(sdk: &aws_config::SdkConfig) -> aws_config::SdkConfig {
+    let retry = sdk
+        .retry_config()
+        .cloned()
+        .unwrap_or_else(aws_config::retry::RetryConfig::standard);
+    sdk.to_builder()
+        .retry_config(
+            retry
+                .with_initial_backoff(std::time::Duration::ZERO)
+                .with_max_backoff(std::time::Duration::ZERO),
+        )
+        .build()
+}
+
 /// Runs one seed on a fresh stack and checks it.
 pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyhow::Result<SimReport> {
     let s = RunStack::start().await?;
@@ -1060,7 +1083,10 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyh
         ..Default::default()
     })
     .await?;
-    let store = DynamoStore::new(local::faults::dynamodb(&s.t.aws.sdk), &s.t.stack.names.table);
+    let store = DynamoStore::new(
+        local::faults::dynamodb(&no_backoff(&s.t.aws.sdk)),
+        &s.t.stack.names.table,
+    );
     store
         .put_install(&install(INSTALL, SERVER, &fixture.url(), InstallScope::Workspace))
         .await?;
@@ -1073,7 +1099,7 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyh
     for kind in MODEL_FAULTS {
         let stand_in = ConverseStandIn::start().await?;
         stand_in.fault(Some(kind)).await;
-        let sdk = local::sdk_config(&stand_in.endpoint()).await;
+        let sdk = no_backoff(&local::sdk_config(&stand_in.endpoint()).await);
         faulty.push((kind, BedrockModel::from_sdk(&sdk)));
         stand_ins.push(stand_in);
     }
@@ -1081,7 +1107,7 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyh
     let runner: SimRunner = Runner::new(
         SimStore(store),
         SimModel {
-            normal: BedrockModel::from_sdk(&s.model_sdk),
+            normal: BedrockModel::from_sdk(&no_backoff(&s.model_sdk)),
             faulty,
         },
         SimConnectors {
