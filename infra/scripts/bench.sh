@@ -29,7 +29,8 @@ cargo build --locked --quiet --profile bench-sym "${functions[@]}" -p bare_lambd
 if command -v cargo-lambda >/dev/null; then
   echo "bench: building the functions for arm64 (release, cargo-lambda) ..." >&2
   cargo lambda build --locked --quiet --release --arm64 "${functions[@]}"
-  sizes="$target/aarch64-unknown-linux-gnu/release"
+  # cargo-lambda leaves each binary as lambda/<function>/bootstrap.
+  sizes="$target/lambda"
   arch="arm64 (aarch64-unknown-linux-gnu, release)"
 else
   echo "bench: cargo-lambda not found: sizes are of the host's release build" >&2

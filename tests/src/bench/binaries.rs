@@ -361,11 +361,14 @@ pub struct Size {
     pub bytes: u64,
 }
 
+/// Each function's binary in `dir`: `<dir>/<name>` (cargo's layout) or
+/// `<dir>/<name>/bootstrap` (cargo-lambda's, what Lambda runs).
 pub fn sizes(dir: &Path) -> anyhow::Result<Vec<Size>> {
     FUNCTIONS
         .iter()
         .map(|name| {
-            let path = dir.join(name);
+            let bootstrap = dir.join(name).join("bootstrap");
+            let path = if bootstrap.is_file() { bootstrap } else { dir.join(name) };
             let bytes = std::fs::metadata(&path)
                 .with_context(|| format!("{} is not built", path.display()))?
                 .len();
