@@ -40,8 +40,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration as StdDuration, Instant};
 
-use anyhow::Context;
-use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, SendMessageBatchRequestEntry};
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use local::converse::Window;
@@ -541,7 +539,7 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
     }
     report.run_twice = answers.values().filter(|n| **n > 1).count();
 
-    let items = scan(&s).await?;
+    let items = s.t.scan_all().await?;
     let occurrence = shared::domain::occurrence::occurrence_key(due);
     let period = shared::domain::budget::period(due);
     let mut runs: BTreeMap<String, Value> = BTreeMap::new();
@@ -586,26 +584,4 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
         report.account_spent = account["spent_usd"].as_f64().unwrap_or_default();
     }
     Ok(report)
-}
-
-/// Every item of the table, every page.
-async fn scan(s: &RunStack) -> anyhow::Result<Vec<Value>> {
-    let mut out = Vec::new();
-    let mut start: Option<std::collections::HashMap<String, AttributeValue>> = None;
-    loop {
-        let page =
-            s.t.dynamo
-                .scan()
-                .table_name(&s.t.stack.names.table)
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .context("scan")?;
-        out.extend(page.items().iter().cloned().map(local::item_json));
-        match page.last_evaluated_key() {
-            Some(key) if !key.is_empty() => start = Some(key.clone()),
-            _ => return Ok(out),
-        }
-    }
 }

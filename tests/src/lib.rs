@@ -9,6 +9,8 @@ pub mod sim;
 
 use std::collections::HashMap;
 
+use anyhow::Context;
+
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_scheduler::operation::get_schedule::GetScheduleOutput;
 use chrono::{DateTime, Duration, Utc};
@@ -58,17 +60,32 @@ impl TestStack {
         create::build(&self.aws.sdk, self.create_config(ENABLED))
     }
 
+    /// Every item of the table, as JSON, every page (a herd or a
+    /// simulation fills more than one).
+    pub async fn scan_all(&self) -> anyhow::Result<Vec<Value>> {
+        let mut out = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .dynamo
+                .scan()
+                .table_name(&self.stack.names.table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .context("scan")?;
+            out.extend(page.items().iter().cloned().map(local::item_json));
+            match page.last_evaluated_key() {
+                Some(key) if !key.is_empty() => start = Some(key.clone()),
+                _ => return Ok(out),
+            }
+        }
+    }
+
     /// Every item of the table, as JSON.
     pub async fn items(&self) -> Vec<Value> {
-        let out = self
-            .dynamo
-            .scan()
-            .table_name(&self.stack.names.table)
-            .consistent_read(true)
-            .send()
-            .await
-            .expect("scan");
-        out.items().iter().cloned().map(local::item_json).collect()
+        self.scan_all().await.expect("scan")
     }
 
     /// Items of one entity type (`task`, `idempotency`, ...).

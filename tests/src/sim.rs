@@ -1243,7 +1243,7 @@ async fn check(
             *report.answers.entry((*k).to_owned()).or_default() += v;
         }
     }
-    let items = scan(s).await?;
+    let items = s.t.scan_all().await?;
     let events = s.events().await;
     let mut events_of: HashMap<String, usize> = HashMap::new();
     for e in &events {
@@ -1439,27 +1439,5 @@ fn describe(faults: &[Fault]) -> String {
         "no fault struck".to_owned()
     } else {
         faults.iter().map(|f| f.label()).collect::<Vec<_>>().join("; ")
-    }
-}
-
-/// Every item of the table, every page.
-async fn scan(s: &RunStack) -> anyhow::Result<Vec<Value>> {
-    let mut out = Vec::new();
-    let mut start: Option<HashMap<String, AttributeValue>> = None;
-    loop {
-        let page =
-            s.t.dynamo
-                .scan()
-                .table_name(&s.t.stack.names.table)
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .context("scan")?;
-        out.extend(page.items().iter().cloned().map(local::item_json));
-        match page.last_evaluated_key() {
-            Some(key) if !key.is_empty() => start = Some(key.clone()),
-            _ => return Ok(out),
-        }
     }
 }
