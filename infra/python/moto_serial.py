@@ -8,7 +8,8 @@ one request at a time. Same arguments as moto_server (-H HOST -p PORT).
 
 It also gives SQS a clock that tests can move (see `_clock`), and keeps
 DynamoDB's `ClientRequestToken` promise for `TransactWriteItems`, which moto
-ignores (see `_transaction_token`).
+ignores (see `_transaction_token`), and backs up only what a transaction
+can change instead of every table it names (see `_transact_write_items`).
 """
 
 import io
@@ -16,8 +17,13 @@ import json
 import threading
 import time
 
+import copy
+
+import moto.dynamodb.models as dynamodb_models
 import moto.server as server
 import moto.sqs.models as sqs_models
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
 
 _lock = threading.Lock()
 _run_simple = server.run_simple
@@ -123,6 +129,92 @@ def _transaction(environ, start_response, app):
                 del _tokens[old]
         _tokens[key] = (time.monotonic() + _TOKEN_SECONDS, request, answer["status"], answer["headers"], b"".join(out))
     return out
+
+
+# moto's TransactWriteItems deep-copies each table it names, once per item,
+# to put the copy back if the transaction is cancelled: every transaction
+# costs the whole table (its items and its stream's records) in time and
+# memory, and the copies hold reference cycles (a stream points back at its
+# table) that only the cycle collector frees. A long simulation's moto grew
+# by about 30 MB a second until the kernel killed it, and each request took
+# longer as the table grew. Requests here run one at a time (`Serial`), so
+# the backup is what the transaction can change: the items it names and the
+# length of each table's stream. moto's own rollback then puts the same
+# table back (its "copy" is the table itself) and this one restores the
+# items and drops the stream records of the writes it undid: a cancelled
+# transaction leaves the table and its stream as they were, as on AWS.
+class _TablesNotCopied:
+    """`copy` as moto's DynamoDB backend module sees it: a Table is not copied."""
+
+    def __getattr__(self, name):
+        return getattr(copy, name)
+
+    @staticmethod
+    def deepcopy(value, memo=None):
+        if isinstance(value, Table):
+            return value
+        return copy.deepcopy(value, memo)
+
+
+dynamodb_models.copy = _TablesNotCopied()
+_moto_transact_write_items = dynamodb_models.DynamoDBBackend.transact_write_items
+
+
+def _named_item(backend, item):
+    """(table, hash key, range key) of one transaction item, or None."""
+    try:
+        op_type, op = next(iter(item.items()))
+        table = backend.tables.get(op.get("TableName"))
+        if table is None:
+            return None
+        key = op["Item"] if op_type == "Put" else op["Key"]
+        hash_key = DynamoType(key[table.hash_key_attr])
+        range_key = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+        return table, hash_key, range_key
+    except (AttributeError, KeyError, StopIteration, TypeError):
+        return None
+
+
+def _put_back(table, hash_key, range_key, before):
+    if range_key is None:
+        if before is None:
+            table.items.pop(hash_key, None)
+        else:
+            table.items[hash_key] = before
+    elif before is None:
+        table.items.get(hash_key, {}).pop(range_key, None)
+        if hash_key in table.items and not table.items[hash_key]:
+            del table.items[hash_key]
+    else:
+        table.items[hash_key][range_key] = before
+
+
+def _transact_write_items(self, transact_items):
+    backup = []
+    streams = {}
+    for item in transact_items if isinstance(transact_items, list) else []:
+        named = _named_item(self, item)
+        if named is None:
+            continue
+        table, hash_key, range_key = named
+        try:
+            before = table.get_item(hash_key, range_key)
+        except Exception:
+            continue
+        backup.append((table, hash_key, range_key, copy.deepcopy(before)))
+        if table.stream_shard is not None:
+            streams.setdefault(id(table), (table, len(table.stream_shard.items)))
+    try:
+        return _moto_transact_write_items(self, transact_items)
+    except Exception:
+        for table, hash_key, range_key, before in reversed(backup):
+            _put_back(table, hash_key, range_key, before)
+        for table, length in streams.values():
+            del table.stream_shard.items[length:]
+        raise
+
+
+dynamodb_models.DynamoDBBackend.transact_write_items = _transact_write_items
 
 
 class Serial:

@@ -7,5 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 infra/scripts/venv.sh
 export PATH="$PWD/.venv/bin:$PATH"
-cargo build --release -p tests --bin herd --locked --quiet
-exec "${CARGO_TARGET_DIR:-target}/release/herd" "$@"
+cargo build --profile harness -p tests --bin herd --locked --quiet
+exec "${CARGO_TARGET_DIR:-target}/harness/herd" "$@"

@@ -8,5 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 infra/scripts/venv.sh
 export PATH="$PWD/.venv/bin:$PATH"
-cargo build --release -p tests --bin sim --locked --quiet
-exec "${CARGO_TARGET_DIR:-target}/release/sim" "$@"
+cargo build --profile harness -p tests --bin sim --locked --quiet
+exec "${CARGO_TARGET_DIR:-target}/harness/sim" "$@"

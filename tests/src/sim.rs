@@ -539,6 +539,20 @@ impl Delivery {
 
 /// A port call at `point`, with the delivery's fault if it strikes there.
 async fn at<T>(point: Point, call: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = at_unmeasured(point, call).await;
+    let took = started.elapsed();
+    if took >= SLOW_CALL {
+        eprintln!("sim: a {point:?} call took {:.1} s of real time", took.as_secs_f64());
+    }
+    out
+}
+
+/// A port call slower than this in real time is printed: nothing in the
+/// plan waits that long, so it is the machine or a stall to find.
+const SLOW_CALL: std::time::Duration = std::time::Duration::from_secs(5);
+
+async fn at_unmeasured<T>(point: Point, call: impl Future<Output = T>) -> T {
     let Some(delivery) = Delivery::current() else {
         return call.await;
     };
