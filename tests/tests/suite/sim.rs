@@ -120,6 +120,135 @@ async fn a_transaction_repeated_under_its_client_request_token_is_applied_once()
     assert_eq!(n().await, 2, "another token is another transaction");
 }
 
+/// DynamoDB applies a transaction whole or not at all: a cancelled one
+/// leaves its items and the table's stream as they were. moto undoes a
+/// cancelled transaction from a backup, which `moto_serial.py` takes of the
+/// items the transaction names (moto's own deep copy of every named table
+/// made each request cost the whole table; infra/FIDELITY.md): a put of a
+/// new item and an update of an existing one, both applied before a third
+/// item's condition fails, are undone, and the stream has no record of
+/// them; the same writes without the failing check apply, two records.
+#[tokio::test]
+async fn a_cancelled_transaction_leaves_its_items_and_the_stream_as_they_were() {
+    use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+    use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem, Update};
+
+    let t = tests::TestStack::start().await.unwrap();
+    let table = t.stack.names.table.clone();
+    let key = |sk: &str| {
+        [
+            ("pk".to_owned(), AttributeValue::S("cancel-probe".into())),
+            ("sk".to_owned(), AttributeValue::S(sk.into())),
+        ]
+        .into_iter()
+        .collect::<std::collections::HashMap<_, _>>()
+    };
+    t.dynamo
+        .put_item()
+        .table_name(&table)
+        .set_item(Some(key("kept")))
+        .item("n", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+    let put_new = TransactWriteItem::builder()
+        .put(Put::builder().table_name(&table).set_item(Some(key("new"))).build().unwrap())
+        .build();
+    let add_five = TransactWriteItem::builder()
+        .update(
+            Update::builder()
+                .table_name(&table)
+                .set_key(Some(key("kept")))
+                .update_expression("ADD n :n")
+                .expression_attribute_values(":n", AttributeValue::N("5".into()))
+                .build()
+                .unwrap(),
+        )
+        .build();
+    let absent_exists = TransactWriteItem::builder()
+        .condition_check(
+            ConditionCheck::builder()
+                .table_name(&table)
+                .set_key(Some(key("absent")))
+                .condition_expression("attribute_exists(pk)")
+                .build()
+                .unwrap(),
+        )
+        .build();
+    let n = || async { t.item("cancel-probe", "kept").await.unwrap()["n"].as_i64().unwrap() };
+    let before = stream_records(&t).await;
+
+    let cancelled = t
+        .dynamo
+        .transact_write_items()
+        .transact_items(put_new.clone())
+        .transact_items(add_five.clone())
+        .transact_items(absent_exists)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        cancelled.as_service_error().and_then(|e| e.code()),
+        Some("TransactionCanceledException")
+    );
+    assert_eq!(t.item("cancel-probe", "new").await, None, "the put is undone");
+    assert_eq!(n().await, 1, "the update is undone");
+    assert_eq!(stream_records(&t).await, before, "no stream record of an undone write");
+
+    t.dynamo
+        .transact_write_items()
+        .transact_items(put_new)
+        .transact_items(add_five)
+        .send()
+        .await
+        .unwrap();
+    assert!(t.item("cancel-probe", "new").await.is_some());
+    assert_eq!(n().await, 6);
+    assert_eq!(stream_records(&t).await, before + 2, "one record per write applied");
+}
+
+/// How many records the table's stream holds.
+async fn stream_records(t: &tests::TestStack) -> usize {
+    use aws_sdk_dynamodbstreams::types::ShardIteratorType;
+    let arn = t
+        .dynamo
+        .describe_table()
+        .table_name(&t.stack.names.table)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .and_then(|d| d.latest_stream_arn)
+        .expect("the table has a stream");
+    let streams = aws_sdk_dynamodbstreams::Client::new(&t.aws.sdk);
+    let shard = streams.describe_stream().stream_arn(&arn).send().await.unwrap();
+    let shard = shard
+        .stream_description()
+        .and_then(|d| d.shards().first())
+        .and_then(|s| s.shard_id())
+        .expect("the stream has a shard")
+        .to_owned();
+    let mut iterator = streams
+        .get_shard_iterator()
+        .stream_arn(&arn)
+        .shard_id(shard)
+        .shard_iterator_type(ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .unwrap()
+        .shard_iterator;
+    let mut count = 0;
+    while let Some(at) = iterator {
+        let page = streams.get_records().shard_iterator(&at).send().await.unwrap();
+        if page.records().is_empty() {
+            break;
+        }
+        count += page.records().len();
+        iterator = page.next_shard_iterator;
+    }
+    count
+}
+
 /// SQS brings a returned message back with the same execution id: a run
 /// throttled before any tool call on two deliveries of one message is
 /// released both times (a release under the first one's client request
