@@ -6,7 +6,7 @@
 //! EventBridge Scheduler expression of a one-time schedule is `at(...)` in UTC.
 //! Called by `reminder` (create) and by the Scheduler adapter.
 
-use chrono::{DateTime, Duration, FixedOffset, NaiveDate, NaiveDateTime, SecondsFormat, Timelike, Utc};
+use chrono::{DateTime, Datelike, Duration, FixedOffset, NaiveDate, NaiveDateTime, SecondsFormat, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 
 pub mod cron;
@@ -146,9 +146,13 @@ fn is_naive(text: &str) -> bool {
             || NaiveDate::parse_from_str(text, "%Y-%m-%d").is_ok())
 }
 
-/// Parses an instant that carries an offset; `None` for anything else.
+/// Parses an instant that carries an offset; `None` for anything else,
+/// and for an instant whose UTC year RFC 3339 cannot write (before 0000 or
+/// after 9999: `0000-01-01T09:00+20:30` is in year -1 in UTC).
 pub fn parse_instant(text: &str) -> Option<DateTime<Utc>> {
-    parse_with_offset(text.trim()).map(|t| t.with_timezone(&Utc))
+    parse_with_offset(text.trim())
+        .map(|t| t.with_timezone(&Utc))
+        .filter(|t| (0..=9999).contains(&t.year()))
 }
 
 /// Parses one exact instant with an offset, telling a naive date-time (the
@@ -199,6 +203,27 @@ mod tests {
 
     fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 30, 10, 0, 0).unwrap()
+    }
+
+    /// Found by the `instant` fuzz target: an offset can carry an instant
+    /// written in year 0000 (or 9999) out of the years RFC 3339 writes, and
+    /// its rendering would not read back.
+    #[test]
+    fn an_instant_outside_the_years_rfc_3339_writes_is_not_an_instant() {
+        for text in [
+            "0000-1-1T9:0+2030",
+            "0000-01-01T09:00:00+20:30",
+            "9999-12-31T23:00:00-02:00",
+        ] {
+            assert_eq!(parse_instant(text), None, "{text}");
+            assert!(
+                matches!(parse_instant_or_refuse(text), Err(InstantError::Invalid(_))),
+                "{text}"
+            );
+        }
+        let first = parse_instant("0000-01-01T09:00:00+09:00").unwrap();
+        assert_eq!(parse_instant(&first.to_rfc3339()), Some(first));
+        assert!(parse_instant("9999-12-31T23:00:00+01:00").is_some());
     }
 
     #[test]
