@@ -9,7 +9,8 @@
 #
 # Sizes are of the arm64 release build (what template.yaml deploys) when
 # cargo-lambda is on PATH or in .venv-lambda (`infra/scripts/venv.sh
-# lambda`), else of the host's release build; the table says which.
+# lambda`), else of the host's bench-sym build stripped (the release code);
+# the table says which.
 # Callgrind and init time run the host build of the `bench-sym` profile
 # (release with line tables and symbols). Needs valgrind.
 set -euo pipefail
@@ -33,12 +34,19 @@ if command -v cargo-lambda >/dev/null; then
   sizes="$target/lambda"
   arch="arm64 (aarch64-unknown-linux-gnu, release)"
 else
-  echo "bench: cargo-lambda not found: sizes are of the host's release build" >&2
-  cargo build --locked --quiet --release "${functions[@]}"
-  sizes="$target/release"
-  arch="$(uname -m) (host, release; cargo-lambda not found)"
+  # The host's release binaries are the bench-sym ones stripped: the same
+  # code (line tables do not change codegen), without a second fat-LTO
+  # build of the SDK.
+  echo "bench: cargo-lambda not found: sizes are of the host's build, stripped" >&2
+  sizes="$target/bench-sizes"
+  mkdir -p "$sizes"
+  for f in create runner reconcile admin schedules; do
+    strip --strip-all -o "$sizes/$f" "$target/bench-sym/$f"
+  done
+  arch="$(uname -m) (host: the bench-sym build stripped, as release strips; cargo-lambda not found)"
 fi
-cargo build --locked --quiet -p tests --bin bench
+# The workspace's feature set, as the tests build it: no second debug build of the SDK.
+cargo build --locked --quiet --workspace --bin bench
 export RUST_MIN_STACK=8388608
 exec "$target/debug/bench" --functions "$target/bench-sym" --sizes "$sizes" --arch "$arch" \
   --out "$target/bench.json" "$@"

@@ -7,6 +7,7 @@
 #   fuzz.sh                      every target, one after another, 10^7 runs each
 #   fuzz.sh <target> [runs]      one target (-1 runs: until stopped)
 #   FUZZ_SECONDS=<n> fuzz.sh ... stop each target after n seconds instead
+#   FUZZ_SANITIZER=address ...   with AddressSanitizer (default: none)
 # The build goes to $CARGO_TARGET_DIR/fuzz (target/fuzz by
 # default), new inputs to corpus/<target> there (seeded from the
 # committed corpus in shared/fuzz/corpus/<target>); a failing input to
@@ -37,11 +38,15 @@ max_len() {
     *) echo 4096 ;;
   esac
 }
-# AddressSanitizer keeps its heap checks (overflow, use after free); off
-# are the allocation stack traces it records on every malloc (only a
-# report's detail) and stack use after return, which the project's code
-# (unsafe_code = "forbid") cannot commit: about a fifth of each
-# execution's CPU.
+# No sanitizer by default: the project's code forbids unsafe
+# (unsafe_code = "forbid"), so what these targets can find is a panic or a
+# broken property, which libFuzzer sees without one, at about three times
+# the executions per second AddressSanitizer leaves (10^7 runs of the
+# slowest target in minutes, not the better part of an hour).
+# FUZZ_SANITIZER=address turns AddressSanitizer on (for the dependencies'
+# unsafe code), with its heap checks and without the allocation stack
+# traces it records on every malloc (only a report's detail).
+sanitizer="${FUZZ_SANITIZER:-none}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-malloc_context_size=0:detect_stack_use_after_return=0}"
 cd shared
 build="${CARGO_TARGET_DIR:-$root/target}/fuzz"
@@ -49,6 +54,6 @@ for target in "${targets[@]}"; do
   work="$build/corpus/$target"
   mkdir -p "$work"
   echo "== fuzz $target"
-  cargo +nightly fuzz run --target-dir "$build" "$target" "$work" "fuzz/corpus/$target" -- \
+  cargo +nightly fuzz run --sanitizer "$sanitizer" --target-dir "$build" "$target" "$work" "fuzz/corpus/$target" -- \
     -runs="$runs" "${limit[@]}" -max_len="$(max_len "$target")" -timeout=10 -print_final_stats=1
 done
