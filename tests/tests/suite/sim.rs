@@ -152,7 +152,13 @@ async fn a_cancelled_transaction_leaves_its_items_and_the_stream_as_they_were() 
         .await
         .unwrap();
     let put_new = TransactWriteItem::builder()
-        .put(Put::builder().table_name(&table).set_item(Some(key("new"))).build().unwrap())
+        .put(
+            Put::builder()
+                .table_name(&table)
+                .set_item(Some(key("new")))
+                .build()
+                .unwrap(),
+        )
         .build();
     let add_five = TransactWriteItem::builder()
         .update(
