@@ -58,6 +58,8 @@ pub const CATCH_UP_SECONDS: i64 = 3600;
 /// How long an idle poller waits before it polls again (real time): short
 /// against a compressed minute, long enough to leave the CPU to the runs.
 const IDLE_POLL: StdDuration = StdDuration::from_millis(200);
+/// How often (real time) a line of progress goes to stderr.
+const PROGRESS_EVERY: StdDuration = StdDuration::from_secs(30);
 /// The template's runner timeout, in simulated seconds.
 pub const INVOCATION_SECONDS: i64 = 360;
 
@@ -377,12 +379,25 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
     let started = Instant::now();
     let done = Arc::new(AtomicBool::new(false));
     let endpoint = s.t.aws.moto.endpoint();
+    let settled = Arc::new(AtomicUsize::new(0));
     let clock = {
         let done = done.clone();
+        let settled = settled.clone();
+        let tasks = config.tasks;
         tokio::spawn(async move {
             let mut advanced = 0u64;
+            let mut reported = Instant::now();
             while !done.load(Ordering::Relaxed) {
                 tokio::time::sleep(StdDuration::from_millis(100)).await;
+                if reported.elapsed() >= PROGRESS_EVERY {
+                    reported = Instant::now();
+                    eprintln!(
+                        "herd: {:.0} s real ({:.1} min simulated), {} of {tasks} occurrences settled",
+                        started.elapsed().as_secs_f64(),
+                        started.elapsed().as_secs_f64() * compression / 60.0,
+                        settled.load(Ordering::Relaxed)
+                    );
+                }
                 let target = (started.elapsed().as_secs_f64() * (compression - 1.0)) as u64;
                 if target > advanced {
                     let step = u32::try_from(target - advanced).unwrap_or(u32::MAX);
@@ -405,7 +420,6 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
     let returns = Returns::from_sdk(&s.t.aws.sdk);
     let invocation = Duration::seconds(SETTLE_RESERVE_SECONDS)
         + Duration::milliseconds((INVOCATION_SECONDS as f64 * 1000.0 / compression) as i64);
-    let settled = Arc::new(AtomicUsize::new(0));
     let pollers = (0..config.concurrency).map(|_| {
         let (sqs, queue_url, queue_arn, runner, seen, returns, settled) = (
             sqs.clone(),
