@@ -170,6 +170,41 @@ pub const DEFAULT_CATCH_UP_SECONDS: i64 = 3600;
 pub const MIN_CATCH_UP_SECONDS: i64 = crate::domain::redelivery::LONGEST_RETURN_SECONDS as i64;
 const _: () = assert!(DEFAULT_CATCH_UP_SECONDS >= MIN_CATCH_UP_SECONDS);
 
+/// `RETENTION_DAYS` when unset (SPEC §3, §9).
+pub const DEFAULT_RETENTION_DAYS: i64 = 90;
+
+/// `RETENTION_DAYS` (default [`DEFAULT_RETENTION_DAYS`], 1 to 3650): how
+/// long a finished reminder, its run records and its idempotency records
+/// are kept after it finished.
+pub fn retention<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<chrono::Duration, ConfigError> {
+    const NAME: &str = "RETENTION_DAYS";
+    match (env.0)(NAME) {
+        None => Ok(chrono::Duration::days(DEFAULT_RETENTION_DAYS)),
+        Some(text) => match text.trim().parse::<i64>() {
+            Ok(days) if (1..=3650).contains(&days) => Ok(chrono::Duration::days(days)),
+            _ => Err(ConfigError::Malformed {
+                name: NAME,
+                reason: format!("`{text}` is not a number of days from 1 to 3650"),
+            }),
+        },
+    }
+}
+
+/// `MAX_ACTIVE_REMINDERS` (default [`DEFAULT_MAX_ACTIVE_REMINDERS`]).
+pub fn max_active<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<usize, ConfigError> {
+    const NAME: &str = "MAX_ACTIVE_REMINDERS";
+    match (env.0)(NAME) {
+        None => Ok(DEFAULT_MAX_ACTIVE_REMINDERS),
+        Some(text) => match text.trim().parse::<usize>() {
+            Ok(v) if v > 0 => Ok(v),
+            _ => Err(ConfigError::Malformed {
+                name: NAME,
+                reason: format!("`{text}` is not a positive number of reminders"),
+            }),
+        },
+    }
+}
+
 /// Everything the runner reads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunnerConfig {
@@ -190,6 +225,9 @@ pub struct RunnerConfig {
     pub rules: crate::domain::webhook::InstallRules,
     /// `SCHEDULE_CEILINGS`: a run's limits are its spec's, bounded by these.
     pub ceilings: Ceilings,
+    /// `RETENTION_DAYS`: run records, and a completed reminder, expire
+    /// this long after they finish.
+    pub retention: chrono::Duration,
 }
 
 /// The longest catch-up window: it bounds how long an occurrence's claim
@@ -200,7 +238,7 @@ pub const MAX_CATCH_UP_SECONDS: i64 = 21_600;
 impl RunnerConfig {
     /// No `EVENT_BUS_NAME`: the runner sends no event; the table's stream
     /// carries each settled run to the bus (`domain::notification`).
-    pub const VARIABLES: [&'static str; 7] = [
+    pub const VARIABLES: [&'static str; 8] = [
         "TABLE_NAME",
         "AGENT_SCHEDULE_WORKER_ENABLED",
         "MODEL_ID",
@@ -208,6 +246,7 @@ impl RunnerConfig {
         "CATCH_UP_SECONDS",
         "CONNECTOR_SECRET_PREFIX",
         "SCHEDULE_CEILINGS",
+        "RETENTION_DAYS",
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -253,6 +292,7 @@ impl RunnerConfig {
             catch_up_seconds,
             rules: install_rules(env)?,
             ceilings: ceilings(env)?,
+            retention: retention(env)?,
         })
     }
 }
@@ -359,15 +399,21 @@ pub struct AdminConfig {
     /// `TABLE_NAME`
     pub table_name: String,
     pub target: ScheduleTarget,
+    /// `MAX_ACTIVE_REMINDERS`: a restore never takes an owner past it.
+    pub max_active: usize,
+    /// `RETENTION_DAYS`
+    pub retention: chrono::Duration,
 }
 
 impl AdminConfig {
-    pub const VARIABLES: [&'static str; 5] = [
+    pub const VARIABLES: [&'static str; 7] = [
         "TABLE_NAME",
         "SCHEDULE_GROUP",
         "RUN_QUEUE_ARN",
         "SCHEDULER_ROLE_ARN",
         "SCHEDULER_DLQ_ARN",
+        "MAX_ACTIVE_REMINDERS",
+        "RETENTION_DAYS",
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -378,6 +424,8 @@ impl AdminConfig {
         Ok(Self {
             table_name: env.required("TABLE_NAME")?,
             target: ScheduleTarget::from_env(env)?,
+            max_active: max_active(env)?,
+            retention: retention(env)?,
         })
     }
 }
@@ -396,19 +444,22 @@ pub struct SchedulesConfig {
     /// `MAX_ACTIVE_REMINDERS` (default [`DEFAULT_MAX_ACTIVE_REMINDERS`]):
     /// scheduled or paused reminders a principal may hold.
     pub max_active: usize,
+    /// `RETENTION_DAYS`
+    pub retention: chrono::Duration,
 }
 
 impl SchedulesConfig {
     /// Every variable schedules reads, create's and the cap;
     /// `template.yaml` sets exactly these.
-    pub const VARIABLES: [&'static str; CreateConfig::VARIABLES.len() + 1] = {
-        let mut names = [""; CreateConfig::VARIABLES.len() + 1];
+    pub const VARIABLES: [&'static str; CreateConfig::VARIABLES.len() + 2] = {
+        let mut names = [""; CreateConfig::VARIABLES.len() + 2];
         let mut i = 0;
         while i < CreateConfig::VARIABLES.len() {
             names[i] = CreateConfig::VARIABLES[i];
             i += 1;
         }
         names[i] = "MAX_ACTIVE_REMINDERS";
+        names[i + 1] = "RETENTION_DAYS";
         names
     };
 
@@ -417,25 +468,13 @@ impl SchedulesConfig {
     }
 
     pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
-        const NAME: &str = "MAX_ACTIVE_REMINDERS";
-        let max_active = match (env.0)(NAME) {
-            None => DEFAULT_MAX_ACTIVE_REMINDERS,
-            Some(text) => match text.trim().parse::<usize>() {
-                Ok(v) if v > 0 => v,
-                _ => {
-                    return Err(ConfigError::Malformed {
-                        name: NAME,
-                        reason: format!("`{text}` is not a positive number of reminders"),
-                    });
-                }
-            },
-        };
         Ok(Self {
             table_name: env.required("TABLE_NAME")?,
             target: ScheduleTarget::from_env(env)?,
             flags: Flags::from_env(env)?,
             ceilings: ceilings(env)?,
-            max_active,
+            max_active: max_active(env)?,
+            retention: retention(env)?,
         })
     }
 }

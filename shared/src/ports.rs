@@ -105,11 +105,24 @@ impl OwnerReminders {
 }
 
 pub trait TaskStore: Send + Sync {
+    /// The record of a principal's key, within its workspace (a principal
+    /// id is unique only there).
     fn idempotency_record(
         &self,
+        workspace: &str,
         principal: &str,
         key: &str,
     ) -> impl Future<Output = Result<Option<IdempotencyRecord>, StoreError>> + Send;
+
+    /// The record of the key a finished reminder was created with expires
+    /// at `ttl` (Unix seconds) with it.
+    fn expire_idempotency(
+        &self,
+        workspace: &str,
+        principal: &str,
+        key: &str,
+        ttl: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     fn task(&self, workspace: &str, task_id: &TaskId) -> impl Future<Output = Result<Option<Task>, StoreError>> + Send;
 
@@ -145,8 +158,9 @@ pub struct ScheduleError {
 
 pub trait Schedules: Send + Sync {
     /// Creates the schedule, or brings an existing one of that name in step:
-    /// safe to repeat, last writer wins. A `retired` definition writes
-    /// nothing: a completed one-time task never gets its schedule back.
+    /// safe to repeat, last writer wins. A `retired` definition deletes
+    /// it: a finished one-time task or a finished or cancelled reminder
+    /// never gets its schedule back.
     fn put(&self, schedule: &ScheduleDefinition) -> impl Future<Output = Result<(), ScheduleError>> + Send;
     /// The schedule of that name as Scheduler holds it, `None` if there is none.
     fn status(&self, name: &str) -> impl Future<Output = Result<Option<ScheduleStatus>, ScheduleError>> + Send;
@@ -199,8 +213,8 @@ pub struct Settlement<'a> {
     /// ...and replaced by the actual cost, also charged to this account.
     pub account: Option<&'a crate::domain::budget::Account>,
     pub record: &'a RunRecord,
-    /// Marks a one-time task completed.
-    pub complete: bool,
+    /// Completes a one-time task (`domain::settlement::plan`).
+    pub complete: Option<crate::domain::settlement::Completion>,
     /// Finished claims old enough to forget.
     pub prune: Vec<String>,
 }
@@ -226,6 +240,10 @@ pub enum Settled {
     Done,
     /// Another execution took the claim over: it records the outcome.
     LostClaim,
+    /// A release found no claim at all: one this execution's own earlier
+    /// release removed (its answer lost), so the occurrence has not run and
+    /// the message must come back, never be acknowledged.
+    ClaimGone,
 }
 
 pub trait RunStore: Send + Sync {
@@ -243,8 +261,21 @@ pub trait RunStore: Send + Sync {
     /// claim is [`Settled::LostClaim`].
     fn release(&self, release: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send;
     /// Records an outcome that held no claim (a skip before or instead of a
-    /// claim). Never overwrites an existing record.
+    /// claim). Never overwrites an existing record, and writes none while
+    /// the occurrence has a claim on its task (a run of it, still running
+    /// or settled, records its own outcome).
     fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Completes a one-time task whose only occurrence was skipped without
+    /// a claim (SPEC §3), if `completion.at` is still its instant and it is
+    /// neither paused, tombstoned nor completed; otherwise nothing. The
+    /// record of the key it was created with expires with it.
+    fn complete_unclaimed(
+        &self,
+        workspace: &str,
+        task_id: &crate::domain::task::TaskId,
+        completion: &crate::domain::settlement::Completion,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Keeps a message that is not a run message, for an operator to read.
     fn record_malformed(
         &self,
@@ -445,6 +476,13 @@ pub trait ReminderStore: Send + Sync {
     ) -> impl Future<Output = Result<OwnedPage, StoreError>> + Send;
     /// The latest run records of a task, newest first.
     fn runs(&self, task_id: &TaskId, limit: usize) -> impl Future<Output = Result<Vec<RunRecord>, StoreError>> + Send;
+    /// The run record of one occurrence (its scheduled time, as the run
+    /// record's key spells it), read consistently.
+    fn run(
+        &self,
+        task_id: &TaskId,
+        occurrence: &str,
+    ) -> impl Future<Output = Result<Option<RunRecord>, StoreError>> + Send;
     /// A versioned task write (as `TaskCatalog::write_task`) and an
     /// idempotency record, in one transaction.
     fn write_with_idempotency(

@@ -91,6 +91,15 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
     fn record_unclaimed(&self, r: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.hook.record_unclaimed(&self.inner, r)
     }
+    fn complete_unclaimed(
+        &self,
+        w: &str,
+        t: &TaskId,
+        c: &shared::domain::settlement::Completion,
+        n: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.complete_unclaimed(w, t, c, n)
+    }
     fn record_malformed(
         &self,
         m: &str,
@@ -138,10 +147,11 @@ pub trait TaskStoreHook<P: TaskStore>: Send + Sync {
     fn idempotency_record(
         &self,
         inner: &P,
+        workspace: &str,
         principal: &str,
         key: &str,
     ) -> impl Future<Output = Result<Option<IdempotencyRecord>, StoreError>> + Send {
-        inner.idempotency_record(principal, key)
+        inner.idempotency_record(workspace, principal, key)
     }
     fn task(
         &self,
@@ -173,10 +183,20 @@ pub trait TaskStoreHook<P: TaskStore>: Send + Sync {
 impl<P: TaskStore, H: TaskStoreHook<P>> TaskStore for Intercepted<P, H> {
     fn idempotency_record(
         &self,
+        workspace: &str,
         principal: &str,
         key: &str,
     ) -> impl Future<Output = Result<Option<IdempotencyRecord>, StoreError>> + Send {
-        self.hook.idempotency_record(&self.inner, principal, key)
+        self.hook.idempotency_record(&self.inner, workspace, principal, key)
+    }
+    fn expire_idempotency(
+        &self,
+        workspace: &str,
+        principal: &str,
+        key: &str,
+        ttl: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.expire_idempotency(workspace, principal, key, ttl)
     }
     fn task(&self, workspace: &str, task_id: &TaskId) -> impl Future<Output = Result<Option<Task>, StoreError>> + Send {
         self.hook.task(&self.inner, workspace, task_id)

@@ -239,6 +239,7 @@ pub fn run_settings(worker_enabled: bool) -> RunSettings {
         model_id: MODEL.to_owned(),
         prices: prices(),
         ceilings: Ceilings::new(CEILINGS).expect("test ceilings are valid"),
+        retention: Duration::days(shared::config::DEFAULT_RETENTION_DAYS),
     }
 }
 
@@ -479,6 +480,7 @@ impl TestStack {
         AdminFunction(Admin::new(
             DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table),
             EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
+            admin_settings(),
         ))
     }
 
@@ -517,6 +519,14 @@ impl TestStack {
 }
 
 /// A workspace admin of ws_1.
+/// Admin's settings as the template's defaults give them.
+pub fn admin_settings() -> shared::app::admin::AdminSettings {
+    shared::app::admin::AdminSettings {
+        max_active: shared::config::DEFAULT_MAX_ACTIVE_REMINDERS,
+        retention: chrono::Duration::days(shared::config::DEFAULT_RETENTION_DAYS),
+    }
+}
+
 pub fn admin_principal() -> Value {
     json!({"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]})
 }
@@ -545,6 +555,7 @@ impl TestStack {
                 flags: config.flags,
                 ceilings: config.ceilings,
                 max_active,
+                retention: chrono::Duration::days(shared::config::DEFAULT_RETENTION_DAYS),
             },
         )
     }

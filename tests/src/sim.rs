@@ -601,6 +601,15 @@ impl<S: RunStore> RunStore for SimStore<S> {
     async fn record_unclaimed(&self, record: &RunRecord) -> Result<(), StoreError> {
         at(Point::RecordUnclaimed, self.0.record_unclaimed(record)).await
     }
+    async fn complete_unclaimed(
+        &self,
+        workspace: &str,
+        task_id: &TaskId,
+        completion: &shared::domain::settlement::Completion,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.0.complete_unclaimed(workspace, task_id, completion, now).await
+    }
     async fn record_malformed(
         &self,
         message_id: &str,

@@ -8,7 +8,7 @@ use lambda_runtime::{Error, LambdaEvent};
 use serde_json::Value;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::scheduler::EventBridgeSchedules;
-use shared::app::admin::{Admin, AdminError, AdminRefusal, AdminRequest, refused};
+use shared::app::admin::{Admin, AdminError, AdminRefusal, AdminRequest, AdminSettings, refused};
 use shared::config::AdminConfig;
 use shared::domain::payload::Payload;
 use shared::ports::{ReminderStore, Schedules, TaskCatalog, TaskStore};
@@ -19,6 +19,10 @@ pub fn build(sdk: &aws_config::SdkConfig, config: AdminConfig) -> App {
     Admin::new(
         DynamoStore::from_sdk(sdk, config.table_name),
         EventBridgeSchedules::from_sdk(sdk, config.target),
+        AdminSettings {
+            max_active: config.max_active,
+            retention: config.retention,
+        },
     )
 }
 

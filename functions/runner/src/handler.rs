@@ -42,6 +42,7 @@ fn runner(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> Runner<DynamoSto
             model_id: config.model_id,
             prices: config.prices,
             ceilings: config.ceilings,
+            retention: config.retention,
         },
     )
 }

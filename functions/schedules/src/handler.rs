@@ -26,6 +26,7 @@ pub fn build(sdk: &aws_config::SdkConfig, config: SchedulesConfig) -> App {
                 ceilings: config.ceilings,
             },
             max_active: config.max_active,
+            retention: config.retention,
         },
     )
 }

@@ -19,24 +19,64 @@ use crate::domain::reconcile::Write;
 use crate::domain::task::{Task, TaskId};
 use crate::ports::{Inserted, StoreError, TaskCatalog, Versioned};
 
-/// The attributes a versioned task write owns.
-pub(crate) const OWNED: [&str; 15] = [
-    "title",
-    "provenance",
-    "spec",
-    "pending",
-    "hold",
-    "override",
-    "approval",
-    "prompt_arguments",
-    "declaration_error",
-    "completed_at",
-    "state",
-    "budget_reserve_usd",
-    "budget_threshold_usd",
-    "version",
-    "updated_at",
-];
+/// The runner's bookkeeping on a task item: claimed and settled by the
+/// runner alone, with its own conditions, while admins, owners and
+/// reconcile change the task. A change never sends these, even when the
+/// copy it read is stale.
+const RUNNER_OWNED: [&str; 2] = ["claims", "budget_used"];
+
+/// A versioned change of a task item: the attributes that differ between
+/// the task as read and as edited (set, or removed when the edit dropped
+/// them), conditional on the version read. Derived from the two items, so
+/// an edited field is written whatever its name.
+pub(crate) struct TaskChange {
+    pub expression: String,
+    pub names: std::collections::HashMap<String, String>,
+    pub values: std::collections::HashMap<String, AttributeValue>,
+}
+
+impl TaskChange {
+    pub(crate) fn between(before: &Task, after: &Task) -> Result<Self, StoreError> {
+        let old = task_item(before)?;
+        let new = task_item(after)?;
+        let mut names = std::collections::HashMap::from([("#version".to_owned(), "version".to_owned())]);
+        let mut values =
+            std::collections::HashMap::from([(":read".to_owned(), AttributeValue::N(before.version.to_string()))]);
+        let mut sets = Vec::new();
+        let mut removes = Vec::new();
+        let mut attributes: Vec<&String> = old.keys().chain(new.keys()).collect();
+        attributes.sort();
+        attributes.dedup();
+        for (i, name) in attributes
+            .into_iter()
+            .filter(|name| !RUNNER_OWNED.contains(&name.as_str()))
+            .enumerate()
+        {
+            match (old.get(name), new.get(name)) {
+                (Some(a), Some(b)) if a == b => continue,
+                (_, Some(value)) => {
+                    sets.push(format!("#a{i} = :v{i}"));
+                    values.insert(format!(":v{i}"), value.clone());
+                }
+                (Some(_), None) => removes.push(format!("#a{i}")),
+                (None, None) => continue,
+            }
+            names.insert(format!("#a{i}"), name.clone());
+        }
+        let mut expression = String::new();
+        if !sets.is_empty() {
+            expression.push_str(&format!("SET {}", sets.join(", ")));
+        }
+        if !removes.is_empty() {
+            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
+        }
+        Ok(Self {
+            expression: expression.trim().to_owned(),
+            names,
+            values,
+        })
+    }
+}
 
 /// Webhook ids are remembered this long; the replay window is five minutes.
 const WEBHOOK_ID_DAYS: i64 = 2;
@@ -159,16 +199,14 @@ impl TaskCatalog for DynamoStore {
     }
 
     async fn write_task(&self, write: &Write) -> Result<Versioned, StoreError> {
-        let Some(read_version) = write.read_version else {
+        let Some(before) = write.before.as_deref() else {
             return Ok(match self.insert_task(&write.task).await? {
                 Inserted::Created => Versioned::Written,
                 Inserted::KeyTaken => Versioned::Conflict,
             });
         };
-        let item = task_item(&write.task)?;
-        let mut sets = Vec::new();
-        let mut removes = Vec::new();
-        let mut update = self
+        let change = TaskChange::between(before, &write.task)?;
+        let update = self
             .client()
             .update_item()
             .table_name(self.table())
@@ -176,27 +214,11 @@ impl TaskCatalog for DynamoStore {
                 Key::task(&write.task.workspace, write.task.task_id.as_str()).to_map(),
             ))
             .condition_expression("#version = :read")
-            .expression_attribute_values(":read", AttributeValue::N(read_version.to_string()));
-        for (i, name) in OWNED.iter().enumerate() {
-            update = update.expression_attribute_names(format!("#a{i}"), *name);
-            match item.get(*name) {
-                Some(value) => {
-                    sets.push(format!("#a{i} = :v{i}"));
-                    update = update.expression_attribute_values(format!(":v{i}"), value.clone());
-                }
-                None => removes.push(format!("#a{i}")),
-            }
-        }
-        let mut expression = format!("SET {}", sets.join(", "));
-        if !removes.is_empty() {
-            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
-        }
+            .set_expression_attribute_names(Some(change.names))
+            .set_expression_attribute_values(Some(change.values))
+            .update_expression(change.expression);
         self.counted();
-        let result = update
-            .update_expression(expression)
-            .expression_attribute_names("#version", "version")
-            .send()
-            .await;
+        let result = update.send().await;
         Ok(if written("UpdateItem", result)? {
             Versioned::Written
         } else {

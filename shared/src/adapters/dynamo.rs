@@ -200,9 +200,38 @@ impl DynamoStore {
 }
 
 impl TaskStore for DynamoStore {
-    async fn idempotency_record(&self, principal: &str, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.get_item(Key::idempotency(principal, key), "idempotency record")
+    async fn idempotency_record(
+        &self,
+        workspace: &str,
+        principal: &str,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.get_item(Key::idempotency(workspace, principal, key), "idempotency record")
             .await
+    }
+
+    async fn expire_idempotency(
+        &self,
+        workspace: &str,
+        principal: &str,
+        key: &str,
+        ttl: i64,
+    ) -> Result<(), StoreError> {
+        self.counted();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Key::idempotency(workspace, principal, key).to_map()))
+            .update_expression("SET #ttl = :ttl")
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_values(":ttl", AttributeValue::N(ttl.to_string()))
+            .send()
+            .await;
+        // No record (one written before records were scoped by workspace): nothing to expire.
+        written("UpdateItem", result).map(|_| ())
     }
 
     async fn task(&self, workspace: &str, task_id: &TaskId) -> Result<Option<Task>, StoreError> {
@@ -216,7 +245,7 @@ impl TaskStore for DynamoStore {
         owner: Option<&OwnerReminders>,
     ) -> Result<ReminderInserted, StoreError> {
         let task_put = put_if_absent(&self.table, task_item(task)?)?;
-        let record_key = Key::idempotency(&record.principal, &record.key);
+        let record_key = Key::idempotency(&record.workspace, &record.principal, &record.key);
         let record_put = put_if_absent(&self.table, to_item(record, &record_key, "idempotency")?)?;
         let mut items = vec![task_put, record_put];
         if let (crate::domain::task::Provenance::User { principal }, Some(owner)) = (&task.provenance, owner) {

@@ -93,9 +93,9 @@ impl Key {
         }
     }
 
-    pub fn idempotency(principal: &str, key: &str) -> Self {
+    pub fn idempotency(workspace: &str, principal: &str, key: &str) -> Self {
         Self {
-            pk: format!("IDEM#{principal}"),
+            pk: format!("IDEM#{workspace}#{principal}"),
             sk: format!("KEY#{key}"),
         }
     }
@@ -319,9 +319,9 @@ mod tests {
             }
         );
         assert_eq!(
-            Key::idempotency("usr_1", "k"),
+            Key::idempotency("ws_1", "usr_1", "k"),
             Key {
-                pk: "IDEM#usr_1".into(),
+                pk: "IDEM#ws_1#usr_1".into(),
                 sk: "KEY#k".into()
             }
         );

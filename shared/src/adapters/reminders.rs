@@ -5,14 +5,14 @@
 //! Invariants: a page is read from the caller's own index partition only
 //! (the cursor names a position, the partition comes from the principal);
 //! run records are read from the task's own partition, strongly
-//! consistent; the versioned write sets exactly the attributes
-//! `catalog::write_task` owns (never the runner's `claims`/`budget_used`).
+//! consistent; the versioned write sends what `catalog::TaskChange` finds
+//! changed (never the runner's `claims`/`budget_used`).
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 
-use super::catalog::OWNED;
-use super::dynamo::{DynamoStore, Item, read_item, request_error, task_item, to_item};
+use super::catalog::TaskChange;
+use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item};
 use super::keys::{GSI2PK, Key, OWNER_INDEX, OwnerIndexKey, PK, SK};
 use crate::domain::idempotency::IdempotencyRecord;
 use crate::domain::occurrence::RunRecord;
@@ -110,41 +110,34 @@ impl ReminderStore for DynamoStore {
             .collect()
     }
 
+    async fn run(&self, task_id: &TaskId, occurrence: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.get_item(Key::run(task_id.as_str(), occurrence), "run record")
+            .await
+    }
+
     async fn write_with_idempotency(
         &self,
         write: &Write,
         record: &IdempotencyRecord,
     ) -> Result<UpdateWritten, StoreError> {
         let task = &write.task;
-        let read_version = write.read_version.unwrap_or_default();
-        let item = task_item(task)?;
-        let mut sets = Vec::new();
-        let mut removes = Vec::new();
-        let mut update = Update::builder()
+        let Some(before) = write.before.as_deref() else {
+            return Err(StoreError::Corrupt {
+                what: "task change".into(),
+                source: "a change with an idempotency record needs the task as read".into(),
+            });
+        };
+        let change = TaskChange::between(before, task)?;
+        let update = Update::builder()
             .table_name(self.table())
             .set_key(Some(Key::task(&task.workspace, task.task_id.as_str()).to_map()))
             .condition_expression("#version = :read")
-            .expression_attribute_names("#version", "version")
-            .expression_attribute_values(":read", AttributeValue::N(read_version.to_string()));
-        for (i, name) in OWNED.iter().enumerate() {
-            update = update.expression_attribute_names(format!("#a{i}"), *name);
-            match item.get(*name) {
-                Some(value) => {
-                    sets.push(format!("#a{i} = :v{i}"));
-                    update = update.expression_attribute_values(format!(":v{i}"), value.clone());
-                }
-                None => removes.push(format!("#a{i}")),
-            }
-        }
-        let mut expression = format!("SET {}", sets.join(", "));
-        if !removes.is_empty() {
-            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
-        }
-        let update = update
-            .update_expression(expression)
+            .set_expression_attribute_names(Some(change.names))
+            .set_expression_attribute_values(Some(change.values))
+            .update_expression(change.expression)
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
-        let record_key = Key::idempotency(&record.principal, &record.key);
+        let record_key = Key::idempotency(&record.workspace, &record.principal, &record.key);
         let put = Put::builder()
             .table_name(self.table())
             .set_item(Some(to_item(record, &record_key, "idempotency")?))

@@ -28,15 +28,16 @@ use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, ConditionCheck, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use chrono::{DateTime, Duration, Utc};
 
-use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item, written};
+use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item};
 use super::keys::{Key, PK, SK};
 use crate::domain::claim::RunStatus;
 use crate::domain::install::Install;
 use crate::domain::occurrence::{RunRecord, cap_output};
+use crate::domain::settlement::Completion;
 use crate::domain::task::Task;
 use crate::ports::{ClaimAnswer, ClaimRequest, Release, RunStore, Settled, Settlement, StoreError};
 
@@ -55,7 +56,7 @@ fn settle_token(settlement: &Settlement<'_>) -> String {
         settlement.execution_id,
         settlement.record.status.as_str(),
         settlement.record.output.is_some(),
-        settlement.complete
+        settlement.complete.is_some()
     );
     settle_token_of(settlement.task.task_id.as_str(), settlement.occurrence, &variant)
 }
@@ -203,6 +204,24 @@ impl DynamoStore {
         if let Some(account) = settlement.account {
             items.push(self.account_charge(account, settlement.period, settlement.record.cost_usd, true)?);
         }
+        if let Some(Completion {
+            expires: Some(ttl),
+            record: Some((workspace, principal, key)),
+            ..
+        }) = &settlement.complete
+        {
+            // The create's idempotency record expires with its reminder. No
+            // condition: a record that is missing gets a stub that expires.
+            let expire = Update::builder()
+                .table_name(self.table())
+                .set_key(Some(Key::idempotency(workspace, principal, key).to_map()))
+                .update_expression("SET #ttl = :ttl")
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":ttl", n(*ttl))
+                .build()
+                .map_err(|e| request_error("TransactWriteItems", e))?;
+            items.push(TransactWriteItem::builder().update(expire).build());
+        }
         Ok(items)
     }
 
@@ -238,17 +257,26 @@ impl DynamoStore {
             .expression_attribute_values(":exec", s(settlement.execution_id))
             .expression_attribute_values(":running", s(RunStatus::Running.as_str()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        if settlement.complete {
+        if let Some(completion) = &settlement.complete {
             // The tombstone is `override.deleted` (`domain::overrides`),
             // written true by the admin's delete and the owner's cancel, and
-            // removed with the whole map when no override is left.
+            // removed with the whole map when no override is left; the
+            // instant is the one the owner may have moved meanwhile.
+            let at = serde_dynamo::to_attribute_value(completion.at).map_err(|e| StoreError::Corrupt {
+                what: "instant".into(),
+                source: Box::new(e),
+            })?;
             update = update
                 .condition_expression(
                     "claims.#occ.execution_id = :exec AND claims.#occ.#status = :running \
-                     AND (attribute_not_exists(#override.deleted) OR #override.deleted = :kept)",
+                     AND (attribute_not_exists(#override.deleted) OR #override.deleted = :kept) \
+                     AND spec.#schedule.#at = :at",
                 )
                 .expression_attribute_names("#override", "override")
-                .expression_attribute_values(":kept", AttributeValue::Bool(false));
+                .expression_attribute_names("#schedule", "schedule")
+                .expression_attribute_names("#at", "at")
+                .expression_attribute_values(":kept", AttributeValue::Bool(false))
+                .expression_attribute_values(":at", at);
             set.push("completed_at = :finished".into());
             set.push("#state = :completed".into());
             set.push("updated_at = :finished".into());
@@ -258,6 +286,12 @@ impl DynamoStore {
                 .expression_attribute_values(":finished", s(&crate::domain::schedule::format_utc(record.finished_at)))
                 .expression_attribute_values(":completed", s("completed"))
                 .expression_attribute_values(":one", n(1));
+            if let Some(ttl) = completion.expires {
+                set.push("#ttl = :ttl".into());
+                update = update
+                    .expression_attribute_names("#ttl", "ttl")
+                    .expression_attribute_values(":ttl", n(ttl));
+            }
         }
         let mut expression = format!("SET {}", set.join(", "));
         if !settlement.prune.is_empty() {
@@ -363,10 +397,10 @@ impl RunStore for DynamoStore {
         // The claim's update (item 1) carries the fence.
         match self.transact(items, settle_token(settlement), 1).await? {
             Sent::Done => Ok(Settled::Done),
-            Sent::Refused(old) if settlement.complete && tombstoned_under(old.clone(), settlement)? => {
-                // Deleted while it ran: settled as usual, not completed.
+            Sent::Refused(old) if settlement.complete.is_some() && completion_refused(old.clone(), settlement)? => {
+                // Deleted or moved while it ran: settled as usual, not completed.
                 let settlement = Settlement {
-                    complete: false,
+                    complete: None,
                     ..settlement.clone()
                 };
                 let items = self.settle_items(&settlement)?;
@@ -397,6 +431,7 @@ impl RunStore for DynamoStore {
             .expression_attribute_values(":delta", n(release.spent_usd - release.reserved_usd))
             .expression_attribute_values(":exec", s(release.execution_id))
             .expression_attribute_values(":running", s(RunStatus::Running.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
         let mut items = vec![TransactWriteItem::builder().update(update).build()];
@@ -421,24 +456,108 @@ impl RunStore for DynamoStore {
         );
         match self.transact(items, token, 0).await? {
             Sent::Done => Ok(Settled::Done),
-            Sent::Refused(_) => Ok(Settled::LostClaim),
+            Sent::Refused(old) => {
+                let claimed = task_from(old)?.is_some_and(|t| t.claims.contains_key(release.occurrence));
+                Ok(if claimed {
+                    Settled::LostClaim
+                } else {
+                    Settled::ClaimGone
+                })
+            }
         }
     }
 
     async fn record_unclaimed(&self, record: &RunRecord) -> Result<(), StoreError> {
         let key = Key::run(&record.task_id, &record.scheduled_time);
-        self.counted();
-        let result = self
-            .client()
-            .put_item()
+        let put = Put::builder()
             .table_name(self.table())
             .set_item(Some(to_item(record, &key, "run")?))
             .condition_expression("attribute_not_exists(#pk)")
             .expression_attribute_names("#pk", PK)
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
+        // A late delivery of an occurrence that another delivery claimed
+        // (and may still be running) records nothing: that run's settle
+        // writes the one outcome of the occurrence.
+        let unclaimed = ConditionCheck::builder()
+            .table_name(self.table())
+            .set_key(Some(Key::task(&record.workspace, &record.task_id).to_map()))
+            .condition_expression("attribute_not_exists(claims.#occ)")
+            .expression_attribute_names("#occ", &record.scheduled_time)
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
+        self.counted();
+        let result = self
+            .client()
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .transact_items(TransactWriteItem::builder().condition_check(unclaimed).build())
             .send()
             .await;
-        // The occurrence already has a record: a real run's is never overwritten.
-        written("PutItem", result).map(|_| ())
+        match result {
+            Ok(_) => Ok(()),
+            // The occurrence already has a record (a real run's is never
+            // overwritten) or a claim: nothing to record.
+            Err(err) if cancelled_by_conditions(&err) => Ok(()),
+            Err(err) => Err(request_error("TransactWriteItems", err)),
+        }
+    }
+
+    async fn complete_unclaimed(
+        &self,
+        workspace: &str,
+        task_id: &crate::domain::task::TaskId,
+        completion: &Completion,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let at = serde_dynamo::to_attribute_value(completion.at).map_err(|e| StoreError::Corrupt {
+            what: "instant".into(),
+            source: Box::new(e),
+        })?;
+        let mut update = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(Key::task(workspace, task_id.as_str()).to_map()))
+            .update_expression(
+                "SET completed_at = :now, #state = :completed, updated_at = :now, version = version + :one, #ttl = :ttl",
+            )
+            .condition_expression(
+                "attribute_exists(#pk) AND spec.#schedule.#at = :at AND attribute_not_exists(completed_at) \
+                 AND NOT (#override.deleted = :yes) AND NOT (#override.paused = :yes)",
+            )
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#schedule", "schedule")
+            .expression_attribute_names("#at", "at")
+            .expression_attribute_names("#override", "override")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":now", s(&crate::domain::schedule::format_utc(now)))
+            .expression_attribute_values(":completed", s("completed"))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":at", at)
+            .expression_attribute_values(":yes", AttributeValue::Bool(true))
+            .return_values(ReturnValue::AllNew);
+        update = match completion.expires {
+            Some(ttl) => update.expression_attribute_values(":ttl", n(ttl)),
+            None => update.expression_attribute_values(":ttl", AttributeValue::Null(true)),
+        };
+        self.counted();
+        let task = match update.send().await {
+            Ok(out) => task_from(out.attributes)?,
+            Err(err) => match err.into_service_error() {
+                // Moved, paused, cancelled, completed or gone: not finished by this skip.
+                UpdateItemError::ConditionalCheckFailedException(_) => return Ok(()),
+                other => return Err(request_error("UpdateItem", other)),
+            },
+        };
+        if let (Some(task), Some(ttl)) = (task, completion.expires)
+            && let (crate::domain::task::Provenance::User { principal }, Some(key)) =
+                (&task.provenance, &task.created_with)
+        {
+            crate::ports::TaskStore::expire_idempotency(self, workspace, principal, key, ttl).await?;
+        }
+        Ok(())
     }
 
     async fn record_malformed(
@@ -470,17 +589,33 @@ impl RunStore for DynamoStore {
     }
 }
 
-/// Whether a completing settle was refused for the tombstone alone: the
-/// task as it was still holds this execution's running claim.
-fn tombstoned_under(old: Option<Item>, settlement: &Settlement<'_>) -> Result<bool, StoreError> {
+/// Whether a completing settle was refused for its completion alone (the
+/// task was tombstoned or moved while it ran): the task as it was still
+/// holds this execution's running claim.
+fn completion_refused(old: Option<Item>, settlement: &Settlement<'_>) -> Result<bool, StoreError> {
     let Some(task) = task_from(old)? else {
         return Ok(false);
     };
-    let fenced = task
+    Ok(task
         .claims
         .get(settlement.occurrence)
-        .is_some_and(|claim| claim.execution_id == settlement.execution_id && claim.status == RunStatus::Running);
-    Ok(fenced && task.overrides.is_some_and(|o| o.deleted))
+        .is_some_and(|claim| claim.execution_id == settlement.execution_id && claim.status == RunStatus::Running))
+}
+
+/// Whether a transaction was cancelled by its conditions alone.
+fn cancelled_by_conditions<R>(err: &aws_sdk_dynamodb::error::SdkError<TransactWriteItemsError, R>) -> bool {
+    match err.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
+            let reasons: Vec<&str> = e
+                .cancellation_reasons()
+                .iter()
+                .map(|r| r.code().unwrap_or("None"))
+                .collect();
+            reasons.contains(&"ConditionalCheckFailed")
+                && reasons.iter().all(|r| matches!(*r, "None" | "ConditionalCheckFailed"))
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -104,8 +104,8 @@ impl Schedules for EventBridgeSchedules {
     #[tracing::instrument(skip_all, fields(schedule = %schedule.name))]
     async fn put(&self, schedule: &ScheduleDefinition) -> Result<(), ScheduleError> {
         if schedule.retired {
-            tracing::info!(schedule = %schedule.name, "a completed one-time task: its schedule is not re-created");
-            return Ok(());
+            tracing::info!(schedule = %schedule.name, "a finished or cancelled task: its schedule is removed, never re-created");
+            return self.delete(&schedule.name).await;
         }
         let (target, window) = self.parts(schedule)?;
         self.requests.fetch_add(1, Ordering::Relaxed);

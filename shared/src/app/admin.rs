@@ -17,18 +17,18 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::app::reconcile::{StepError, put_in_step};
+use crate::app::change::commit;
+use crate::app::reconcile::StepError;
 use crate::domain::approval;
 use crate::domain::bounds::compare;
 use crate::domain::hold::HoldReason;
 use crate::domain::install::Install;
-use crate::domain::overrides::Overrides;
-use crate::domain::reconcile::Write;
+use crate::domain::overrides::{OverrideEdit, Overrides};
 use crate::domain::reminder::Principal;
 use crate::domain::schedule::format_utc;
 use crate::domain::schedule::preview::next_fires;
-use crate::domain::task::{Task, TaskId, TaskState};
-use crate::ports::{ReminderStore, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, Versioned};
+use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
+use crate::ports::{ReminderStore, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore};
 
 pub const ADMIN_SCOPE: &str = "schedule.admin";
 /// Fire times shown by `get`.
@@ -149,6 +149,16 @@ impl AdminRequest {
 pub struct Admin<S, G> {
     store: S,
     schedules: G,
+    settings: AdminSettings,
+}
+
+/// What admin needs besides its ports.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminSettings {
+    /// `MAX_ACTIVE_REMINDERS`: a restore never takes an owner past it.
+    pub max_active: usize,
+    /// `RETENTION_DAYS`: a deleted reminder expires this long after.
+    pub retention: chrono::Duration,
 }
 
 /// A refusal as the admin's answer: `ok: false` with its stable code.
@@ -206,16 +216,32 @@ pub fn explain(task: &Task, now: DateTime<Utc>) -> String {
     }
 }
 
+/// A task as an admin reads it. A reminder belongs to its person (SPEC §8):
+/// its state, schedule, version, outcomes and cost, never its title,
+/// instruction or output.
 fn view(task: &Task) -> Value {
     json!({
         "task_id": task.task_id,
         "kind": task.kind,
-        "title": task.title,
+        "title": (task.kind == TaskKind::Connector).then_some(&task.title),
         "state": task.state().as_str(),
         "version": task.version,
         "hold": task.hold.entries().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
         "pending": task.pending.is_some(),
     })
+}
+
+/// The whole task item as `get` shows it; a reminder's person's text
+/// (title, instruction) left out.
+fn admin_task(task: &Task) -> Value {
+    let mut value = serde_json::to_value(task).unwrap_or(Value::Null);
+    if task.kind == TaskKind::Reminder
+        && let Some(fields) = value.as_object_mut()
+    {
+        fields.remove("title");
+        fields.remove("instruction");
+    }
+    value
 }
 
 impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
@@ -238,14 +264,21 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         let runs = self.store.runs(&task.task_id, limit).await?;
         Ok(Ok(json!({
             "ok": true,
-            "runs": runs.iter().map(crate::domain::history::view).collect::<Vec<_>>(),
+            "runs": runs
+                .iter()
+                .map(|r| crate::domain::history::view(r, task.kind == TaskKind::Connector))
+                .collect::<Vec<_>>(),
         })))
     }
 }
 
 impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
-    pub fn new(store: S, schedules: G) -> Self {
-        Self { store, schedules }
+    pub fn new(store: S, schedules: G, settings: AdminSettings) -> Self {
+        Self {
+            store,
+            schedules,
+            settings,
+        }
     }
 
     /// Answers one decoded request. Refusals are `ok: false` answers;
@@ -317,53 +350,70 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         request: AdminRequest,
         now: DateTime<Utc>,
     ) -> Result<Result<Value, AdminRefusal>, AdminError> {
-        match request {
+        let (task_id, expected_version, edit) = match request {
             AdminRequest::Pause {
                 task_id,
                 expected_version,
                 note,
                 ..
-            } => {
-                self.set(principal, &task_id, expected_version, now, |o| {
-                    o.paused = true;
-                    o.note = note;
-                })
-                .await
-            }
+            } => (task_id, expected_version, OverrideEdit::Pause { note }),
             AdminRequest::Resume {
                 task_id,
                 expected_version,
                 ..
-            } => {
-                self.set(principal, &task_id, expected_version, now, |o| {
-                    o.paused = false;
-                    o.note = None;
-                })
-                .await
-            }
+            } => (task_id, expected_version, OverrideEdit::Resume),
             AdminRequest::Delete {
                 task_id,
                 expected_version,
                 note,
                 ..
-            } => {
-                self.set(principal, &task_id, expected_version, now, |o| {
-                    o.deleted = true;
-                    o.note = note;
-                })
-                .await
-            }
+            } => (task_id, expected_version, OverrideEdit::Delete { note }),
             AdminRequest::Restore {
                 task_id,
                 expected_version,
                 ..
-            } => {
-                self.set(principal, &task_id, expected_version, now, |o| o.deleted = false)
-                    .await
+            } => (task_id, expected_version, OverrideEdit::Restore),
+            AdminRequest::List { .. }
+            | AdminRequest::Get { .. }
+            | AdminRequest::Approve { .. }
+            | AdminRequest::Runs { .. } => {
+                return Ok(Err(AdminRefusal::InvalidRequest("not an override operation".into())));
             }
-            // `dispatch` answers the others.
-            _ => Ok(Err(AdminRefusal::InvalidRequest("not an override operation".into()))),
+        };
+        if edit == OverrideEdit::Restore
+            && let Err(refusal) = self.restore_fits(principal, &task_id).await?
+        {
+            return Ok(Err(refusal));
         }
+        self.change(principal, &task_id, expected_version, now, |task, _| {
+            task.overrides = edit.apply(task.overrides.as_ref(), &principal.id, now);
+            Ok(())
+        })
+        .await
+    }
+
+    /// A restored reminder counts toward its owner's `MAX_ACTIVE_REMINDERS`
+    /// again: a restore that would take the owner past it is refused.
+    async fn restore_fits(&self, principal: &Principal, task_id: &str) -> Result<Result<(), AdminRefusal>, AdminError> {
+        let task = match self.load(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let Provenance::User { principal: owner } = &task.provenance else {
+            return Ok(Ok(()));
+        };
+        if task.state() != TaskState::Deleted {
+            return Ok(Ok(()));
+        }
+        let active = self.store.owner_reminders(&task.workspace, owner).await?.active();
+        Ok(if active >= self.settings.max_active {
+            Err(AdminRefusal::InvalidRequest(format!(
+                "restoring this reminder would give its owner more than {} active reminders (too_many_active)",
+                self.settings.max_active
+            )))
+        } else {
+            Ok(())
+        })
     }
 
     /// One task with its pending difference, next fires and explanation.
@@ -388,28 +438,13 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
             .collect();
         Ok(Ok(json!({
             "ok": true,
-            "task": serde_json::to_value(&task).unwrap_or(Value::Null),
+            "task": admin_task(&task),
             "state": task.state().as_str(),
             "version": task.version,
             "pending_diff": diff,
             "next_fires": fires,
             "explanation": explain(&task, now),
         })))
-    }
-
-    /// Changes the admin's overrides of a task.
-    async fn set(
-        &self,
-        principal: &Principal,
-        task_id: &str,
-        expected_version: u64,
-        now: DateTime<Utc>,
-        edit: impl FnOnce(&mut Overrides),
-    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
-        self.change(principal, task_id, expected_version, now, |task, _| {
-            set_override(task, principal, now, edit)
-        })
-        .await
     }
 
     /// Reads, checks the version, applies `edit`, writes conditionally, and
@@ -443,46 +478,27 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         if let Err(refusal) = edit(&mut updated, &installs) {
             return Ok(Err(refusal));
         }
-        updated.version = task.version + 1;
-        updated.updated_at = now;
-        let write = Write {
-            task: updated.clone(),
-            read_version: Some(task.version),
-            changes: Vec::new(),
+        let updated = match commit(
+            &self.store,
+            &self.schedules,
+            &task,
+            updated,
+            now,
+            self.settings.retention,
+        )
+        .await?
+        {
+            Ok(updated) => updated,
+            Err(current) => {
+                return Ok(Err(AdminRefusal::VersionConflict {
+                    expected: expected_version,
+                    current,
+                }));
+            }
         };
-        if self.store.write_task(&write).await? == Versioned::Conflict {
-            let current = self
-                .store
-                .task(&task.workspace, &task.task_id)
-                .await?
-                .map_or(0, |t| t.version);
-            return Ok(Err(AdminRefusal::VersionConflict {
-                expected: expected_version,
-                current,
-            }));
-        }
-        Box::pin(put_in_step(&self.store, &self.schedules, &updated)).await?;
         tracing::info!(task_id = %updated.task_id, version = updated.version, state = updated.state().as_str(), "admin change written");
         Ok(Ok(
             json!({"ok": true, "task": view(&updated), "explanation": explain(&updated, now)}),
         ))
     }
-}
-
-fn set_override(
-    task: &mut Task,
-    principal: &Principal,
-    now: DateTime<Utc>,
-    edit: impl FnOnce(&mut Overrides),
-) -> Result<(), AdminRefusal> {
-    let mut overrides = task.overrides.clone().unwrap_or_default();
-    edit(&mut overrides);
-    overrides.by = Some(principal.id.clone());
-    overrides.at = Some(now);
-    task.overrides = if overrides.is_set() || overrides.note.is_some() {
-        Some(overrides)
-    } else {
-        None
-    };
-    Ok(())
 }

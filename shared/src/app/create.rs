@@ -190,8 +190,12 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
             Err(rejection) => return Ok(rejected(rejection)),
         };
         tracing::Span::current().record("task_id", checked.task_id().as_str());
-        let (principal, key) = (checked.principal().id.clone(), checked.idempotency_key().to_owned());
-        if let Some(record) = self.store.idempotency_record(&principal, &key).await? {
+        let (workspace, principal, key) = (
+            checked.principal().workspace.clone(),
+            checked.principal().id.clone(),
+            checked.idempotency_key().to_owned(),
+        );
+        if let Some(record) = self.store.idempotency_record(&workspace, &principal, &key).await? {
             return self
                 .replay(record.replay(checked.fingerprint()), &record.workspace)
                 .await;
@@ -244,7 +248,7 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
             ReminderInserted::KeyTaken => {
                 let winner = self
                     .store
-                    .idempotency_record(&principal, &key)
+                    .idempotency_record(&workspace, &principal, &key)
                     .await?
                     .ok_or_else(|| CreateError::Dangling(task.task_id.clone()))?;
                 let replay = winner.replay(&record.fingerprint);

@@ -4,7 +4,8 @@
 //! their run history. Never offered to a model: `create` stays its only tool.
 //!
 //! Invariants:
-//! - Scopes are exact strings: `schedule.read` for `list`, `get`, `runs`;
+//! - Scopes are exact strings: `schedule.read` for `list`, `get`, `runs`,
+//!   `run` (one run with its output, as the notification names it);
 //!   `schedule.write` for the writes. Writes need both feature flags, reads
 //!   `AGENT_SCHEDULE_API_ENABLED`.
 //! - A principal sees only reminders it owns in its workspace: anything
@@ -26,12 +27,13 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::app::create::{Answer, CreateError, CreateReminder, CreateSettings, duplicate_key, schedule_of};
+use crate::app::change::{Changed, commit, commit_with};
+use crate::app::create::{Answer, CreateError, CreateReminder, CreateSettings, duplicate_key};
+use crate::app::reconcile::StepError;
 use crate::domain::history;
 use crate::domain::idempotency::{IdempotencyRecord, Replay};
-use crate::domain::overrides::Overrides;
+use crate::domain::overrides::{OverrideEdit, Overrides};
 use crate::domain::payload::Payload;
-use crate::domain::reconcile::Write;
 use crate::domain::recurrence::Recurrence;
 use crate::domain::reminder::{
     CreateRequest, ListCursor, Principal, Rejection, Surface, UpdateInput, WRITE_SCOPE, check_id,
@@ -39,9 +41,7 @@ use crate::domain::reminder::{
 use crate::domain::schedule::preview::next_fires;
 use crate::domain::schedule::{Schedule, format_utc};
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
-use crate::ports::{
-    ReminderStore, ScheduleError, Schedules, StateFilter, StoreError, TaskCatalog, TaskStore, UpdateWritten, Versioned,
-};
+use crate::ports::{ReminderStore, ScheduleError, Schedules, StateFilter, StoreError, TaskCatalog, TaskStore};
 
 pub const READ_SCOPE: &str = "schedule.read";
 /// Next run instants `get` shows.
@@ -86,6 +86,18 @@ pub enum SchedulesError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Schedule(#[from] ScheduleError),
+    #[error("task {0}'s schedule cannot be expressed: {1}")]
+    Unschedulable(String, String),
+}
+
+impl From<StepError> for SchedulesError {
+    fn from(e: StepError) -> Self {
+        match e {
+            StepError::Store(e) => SchedulesError::Store(e),
+            StepError::Schedule(e) => SchedulesError::Schedule(e),
+            StepError::Unschedulable(id, why) => SchedulesError::Unschedulable(id, why),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -109,6 +121,12 @@ enum Request {
         task_id: String,
         #[serde(default)]
         limit: Option<u64>,
+    },
+    /// One run, by the id the `Scheduled run finished` event names (SPEC §12).
+    Run {
+        principal: Principal,
+        task_id: String,
+        run_id: String,
     },
     Create(Box<CreateRequest>),
     Update {
@@ -142,6 +160,7 @@ impl Request {
             Request::List { principal, .. }
             | Request::Get { principal, .. }
             | Request::Runs { principal, .. }
+            | Request::Run { principal, .. }
             | Request::Update { principal, .. }
             | Request::Pause { principal, .. }
             | Request::Resume { principal, .. }
@@ -158,6 +177,9 @@ pub struct SchedulesSettings {
     pub create: CreateSettings,
     /// `MAX_ACTIVE_REMINDERS`.
     pub max_active: usize,
+    /// `RETENTION_DAYS`: a finished reminder, its runs and its records
+    /// expire this long after it finished.
+    pub retention: chrono::Duration,
 }
 
 pub struct OwnerSchedules<S, G> {
@@ -224,8 +246,12 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
     async fn dispatch(&self, request: Request, now: DateTime<Utc>) -> Outcome {
         let principal = request.principal().clone();
         let scope = match request {
-            Request::List { .. } | Request::Get { .. } | Request::Runs { .. } => READ_SCOPE,
-            _ => WRITE_SCOPE,
+            Request::List { .. } | Request::Get { .. } | Request::Runs { .. } | Request::Run { .. } => READ_SCOPE,
+            Request::Create(_)
+            | Request::Update { .. }
+            | Request::Pause { .. }
+            | Request::Resume { .. }
+            | Request::Cancel { .. } => WRITE_SCOPE,
         };
         if !principal.holds(scope) {
             return Ok(Err(Refusal::Forbidden(scope)));
@@ -265,8 +291,26 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                 };
                 let runs = self.store().runs(&task.task_id, limit).await?;
                 Ok(Ok(
-                    json!({"ok": true, "runs": runs.iter().map(history::view).collect::<Vec<_>>()}),
+                    json!({"ok": true, "runs": runs.iter().map(|r| history::view(r, true)).collect::<Vec<_>>()}),
                 ))
+            }
+            Request::Run { task_id, run_id, .. } => {
+                let task = match self.owned(&principal, &task_id).await? {
+                    Ok(task) => task,
+                    Err(refusal) => return Ok(Err(refusal)),
+                };
+                let not_found = || Refusal::NotFound(format!("{task_id}: no run {run_id}"));
+                let Some(occurrence) = run_id
+                    .strip_prefix(task.task_id.as_str())
+                    .and_then(|rest| rest.strip_prefix('@'))
+                    .filter(|o| crate::domain::schedule::parse_instant(o).is_some_and(|t| format_utc(t) == *o))
+                else {
+                    return Ok(Err(not_found()));
+                };
+                Ok(match self.store().run(&task.task_id, occurrence).await? {
+                    Some(record) => Ok(json!({"ok": true, "run": history::view(&record, true)})),
+                    None => Err(not_found()),
+                })
             }
             Request::Create(request) => {
                 let answer = self
@@ -405,7 +449,11 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
             return Ok(Err(Refusal::NotFound(task_id.to_owned())));
         };
         let fingerprint = checked.fingerprint(principal, &id, expected_version);
-        if let Some(record) = self.store().idempotency_record(&principal.id, key).await? {
+        if let Some(record) = self
+            .store()
+            .idempotency_record(&principal.workspace, &principal.id, key)
+            .await?
+        {
             return self.replay(principal, &record, &fingerprint, now).await;
         }
         let task = match self.owned(principal, task_id).await? {
@@ -425,8 +473,6 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
         if let Err(rejection) = checked.apply(&mut updated, now) {
             return Ok(Err(rejection.into()));
         }
-        updated.version = task.version + 1;
-        updated.updated_at = now;
         let record = IdempotencyRecord {
             principal: principal.id.clone(),
             key: key.to_owned(),
@@ -434,37 +480,37 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
             task_id: id,
             workspace: principal.workspace.clone(),
             created_at: now,
+            ttl: Some((now + self.settings.retention).timestamp()),
         };
-        let moved = updated.spec.schedule != task.spec.schedule;
-        if moved {
-            self.schedules().put(&schedule_of(&updated)?).await?;
-        }
-        let write = Write {
-            task: updated.clone(),
-            read_version: Some(task.version),
-            changes: Vec::new(),
-        };
-        match self.store().write_with_idempotency(&write, &record).await? {
-            UpdateWritten::Written => {
+        match commit_with(
+            self.store(),
+            self.schedules(),
+            &task,
+            updated,
+            now,
+            self.settings.retention,
+            Some(&record),
+        )
+        .await?
+        {
+            Changed::Written(updated) => {
                 tracing::info!(task_id = %updated.task_id, version = updated.version, "reminder updated");
                 Ok(Ok(
                     json!({"ok": true, "replayed": false, "task": summary(&updated, now)}),
                 ))
             }
-            UpdateWritten::VersionMoved => {
-                let current = self.restore_schedule(&task, moved).await?;
-                Ok(Err(Refusal::VersionConflict {
-                    expected: expected_version,
-                    current,
-                }))
-            }
-            UpdateWritten::KeyTaken => {
-                self.restore_schedule(&task, moved).await?;
-                match self.store().idempotency_record(&principal.id, key).await? {
-                    Some(winner) => self.replay(principal, &winner, &fingerprint, now).await,
-                    None => Ok(Err(Refusal::Reminder(Rejection::IdempotencyConflict))),
-                }
-            }
+            Changed::VersionMoved { current } => Ok(Err(Refusal::VersionConflict {
+                expected: expected_version,
+                current,
+            })),
+            Changed::KeyTaken => match self
+                .store()
+                .idempotency_record(&principal.workspace, &principal.id, key)
+                .await?
+            {
+                Some(winner) => self.replay(principal, &winner, &fingerprint, now).await,
+                None => Ok(Err(Refusal::Reminder(Rejection::IdempotencyConflict))),
+            },
         }
     }
 
@@ -482,22 +528,6 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                 Err(refusal) => Ok(Err(refusal)),
             },
         }
-    }
-
-    /// After a lost race: the schedule as the task now is (if this request
-    /// had moved it); the task's current version.
-    async fn restore_schedule(&self, read: &Task, moved: bool) -> Result<u64, SchedulesError> {
-        let current = self.store().task(&read.workspace, &read.task_id).await?;
-        if moved {
-            match &current {
-                Some(task) if task.state() == TaskState::Deleted => {
-                    self.schedules().delete(task.task_id.as_str()).await?;
-                }
-                Some(task) => self.schedules().put(&schedule_of(task)?).await?,
-                None => self.schedules().delete(read.task_id.as_str()).await?,
-            }
-        }
-        Ok(current.map_or(0, |t| t.version))
     }
 
     async fn switch(
@@ -524,12 +554,12 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
         {
             return Ok(Err(refusal));
         }
-        let mut overrides = task.overrides.clone().unwrap_or_default();
-        match switch {
+        let edit = match switch {
             Switch::Pause if state == TaskState::Paused => return Ok(Ok(unchanged(&task, now))),
-            Switch::Pause => overrides.paused = true,
+            Switch::Pause => OverrideEdit::Pause { note: None },
             Switch::Resume if state != TaskState::Paused => return Ok(Ok(unchanged(&task, now))),
             Switch::Resume => {
+                let overrides = task.overrides.clone().unwrap_or_default();
                 if overrides.by.as_deref().is_some_and(|by| by != principal.id) {
                     return Ok(Err(Refusal::invalid(
                         "a workspace admin paused this reminder: only an admin resumes it",
@@ -544,43 +574,31 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                     })
                     .into()));
                 }
-                overrides.paused = false;
+                OverrideEdit::Resume
             }
             Switch::Cancel if state == TaskState::Deleted => return Ok(Ok(unchanged(&task, now))),
-            Switch::Cancel => overrides.deleted = true,
-        }
-        overrides.by = Some(principal.id.clone());
-        overrides.at = Some(now);
-        overrides.note = None;
-        let mut updated = task.clone();
-        updated.overrides = (overrides.is_set()).then_some(overrides);
-        if !updated.overrides.as_ref().is_some_and(Overrides::is_set) {
-            updated.overrides = None;
-        }
-        updated.version = task.version + 1;
-        updated.updated_at = now;
-        // Before the task write: what must fire again, or stop for good.
-        match switch {
-            Switch::Resume => self.schedules().put(&schedule_of(&updated)?).await?,
-            Switch::Cancel => self.schedules().delete(updated.task_id.as_str()).await?,
-            Switch::Pause => {}
-        }
-        let write = Write {
-            task: updated.clone(),
-            read_version: Some(task.version),
-            changes: Vec::new(),
+            Switch::Cancel => OverrideEdit::Delete { note: None },
         };
-        if self.store().write_task(&write).await? == Versioned::Conflict {
-            let current = self.restore_schedule(&task, switch != Switch::Pause).await?;
-            return Ok(Err(Refusal::VersionConflict {
-                expected: expected_version,
-                current,
-            }));
-        }
-        // After it: what stops firing (the door skips a paused task meanwhile).
-        if switch == Switch::Pause {
-            self.schedules().put(&schedule_of(&updated)?).await?;
-        }
+        let mut updated = task.clone();
+        updated.overrides = edit.apply(task.overrides.as_ref(), &principal.id, now);
+        let updated = match commit(
+            self.store(),
+            self.schedules(),
+            &task,
+            updated,
+            now,
+            self.settings.retention,
+        )
+        .await?
+        {
+            Ok(updated) => updated,
+            Err(current) => {
+                return Ok(Err(Refusal::VersionConflict {
+                    expected: expected_version,
+                    current,
+                }));
+            }
+        };
         tracing::info!(task_id = %updated.task_id, version = updated.version, state = updated.state().as_str(), "reminder switched");
         Ok(Ok(json!({"ok": true, "task": summary(&updated, now)})))
     }

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::hold::HoldReason;
 use super::install::Install;
+use super::schedule::Schedule;
+use super::schedule::preview::next_fires;
 use super::task::{Task, TaskKind};
 
 /// Why an occurrence did not run.
@@ -36,11 +38,29 @@ pub enum SkipReason {
     NotWorkspaceInstall,
     /// A one-time task whose occurrence already finished.
     Completed,
+    /// The scheduled time is not an occurrence of the task's current
+    /// schedule: its owner or a release moved it since the message was
+    /// sent. Never completes the task, never touches its schedule.
+    Rescheduled,
     /// The run's maximum cost does not fit the task's period budget.
     BudgetExhausted,
 }
 
 impl SkipReason {
+    /// Whether a one-time task whose only occurrence is skipped for this
+    /// reason is finished (SPEC §3): every outcome but a pause, a move, a
+    /// tombstone (which ends it already) or a task that is not there.
+    pub fn completes_one_time(&self) -> bool {
+        !matches!(
+            self,
+            SkipReason::Paused
+                | SkipReason::Rescheduled
+                | SkipReason::Deleted
+                | SkipReason::Missing
+                | SkipReason::Completed
+        )
+    }
+
     /// The stable word stored as the run's `reason` and used as a metric dimension.
     pub fn code(&self) -> &'static str {
         match self {
@@ -53,6 +73,7 @@ impl SkipReason {
             SkipReason::Uninstalled => "uninstalled",
             SkipReason::NotWorkspaceInstall => "not_workspace_install",
             SkipReason::Completed => "completed",
+            SkipReason::Rescheduled => "rescheduled",
             SkipReason::BudgetExhausted => "budget_exhausted",
         }
     }
@@ -98,7 +119,7 @@ pub struct Facts<'a> {
 }
 
 /// The door's verdict, checks in this order: worker flag, lateness, task
-/// missing, tombstone, pause, hold, install, completion.
+/// missing, tombstone, pause, hold, install, completion, current schedule.
 pub fn verdict(facts: &Facts<'_>) -> Verdict {
     use SkipReason::*;
     if !facts.worker_enabled {
@@ -133,7 +154,25 @@ pub fn verdict(facts: &Facts<'_>) -> Verdict {
     if task.completed_at.is_some() {
         return Verdict::Skip(Completed);
     }
+    if !is_occurrence(&task.spec.schedule, facts.scheduled) {
+        return Verdict::Skip(Rescheduled);
+    }
     Verdict::Run
+}
+
+/// Whether `scheduled` is an occurrence of `schedule` as it now is: a
+/// one-time task's instant, a cron's fire time in its zone (Scheduler's DST
+/// rule included). A rate has no fixed phase to check against: any time is
+/// one of its occurrences.
+pub fn is_occurrence(schedule: &Schedule, scheduled: DateTime<Utc>) -> bool {
+    match schedule {
+        Schedule::At { at } => *at == scheduled,
+        Schedule::Rate { .. } => true,
+        Schedule::Cron { .. } => next_fires(schedule, scheduled - Duration::seconds(1), 1)
+            .map(|fires| fires.first().and_then(|f| f.at) == Some(scheduled))
+            // An expression that cannot be read could not have been scheduled.
+            .unwrap_or(true),
+    }
 }
 
 #[cfg(test)]
@@ -171,6 +210,52 @@ mod tests {
             catch_up: Duration::seconds(3600),
             task,
         }
+    }
+
+    #[test]
+    fn an_occurrence_of_a_schedule_that_moved_is_rescheduled() {
+        let moved = reminder_task(t0() + Duration::hours(1));
+        let present = TaskFacts::Present {
+            task: &moved,
+            install: None,
+        };
+        assert_eq!(verdict(&facts(present)), Verdict::Skip(SkipReason::Rescheduled));
+        assert!(!SkipReason::Rescheduled.completes_one_time());
+        assert!(SkipReason::Missed.completes_one_time());
+        assert!(SkipReason::WorkerDisabled.completes_one_time());
+        assert!(!SkipReason::Paused.completes_one_time());
+
+        let mut daily = reminder_task(t0());
+        daily.spec.schedule = Schedule::Cron {
+            cron: "0 19 * * *".into(),
+            timezone: "Europe/Berlin".into(),
+        };
+        let present = TaskFacts::Present {
+            task: &daily,
+            install: None,
+        };
+        // t0 is 18:00 UTC, 19:00 in Berlin: the daily time.
+        assert_eq!(verdict(&facts(present)), Verdict::Run);
+        daily.spec.schedule = Schedule::Cron {
+            cron: "30 7 * * *".into(),
+            timezone: "Europe/Berlin".into(),
+        };
+        let present = TaskFacts::Present {
+            task: &daily,
+            install: None,
+        };
+        assert_eq!(
+            verdict(&facts(present)),
+            Verdict::Skip(SkipReason::Rescheduled),
+            "yesterday's 19:00 of a reminder moved to 07:30"
+        );
+        assert!(is_occurrence(
+            &Schedule::Rate {
+                every: 5,
+                unit: crate::domain::schedule::RateUnit::Minutes
+            },
+            t0() + Duration::seconds(17)
+        ));
     }
 
     #[test]

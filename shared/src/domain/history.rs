@@ -3,8 +3,9 @@
 //! first, from the run ledger, with why a run was skipped or failed in words.
 //!
 //! Invariant: a view carries the outcome, its reason and cost, never the
-//! run's output or the task's instruction. Called by `app::schedules` and
-//! `app::admin`.
+//! task's instruction; the run's output only for whom it belongs to (the
+//! reminder's owner; an admin for a connector task's run, SPEC §8, §12).
+//! Called by `app::schedules` and `app::admin`.
 
 use serde_json::{Value, json};
 
@@ -42,6 +43,7 @@ pub fn in_words(record: &RunRecord) -> String {
                 "paused" => "it was paused".to_owned(),
                 "uninstalled" => "its connector was not installed".to_owned(),
                 "completed" => "it had already run".to_owned(),
+                "rescheduled" => "it was moved to another time since this run was planned".to_owned(),
                 "budget exhausted" => "its budget for the month was used up".to_owned(),
                 held if held.starts_with("held: ") => format!("it was held ({})", &held["held: ".len()..]),
                 other => other.to_owned(),
@@ -51,10 +53,17 @@ pub fn in_words(record: &RunRecord) -> String {
     }
 }
 
-/// One run as `runs` lists it.
-pub fn view(record: &RunRecord) -> Value {
+/// One run as `runs` and `run` show it; `output` (what a succeeded run
+/// wrote: the reminder's message) only `with_output`, for whom it belongs
+/// to: the reminder's owner, or an admin reading a connector task's run.
+pub fn view(record: &RunRecord, with_output: bool) -> Value {
+    let output = (with_output && record.status == RunStatus::Succeeded)
+        .then_some(record.output.as_deref())
+        .flatten();
     json!({
+        "run_id": record.run_id,
         "scheduled_time": record.scheduled_time,
+        "output": output,
         "status": record.status.as_str(),
         "reason": record.reason,
         "explanation": in_words(record),
@@ -114,8 +123,15 @@ mod tests {
         for (status, reason, words) in cases {
             let r = record(status, reason);
             assert_eq!(in_words(&r), words);
-            let v = view(&r);
-            assert!(v.get("output").is_none());
+            let v = view(&r, false);
+            assert_eq!(v["output"], Value::Null, "no output unless it is the reader's");
+            let own = view(&r, true);
+            if status == RunStatus::Succeeded {
+                assert_eq!(own["output"], "the reminder text");
+            } else {
+                assert_eq!(own["output"], Value::Null, "a run that did not succeed has no output");
+            }
+            assert_eq!(own["run_id"], "r");
             assert_eq!(v["finished_at"], "2026-12-24T18:00:05Z");
         }
         assert_eq!(runs_limit(None), Ok(10));

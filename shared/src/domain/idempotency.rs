@@ -1,7 +1,8 @@
 //! Idempotency of create: a principal's key names one task for good.
 //!
-//! Invariants: keys are scoped per principal; a record is written in the same
-//! transaction as its task, so a record exists exactly when its task does; the
+//! Invariants: keys are scoped per principal within its workspace; a record
+//! is written in the same transaction as its task, so a record exists
+//! while its task does (both expire after a reminder finishes); the
 //! fingerprint covers everything a caller chose except the key itself and the
 //! principal's current scopes (a retry may carry refreshed scopes), with
 //! instants compared as instants, not as spellings.
@@ -40,6 +41,11 @@ pub struct IdempotencyRecord {
     pub task_id: TaskId,
     pub workspace: String,
     pub created_at: DateTime<Utc>,
+    /// Unix seconds: DynamoDB's TTL removes the record after this. A
+    /// create's record gets one when its reminder finishes; an update's
+    /// when it is written (it only guards that update's retries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<i64>,
 }
 
 /// What a second call with a recorded key gets.

@@ -33,6 +33,7 @@ pub mod redelivery;
 pub mod reminder;
 pub mod schedule;
 pub mod schedule_definition;
+pub mod settlement;
 pub mod task;
 pub mod webhook;
 

@@ -203,8 +203,6 @@ pub fn cap_chars(text: &str, max: usize) -> String {
     capped.push('…');
     capped
 }
-/// Run records expire this long after they finish.
-pub const RUN_RECORD_DAYS: i64 = 90;
 
 /// The ledger's record of one occurrence (`pk=TASK#<id>`, `sk=RUN#<time>`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -227,7 +225,8 @@ pub struct RunRecord {
     pub execution_id: Option<String>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
-    /// Unix seconds: DynamoDB's TTL removes the record after this.
+    /// Unix seconds: DynamoDB's TTL removes the record `RETENTION_DAYS`
+    /// after it finished.
     pub ttl: i64,
 }
 
@@ -244,6 +243,7 @@ impl RunRecord {
         model_id: &str,
         started_at: DateTime<Utc>,
         finished_at: DateTime<Utc>,
+        retention: Duration,
     ) -> Self {
         Self {
             run_id: run_id(delivery.task_id.as_str(), delivery.scheduled),
@@ -260,7 +260,7 @@ impl RunRecord {
             execution_id: Some(delivery.message.execution_id.clone()),
             started_at,
             finished_at,
-            ttl: ttl_for(finished_at),
+            ttl: (finished_at + retention).timestamp(),
         }
     }
 }
@@ -303,10 +303,6 @@ impl Outcome {
 /// Caps a run's output to [`MAX_OUTPUT_CHARS`] characters, marking the cut.
 pub fn cap_output(text: &str) -> String {
     cap_chars(text, MAX_OUTPUT_CHARS)
-}
-
-pub fn ttl_for(finished: DateTime<Utc>) -> i64 {
-    (finished + Duration::days(RUN_RECORD_DAYS)).timestamp()
 }
 
 #[cfg(test)]
@@ -420,14 +416,27 @@ mod claim_tests {
             cost: 0.25,
         };
         let finished = at + Duration::seconds(5);
-        let record = RunRecord::new(&delivery, &ran, 2, 0.5, "m1", at, finished);
+        let record = RunRecord::new(&delivery, &ran, 2, 0.5, "m1", at, finished, Duration::days(30));
         assert_eq!(record.run_id, run_id(task.task_id.as_str(), at));
         assert_eq!(record.scheduled_time, "2026-12-24T18:00:00Z");
         assert_eq!((record.attempts, record.cost_usd), (2, 0.75));
         assert_eq!(record.model_id.as_deref(), Some("m1"));
         assert_eq!(record.execution_id.as_deref(), Some("e2"));
-        assert_eq!(record.ttl, ttl_for(finished));
-        let skipped = RunRecord::new(&delivery, &Outcome::skipped("paused".into()), 0, 0.0, "m1", at, at);
+        assert_eq!(
+            record.ttl,
+            (finished + Duration::days(30)).timestamp(),
+            "RETENTION_DAYS after it finished"
+        );
+        let skipped = RunRecord::new(
+            &delivery,
+            &Outcome::skipped("paused".into()),
+            0,
+            0.0,
+            "m1",
+            at,
+            at,
+            Duration::days(30),
+        );
         assert_eq!(skipped.status, RunStatus::Skipped);
         assert_eq!(skipped.reason.as_deref(), Some("paused"));
         assert_eq!((skipped.model_id, skipped.output, skipped.cost_usd), (None, None, 0.0));

@@ -81,13 +81,31 @@ impl Change {
     }
 }
 
-/// A task to write: its new state, the version it was read at (`None`: a new
-/// task), and why.
+/// A task to write: its new state, the task as it was read (`None`: a new
+/// task), and why. The store writes a change conditional on the version
+/// read, and sends exactly the attributes that differ between the two: what
+/// is written is derived from the edit, never from a list of attribute names.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Write {
     pub task: Task,
-    pub read_version: Option<u64>,
+    pub before: Option<Box<Task>>,
     pub changes: Vec<Change>,
+}
+
+impl Write {
+    /// A change of `before` into `after`.
+    pub fn change(before: &Task, after: Task, changes: Vec<Change>) -> Self {
+        Self {
+            task: after,
+            before: Some(Box::new(before.clone())),
+            changes,
+        }
+    }
+
+    /// The version the task was read at (`None`: a new task).
+    pub fn read_version(&self) -> Option<u64> {
+        self.before.as_ref().map(|t| t.version)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -332,7 +350,7 @@ fn create(install: &Install, prompt: &ListedPrompt, id: TaskId, declared: Spec, 
     task.prompt_arguments = prompt.arguments.clone();
     Write {
         task,
-        read_version: None,
+        before: None,
         changes: vec![Change::Created],
     }
 }
@@ -459,11 +477,7 @@ fn push(plan: &mut Plan, before: &Task, mut after: Task, changes: Vec<Change>, n
     }
     after.version = before.version + 1;
     after.updated_at = now;
-    plan.writes.push(Write {
-        task: after,
-        read_version: Some(before.version),
-        changes,
-    });
+    plan.writes.push(Write::change(before, after, changes));
 }
 
 /// The holds that an install's uninstall or reinstall changes on the
@@ -480,11 +494,7 @@ pub fn rebind(tasks: &[Task], installs: &BTreeMap<String, Install>, now: DateTim
         if !changes.is_empty() {
             t.version = task.version + 1;
             t.updated_at = now;
-            writes.push(Write {
-                task: t,
-                read_version: Some(task.version),
-                changes,
-            });
+            writes.push(Write::change(task, t, changes));
         }
     }
     writes
@@ -687,7 +697,7 @@ mod tests {
         let plan = run(&[prompt(Some(marker()), &[("repo", true)])], &[]);
         assert_eq!(plan.writes.len(), 1);
         let w = &plan.writes[0];
-        assert_eq!(w.read_version, None);
+        assert_eq!(w.read_version(), None);
         assert_eq!(w.changes, vec![Change::Created]);
         assert!(w.task.hold.has(HoldReason::AwaitingApproval));
         assert!(!w.task.should_fire(), "no run until an admin approves");
@@ -725,7 +735,7 @@ mod tests {
         let plan = run(&[prompt(Some(narrower), &[])], std::slice::from_ref(&task));
         let w = &plan.writes[0];
         assert_eq!(w.changes, vec![Change::Narrowed]);
-        assert_eq!(w.read_version, Some(2));
+        assert_eq!(w.read_version(), Some(2));
         assert_eq!(w.task.version, 3);
         assert_eq!(w.task.spec.limits.max_turns, 5);
         assert!(w.task.spec.tools.is_empty());

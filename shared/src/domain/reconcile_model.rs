@@ -244,8 +244,9 @@ impl World {
     /// Applies reconcile's writes, checking each against the model.
     fn apply(&mut self, writes: Vec<Write>, context: &str) -> Result<(), TestCaseError> {
         for write in writes {
+            let read = write.read_version();
             let after = write.task;
-            match (&self.task, write.read_version) {
+            match (&self.task, read) {
                 (None, None) => {
                     prop_assert!(
                         after.hold.has(HoldReason::AwaitingApproval),

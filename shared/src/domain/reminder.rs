@@ -440,6 +440,7 @@ impl CheckedRequest {
             spec,
             now,
         );
+        task.created_with = Some(idempotency_key.clone());
         // An app create is the owner's own request: it is its approval.
         task.approval = Some(self.approval.unwrap_or_else(|| Approval {
             id: format!("owner:{idempotency_key}"),
@@ -453,6 +454,7 @@ impl CheckedRequest {
             task_id,
             workspace: principal.workspace,
             created_at: now,
+            ttl: None,
         };
         Ok((task, record))
     }

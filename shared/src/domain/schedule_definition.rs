@@ -12,7 +12,7 @@
 use super::occurrence::schedule_input;
 use super::schedule::Expression;
 use super::schedule::cron::CronError;
-use super::task::{Task, TaskKind};
+use super::task::{Task, TaskKind, TaskState};
 
 /// One task's Scheduler schedule, as the system wants it to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,11 +27,13 @@ pub struct ScheduleDefinition {
     pub input: String,
     /// Content-free: the kind and the task id, never the title.
     pub description: String,
-    /// A one-time task that has run: its schedule deleted itself after its
-    /// one delivery (`ActionAfterCompletion=DELETE`) and must never exist
-    /// again, whoever writes (admin, reconcile's repair, the owner): a new
-    /// `at()` in the past would be a schedule for nothing. `put` writes
-    /// nothing for it.
+    /// A task that has no schedule any more, whoever writes (admin,
+    /// reconcile's repair, the owner): a one-time task that has run (its
+    /// schedule deleted itself after its one delivery,
+    /// `ActionAfterCompletion=DELETE`, and a new `at()` in the past would be
+    /// a schedule for nothing), and a reminder that is completed or
+    /// cancelled (it holds no place in the account's schedule quota). `put`
+    /// deletes it (a missing one stays missing).
     pub retired: bool,
 }
 
@@ -50,13 +52,45 @@ impl ScheduleDefinition {
                 TaskKind::Reminder => format!("reminder {}", task.task_id),
                 TaskKind::Connector => format!("connector task {}", task.task_id),
             },
-            retired: task.spec.schedule.is_one_time() && task.completed_at.is_some(),
+            retired: (task.spec.schedule.is_one_time() && task.completed_at.is_some())
+                || (task.kind == TaskKind::Reminder
+                    && matches!(task.state(), TaskState::Completed | TaskState::Deleted)),
         })
     }
 
     /// Whether Scheduler's schedule is this definition's (expression, zone, state).
     pub fn matches(&self, status: &ScheduleStatus) -> bool {
         self.expression == status.expression && self.enabled == status.enabled
+    }
+}
+
+/// In which order a change of a task writes the task item and puts its
+/// schedule, so that a crash between the two writes is harmless and a lost
+/// version race can be undone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// The schedule must fire again, fire elsewhere, or go for good: put it
+    /// first. A crash before the task write leaves a schedule whose
+    /// deliveries the door judges by the task as it still is (a moved
+    /// occurrence is `rescheduled`), and the retry finds the version
+    /// unchanged and finishes; a lost race puts it back as the task now is.
+    ScheduleFirst,
+    /// The schedule must stop firing (or stays as it is): the task says so
+    /// first, and the door skips its deliveries until the put lands.
+    TaskFirst,
+}
+
+impl Order {
+    pub fn of(before: &Task, after: &Task) -> Result<Self, CronError> {
+        let (old, new) = (
+            ScheduleDefinition::for_task(before)?,
+            ScheduleDefinition::for_task(after)?,
+        );
+        Ok(if new != old && (new.enabled || new.retired) {
+            Order::ScheduleFirst
+        } else {
+            Order::TaskFirst
+        })
     }
 }
 

@@ -67,6 +67,11 @@ impl TaskId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Whether the id names a reminder (its kind is in its prefix).
+    pub fn is_reminder(&self) -> bool {
+        self.0.starts_with("rem_")
+    }
 }
 
 impl fmt::Display for TaskId {
@@ -213,6 +218,14 @@ pub struct Task {
     pub version: u64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// A reminder's create idempotency key: its record expires with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_with: Option<String>,
+    /// Unix seconds: DynamoDB's TTL removes a finished (completed or
+    /// cancelled) reminder after this (`RETENTION_DAYS`, SPEC §3). Never
+    /// set on a connector task: a tombstone must outlive every release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<i64>,
 }
 
 impl Task {
@@ -249,7 +262,23 @@ impl Task {
             version: 1,
             created_at: now,
             updated_at: now,
+            created_with: None,
+            ttl: None,
         }
+    }
+
+    /// Whether this is a reminder that will never run again: completed or
+    /// cancelled. Its text is not kept forever.
+    pub fn is_finished_reminder(&self) -> bool {
+        self.kind == TaskKind::Reminder && matches!(self.state(), TaskState::Completed | TaskState::Deleted)
+    }
+
+    /// The expiry a task should carry after a change at `now`: a finished
+    /// reminder keeps the one it has or expires `retention` from now; any
+    /// other task (a restored reminder too) carries none.
+    pub fn expiry_after_change(&self, now: DateTime<Utc>, retention: chrono::Duration) -> Option<i64> {
+        self.is_finished_reminder()
+            .then(|| self.ttl.unwrap_or((now + retention).timestamp()))
     }
 
     /// The derived state. A tombstone wins over everything; a finished
@@ -319,6 +348,8 @@ pub(crate) mod tests_support {
             version: 1,
             created_at: at,
             updated_at: at,
+            created_with: None,
+            ttl: None,
         }
     }
 

@@ -93,7 +93,7 @@ async fn rules_6_7_an_approved_call_writes_the_task_and_its_schedule_exactly() {
 
     // Its idempotency record, in the same transaction.
     let record = t
-        .item_at(Key::idempotency("usr_123", "call_7f3a"))
+        .item_at(Key::idempotency("ws_1", "usr_123", "call_7f3a"))
         .await
         .expect("idempotency record");
     assert_eq!(record["task_id"], task_id.as_str());

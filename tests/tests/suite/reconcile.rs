@@ -616,6 +616,7 @@ async fn concurrent_admin_writes_leave_the_schedule_in_step_with_the_task() {
                 gate: tokio::sync::Mutex::new(Some(gate_rx)),
             },
         ),
+        tests::admin_settings(),
     ));
     let v = w.version().await;
     let pause = json!({"op": "pause", "principal": admin_principal(), "task_id": w.task_id, "expected_version": v, "note": "quiet"});

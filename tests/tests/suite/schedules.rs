@@ -899,6 +899,7 @@ async fn a_move_between_one_time_and_recurring_sends_the_new_action_after_comple
                 ceilings: config.ceilings,
             },
             max_active: 50,
+            retention: chrono::Duration::days(90),
         },
     );
     let me = owner("usr_1");

@@ -86,6 +86,8 @@ fn connector_task() -> Task {
         version: 3,
         created_at: t0,
         updated_at: t0,
+        created_with: Some("k1".into()),
+        ttl: None,
     }
 }
 
@@ -101,6 +103,7 @@ async fn a_full_task_round_trips_and_its_state_is_derived() {
         task_id: task.task_id.clone(),
         workspace: task.workspace.clone(),
         created_at: task.created_at,
+        ttl: None,
     };
     assert_eq!(
         store.insert_with_idempotency(&task, &record, None).await.unwrap(),

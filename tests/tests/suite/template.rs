@@ -342,6 +342,222 @@ fn the_pipe_notifies_settled_runs_with_ids_and_status_only() {
     assert!(statements.iter().all(|s| s["Action"] != "events:PutEvents"));
 }
 
+/// `!Ref X` as it parses: a tagged string.
+fn reference(v: &Value) -> String {
+    match v {
+        Value::Tagged(t) if t.tag == "!Ref" => t.value.as_str().unwrap_or_default().to_owned(),
+        other => panic!("expected !Ref, got {other:?}"),
+    }
+}
+
+/// SPEC §12: the platform's subscription. `RunFinishedRule` sends every
+/// event the pipe puts on the bus (and nothing else) to `RunFinishedQueue`,
+/// which the local stack makes with the same settings; SSE, a DLQ for
+/// messages the backend failed and events the rule could not deliver, an
+/// alarm on it, the outputs a backend needs, and nothing in the system
+/// reading it.
+#[test]
+fn the_run_finished_queue_receives_every_notification_and_matches_the_local_stack() {
+    use shared::domain::notification::{DETAIL_TYPE, SOURCE};
+    let t = template();
+    let rule = props(&t, "RunFinishedRule");
+    assert_eq!(resource(&t, "RunFinishedRule")["Type"], "AWS::Events::Rule");
+    assert_eq!(reference(&rule["EventBusName"]), "EventBus");
+    assert_eq!(rule["State"], "ENABLED");
+    let pattern = local::stack::run_finished_pattern().unwrap();
+    assert_eq!(
+        pattern,
+        serde_json::json!({"source": [SOURCE], "detail-type": [DETAIL_TYPE]}),
+        "exactly the pipe's events"
+    );
+    let pipe = local::pipe::PipeSpec::from_template().unwrap();
+    assert_eq!((pipe.source.as_str(), pipe.detail_type.as_str()), (SOURCE, DETAIL_TYPE));
+    let targets = rule["Targets"].as_sequence().unwrap();
+    assert_eq!(targets.len(), 1);
+    assert_eq!(get_att(&targets[0]["Arn"]), "RunFinishedQueue.Arn");
+    assert_eq!(
+        get_att(&targets[0]["DeadLetterConfig"]["Arn"]),
+        "RunFinishedQueueDeadLetterQueue.Arn"
+    );
+    let retry = &targets[0]["RetryPolicy"];
+    assert!((0..=185).contains(&num(&retry["MaximumRetryAttempts"])));
+    assert!((60..=86_400).contains(&num(&retry["MaximumEventAgeInSeconds"])));
+
+    let queue = props(&t, "RunFinishedQueue");
+    assert_eq!(
+        num(&queue["VisibilityTimeout"]),
+        u64::from(local::STACK.run_finished_visibility_timeout)
+    );
+    assert_eq!(
+        num(&queue["MessageRetentionPeriod"]),
+        u64::from(local::STACK.run_finished_retention_seconds)
+    );
+    assert_eq!(
+        num(&queue["RedrivePolicy"]["maxReceiveCount"]),
+        u64::from(local::STACK.run_finished_max_receive_count)
+    );
+    assert_eq!(
+        get_att(&queue["RedrivePolicy"]["deadLetterTargetArn"]),
+        "RunFinishedQueueDeadLetterQueue.Arn"
+    );
+    let dlq = props(&t, "RunFinishedQueueDeadLetterQueue");
+    assert_eq!(
+        num(&dlq["MessageRetentionPeriod"]),
+        u64::from(local::STACK.dlq_retention_seconds)
+    );
+    for q in [queue, dlq] {
+        assert_eq!(q["SqsManagedSseEnabled"], true, "encrypted at rest");
+        assert!(
+            q["KmsMasterKeyId"].is_null(),
+            "EventBridge cannot send under alias/aws/sqs"
+        );
+    }
+
+    assert_eq!(
+        reference(&t["Outputs"]["RunFinishedQueueUrl"]["Value"]),
+        "RunFinishedQueue"
+    );
+    assert_eq!(
+        get_att(&t["Outputs"]["RunFinishedQueueArn"]["Value"]),
+        "RunFinishedQueue.Arn"
+    );
+    // The queue is the platform's: no function of the system reads it.
+    for (name, r) in t["Resources"].as_mapping().unwrap() {
+        if r["Type"] == "AWS::Serverless::Function" {
+            assert!(!mentions(&r["Properties"], "RunFinishedQueue"), "{name:?}");
+        }
+    }
+}
+
+/// Only the rule may send to `RunFinishedQueue` and its DLQ: one statement
+/// each, the EventBridge service principal, `sqs:SendMessage`, on that
+/// queue, from that rule's ARN (`aws:SourceArn`).
+#[test]
+fn only_the_rule_may_send_to_the_run_finished_queue_and_its_dlq() {
+    let t = json_form(&template());
+    let deployment = Deployment::of(&t, "sat", &[]);
+    let resources = t["Resources"].as_object().unwrap();
+    let policies: BTreeMap<&String, &serde_json::Value> = resources
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::SQS::QueuePolicy")
+        .collect();
+    let mut guarded = BTreeSet::new();
+    for (name, policy) in &policies {
+        let policy = deployment.eval(&policy["Properties"]).unwrap();
+        let queues = policy["Queues"].as_array().unwrap();
+        assert_eq!(queues.len(), 1, "{name}: one queue a policy");
+        let queue = queues[0].as_str().unwrap().trim_matches(['<', '>']).to_owned();
+        let statements = policy["PolicyDocument"]["Statement"].as_array().unwrap();
+        assert_eq!(statements.len(), 1, "{name}");
+        assert_eq!(
+            statements[0]["Principal"],
+            serde_json::json!({"Service": "events.amazonaws.com"}),
+            "{name}"
+        );
+        let statements = [Statement(statements[0].clone())];
+        let arn = format!("<{queue}.Arn>");
+        let from = |source: &str| BTreeMap::from([("aws:SourceArn", source.to_owned())]);
+        let rule = from("<RunFinishedRule.Arn>");
+        assert!(allowed(&statements, "sqs:SendMessage", &arn, &rule), "{name}");
+        assert!(!allowed(&statements, "sqs:SendMessage", &arn, &from("<OtherRule.Arn>")));
+        assert!(!allowed(&statements, "sqs:SendMessage", &arn, &BTreeMap::new()));
+        for other in [
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:PurgeQueue",
+            "sqs:SetQueueAttributes",
+        ] {
+            assert!(!allowed(&statements, other, &arn, &rule), "{name} grants {other}");
+        }
+        assert!(!allowed(&statements, "sqs:SendMessage", "<RunsQueue.Arn>", &rule));
+        guarded.insert(queue);
+    }
+    assert_eq!(
+        guarded,
+        BTreeSet::from([
+            "RunFinishedQueue".to_owned(),
+            "RunFinishedQueueDeadLetterQueue".to_owned()
+        ])
+    );
+}
+
+/// Through the local stack: a settled run's record, carried by the pipe to
+/// the bus, reaches `RunFinishedQueue` through the rule made from the
+/// template's pattern, as EventBridge's envelope around the five fields; a
+/// skipped run sends nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_settled_runs_event_reaches_the_run_finished_queue_and_a_skip_none() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use shared::domain::notification::{DETAIL_TYPE, RunFinished, SOURCE};
+    let t = tests::TestStack::start().await.unwrap();
+    let task = shared::domain::task::TaskId::for_reminder("ws_1", "usr_1", "k").to_string();
+    let runs = [
+        ("2026-12-24T18:00:00Z", "succeeded"),
+        ("2026-12-25T18:00:00Z", "skipped"),
+        ("2026-12-26T18:00:00Z", "failed"),
+    ];
+    for (at, status) in runs {
+        let mut item = shared::adapters::keys::Key::run(&task, at).to_map();
+        let run_id = format!("{task}@{at}");
+        for (name, value) in [
+            ("entity", "run"),
+            ("workspace", "ws_1"),
+            ("task_id", task.as_str()),
+            ("run_id", run_id.as_str()),
+            ("scheduled_time", at),
+            ("status", status),
+            ("output", "secret words"),
+        ] {
+            item.insert(name.to_owned(), AttributeValue::S(value.to_owned()));
+        }
+        t.dynamo
+            .put_item()
+            .table_name(&t.stack.names.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
+    }
+    assert_eq!(t.stack.pipe.pump(&t.aws.sdk).await.unwrap(), 2);
+    let sqs = aws_sdk_sqs::Client::new(&t.aws.sdk);
+    let mut received = BTreeSet::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(&t.stack.run_finished.url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        if out.messages().is_empty() {
+            break;
+        }
+        for message in out.messages() {
+            let body = message.body().unwrap();
+            assert!(!body.contains("secret words"), "content-free: {body}");
+            let envelope: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(envelope["detail-type"], DETAIL_TYPE);
+            assert_eq!(envelope["source"], SOURCE);
+            let event: RunFinished = serde_json::from_value(envelope["detail"].clone()).unwrap();
+            assert_eq!(serde_json::to_value(&event).unwrap(), envelope["detail"]);
+            received.insert((event.run_id, event.status.as_str().to_owned()));
+            sqs.delete_message()
+                .queue_url(&t.stack.run_finished.url)
+                .receipt_handle(message.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(
+        received,
+        BTreeSet::from([
+            (format!("{task}@2026-12-24T18:00:00Z"), "succeeded".to_owned()),
+            (format!("{task}@2026-12-26T18:00:00Z"), "failed".to_owned()),
+        ])
+    );
+}
+
 #[test]
 fn the_local_pipe_matches_exact_strings_and_escapes_what_it_renders() {
     let spec = local::pipe::PipeSpec {
@@ -384,7 +600,7 @@ fn every_dead_letter_queue_and_the_failed_and_skipped_runs_are_alarmed() {
         .filter(|(name, r)| r["Type"] == "AWS::SQS::Queue" && name.as_str().unwrap().contains("DeadLetter"))
         .map(|(name, _)| name.as_str().unwrap())
         .collect();
-    assert_eq!(dead_letter_queues.len(), 4, "{dead_letter_queues:?}");
+    assert_eq!(dead_letter_queues.len(), 5, "{dead_letter_queues:?}");
     for queue in dead_letter_queues {
         let watched = alarms.iter().any(|a| {
             a["MetricName"] == "ApproximateNumberOfMessagesVisible"
@@ -1030,6 +1246,8 @@ fn every_derived_name_fits_for_a_128_character_stack_name() {
         ("AWS::Scheduler::Schedule", Some(("Name", 64))),
         ("AWS::IAM::Role", Some(("RoleName", 64))),
         ("AWS::Events::EventBus", Some(("Name", 256))),
+        ("AWS::Events::Rule", Some(("Name", 64))),
+        ("AWS::SQS::QueuePolicy", None),
         ("AWS::Pipes::Pipe", Some(("Name", 64))),
         ("AWS::SNS::Topic", Some(("TopicName", 256))),
         ("AWS::KMS::Key", None),

@@ -78,6 +78,9 @@ pub struct RunSettings {
     /// `SCHEDULE_CEILINGS` as the runner reads it now: a run's limits are
     /// its spec's, bounded by these.
     pub ceilings: Ceilings,
+    /// `RETENTION_DAYS`: run records, and a completed reminder, expire this
+    /// long after they finish.
+    pub retention: Duration,
 }
 
 /// Kept past the function's deadline on a lease, so a slow settle after the
@@ -204,7 +207,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             },
         };
         // 6. Settle; 7. its record is the notification's outbox.
-        let Some(recorded) = self.settle(&occ, &claimed, install.as_ref(), &outcome, now).await? else {
+        let skip = match &door {
+            Verdict::Skip(reason) => Some(reason),
+            Verdict::Run => None,
+        };
+        let Some(recorded) = self
+            .settle(&occ, &claimed, install.as_ref(), &outcome, skip, now)
+            .await?
+        else {
             return Ok(Disposition::Duplicate);
         };
         Ok(match door {

@@ -11,7 +11,8 @@ use crate::domain::budget;
 use crate::domain::claim::RunStatus;
 use crate::domain::door::SkipReason;
 use crate::domain::install::Install;
-use crate::domain::occurrence::{Delivery, Outcome, RunRecord, cap_reason, claim_retention, prunable};
+use crate::domain::occurrence::{Delivery, Outcome, RunRecord, cap_reason, claim_retention};
+use crate::domain::settlement;
 use crate::domain::task::{Provenance, Task};
 use crate::ports::{Connectors, Model, Release, RunStore, Settled, Settlement, StoreError};
 
@@ -52,6 +53,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         claimed: &Claimed,
         install: Option<&Install>,
         outcome: &Outcome,
+        skip: Option<&SkipReason>,
         now: DateTime<Utc>,
     ) -> Result<Option<RunStatus>, RunError> {
         let task = &claimed.task;
@@ -65,20 +67,29 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             model_id,
             now,
             finished_at,
+            self.settings.retention,
         );
         let account = account_of(task, install);
+        let plan = settlement::plan(&settlement::Facts {
+            task,
+            scheduled: occ.scheduled,
+            status: outcome.status,
+            skip,
+            crashed_usd: claimed.crashed,
+            finished: finished_at,
+            keep_claims: claim_retention(self.settings.catch_up),
+            retention: self.settings.retention,
+        });
         let settlement = Settlement {
             task,
             occurrence: &occ.key,
             execution_id: &occ.message.execution_id,
             period: &claimed.period,
             reserved_usd: budget::reservation(task.spec.budget) + claimed.crashed,
-            account: account
-                .as_ref()
-                .filter(|_| outcome.status != RunStatus::Skipped || claimed.crashed > 0.0),
+            account: account.as_ref().filter(|_| plan.charge_account),
             record: &record,
-            complete: task.spec.schedule.is_one_time() && outcome.status != RunStatus::Skipped,
-            prune: prunable(task, now, claim_retention(self.settings.catch_up)),
+            complete: plan.complete,
+            prune: plan.prune,
         };
         let (settled, recorded) = match self.store.settle(&settlement).await {
             Ok(settled) => (settled, outcome.status),
@@ -138,9 +149,15 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             spent_usd: spent,
             account: account.as_ref().filter(|_| spent > 0.0),
         };
-        if self.store.release(&release).await? == Settled::LostClaim {
-            tracing::warn!("the claim was taken over before this run was released");
-            return Ok(Disposition::Duplicate);
+        match self.store.release(&release).await? {
+            Settled::LostClaim => {
+                tracing::warn!("the claim was taken over before this run was released");
+                return Ok(Disposition::Duplicate);
+            }
+            Settled::ClaimGone => {
+                tracing::warn!("the claim was already released; the occurrence has not run and comes back");
+            }
+            Settled::Done => {}
         }
         tracing::warn!(
             turns = requeue.usage.turns,
@@ -160,8 +177,29 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         attempts: u32,
     ) -> Result<Disposition, RunError> {
         let skipped = Outcome::skipped(reason.describe());
-        let record = RunRecord::new(occ, &skipped, attempts, 0.0, &self.settings.model_id, now, now);
+        let record = RunRecord::new(
+            occ,
+            &skipped,
+            attempts,
+            0.0,
+            &self.settings.model_id,
+            now,
+            now,
+            self.settings.retention,
+        );
         self.store.record_unclaimed(&record).await?;
+        // A one-time reminder whose only occurrence is skipped this way is
+        // finished (SPEC §3): completed, if this is still its occurrence.
+        if reason.completes_one_time() && occ.task_id.is_reminder() {
+            let completion = settlement::Completion {
+                at: occ.scheduled,
+                expires: Some((now + self.settings.retention).timestamp()),
+                record: None,
+            };
+            self.store
+                .complete_unclaimed(&occ.message.workspace, &occ.task_id, &completion, now)
+                .await?;
+        }
         tracing::info!(reason = reason.code(), "skipped at the door");
         Ok(Disposition::Skipped(reason))
     }

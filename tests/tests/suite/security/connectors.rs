@@ -561,11 +561,7 @@ async fn a_stored_binding_to_the_declaring_install_is_never_honoured() {
     let mut bound = task.clone();
     bound.spec.bindings = [("summary_channel".to_owned(), Some("ins_1".to_owned()))].into();
     bound.version += 1;
-    let write = shared::domain::reconcile::Write {
-        task: bound,
-        read_version: Some(task.version),
-        changes: vec![],
-    };
+    let write = shared::domain::reconcile::Write::change(&task, bound, vec![]);
     assert_eq!(
         store.write_task(&write).await.unwrap(),
         shared::ports::Versioned::Written
