@@ -33,6 +33,12 @@ pub struct StackSpec {
     pub dlq_retention_seconds: u32,
     /// Reconcile work queue: at least six times the reconcile function's timeout.
     pub reconcile_visibility_timeout: u32,
+    /// The platform's notification queue (`RunFinishedQueue`, SPEC §12):
+    /// how long a backend has to read and post one result.
+    pub run_finished_visibility_timeout: u32,
+    pub run_finished_retention_seconds: u32,
+    /// Deliveries of one notification before it moves to its DLQ.
+    pub run_finished_max_receive_count: u32,
 }
 
 pub const STACK: StackSpec = StackSpec {
@@ -46,6 +52,9 @@ pub const STACK: StackSpec = StackSpec {
     runs_max_receive_count: 5,
     dlq_retention_seconds: 1_209_600,
     reconcile_visibility_timeout: 720,
+    run_finished_visibility_timeout: 120,
+    run_finished_retention_seconds: 345_600,
+    run_finished_max_receive_count: 5,
 };
 
 /// SPEC §9's example ceilings, as `SCHEDULE_CEILINGS` holds them.
@@ -72,6 +81,11 @@ pub struct StackNames {
     /// Local only: a queue that receives every event on the bus, so tests
     /// and the main job can read the notifications.
     pub events_capture: String,
+    /// The platform's notification queue and its DLQ (`RunFinishedQueue`,
+    /// `RunFinishedQueueDeadLetterQueue`), fed by the rule `run_finished_rule`.
+    pub run_finished_queue: String,
+    pub run_finished_dlq: String,
+    pub run_finished_rule: String,
     /// The reconcile work queue (FIFO: the name ends in `.fifo`).
     pub reconcile_queue: String,
     pub webhook_secret: String,
@@ -91,6 +105,9 @@ impl StackNames {
             schedule_group: format!("{prefix}-{suffix}"),
             event_bus: format!("{prefix}-bus-{suffix}"),
             events_capture: format!("{prefix}-events-{suffix}"),
+            run_finished_queue: format!("{prefix}-run-finished-{suffix}"),
+            run_finished_dlq: format!("{prefix}-run-finished-dlq-{suffix}"),
+            run_finished_rule: format!("{prefix}-run-finished-{suffix}"),
             reconcile_queue: format!("{prefix}-reconcile-{suffix}.fifo"),
             webhook_secret: format!("{prefix}-webhook-{suffix}"),
             connector_secrets: format!("{prefix}-connectors-{suffix}/"),
@@ -110,6 +127,8 @@ pub struct Stack {
     /// moto does not check roles; the ARN has the template's shape.
     pub scheduler_role_arn: String,
     pub events_capture_url: String,
+    /// `RunFinishedQueue`: what the chat backend consumes (SPEC §12).
+    pub run_finished: RunFinishedQueue,
     pub reconcile_queue_url: String,
     pub webhook_secret_arn: String,
     /// The Standard Webhooks secret the platform signs with (`whsec_...`).
@@ -138,6 +157,16 @@ async fn queue(
         .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
         .unwrap_or_default();
     Ok((url, arn))
+}
+
+/// `RunFinishedQueue`, its DLQ and the rule that feeds it.
+#[derive(Debug, Clone)]
+pub struct RunFinishedQueue {
+    pub url: String,
+    pub arn: String,
+    pub dlq_url: String,
+    pub dlq_arn: String,
+    pub rule_arn: String,
 }
 
 /// The runs queue and the two DLQs beside it.
@@ -275,6 +304,93 @@ async fn create_event_bus(sdk: &SdkConfig, sqs: &aws_sdk_sqs::Client, names: &St
     Ok(events_capture_url)
 }
 
+/// `RunFinishedRule`'s event pattern, as `template.yaml` gives it (the
+/// local rule is made from it, so a mistake there shows locally).
+pub fn run_finished_pattern() -> anyhow::Result<serde_json::Value> {
+    let path = crate::moto::repo_root().join("template.yaml");
+    let template: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+    let pattern = &template["Resources"]["RunFinishedRule"]["Properties"]["EventPattern"];
+    anyhow::ensure!(
+        pattern.is_mapping(),
+        "RunFinishedRule: no EventPattern mapping in template.yaml"
+    );
+    Ok(serde_json::to_value(pattern)?)
+}
+
+/// `RunFinishedQueue` redriving to its DLQ, and the rule on the bus that
+/// sends it every event matching the template's pattern. moto delivers a
+/// matching event to an SQS target at once and never fails to; it reads no
+/// queue policy and no target retry policy or DLQ, so those stay in the
+/// template, where `tests/suite/template.rs` holds them (infra/FIDELITY.md).
+async fn create_run_finished_queue(
+    sdk: &SdkConfig,
+    sqs: &aws_sdk_sqs::Client,
+    names: &StackNames,
+) -> anyhow::Result<RunFinishedQueue> {
+    let (dlq_url, dlq_arn) = queue(
+        sqs,
+        &names.run_finished_dlq,
+        &[(
+            QueueAttributeName::MessageRetentionPeriod,
+            STACK.dlq_retention_seconds.to_string(),
+        )],
+    )
+    .await?;
+    let redrive = serde_json::json!({
+        "deadLetterTargetArn": dlq_arn,
+        "maxReceiveCount": STACK.run_finished_max_receive_count,
+    });
+    let (url, arn) = queue(
+        sqs,
+        &names.run_finished_queue,
+        &[
+            (
+                QueueAttributeName::VisibilityTimeout,
+                STACK.run_finished_visibility_timeout.to_string(),
+            ),
+            (
+                QueueAttributeName::MessageRetentionPeriod,
+                STACK.run_finished_retention_seconds.to_string(),
+            ),
+            (QueueAttributeName::RedrivePolicy, redrive.to_string()),
+        ],
+    )
+    .await?;
+    let events = aws_sdk_eventbridge::Client::new(sdk);
+    let rule_arn = events
+        .put_rule()
+        .name(&names.run_finished_rule)
+        .event_bus_name(&names.event_bus)
+        .event_pattern(run_finished_pattern()?.to_string())
+        .send()
+        .await?
+        .rule_arn
+        .unwrap_or_default();
+    let put = events
+        .put_targets()
+        .rule(&names.run_finished_rule)
+        .event_bus_name(&names.event_bus)
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("run-finished-queue")
+                .arn(&arn)
+                .build()?,
+        )
+        .send()
+        .await?;
+    anyhow::ensure!(
+        put.failed_entry_count() == 0,
+        "the bus refused the rule's target: {put:?}"
+    );
+    Ok(RunFinishedQueue {
+        url,
+        arn,
+        dlq_url,
+        dlq_arn,
+        rule_arn,
+    })
+}
+
 /// The reconcile work queue (FIFO, deduplicated by content); answers its URL.
 async fn create_reconcile_queue(sqs: &aws_sdk_sqs::Client, names: &StackNames) -> anyhow::Result<String> {
     let (url, _) = queue(
@@ -310,8 +426,8 @@ async fn create_webhook_secret(sdk: &SdkConfig, names: &StackNames) -> anyhow::R
 }
 
 impl Stack {
-    /// Creates the table, the queues, the schedule group, the bus and the
-    /// webhook secret, in that order.
+    /// Creates the table, the queues, the schedule group, the bus with its
+    /// rules and `RunFinishedQueue`, and the webhook secret, in that order.
     pub async fn create(sdk: &SdkConfig, names: StackNames) -> anyhow::Result<Self> {
         let stream_arn = create_table(sdk, &names).await?;
         let sqs = aws_sdk_sqs::Client::new(sdk);
@@ -322,6 +438,7 @@ impl Stack {
             .send()
             .await?;
         let events_capture_url = create_event_bus(sdk, &sqs, &names).await?;
+        let run_finished = create_run_finished_queue(sdk, &sqs, &names).await?;
         let reconcile_queue_url = create_reconcile_queue(&sqs, &names).await?;
         let (webhook_secret, webhook_secret_arn) = create_webhook_secret(sdk, &names).await?;
         let pipe = crate::pipe::Pipe::new(
@@ -335,6 +452,7 @@ impl Stack {
             webhook_secret_arn,
             webhook_secret,
             events_capture_url,
+            run_finished,
             scheduler_role_arn: format!("arn:aws:iam::123456789012:role/{}-scheduler", names.schedule_group),
             names,
             runs_queue_url: runs.runs_queue_url,
