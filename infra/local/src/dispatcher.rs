@@ -16,7 +16,10 @@
 //! - webhooks to reconcile: sign an event with the stack's Standard
 //!   Webhooks secret and invoke reconcile with a function URL request;
 //! - settled runs to the bus: the stack's stand-in for the notification
-//!   pipe (`crate::pipe`) reads the table's stream.
+//!   pipe (`crate::pipe`) reads the table's stream ([`Dispatcher::notify`]);
+//!   from the bus, moto's own rules copy each event to `RunFinishedQueue`
+//!   (`RunFinishedRule`, its pattern read from `template.yaml`), where the
+//!   chat backend (`crate::backend`) reads it.
 
 use anyhow::Context;
 use aws_config::SdkConfig;
@@ -274,6 +277,14 @@ impl Dispatcher<'_> {
             self.reconcile,
         )
         .await
+    }
+
+    /// Carries the runs settled since the last call to the bus, as
+    /// `RunFinishedPipe` would; the bus's rules deliver each event to
+    /// `RunFinishedQueue` (and the local capture queue). Answers how many
+    /// events it put.
+    pub async fn notify(&self) -> anyhow::Result<usize> {
+        self.stack.pipe.pump(self.sdk).await
     }
 
     /// Signs an event as the platform would and posts it to reconcile's

@@ -3,6 +3,7 @@
 //! emulator that runs the real function binaries. The README's main job and
 //! the tests both stand on this crate.
 
+pub mod backend;
 pub mod converse;
 pub mod dispatcher;
 pub mod everything;

@@ -4,6 +4,9 @@
 //! A local dispatcher does what Scheduler, the SQS event sources and the
 //! platform would. It walks a reminder and a connector's standing work
 //! through their lives and prints a timeline and the final task items.
+//! It also plays the platform's chat backend (SPEC §12, `local::backend`):
+//! every result it shows came through `RunFinishedQueue` and was read back
+//! through schedules `run` or admin `runs`, never from the table.
 //! `--serve` keeps everything up afterwards for `cargo lambda invoke`.
 
 // The SDK futures nest deeply; their layout needs more than the default depth.
@@ -15,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::{FixedOffset, SecondsFormat, Utc};
+use local::backend::{ChatBackend, Handled};
 use local::converse::ConverseStandIn;
 use local::dispatcher::Dispatcher;
 use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
@@ -162,9 +166,27 @@ fn admin(op: &str, task_id: &str, extra: Value) -> Value {
     request
 }
 
-fn run_summary(record: &Value) -> Value {
-    json!({"status": record["status"], "reason": record["reason"], "usage": record["usage"],
-           "cost_usd": record["cost_usd"], "output": record["output"]})
+/// What the chat backend did with the notifications it received: the
+/// content-free event, and what its person sees.
+fn say_handled(handled: &[Handled]) {
+    for h in handled {
+        match h {
+            Handled::Shown { event, via, to, text } => {
+                say(format!(
+                    "RunFinishedQueue: {}",
+                    serde_json::to_string(event).unwrap_or_default()
+                ));
+                let text = text.replace('\n', "\n             ");
+                say(format!("  {via} -> shown to {to}: {text}"));
+            }
+            Handled::Dropped { event, why } => say(format!("RunFinishedQueue: {} dropped: {why}", event.run_id)),
+            Handled::Kept { message_id, why } => {
+                say(format!(
+                    "RunFinishedQueue: message {message_id} left in the queue: {why}"
+                ));
+            }
+        }
+    }
 }
 
 fn explanation(answer: &Value) -> &str {
@@ -203,6 +225,8 @@ struct Walk<'a> {
     connectors: &'a Connectors,
     functions: &'a Functions,
     dispatch: Dispatcher<'a>,
+    /// The platform's chat backend: consumes RunFinishedQueue.
+    backend: ChatBackend<'a>,
     /// Each fast-forward delivers the occurrence after the last one delivered.
     last_fired: std::cell::Cell<chrono::DateTime<Utc>>,
 }
@@ -243,6 +267,13 @@ async fn main() -> anyhow::Result<()> {
             runner: &functions.runner.api,
             reconcile: &functions.reconcile.api,
         },
+        backend: ChatBackend::new(
+            &aws.sdk,
+            &stack.run_finished.url,
+            &functions.schedules.api,
+            &functions.admin.api,
+            "adm_1",
+        ),
         functions: &functions,
         last_fired: std::cell::Cell::new(Utc::now()),
     };
@@ -261,7 +292,7 @@ async fn main() -> anyhow::Result<()> {
     .await?;
 
     if std::env::args().any(|a| a == "--serve") {
-        return serve(&functions.env(), &walk.dispatch).await;
+        return serve(&functions.env(), &walk.dispatch, &walk.backend).await;
     }
     say("\nDone. Run with --serve to keep the stack up and invoke the functions yourself.");
     Ok(())
@@ -277,6 +308,11 @@ fn say_what_stands_in(aws: &LocalAws, model: &ConverseStandIn) {
     say(
         "Run notifications: moto keeps the table's stream but runs no EventBridge Pipe; a local stand-in \
          applies RunFinishedPipe's filter and input template from template.yaml to the stream.",
+    );
+    say(
+        "The chat backend: the main job consumes RunFinishedQueue (RunFinishedRule on the bus, its pattern \
+         from template.yaml) and reads each result through schedules `run` as the reminder's owner, or admin \
+         `runs` for a connector task; it never reads the table to show a result.",
     );
 }
 
@@ -298,11 +334,12 @@ impl Walk<'_> {
             .step("A chat user approved \"remind me in five seconds\"; the chat backend invokes create");
         let now = Utc::now();
         let at = (now + chrono::Duration::seconds(5)).with_timezone(&FixedOffset::east_opt(3600).context("offset")?);
+        let principal = json!({"id": "usr_123", "workspace": "ws_1", "scopes": ["schedule.write"]});
         let created = invoke(
             &self.functions.create,
             json!({
                 "op": "create",
-                "principal": {"id": "usr_123", "workspace": "ws_1", "scopes": ["schedule.write"]},
+                "principal": principal,
                 "idempotency_key": format!("call_{}", now.timestamp()),
                 "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard", "limits": {"max_turns": 2}},
                 "approval": {"id": "apr_9", "approved_at": now.to_rfc3339_opts(SecondsFormat::Secs, true)},
@@ -313,6 +350,7 @@ impl Walk<'_> {
         .await?;
         show("create answered", &created);
         let reminder_id = created["task"]["task_id"].as_str().context("task id")?.to_owned();
+        self.backend.remember(&reminder_id, &principal);
         tokio::time::sleep(Duration::from_secs(6)).await;
         self.clock
             .step("The reminder is due: the dispatcher fires its at() schedule into the runs queue");
@@ -320,9 +358,9 @@ impl Walk<'_> {
             say(format!("fired {} for {}", fired.schedule, fired.scheduled_time));
         }
         self.dispatch.drain_runs().await?;
-        let occurrence = created["task"]["at"].as_str().unwrap_or_default().to_owned();
-        let record = self.item(Key::run(&reminder_id, &occurrence)).await?;
-        show("the runner's run record", &run_summary(&record));
+        self.clock
+            .step("The run's event reaches RunFinishedQueue; the chat backend reads the result as its owner");
+        self.results().await?;
         Ok(reminder_id)
     }
 
@@ -385,6 +423,9 @@ impl Walk<'_> {
                        "input": input}),
             )
             .await?;
+            if let Some(task_id) = answer["task"]["task_id"].as_str() {
+                self.backend.remember(task_id, user);
+            }
             made.push(answer["task"].clone());
         }
         let listed = invoke(&self.functions.schedules, json!({"op": "list", "principal": user})).await?;
@@ -433,6 +474,7 @@ impl Walk<'_> {
             after = fired.scheduled_time;
             say(format!("delivering the occurrence of {}", fired.scheduled_time));
             self.dispatch.drain_runs().await?;
+            self.results().await?;
         }
         let runs = invoke(
             &self.functions.schedules,
@@ -560,7 +602,8 @@ impl Walk<'_> {
     }
 
     /// Fast-forwards `task` to its next occurrence, delivers it, and shows
-    /// the run record and the tools the model was offered.
+    /// what the chat backend reads of its result and the tools the model
+    /// was offered.
     async fn run_next(&self, label: &str, task: &str) -> anyhow::Result<()> {
         let Some(fired) = self.dispatch.fire_next(task, self.last_fired.get()).await? else {
             say(format!(
@@ -574,9 +617,7 @@ impl Walk<'_> {
             fired.scheduled_time
         ));
         self.dispatch.drain_runs().await?;
-        let key = shared::domain::occurrence::occurrence_key(fired.scheduled_time);
-        let record = self.item(Key::run(task, &key)).await?;
-        show("run record", &run_summary(&record));
+        self.results().await?;
         let offered: Vec<String> = self
             .model
             .requests()
@@ -596,6 +637,16 @@ impl Walk<'_> {
         Ok(())
     }
 
+    /// The chat backend's side of the runs just settled (SPEC §12): the pipe
+    /// carries them to the bus, the rule to RunFinishedQueue, and the
+    /// backend reads each result back and shows it. A skipped run sends no
+    /// event, so nothing reaches the backend for it.
+    async fn results(&self) -> anyhow::Result<()> {
+        self.dispatch.notify().await?;
+        say_handled(&self.backend.receive().await?);
+        Ok(())
+    }
+
     /// A release of the issues connector: new declarations, the platform's
     /// list_changed webhook, reconcile's work, and the admin's view after.
     async fn release(&self, prompts: Vec<local::mcp_fixture::FixturePrompt>, weekly: &str) -> anyhow::Result<Value> {
@@ -609,7 +660,8 @@ impl Walk<'_> {
         Ok(got)
     }
 
-    /// The final task items and the notifications on the bus.
+    /// The final task items (an operator's view of the table) and the
+    /// notifications on the bus.
     async fn final_items(&self, tasks: &[(&str, &String)]) -> anyhow::Result<()> {
         self.clock.step("Final task items");
         for (label, task_id) in tasks {
@@ -637,7 +689,7 @@ impl Walk<'_> {
 /// Keeps everything up: writes the functions' environment for
 /// `cargo lambda watch --env-file`, and keeps dispatching due schedules and
 /// queues to the running binaries, until Ctrl-C.
-async fn serve(env: &[(String, String)], dispatch: &Dispatcher<'_>) -> anyhow::Result<()> {
+async fn serve(env: &[(String, String)], dispatch: &Dispatcher<'_>, backend: &ChatBackend<'_>) -> anyhow::Result<()> {
     let path = local::moto::repo_root().join("target/local.env");
     let text: String = env
         .iter()
@@ -654,7 +706,8 @@ async fn serve(env: &[(String, String)], dispatch: &Dispatcher<'_>) -> anyhow::R
     println!("     cargo lambda invoke create --data-file infra/events/create-reminder.json");
     println!("     cargo lambda invoke admin --data-file infra/events/admin-get.json");
     println!("     cargo lambda invoke schedules --data-file infra/events/schedules-list.json");
-    println!("   Due schedules and queued work keep flowing to the binaries started here.");
+    println!("   Due schedules and queued work keep flowing to the binaries started here; the chat backend");
+    println!("   shows the results of the reminders it created (others: it knows no owner to read them as).");
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
@@ -668,6 +721,7 @@ async fn serve(env: &[(String, String)], dispatch: &Dispatcher<'_>) -> anyhow::R
                 for event in dispatch.stack.received_events(dispatch.sdk).await? {
                     println!("   event on the bus: {}", event["detail"]);
                 }
+                say_handled(&backend.receive().await?);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The README's main job, run as a person runs it: the `local` binary with
 //! the five function binaries beside it. It must finish and tell the story
-//! the README promises.
+//! the README promises, every result shown through RunFinishedQueue and
+//! the functions (SPEC §12).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -31,7 +32,18 @@ fn the_main_job_walks_the_whole_loop() {
         ": ran and finished",
         "Water plants: runs every day at 08:00 Europe/Berlin; next at",
         "\"Scheduled run finished\" events on the bus: 6",
+        // The chat backend (SPEC §12): the content-free event from the
+        // queue, the result read back as its owner or a workspace admin.
+        "RunFinishedQueue: {\"workspace\":\"ws_1\",\"task_id\":\"rem_",
+        "schedules run as usr_123 -> shown to usr_123: Reminder: It is time for the reminder the user set, titled \"Call mom\"",
+        "schedules run as usr_456 -> shown to usr_456: Reminder: It is time for the reminder the user set, titled \"Water plants\"",
+        "admin runs as adm_1 -> shown to the admins of ws_1: Done. The tool answered:",
     ] {
         assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
+    }
+    // Every event on the bus reached its person; none was dropped or left.
+    assert_eq!(text.matches(" -> shown to ").count(), 6, "{text}");
+    for unexpected in ["dropped:", "left in the queue"] {
+        assert!(!text.contains(unexpected), "`{unexpected}` in:\n{text}");
     }
 }
