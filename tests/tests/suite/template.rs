@@ -264,9 +264,13 @@ fn reconcile_and_admin_read_what_the_template_sets() {
     let index_arn = format!("${{TasksTable.Arn}}/index/{}", local::STACK.table_index.0);
     for function in ["ReconcileFunction", "AdminFunction"] {
         let statements = props(&t, function)["Policies"][0]["Statement"].as_sequence().unwrap();
+        let names_index = |r: &Value| matches!(r, Value::Tagged(r) if r.tag == "!Sub" && r.value == index_arn.as_str());
         let on_index = statements.iter().any(|s| {
             s["Action"] == "dynamodb:Query"
-                && matches!(&s["Resource"], Value::Tagged(r) if r.tag == "!Sub" && r.value == index_arn.as_str())
+                && match &s["Resource"] {
+                    Value::Sequence(resources) => resources.iter().any(names_index),
+                    one => names_index(one),
+                }
         });
         assert!(on_index, "{function} may query {index_arn}");
         for s in statements {
