@@ -266,8 +266,9 @@ pub trait RunStore: Send + Sync {
     /// or settled, records its own outcome).
     fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Completes a one-time task whose only occurrence was skipped without
-    /// a claim (SPEC §3), if `completion.at` is still its instant and it is
-    /// neither paused, tombstoned nor completed; otherwise nothing. The
+    /// a claim (SPEC §3), if `completion.at` is still its instant, it is
+    /// neither paused, tombstoned nor completed, and no delivery claimed
+    /// that occurrence (whose settle decides); otherwise nothing. The
     /// record of the key it was created with expires with it.
     fn complete_unclaimed(
         &self,

@@ -356,7 +356,11 @@ pub fn limits() -> Limits {
 }
 
 /// A reminder due at `at`, as create would have written it.
+/// A one-time reminder at `at`, in whole seconds as create stores it (and
+/// as Scheduler's scheduled time names its occurrence).
 pub fn reminder(at: DateTime<Utc>) -> Task {
+    use chrono::SubsecRound;
+    let at = at.trunc_subsecs(0);
     Task::new(
         TaskId::for_reminder("ws_1", "usr_123", &uuid_like(at)),
         "ws_1".into(),

@@ -54,9 +54,10 @@ impl ReminderStore for DynamoStore {
         let mut start = after.map(|c| OwnerIndexKey::start_after(workspace, principal, c.created, c.task_id.as_str()));
         let mut tasks: Vec<Task> = Vec::new();
         loop {
-            // Limit counts items read before the filter: ask for what is
-            // still missing, so the last read item is the page's last one.
-            let want = i32::try_from(limit - tasks.len()).unwrap_or(i32::MAX);
+            // Limit counts items read before the filter: each query reads
+            // a whole page's worth, however many the filter kept before,
+            // so a page never shrinks to a few items per request.
+            let want = i32::try_from(limit).unwrap_or(i32::MAX);
             self.counted();
             let out = base
                 .clone()
@@ -73,10 +74,14 @@ impl ReminderStore for DynamoStore {
                 break;
             }
         }
-        // A full page continues after its last task; DynamoDB may say there
+        // A page ends at its `limit`-th task and continues after it (the
+        // cursor names a task, not DynamoDB's position, so what was read
+        // past it is read again by the next page); DynamoDB may say there
         // is more when there is not, and the next page is then empty.
-        let next = match (start, tasks.last()) {
-            (Some(_), Some(last)) => Some(ListCursor {
+        let more = start.is_some() || tasks.len() > limit;
+        tasks.truncate(limit);
+        let next = match (more, tasks.last()) {
+            (true, Some(last)) => Some(ListCursor {
                 created: last.created_at,
                 task_id: last.task_id.clone(),
             }),

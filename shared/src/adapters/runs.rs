@@ -36,7 +36,7 @@ use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item};
 use super::keys::{Key, PK, SK};
 use crate::domain::claim::RunStatus;
 use crate::domain::install::Install;
-use crate::domain::occurrence::{RunRecord, cap_output};
+use crate::domain::occurrence::{RunRecord, cap_output, occurrence_key};
 use crate::domain::settlement::Completion;
 use crate::domain::task::Task;
 use crate::ports::{ClaimAnswer, ClaimRequest, Release, RunStore, Settled, Settlement, StoreError};
@@ -524,8 +524,10 @@ impl RunStore for DynamoStore {
             )
             .condition_expression(
                 "attribute_exists(#pk) AND spec.#schedule.#at = :at AND attribute_not_exists(completed_at) \
-                 AND NOT (#override.deleted = :yes) AND NOT (#override.paused = :yes)",
+                 AND NOT (#override.deleted = :yes) AND NOT (#override.paused = :yes) \
+                 AND attribute_not_exists(claims.#occ)",
             )
+            .expression_attribute_names("#occ", occurrence_key(completion.at))
             .expression_attribute_names("#pk", PK)
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#schedule", "schedule")

@@ -9,6 +9,7 @@ mod events;
 mod herd;
 mod interop;
 mod operations;
+mod person;
 mod reconcile;
 mod runner;
 mod schedules;
