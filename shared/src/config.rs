@@ -690,6 +690,23 @@ mod tests {
         let mut capped = FULL.to_vec();
         capped.push(("MAX_ACTIVE_REMINDERS", "3"));
         assert_eq!(SchedulesConfig::from(&env(&capped)).unwrap().max_active, 3);
+        assert_eq!(config.retention, chrono::Duration::days(DEFAULT_RETENTION_DAYS));
+        capped.push(("RETENTION_DAYS", "30"));
+        assert_eq!(
+            SchedulesConfig::from(&env(&capped)).unwrap().retention,
+            chrono::Duration::days(30)
+        );
+        for bad in ["0", "3651", "soon"] {
+            let mut pairs = FULL.to_vec();
+            pairs.push(("RETENTION_DAYS", bad));
+            assert!(matches!(
+                SchedulesConfig::from(&env(&pairs)),
+                Err(ConfigError::Malformed {
+                    name: "RETENTION_DAYS",
+                    ..
+                })
+            ));
+        }
         for bad in ["0", "-1", "many"] {
             let mut pairs = FULL.to_vec();
             pairs.push(("MAX_ACTIVE_REMINDERS", bad));

@@ -261,19 +261,21 @@ pub trait RunStore: Send + Sync {
     /// claim is [`Settled::LostClaim`].
     fn release(&self, release: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send;
     /// Records an outcome that held no claim (a skip before or instead of a
-    /// claim). Never overwrites an existing record, and writes none while
-    /// the occurrence has a claim on its task (a run of it, still running
-    /// or settled, records its own outcome).
+    /// claim), and takes the occurrence's claim, finished, with it: a later
+    /// delivery of it is a duplicate. Never overwrites an existing record,
+    /// and writes none while the occurrence has a claim on its task (a run
+    /// of it, still running or settled, records its own outcome).
     fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Completes a one-time task whose only occurrence was skipped without
-    /// a claim (SPEC §3), if `completion.at` is still its instant, it is
-    /// neither paused, tombstoned nor completed, and no delivery claimed
-    /// that occurrence (whose settle decides); otherwise nothing. The
-    /// record of the key it was created with expires with it.
+    /// Completes a one-time task whose only occurrence was skipped by
+    /// `execution_id` without running (SPEC §3): if `completion.at` is still
+    /// its instant, it is neither paused, tombstoned nor completed, and the
+    /// occurrence's claim is that skip's (`record_unclaimed`); otherwise
+    /// nothing. The record of the key it was created with expires with it.
     fn complete_unclaimed(
         &self,
         workspace: &str,
         task_id: &crate::domain::task::TaskId,
+        execution_id: &str,
         completion: &crate::domain::settlement::Completion,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;

@@ -95,10 +95,11 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
         &self,
         w: &str,
         t: &TaskId,
+        e: &str,
         c: &shared::domain::settlement::Completion,
         n: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.inner.complete_unclaimed(w, t, c, n)
+        self.inner.complete_unclaimed(w, t, e, c, n)
     }
     fn record_malformed(
         &self,

@@ -137,6 +137,18 @@ impl TestStack {
         names
     }
 
+    /// Deletes a schedule as Scheduler does after a one-time schedule's
+    /// delivery (`ActionAfterCompletion=DELETE`; moto never fires it).
+    pub async fn scheduler_delete(&self, name: &str) {
+        self.scheduler
+            .delete_schedule()
+            .name(name)
+            .group_name(&self.stack.names.schedule_group)
+            .send()
+            .await
+            .expect("delete the schedule");
+    }
+
     pub async fn schedule(&self, name: &str) -> GetScheduleOutput {
         self.scheduler
             .get_schedule()
@@ -403,9 +415,11 @@ pub fn connector_task(server: &str, prompt: &str, tools: &[&str], arguments: &[(
     };
     task.title = prompt.into();
     task.instruction = None;
-    task.spec.schedule = Schedule::Cron {
-        cron: "0 9 * * MON-FRI".into(),
-        timezone: "Europe/Berlin".into(),
+    // A rate: any instant a test delivers is one of its occurrences (the
+    // door skips a time that is not one of the current schedule's).
+    task.spec.schedule = Schedule::Rate {
+        every: 5,
+        unit: shared::domain::schedule::RateUnit::Minutes,
     };
     task.spec.tools = tools.iter().map(|t| (*t).to_owned()).collect();
     task.spec.budget = Some(Budget {

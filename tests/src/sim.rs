@@ -605,10 +605,13 @@ impl<S: RunStore> RunStore for SimStore<S> {
         &self,
         workspace: &str,
         task_id: &TaskId,
+        execution_id: &str,
         completion: &shared::domain::settlement::Completion,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        self.0.complete_unclaimed(workspace, task_id, completion, now).await
+        self.0
+            .complete_unclaimed(workspace, task_id, execution_id, completion, now)
+            .await
     }
     async fn record_malformed(
         &self,
@@ -1056,9 +1059,11 @@ fn tasks_of(plan: &SeedPlan) -> Vec<Task> {
                 let mut task = reminder(Utc::now());
                 task.task_id = TaskId::for_reminder("ws_1", "usr_123", &t.name);
                 task.title = t.name.clone();
-                task.spec.schedule = Schedule::Cron {
-                    cron: "0 9 * * *".into(),
-                    timezone: "Europe/Berlin".into(),
+                // Recurring, and every instant the plan delivers is one of
+                // its occurrences (the door skips any other as rescheduled).
+                task.spec.schedule = Schedule::Rate {
+                    every: 1,
+                    unit: shared::domain::schedule::RateUnit::Minutes,
                 };
                 task
             }

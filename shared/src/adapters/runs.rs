@@ -28,13 +28,13 @@ use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use chrono::{DateTime, Duration, Utc};
 
 use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item};
 use super::keys::{Key, PK, SK};
-use crate::domain::claim::RunStatus;
+use crate::domain::claim::{Claim, RunStatus};
 use crate::domain::install::Install;
 use crate::domain::occurrence::{RunRecord, cap_output, occurrence_key};
 use crate::domain::settlement::Completion;
@@ -476,30 +476,88 @@ impl RunStore for DynamoStore {
             .expression_attribute_names("#pk", PK)
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
-        // A late delivery of an occurrence that another delivery claimed
-        // (and may still be running) records nothing: that run's settle
-        // writes the one outcome of the occurrence.
-        let unclaimed = ConditionCheck::builder()
+        // The skip takes the occurrence's claim, finished, in the same
+        // transaction: a later delivery of it is a duplicate (never a run
+        // over a recorded skip), and a delivery that claimed it first and
+        // may still be running keeps it: its settle writes the one outcome.
+        // A running claim whose lease ran out is a crash that nothing will
+        // settle: the skip takes it over (its reservation stays committed
+        // as spent, as when a dead claim is pruned).
+        let claim = Claim {
+            status: record.status,
+            lease_until: 0,
+            execution_id: record.execution_id.clone().unwrap_or_default(),
+            attempts: record.attempts,
+            started_at: record.started_at,
+            crashed_usd: 0.0,
+        };
+        let claim = serde_dynamo::to_attribute_value(&claim).map_err(|e| StoreError::Corrupt {
+            what: "claim".into(),
+            source: Box::new(e),
+        })?;
+        let taken = Update::builder()
             .table_name(self.table())
             .set_key(Some(Key::task(&record.workspace, &record.task_id).to_map()))
-            .condition_expression("attribute_not_exists(claims.#occ)")
+            .update_expression("SET claims.#occ = :claim")
+            .condition_expression(
+                "attribute_exists(#pk) AND (attribute_not_exists(claims.#occ) \
+                 OR (claims.#occ.#status = :running AND claims.#occ.lease_until < :now))",
+            )
+            .expression_attribute_names("#pk", PK)
             .expression_attribute_names("#occ", &record.scheduled_time)
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":claim", claim)
+            .expression_attribute_values(":running", s(RunStatus::Running.as_str()))
+            .expression_attribute_values(":now", n(record.finished_at.timestamp()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
         self.counted();
         let result = self
             .client()
             .transact_write_items()
-            .transact_items(TransactWriteItem::builder().put(put).build())
-            .transact_items(TransactWriteItem::builder().condition_check(unclaimed).build())
+            .transact_items(TransactWriteItem::builder().put(put.clone()).build())
+            .transact_items(TransactWriteItem::builder().update(taken).build())
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => return Ok(()),
+            Err(err) => err,
+        };
+        if !cancelled_by_conditions(&err) {
+            return Err(request_error("TransactWriteItems", err));
+        }
+        let reasons = match err.into_service_error() {
+            TransactWriteItemsError::TransactionCanceledException(e) => e.cancellation_reasons.unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let refused = |i: usize| reasons.get(i).and_then(|r| r.code()) == Some("ConditionalCheckFailed");
+        let task_gone = refused(1) && reasons.get(1).is_some_and(|r| r.item.is_none());
+        if refused(0) || !task_gone {
+            // The occurrence has a record already (a real run's is never
+            // overwritten), or a claim: nothing to record.
+            return Ok(());
+        }
+        // No task at all (a skip as missing): the record alone, once.
+        self.counted();
+        let result = self
+            .client()
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(put.item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", PK)
             .send()
             .await;
         match result {
             Ok(_) => Ok(()),
-            // The occurrence already has a record (a real run's is never
-            // overwritten) or a claim: nothing to record.
-            Err(err) if cancelled_by_conditions(&err) => Ok(()),
-            Err(err) => Err(request_error("TransactWriteItems", err)),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(request_error("PutItem", e)),
         }
     }
 
@@ -507,6 +565,7 @@ impl RunStore for DynamoStore {
         &self,
         workspace: &str,
         task_id: &crate::domain::task::TaskId,
+        execution_id: &str,
         completion: &Completion,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
@@ -525,9 +584,12 @@ impl RunStore for DynamoStore {
             .condition_expression(
                 "attribute_exists(#pk) AND spec.#schedule.#at = :at AND attribute_not_exists(completed_at) \
                  AND NOT (#override.deleted = :yes) AND NOT (#override.paused = :yes) \
-                 AND attribute_not_exists(claims.#occ)",
+                 AND claims.#occ.execution_id = :exec AND claims.#occ.#status = :skipped",
             )
             .expression_attribute_names("#occ", occurrence_key(completion.at))
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":exec", s(execution_id))
+            .expression_attribute_values(":skipped", s(RunStatus::Skipped.as_str()))
             .expression_attribute_names("#pk", PK)
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#schedule", "schedule")

@@ -317,7 +317,7 @@ mod tests {
     }
 
     #[test]
-    fn a_completed_one_time_task_is_retired_and_a_recurring_one_never() {
+    fn a_completed_one_time_task_and_a_finished_reminder_are_retired_and_a_connector_tasks_schedule_never() {
         let at = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
         let mut one_time = task(Schedule::At { at });
         assert!(!ScheduleDefinition::for_task(&one_time).unwrap().retired);
@@ -327,7 +327,19 @@ mod tests {
             cron: "0 9 * * *".into(),
             timezone: "UTC".into(),
         });
-        recurring.completed_at = Some(at);
         assert!(!ScheduleDefinition::for_task(&recurring).unwrap().retired);
+        recurring.overrides = Some(crate::domain::overrides::Overrides {
+            deleted: true,
+            ..Default::default()
+        });
+        assert!(
+            ScheduleDefinition::for_task(&recurring).unwrap().retired,
+            "a cancelled reminder frees its place in the schedule quota"
+        );
+        recurring.kind = TaskKind::Connector;
+        assert!(
+            !ScheduleDefinition::for_task(&recurring).unwrap().retired,
+            "a tombstoned connector task keeps its schedule, disabled, for a restore"
+        );
     }
 }

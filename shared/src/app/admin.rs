@@ -381,7 +381,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
             }
         };
         if edit == OverrideEdit::Restore
-            && let Err(refusal) = self.restore_fits(principal, &task_id).await?
+            && let Err(refusal) = self.restore_fits(principal, &task_id, now).await?
         {
             return Ok(Err(refusal));
         }
@@ -394,7 +394,12 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
 
     /// A restored reminder counts toward its owner's `MAX_ACTIVE_REMINDERS`
     /// again: a restore that would take the owner past it is refused.
-    async fn restore_fits(&self, principal: &Principal, task_id: &str) -> Result<Result<(), AdminRefusal>, AdminError> {
+    async fn restore_fits(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Result<(), AdminRefusal>, AdminError> {
         let task = match self.load(principal, task_id).await? {
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),
@@ -402,7 +407,9 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         let Provenance::User { principal: owner } = &task.provenance else {
             return Ok(Ok(()));
         };
-        if task.state() != TaskState::Deleted {
+        let mut restored = task.clone();
+        restored.overrides = OverrideEdit::Restore.apply(task.overrides.as_ref(), &principal.id, now);
+        if task.state() != TaskState::Deleted || !matches!(restored.state(), TaskState::Scheduled | TaskState::Paused) {
             return Ok(Ok(()));
         }
         let active = self.store.owner_reminders(&task.workspace, owner).await?.active();

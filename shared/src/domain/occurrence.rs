@@ -235,6 +235,7 @@ impl RunRecord {
     /// made, for a skip before the claim and for a settle alike. `crashed_usd`
     /// (what taken-over attempts reserved) is added to the outcome's cost; a
     /// skip names no model.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         delivery: &Delivery,
         outcome: &Outcome,

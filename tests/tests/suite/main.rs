@@ -8,6 +8,7 @@ mod create_crash;
 mod events;
 mod herd;
 mod interop;
+mod lifecycle;
 mod operations;
 mod person;
 mod reconcile;

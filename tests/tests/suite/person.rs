@@ -413,7 +413,8 @@ async fn a_late_delivery_of_a_claimed_occurrence_records_nothing_over_its_run() 
     let key = occurrence_key(at);
     let claim = Claim {
         status: RunStatus::Running,
-        lease_until: (Utc::now() + Duration::minutes(10)).timestamp(),
+        // Live when the late delivery comes, two hours after its time.
+        lease_until: (at + Duration::hours(3)).timestamp(),
         execution_id: "e-running".into(),
         attempts: 1,
         started_at: Utc::now(),

@@ -336,12 +336,30 @@ async fn worker_flag_off_skips_without_reading_the_task() {
         .await
         .unwrap();
     assert_eq!(got, Disposition::Skipped(SkipReason::WorkerDisabled));
-    assert_eq!(runner.store().requests(), 1, "only the skip record");
+    assert_eq!(
+        runner.store().requests(),
+        2,
+        "the skip record (with its finished claim), then the one-time reminder's completion: no read"
+    );
     assert_eq!(
         s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap()["reason"],
         "worker disabled"
     );
-    assert_eq!(s.task_item(&task).await["state"], "scheduled", "the task is untouched");
+    assert_eq!(
+        s.task_item(&task).await["state"],
+        "completed",
+        "its only occurrence was skipped: the reminder is finished (SPEC section 3)"
+    );
+    // A recurring task's skip is the one request.
+    let recurring = tests::connector_task("issues", "weekly", &[], &[]);
+    s.insert(&recurring).await;
+    let runner = s.runner_on(s.store(), run_settings(false));
+    let got = runner
+        .deliver("m", &run_message(&recurring, at, "e"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Skipped(SkipReason::WorkerDisabled));
+    assert_eq!(runner.store().requests(), 1, "only the skip record");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -526,17 +544,18 @@ async fn limits_stop_the_loop_and_unpriced_models_never_run() {
         "{record}"
     );
 
-    let other = reminder(at + Duration::seconds(1));
+    let other_at = at + Duration::seconds(1);
+    let other = reminder(other_at);
     s.insert(&other).await;
     let mut settings = run_settings(true);
     settings.model_id = "unpriced.model".into();
     let got = s
         .runner_on(s.store(), settings)
-        .deliver("m", &run_message(&other, at, "e"), Utc::now(), deadline())
+        .deliver("m", &run_message(&other, other_at, "e"), Utc::now(), deadline())
         .await
         .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Failed));
-    let record = s.run_record(&other.task_id, &occurrence_key(at)).await.unwrap();
+    let record = s.run_record(&other.task_id, &occurrence_key(other_at)).await.unwrap();
     assert!(record["reason"].as_str().unwrap().contains("no price"), "{record}");
     assert_eq!(
         s.model.requests().await.len(),

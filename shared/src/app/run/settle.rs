@@ -197,7 +197,13 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 record: None,
             };
             self.store
-                .complete_unclaimed(&occ.message.workspace, &occ.task_id, &completion, now)
+                .complete_unclaimed(
+                    &occ.message.workspace,
+                    &occ.task_id,
+                    &occ.message.execution_id,
+                    &completion,
+                    now,
+                )
                 .await?;
         }
         tracing::info!(reason = reason.code(), "skipped at the door");
