@@ -398,19 +398,30 @@ pub trait TaskCatalog: Send + Sync {
         install_id: &str,
     ) -> impl Future<Output = Result<Option<Install>, StoreError>> + Send;
     fn put_install(&self, install: &Install) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Every installed connector of every workspace (the daily reconcile),
-    /// as (workspace, install id). Read from an index: may lag a write by
-    /// a moment, which a daily pass does not mind.
-    fn installed(&self) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send;
+    /// A page of at most `limit` installed connectors of every workspace
+    /// (the daily pass), after `after`, as (workspace, install id) cursors.
+    /// Read from an index: may lag a write by a moment, which a daily pass
+    /// does not mind.
+    fn installed_page(
+        &self,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Page<Cursor>, StoreError>> + Send;
     /// The workspace a task id belongs to, whichever it is (admin tells a
     /// task of another workspace from a missing one). Read from an index.
     fn task_workspace(&self, task_id: &TaskId) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
     /// Writes a planned task: created if new, else updated in the attributes
     /// reconcile and admin own, conditional on the version it was read at.
     fn write_task(&self, write: &Write) -> impl Future<Output = Result<Versioned, StoreError>> + Send;
-    /// Every reminder of every workspace (the daily pass repairs their
-    /// schedules). A paginated scan: once a day.
-    fn reminders(&self) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send;
+    /// A page of at most `limit` reminders that can still run (`scheduled`
+    /// or `paused`) of one shard of the schedulable-reminder index, after
+    /// `after` (the daily pass repairs their schedules a page at a time).
+    fn schedulable_page(
+        &self,
+        shard: u8,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Page<Task>, StoreError>> + Send;
     /// Whether a webhook id was already recorded.
     fn seen_delivery(&self, webhook_id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Records a webhook id as delivered; one already recorded stays as it
@@ -420,6 +431,21 @@ pub trait TaskCatalog: Send + Sync {
         webhook_id: &str,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Where a page of a pass continues: after this item, named by its
+/// workspace and id (an install id, or a task id).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Cursor {
+    pub workspace: String,
+    pub id: String,
+}
+
+/// One page of a pass, and where the next one starts (`None`: the last).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<Cursor>,
 }
 
 #[derive(Debug, thiserror::Error)]

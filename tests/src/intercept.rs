@@ -218,3 +218,41 @@ impl<P: TaskStore, H: TaskStoreHook<P>> TaskStore for Intercepted<P, H> {
         self.hook.owner_reminders(&self.inner, workspace, principal)
     }
 }
+
+/// A first schedule put that waits at a gate, as a slow Lambda's
+/// UpdateSchedule would, so another writer's whole change lands first.
+pub struct GatedPut {
+    entered: tokio::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    gate: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+}
+
+impl GatedPut {
+    /// The hook, a signal that the first put reached the gate, and the
+    /// gate's key.
+    pub fn new() -> (
+        Self,
+        tokio::sync::oneshot::Receiver<()>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+        let (gate_tx, gate_rx) = tokio::sync::oneshot::channel();
+        let hook = Self {
+            entered: tokio::sync::Mutex::new(Some(entered_tx)),
+            gate: tokio::sync::Mutex::new(Some(gate_rx)),
+        };
+        (hook, entered_rx, gate_tx)
+    }
+}
+
+impl<P: Schedules> SchedulesHook<P> for GatedPut {
+    async fn put(&self, inner: &P, schedule: &ScheduleDefinition) -> Result<(), ScheduleError> {
+        let gate = self.gate.lock().await.take();
+        if let Some(gate) = gate {
+            if let Some(entered) = self.entered.lock().await.take() {
+                let _ = entered.send(());
+            }
+            let _ = gate.await;
+        }
+        inner.put(schedule).await
+    }
+}

@@ -503,6 +503,29 @@ impl TestStack {
     }
 
     /// Receives and deletes every message of the reconcile FIFO queue.
+    /// Runs the daily pass as the FIFO worker would: its first pages, then
+    /// every page message it queues, to the end of its chain. Answers the
+    /// install passes it queued (group, body, not worked) and how many page
+    /// messages it worked.
+    pub async fn run_daily_pass(&self, r: &TestReconciler, now: DateTime<Utc>) -> (Vec<(String, String)>, usize) {
+        r.reconcile_all(now).await.expect("the pass is queued");
+        let (mut installs, mut pages) = (Vec::new(), 0);
+        loop {
+            let work = self.take_work().await;
+            if work.is_empty() {
+                return (installs, pages);
+            }
+            for (group, body) in work {
+                if body.contains("\"reconcile.install\"") {
+                    installs.push((group, body));
+                } else {
+                    r.work(&body, now).await.expect("a page of the pass");
+                    pages += 1;
+                }
+            }
+        }
+    }
+
     pub async fn take_work(&self) -> Vec<(String, String)> {
         let sqs = aws_sdk_sqs::Client::new(&self.aws.sdk);
         let mut out = Vec::new();

@@ -8,9 +8,9 @@ use lambda_runtime::{Error, LambdaEvent};
 use serde_json::Value;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::scheduler::EventBridgeSchedules;
-use shared::app::admin::{Admin, AdminError, AdminRefusal, AdminRequest, AdminSettings, refused};
+use shared::app::admin::{Admin, AdminError, AdminRefusal, AdminRequest, AdminSettings};
 use shared::config::AdminConfig;
-use shared::domain::payload::Payload;
+use shared::domain::payload::{self, Payload};
 use shared::ports::{ReminderStore, Schedules, TaskCatalog, TaskStore};
 
 pub type App = Admin<DynamoStore, EventBridgeSchedules>;
@@ -50,13 +50,22 @@ where
     S: TaskCatalog + TaskStore + ReminderStore,
     G: Schedules,
 {
-    match decode(payload) {
-        Ok(request) => app.handle(request, now).await,
+    let outcome = match decode(payload) {
+        Ok(request) => app.handle(request, now).await?,
         Err(refusal) => {
             tracing::info!(code = refusal.code(), "admin request refused");
-            Ok(refused(refusal))
+            Err(refusal)
         }
-    }
+    };
+    Ok(match outcome {
+        Ok(answer) => payload::answered(&answer),
+        Err(refusal) => refused(&refusal),
+    })
+}
+
+/// A refusal as the admin's answer: `ok: false` with its stable code.
+pub fn refused(refusal: &AdminRefusal) -> Value {
+    payload::refused(refusal.code(), &refusal.to_string())
 }
 
 pub async fn handle(app: &App, event: LambdaEvent<Payload>) -> Result<Value, Error> {

@@ -8,9 +8,11 @@
 //! - an SQS FIFO batch: work items, one install per message group, done in
 //!   order; after a failure the rest of the batch comes back, so no item of
 //!   a group overtakes one that failed;
-//! - `{"op": "reconcile_all"}`: queue a pass over every install (the daily
-//!   schedule and operators);
-//! - a CloudFormation custom resource request: the same, at deploy.
+//! - `{"op": "reconcile_all"}`: queue the daily pass's first pages (the
+//!   daily schedule and operators), never more, so the answer does not
+//!   depend on how many installs and tasks exist;
+//! - a CloudFormation custom resource request: the same, at deploy: it
+//!   answers CloudFormation as soon as the work is queued.
 //!
 //! [`Event::decode`] tells them apart and decodes each as its type;
 //! [`handle`] routes each to its one use case.
@@ -239,7 +241,10 @@ async fn custom_resource(app: &App, request: &CloudFormationCustomResourceReques
         (Success, String::new())
     } else {
         match worker(app)?.reconcile_all(Utc::now()).await {
-            Ok(n) => (Success, format!("queued a reconcile pass for {n} installs")),
+            Ok(_) => (
+                Success,
+                "queued the reconcile pass: its pages of installs and reminders follow".to_owned(),
+            ),
             Err(e) => (Failed, shared::error_chain(&e)),
         }
     };

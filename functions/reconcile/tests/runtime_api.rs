@@ -126,17 +126,30 @@ async fn the_binary_takes_webhooks_works_its_queue_and_answers_cloudformation() 
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0]["Status"], "SUCCESS");
     assert_eq!(sent[0]["RequestId"], "req-1");
+    // It answered as soon as the pass's first pages were queued.
+    let pages = t.take_work().await;
+    assert_eq!(pages.len(), 2, "{pages:?}");
+    assert!(pages.iter().all(|(group, _)| group == "pass"));
+    let message = |id: &str, group: &str, body: String| {
+        json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
+               "messageAttributes": {}, "eventSource": "aws:sqs",
+               "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
+    };
+    let installs = pages
+        .iter()
+        .find(|(_, body)| body.contains("reconcile.installs"))
+        .unwrap();
+    let paged = api
+        .invoke_ok(&json!({"Records": [message("i1", "pass", installs.1.clone())]}))
+        .await
+        .unwrap();
+    assert_eq!(paged["batchItemFailures"], json!([]), "{paged}");
     let queued = t.take_work().await;
     assert_eq!(queued.len(), 1, "one pass per install");
     assert_eq!(queued[0].0, "ws_1/ins_1");
 
     // A batch in which one install's server is down: that install's later
     // work goes back with its failed message; the other install's is done.
-    let message = |id: &str, group: &str, body: String| {
-        json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
-               "messageAttributes": {}, "eventSource": "aws:sqs",
-               "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
-    };
     let down = json!({"type": "connector.installed", "workspace": "ws_1",
         "install": {"id": "ins_down", "server": "down", "url": "http://127.0.0.1:9/mcp", "scope": "workspace",
                     "account": "acct_2"}});

@@ -22,6 +22,8 @@ pub struct StackSpec {
     /// The owner index (a principal's reminders, newest first): name, hash
     /// and range key names (strings), all attributes projected.
     pub owner_index: (&'static str, &'static str, &'static str),
+    /// The reminders that can still run (the daily pass's repair).
+    pub schedulable_index: (&'static str, &'static str, &'static str),
     /// The table's stream, which feeds the notification pipe.
     pub table_stream_view: &'static str,
     pub ttl_attribute: &'static str,
@@ -45,6 +47,7 @@ pub const STACK: StackSpec = StackSpec {
     table_keys: ("pk", "sk"),
     table_index: (keys::INDEX, keys::GSI1PK, keys::GSI1SK),
     owner_index: (keys::OWNER_INDEX, keys::GSI2PK, keys::GSI2SK),
+    schedulable_index: (keys::SCHEDULABLE_INDEX, keys::GSI3PK, keys::GSI3SK),
     table_stream_view: "NEW_IMAGE",
     ttl_attribute: "ttl",
     runs_visibility_timeout: 2160,
@@ -200,11 +203,21 @@ async fn create_table(sdk: &SdkConfig, names: &StackNames) -> anyhow::Result<Str
     };
     let (_, index_hash, index_range) = STACK.table_index;
     let (_, owner_hash, owner_range) = STACK.owner_index;
+    let (_, schedulable_hash, schedulable_range) = STACK.schedulable_index;
     let mut create = dynamo
         .create_table()
         .table_name(&names.table)
         .billing_mode(BillingMode::PayPerRequest);
-    for name in [hash, range, index_hash, index_range, owner_hash, owner_range] {
+    for name in [
+        hash,
+        range,
+        index_hash,
+        index_range,
+        owner_hash,
+        owner_range,
+        schedulable_hash,
+        schedulable_range,
+    ] {
         create = create.attribute_definitions(attribute(name)?);
     }
     let created = create
@@ -212,6 +225,7 @@ async fn create_table(sdk: &SdkConfig, names: &StackNames) -> anyhow::Result<Str
         .key_schema(key(range, KeyType::Range)?)
         .global_secondary_indexes(index(STACK.table_index, ProjectionType::KeysOnly)?)
         .global_secondary_indexes(index(STACK.owner_index, ProjectionType::All)?)
+        .global_secondary_indexes(index(STACK.schedulable_index, ProjectionType::All)?)
         .stream_specification(
             StreamSpecification::builder()
                 .stream_enabled(true)

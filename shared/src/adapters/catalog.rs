@@ -13,11 +13,11 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
 
 use super::dynamo::{DynamoStore, Item, read_item, request_error, task_item, to_item, written};
-use super::keys::{GSI1PK, INDEX, INSTALLED, IndexKey, Key, PK, SK};
+use super::keys::{GSI1PK, GSI1SK, GSI3PK, INDEX, INSTALLED, IndexKey, Key, PK, SCHEDULABLE_INDEX, SK, SchedulableKey};
 use crate::domain::install::Install;
 use crate::domain::reconcile::Write;
 use crate::domain::task::{Task, TaskId};
-use crate::ports::{Inserted, StoreError, TaskCatalog, Versioned};
+use crate::ports::{Cursor, Inserted, Page, StoreError, TaskCatalog, Versioned};
 
 /// The runner's bookkeeping on a task item: claimed and settled by the
 /// runner alone, with its own conditions, while admins, owners and
@@ -178,9 +178,34 @@ impl TaskCatalog for DynamoStore {
         DynamoStore::put_install(self, install).await
     }
 
-    async fn installed(&self) -> Result<Vec<(String, String)>, StoreError> {
-        let items = self.query_index(INSTALLED, None).await?;
-        items.iter().map(install_at).collect()
+    async fn installed_page(&self, after: Option<&Cursor>, limit: usize) -> Result<Page<Cursor>, StoreError> {
+        let mut query = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .index_name(INDEX)
+            .key_condition_expression("#pk = :pk")
+            .expression_attribute_names("#pk", GSI1PK)
+            .expression_attribute_values(":pk", AttributeValue::S(INSTALLED.to_owned()))
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX));
+        if let Some(after) = after {
+            let mut start = Key::install(&after.workspace, &after.id).to_map();
+            let index = IndexKey::installed(&after.workspace, &after.id);
+            start.insert(GSI1PK.to_owned(), AttributeValue::S(index.gsi1pk));
+            start.insert(GSI1SK.to_owned(), AttributeValue::S(index.gsi1sk));
+            query = query.set_exclusive_start_key(Some(start));
+        }
+        self.counted();
+        let out = query.send().await.map_err(|e| request_error("Query", e))?;
+        let items: Vec<Cursor> = out
+            .items
+            .unwrap_or_default()
+            .iter()
+            .map(install_at)
+            .map(|r| r.map(|(workspace, id)| Cursor { workspace, id }))
+            .collect::<Result<_, _>>()?;
+        let next = out.last_evaluated_key.and(items.last().cloned());
+        Ok(Page { items, next })
     }
 
     async fn task_workspace(&self, task_id: &TaskId) -> Result<Option<String>, StoreError> {
@@ -226,33 +251,38 @@ impl TaskCatalog for DynamoStore {
         })
     }
 
-    async fn reminders(&self) -> Result<Vec<Task>, StoreError> {
-        let mut tasks = Vec::new();
-        let mut start = None;
-        loop {
-            self.counted();
-            let out = self
-                .client()
-                .scan()
-                .table_name(self.table())
-                .filter_expression("#entity = :task AND #kind = :reminder")
-                .expression_attribute_names("#entity", "entity")
-                .expression_attribute_names("#kind", "kind")
-                .expression_attribute_values(":task", AttributeValue::S("task".to_owned()))
-                .expression_attribute_values(":reminder", AttributeValue::S("reminder".to_owned()))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| request_error("Scan", e))?;
-            for item in out.items.unwrap_or_default() {
-                tasks.push(read_item(item, "task")?);
-            }
-            start = out.last_evaluated_key;
-            if start.is_none() {
-                return Ok(tasks);
-            }
-        }
+    async fn schedulable_page(
+        &self,
+        shard: u8,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page<Task>, StoreError> {
+        let start = after.map(|c| SchedulableKey::start_after(&c.workspace, &c.id));
+        self.counted();
+        let out = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .index_name(SCHEDULABLE_INDEX)
+            .key_condition_expression("#pk = :pk")
+            .expression_attribute_names("#pk", GSI3PK)
+            .expression_attribute_values(":pk", AttributeValue::S(SchedulableKey::partition(shard)))
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| request_error("Query", e))?;
+        let items: Vec<Task> = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| read_item(i, "task"))
+            .collect::<Result<_, _>>()?;
+        let next = out.last_evaluated_key.and(items.last()).map(|t| Cursor {
+            workspace: t.workspace.clone(),
+            id: t.task_id.to_string(),
+        });
+        Ok(Page { items, next })
     }
 
     async fn seen_delivery(&self, webhook_id: &str) -> Result<bool, StoreError> {

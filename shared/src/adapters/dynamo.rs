@@ -18,7 +18,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::keys::{ENTITY, IndexKey, Key, OwnerIndexKey, PK};
+use super::keys::{ENTITY, IndexKey, Key, OwnerIndexKey, PK, SchedulableKey};
 use crate::domain::budget;
 use crate::domain::idempotency::IdempotencyRecord;
 use crate::domain::task::{Task, TaskId};
@@ -123,6 +123,12 @@ pub fn task_item(task: &Task) -> Result<Item, StoreError> {
     IndexKey::task(&task.workspace, task.task_id.as_str()).add_to(&mut item);
     if let crate::domain::task::Provenance::User { principal } = &task.provenance {
         OwnerIndexKey::new(&task.workspace, principal, task.created_at, task.task_id.as_str()).add_to(&mut item);
+        if matches!(
+            task.state(),
+            crate::domain::task::TaskState::Scheduled | crate::domain::task::TaskState::Paused
+        ) {
+            SchedulableKey::new(task.task_id.as_str()).add_to(&mut item);
+        }
     }
     item.insert("state".to_owned(), AttributeValue::S(task.state().as_str().to_owned()));
     item.insert(RESERVE.to_owned(), number(budget::reservation(task.spec.budget)));

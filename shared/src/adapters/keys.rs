@@ -6,7 +6,7 @@
 //! | task        | `WS#<workspace>`      | `TASK#<task_id>`             |
 //! | run         | `TASK#<task_id>`      | `RUN#<scheduled time, UTC>`  |
 //! | install     | `WS#<workspace>`      | `INSTALL#<install_id>`       |
-//! | idempotency | `IDEM#<principal>`    | `KEY#<key>`                  |
+//! | idempotency | `IDEM#<workspace>#<principal>` | `KEY#<key>`         |
 //! | account     | `ACCOUNT#PRINCIPAL#<principal>` or `ACCOUNT#INSTALL#<account>` | `PERIOD#<YYYY-MM>` |
 //! | malformed   | `MALFORMED#<YYYY-MM-DD>` | `MSG#<message id>`        |
 //! | webhook id  | `WEBHOOK#<id>`        | `WEBHOOK`                    |
@@ -29,7 +29,18 @@
 //! | reminder | `OWNER#<workspace>#<principal>` | `CREATED#<created_at>#<task_id>` |
 //!
 //! `created_at` is RFC 3339 UTC with nanoseconds, fixed width, so the sort
-//! key orders by creation. The owner item lists the principal's reminder
+//! key orders by creation.
+//!
+//! A third index, `gsi3` (all attributes projected, sparse: only reminders
+//! that can still run, `scheduled` or `paused`, carry its keys), lets the
+//! daily pass repair reminders' schedules a page at a time, never with a
+//! table `Scan` (SPEC §13). Its partition is one of 16 shards, chosen by the
+//! task id's first hex digit, so no index partition takes every
+//! reminder's writes:
+//!
+//! | item              | gsi3pk              | gsi3sk      |
+//! |-------------------|---------------------|-------------|
+//! | active reminder   | `SCHEDULABLE#<00-15>` | `<task_id>` | The owner item lists the principal's reminder
 //! ids (`reminders`) under a `version`: the cap's consistent count.
 //!
 //! A task's workspace from its id alone (admin: a task of another
@@ -55,6 +66,12 @@ pub const INSTALLED: &str = "INSTALLED";
 pub const OWNER_INDEX: &str = "gsi2";
 pub const GSI2PK: &str = "gsi2pk";
 pub const GSI2SK: &str = "gsi2sk";
+/// The schedulable-reminder index (the daily pass's repair) and its keys.
+pub const SCHEDULABLE_INDEX: &str = "gsi3";
+pub const GSI3PK: &str = "gsi3pk";
+pub const GSI3SK: &str = "gsi3sk";
+/// The shards of the schedulable-reminder index.
+pub const SCHEDULABLE_SHARDS: u8 = crate::domain::schedule_definition::REMINDER_SHARDS;
 
 /// A primary key: `pk` and `sk`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,6 +224,49 @@ impl OwnerIndexKey {
 }
 
 /// An item's keys in the index `gsi1` (see the module's table).
+/// A reminder's entry in the schedulable-reminder index (`gsi3`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulableKey {
+    pub gsi3pk: String,
+    pub gsi3sk: String,
+}
+
+impl SchedulableKey {
+    pub fn new(task_id: &str) -> Self {
+        Self {
+            gsi3pk: Self::partition(Self::shard_of(task_id)),
+            gsi3sk: task_id.to_owned(),
+        }
+    }
+
+    /// The shard of a task id: its digest's first hex digit.
+    pub fn shard_of(task_id: &str) -> u8 {
+        task_id
+            .split_once('_')
+            .and_then(|(_, digest)| digest.chars().next())
+            .and_then(|c| c.to_digit(16))
+            .map_or(0, |d| d as u8)
+    }
+
+    pub fn partition(shard: u8) -> String {
+        format!("SCHEDULABLE#{shard:02}")
+    }
+
+    /// The exclusive start key of a page after `task_id` in its shard.
+    pub fn start_after(workspace: &str, task_id: &str) -> HashMap<String, AttributeValue> {
+        let index = Self::new(task_id);
+        let mut key = Key::task(workspace, task_id).to_map();
+        key.insert(GSI3PK.to_owned(), AttributeValue::S(index.gsi3pk));
+        key.insert(GSI3SK.to_owned(), AttributeValue::S(index.gsi3sk));
+        key
+    }
+
+    pub fn add_to(self, item: &mut HashMap<String, AttributeValue>) {
+        item.insert(GSI3PK.to_owned(), AttributeValue::S(self.gsi3pk));
+        item.insert(GSI3SK.to_owned(), AttributeValue::S(self.gsi3sk));
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexKey {
     pub gsi1pk: String,

@@ -33,7 +33,7 @@ use aws_sdk_dynamodb::types::{
 use chrono::{DateTime, Duration, Utc};
 
 use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item};
-use super::keys::{Key, PK, SK};
+use super::keys::{GSI3PK, GSI3SK, Key, PK, SK};
 use crate::domain::claim::{Claim, RunStatus};
 use crate::domain::install::Install;
 use crate::domain::occurrence::{RunRecord, cap_output, occurrence_key};
@@ -294,8 +294,15 @@ impl DynamoStore {
             }
         }
         let mut expression = format!("SET {}", set.join(", "));
-        if !settlement.prune.is_empty() {
-            let removals: Vec<String> = (0..settlement.prune.len()).map(|i| format!("claims.#old{i}")).collect();
+        let mut removals: Vec<String> = (0..settlement.prune.len()).map(|i| format!("claims.#old{i}")).collect();
+        if settlement.complete.is_some() {
+            // A completed reminder leaves the schedulable-reminder index.
+            removals.extend(["#gsi3pk".to_owned(), "#gsi3sk".to_owned()]);
+            update = update
+                .expression_attribute_names("#gsi3pk", GSI3PK)
+                .expression_attribute_names("#gsi3sk", GSI3SK);
+        }
+        if !removals.is_empty() {
             expression.push_str(&format!(" REMOVE {}", removals.join(", ")));
             for (i, occurrence) in settlement.prune.iter().enumerate() {
                 update = update.expression_attribute_names(format!("#old{i}"), occurrence);
@@ -579,8 +586,11 @@ impl RunStore for DynamoStore {
             .table_name(self.table())
             .set_key(Some(Key::task(workspace, task_id.as_str()).to_map()))
             .update_expression(
-                "SET completed_at = :now, #state = :completed, updated_at = :now, version = version + :one, #ttl = :ttl",
+                "SET completed_at = :now, #state = :completed, updated_at = :now, version = version + :one, #ttl = :ttl \
+                 REMOVE #gsi3pk, #gsi3sk",
             )
+            .expression_attribute_names("#gsi3pk", GSI3PK)
+            .expression_attribute_names("#gsi3sk", GSI3SK)
             .condition_expression(
                 "attribute_exists(#pk) AND spec.#schedule.#at = :at AND attribute_not_exists(completed_at) \
                  AND NOT (#override.deleted = :yes) AND NOT (#override.paused = :yes) \

@@ -14,23 +14,25 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 use crate::app::change::commit;
 use crate::app::reconcile::StepError;
 use crate::domain::approval;
 use crate::domain::bounds::compare;
+use crate::domain::history::RunView;
 use crate::domain::hold::HoldReason;
 use crate::domain::install::Install;
 use crate::domain::overrides::{OverrideEdit, Overrides};
 use crate::domain::reminder::Principal;
 use crate::domain::schedule::format_utc;
-use crate::domain::schedule::preview::next_fires;
+use crate::domain::schedule::preview::{Fire, next_fires};
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
 use crate::ports::{ReminderStore, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore};
 
 pub const ADMIN_SCOPE: &str = "schedule.admin";
+
+type Outcome = Result<Result<AdminAnswer, AdminRefusal>, AdminError>;
 /// Fire times shown by `get`.
 pub const PREVIEW_COUNT: usize = 5;
 
@@ -161,9 +163,50 @@ pub struct AdminSettings {
     pub retention: chrono::Duration,
 }
 
-/// A refusal as the admin's answer: `ok: false` with its stable code.
-pub fn refused(refusal: AdminRefusal) -> Value {
-    json!({"ok": false, "error": {"code": refusal.code(), "message": refusal.to_string()}})
+/// A task as `list` and the writes show it to an admin.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskView {
+    pub task_id: TaskId,
+    pub kind: TaskKind,
+    /// A connector task's prompt; never a reminder's title (its person's).
+    pub title: Option<String>,
+    pub state: TaskState,
+    pub version: u64,
+    pub hold: Vec<&'static str>,
+    pub pending: bool,
+}
+
+/// A difference between the approved bounds and a pending change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DiffView {
+    pub what: String,
+    pub from: String,
+    pub to: String,
+    pub widens: bool,
+    /// In words.
+    pub text: String,
+}
+
+/// A task as `get` shows it to an admin.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskDetail {
+    /// The whole task as stored, a reminder's title and instruction left out.
+    pub task: Task,
+    pub state: TaskState,
+    pub version: u64,
+    pub pending_diff: Vec<DiffView>,
+    pub next_fires: Vec<Fire>,
+    pub explanation: String,
+}
+
+/// What an admin request answers; the handler encodes it after `"ok": true`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum AdminAnswer {
+    List { tasks: Vec<TaskView> },
+    Get(Box<TaskDetail>),
+    Changed { task: TaskView, explanation: String },
+    Runs { runs: Vec<RunView> },
 }
 
 /// The door's verdict in words: whether and when the task runs next, and why.
@@ -219,40 +262,33 @@ pub fn explain(task: &Task, now: DateTime<Utc>) -> String {
 /// A task as an admin reads it. A reminder belongs to its person (SPEC §8):
 /// its state, schedule, version, outcomes and cost, never its title,
 /// instruction or output.
-fn view(task: &Task) -> Value {
-    json!({
-        "task_id": task.task_id,
-        "kind": task.kind,
-        "title": (task.kind == TaskKind::Connector).then_some(&task.title),
-        "state": task.state().as_str(),
-        "version": task.version,
-        "hold": task.hold.entries().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
-        "pending": task.pending.is_some(),
-    })
+fn view(task: &Task) -> TaskView {
+    TaskView {
+        task_id: task.task_id.clone(),
+        kind: task.kind,
+        title: (task.kind == TaskKind::Connector).then(|| task.title.clone()),
+        state: task.state(),
+        version: task.version,
+        hold: task.hold.entries().map(|(r, _)| r.as_str()).collect(),
+        pending: task.pending.is_some(),
+    }
 }
 
-/// The whole task item as `get` shows it; a reminder's person's text
-/// (title, instruction) left out.
-fn admin_task(task: &Task) -> Value {
-    let mut value = serde_json::to_value(task).unwrap_or(Value::Null);
-    if task.kind == TaskKind::Reminder
-        && let Some(fields) = value.as_object_mut()
-    {
-        fields.remove("title");
-        fields.remove("instruction");
+/// The whole task as `get` shows it; a reminder's person's text (title,
+/// instruction) left out.
+fn admin_task(task: &Task) -> Task {
+    let mut shown = task.clone();
+    if task.kind == TaskKind::Reminder {
+        shown.title = String::new();
+        shown.instruction = None;
     }
-    value
+    shown
 }
 
 impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
     /// `runs`: the task's latest run records, newest first, with the skip
     /// and failure reasons in words (`domain::history`).
-    async fn runs(
-        &self,
-        principal: &Principal,
-        task_id: &str,
-        limit: Option<u64>,
-    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
+    async fn runs(&self, principal: &Principal, task_id: &str, limit: Option<u64>) -> Outcome {
         let limit = match crate::domain::history::runs_limit(limit) {
             Ok(limit) => limit,
             Err(message) => return Ok(Err(AdminRefusal::InvalidRequest(message))),
@@ -262,13 +298,12 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
             Err(refusal) => return Ok(Err(refusal)),
         };
         let runs = self.store.runs(&task.task_id, limit).await?;
-        Ok(Ok(json!({
-            "ok": true,
-            "runs": runs
+        Ok(Ok(AdminAnswer::Runs {
+            runs: runs
                 .iter()
                 .map(|r| crate::domain::history::view(r, task.kind == TaskKind::Connector))
-                .collect::<Vec<_>>(),
-        })))
+                .collect(),
+        }))
     }
 }
 
@@ -281,16 +316,14 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         }
     }
 
-    /// Answers one decoded request. Refusals are `ok: false` answers;
-    /// internal failures are errors (the caller retries).
-    pub async fn handle(&self, request: AdminRequest, now: DateTime<Utc>) -> Result<Value, AdminError> {
-        match self.dispatch(request, now).await? {
-            Ok(answer) => Ok(answer),
-            Err(refusal) => {
-                tracing::info!(code = refusal.code(), "admin request refused");
-                Ok(refused(refusal))
-            }
+    /// Answers one decoded request: a typed answer, or a refusal (an
+    /// `ok: false` answer); internal failures are errors (the caller retries).
+    pub async fn handle(&self, request: AdminRequest, now: DateTime<Utc>) -> Outcome {
+        let outcome = self.dispatch(request, now).await?;
+        if let Err(refusal) = &outcome {
+            tracing::info!(code = refusal.code(), "admin request refused");
         }
+        Ok(outcome)
     }
 
     async fn load(&self, principal: &Principal, task_id: &str) -> Result<Result<Task, AdminRefusal>, AdminError> {
@@ -308,11 +341,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         }))
     }
 
-    async fn dispatch(
-        &self,
-        request: AdminRequest,
-        now: DateTime<Utc>,
-    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
+    async fn dispatch(&self, request: AdminRequest, now: DateTime<Utc>) -> Outcome {
         let principal = request.principal().clone();
         if !principal.holds(ADMIN_SCOPE) {
             return Ok(Err(AdminRefusal::Forbidden));
@@ -320,9 +349,9 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         match request {
             AdminRequest::List { .. } => {
                 let tasks = self.store.workspace_tasks(&principal.workspace).await?;
-                Ok(Ok(
-                    json!({"ok": true, "tasks": tasks.iter().map(view).collect::<Vec<_>>()}),
-                ))
+                Ok(Ok(AdminAnswer::List {
+                    tasks: tasks.iter().map(view).collect(),
+                }))
             }
             AdminRequest::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
             AdminRequest::Approve {
@@ -344,12 +373,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
     }
 
     /// `pause`, `resume`, `delete` and `restore`: the admin's overrides.
-    async fn override_op(
-        &self,
-        principal: &Principal,
-        request: AdminRequest,
-        now: DateTime<Utc>,
-    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
+    async fn override_op(&self, principal: &Principal, request: AdminRequest, now: DateTime<Utc>) -> Outcome {
         let (task_id, expected_version, edit) = match request {
             AdminRequest::Pause {
                 task_id,
@@ -424,34 +448,34 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
     }
 
     /// One task with its pending difference, next fires and explanation.
-    async fn get(
-        &self,
-        principal: &Principal,
-        task_id: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
+    async fn get(&self, principal: &Principal, task_id: &str, now: DateTime<Utc>) -> Outcome {
         let task = match self.load(principal, task_id).await? {
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),
         };
         let fires = next_fires(&task.spec.schedule, now, PREVIEW_COUNT).unwrap_or_default();
-        let diff: Vec<Value> = task
+        let diff: Vec<DiffView> = task
             .pending
             .as_ref()
             .map(|p| compare(&task.spec, &p.spec))
             .unwrap_or_default()
             .iter()
-            .map(|d| json!({"what": d.what, "from": d.from, "to": d.to, "widens": d.widens, "text": d.to_string()}))
+            .map(|d| DiffView {
+                what: d.what.clone(),
+                from: d.from.clone(),
+                to: d.to.clone(),
+                widens: d.widens,
+                text: d.to_string(),
+            })
             .collect();
-        Ok(Ok(json!({
-            "ok": true,
-            "task": admin_task(&task),
-            "state": task.state().as_str(),
-            "version": task.version,
-            "pending_diff": diff,
-            "next_fires": fires,
-            "explanation": explain(&task, now),
-        })))
+        Ok(Ok(AdminAnswer::Get(Box::new(TaskDetail {
+            task: admin_task(&task),
+            state: task.state(),
+            version: task.version,
+            pending_diff: diff,
+            next_fires: fires,
+            explanation: explain(&task, now),
+        }))))
     }
 
     /// Reads, checks the version, applies `edit`, writes conditionally, and
@@ -463,7 +487,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         expected_version: u64,
         now: DateTime<Utc>,
         edit: impl FnOnce(&mut Task, &BTreeMap<String, Install>) -> Result<(), AdminRefusal>,
-    ) -> Result<Result<Value, AdminRefusal>, AdminError> {
+    ) -> Outcome {
         let task = match self.load(principal, task_id).await? {
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),
@@ -504,8 +528,9 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
             }
         };
         tracing::info!(task_id = %updated.task_id, version = updated.version, state = updated.state().as_str(), "admin change written");
-        Ok(Ok(
-            json!({"ok": true, "task": view(&updated), "explanation": explain(&updated, now)}),
-        ))
+        Ok(Ok(AdminAnswer::Changed {
+            task: view(&updated),
+            explanation: explain(&updated, now),
+        }))
     }
 }

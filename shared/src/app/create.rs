@@ -296,7 +296,7 @@ pub(crate) fn schedule_of(task: &Task) -> Result<ScheduleDefinition, CreateError
 }
 
 /// A payload that repeats a key: what runs could differ from what was shown.
-pub(crate) fn duplicate_key(key: &str) -> Rejection {
+pub fn duplicate_key(key: &str) -> Rejection {
     Rejection::InvalidRequest(format!(
         "malformed request: the key `{key}` appears more than once; each key must appear once"
     ))

@@ -11,7 +11,9 @@
 //! task's latest version. Only a workspace install's server is read; an
 //! install event whose URL or credential breaks the deployment's
 //! [`InstallRules`] is refused at intake (400) and again here. The daily
-//! pass also puts every reminder's schedule back in step.
+//! pass (and the pass at deploy) only queues work: pages of installs and
+//! of the reminders that can still run, each one message that reads one
+//! page through an index and queues the next (SPEC §13).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,7 +30,7 @@ use crate::domain::task::{TaskKind, TaskState};
 pub use crate::domain::webhook::InstallRules;
 use crate::domain::webhook::{Event, InstallRef, WebhookError, WebhookSecret};
 use crate::ports::{
-    Connectors, McpError, McpSession, QueueError, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore,
+    Connectors, Cursor, McpError, McpSession, QueueError, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore,
     Versioned, WorkQueue,
 };
 
@@ -86,10 +88,35 @@ pub enum Pass {
     /// Reconcile one install.
     #[serde(rename = "reconcile.install")]
     Install { workspace: String, install: InstallRef },
-    /// Queue a pass for every install (daily, and at deploy).
+    /// Start the daily pass (daily, at deploy, by an operator): queue its
+    /// first page of installs and of reminders.
     #[serde(rename = "reconcile.all")]
     All,
+    /// One page of installed connectors: queue a pass for each, then the
+    /// next page.
+    #[serde(rename = "reconcile.installs")]
+    Installs {
+        /// When the pass started (Unix milliseconds): its pages' dedup ids.
+        pass: i64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<Cursor>,
+    },
+    /// One page of one shard of the reminders that can still run: put
+    /// back each schedule that is out of step, then queue the next page
+    /// (or the next shard's first).
+    #[serde(rename = "reconcile.reminders")]
+    Reminders {
+        pass: i64,
+        shard: u8,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<Cursor>,
+    },
 }
+
+/// The most items one pass message reads (SPEC §13: at most 100).
+pub const PASS_PAGE: usize = 100;
+/// The FIFO message group of the daily pass's pages.
+const PASS_GROUP: &str = "pass";
 
 /// The FIFO message group of an install's work.
 pub fn group(workspace: &str, install_id: &str) -> String {
@@ -274,6 +301,10 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
         &self.queue
     }
 
+    pub fn schedules(&self) -> &G {
+        &self.schedules
+    }
+
     /// Does one work item from the queue.
     pub async fn work(&self, body: &str, now: DateTime<Utc>) -> Result<Summary, ReconcileError> {
         let work: Work = serde_json::from_str(body).map_err(|e| ReconcileError::Malformed(e.to_string()))?;
@@ -286,28 +317,88 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
                 self.reconcile_all(now).await?;
                 Ok(Summary::default())
             }
+            Work::Pass(Pass::Installs { pass, after }) => {
+                self.installs_page(pass, after.as_ref()).await?;
+                Ok(Summary::default())
+            }
+            Work::Pass(Pass::Reminders { pass, shard, after }) => {
+                self.reminders_page(pass, shard, after.as_ref(), now).await?;
+                Ok(Summary::default())
+            }
         }
     }
 
-    /// The daily pass: puts every reminder's schedule back in step, then
-    /// queues one pass per installed connector (whose pass repairs its
-    /// tasks' schedules).
+    /// The daily pass, at deploy too: it only queues its first pages
+    /// (SPEC §13), so its work does not grow with the table; each page is
+    /// one message (`Pass::Installs`, `Pass::Reminders`) that reads at most
+    /// [`PASS_PAGE`] items through an index and queues the next.
     pub async fn reconcile_all(&self, now: DateTime<Utc>) -> Result<usize, ReconcileError> {
-        let repaired = self.repair_reminders(now).await?;
-        if repaired > 0 {
-            tracing::warn!(repaired, "reminder schedules were out of step and were put back");
-        }
-        self.queue_all(now).await
+        let pass = now.timestamp_millis();
+        self.enqueue_pass(&Pass::Installs { pass, after: None }).await?;
+        self.enqueue_pass(&Pass::Reminders {
+            pass,
+            shard: 0,
+            after: None,
+        })
+        .await?;
+        tracing::info!("queued the daily pass's first pages");
+        Ok(2)
     }
 
-    /// Puts back the schedule of every reminder whose Scheduler schedule is
-    /// missing or differs from its task (expression, zone or state), from a
-    /// fresh read of the task. Completed and cancelled reminders have none
-    /// by design, and a one-time schedule whose instant passed deletes
-    /// itself after firing: those are left alone. Returns how many were put.
-    pub async fn repair_reminders(&self, now: DateTime<Utc>) -> Result<usize, ReconcileError> {
+    /// Queues a page of the pass. Its dedup id names the pass and the page
+    /// (hashed: SQS takes at most 128 characters), so a page message worked
+    /// twice (a redelivery) queues its next page once.
+    async fn enqueue_pass(&self, page: &Pass) -> Result<(), QueueError> {
+        use sha2::{Digest, Sha256};
+        let body = serde_json::to_string(&Work::Pass(page.clone())).unwrap_or_default();
+        let dedup = hex::encode(Sha256::digest(body.as_bytes()));
+        self.queue.enqueue(PASS_GROUP, &dedup, &body).await
+    }
+
+    /// One page of installed connectors: a pass for each, in its install's
+    /// group, then the next page. Returns how many were queued.
+    pub async fn installs_page(&self, pass: i64, after: Option<&Cursor>) -> Result<usize, ReconcileError> {
+        let page = self.store.installed_page(after, PASS_PAGE).await?;
+        for cursor in &page.items {
+            let install = Pass::Install {
+                workspace: cursor.workspace.clone(),
+                install: InstallRef { id: cursor.id.clone() },
+            };
+            let body = serde_json::to_string(&Work::Pass(install)).unwrap_or_default();
+            let group = group(&cursor.workspace, &cursor.id);
+            let dedup = format!("pass-{pass}-{group}");
+            self.queue.enqueue(&group, &dedup, &body).await?;
+        }
+        if let Some(next) = page.next {
+            self.enqueue_pass(&Pass::Installs {
+                pass,
+                after: Some(next),
+            })
+            .await?;
+        }
+        tracing::info!(
+            installs = page.items.len(),
+            "queued a reconcile pass for a page of installs"
+        );
+        Ok(page.items.len())
+    }
+
+    /// One page of one shard of the reminders that can still run: puts
+    /// back the schedule of each whose Scheduler schedule is missing or
+    /// differs from its task (expression, zone or state), from a fresh read
+    /// of the task, then queues the next page. A one-time schedule whose
+    /// instant passed deleted itself after firing: left alone. Returns how
+    /// many were put back.
+    pub async fn reminders_page(
+        &self,
+        pass: i64,
+        shard: u8,
+        after: Option<&Cursor>,
+        now: DateTime<Utc>,
+    ) -> Result<usize, ReconcileError> {
+        let page = self.store.schedulable_page(shard, after, PASS_PAGE).await?;
         let mut repaired = 0;
-        for task in self.store.reminders().await? {
+        for task in &page.items {
             let passed = matches!(task.spec.schedule, crate::domain::schedule::Schedule::At { at } if at <= now);
             if task.kind != TaskKind::Reminder
                 || passed
@@ -315,33 +406,36 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
             {
                 continue;
             }
-            let definition = ScheduleDefinition::for_task(&task)
+            let definition = ScheduleDefinition::for_task(task)
                 .map_err(|e| ReconcileError::Unschedulable(task.task_id.to_string(), e.to_string()))?;
             let current = self.schedules.status(&definition.name).await?;
             if current.as_ref().is_some_and(|c| definition.matches(c)) {
                 continue;
             }
             tracing::info!(task_id = %task.task_id, missing = current.is_none(), "reminder schedule out of step");
-            Box::pin(put_in_step(&self.store, &self.schedules, &task)).await?;
+            Box::pin(put_in_step(&self.store, &self.schedules, task)).await?;
             repaired += 1;
         }
-        Ok(repaired)
-    }
-
-    /// Queues one pass per installed connector, each in its install's group.
-    pub async fn queue_all(&self, now: DateTime<Utc>) -> Result<usize, ReconcileError> {
-        let installs = self.store.installed().await?;
-        for (workspace, install_id) in &installs {
-            let pass = Pass::Install {
-                workspace: workspace.clone(),
-                install: InstallRef { id: install_id.clone() },
-            };
-            let body = serde_json::to_string(&Work::Pass(pass)).unwrap_or_default();
-            let dedup = format!("pass-{}-{}", now.timestamp(), group(workspace, install_id));
-            self.queue.enqueue(&group(workspace, install_id), &dedup, &body).await?;
+        let next = match page.next {
+            Some(next) => Some(Pass::Reminders {
+                pass,
+                shard,
+                after: Some(next),
+            }),
+            None if shard + 1 < crate::domain::schedule_definition::REMINDER_SHARDS => Some(Pass::Reminders {
+                pass,
+                shard: shard + 1,
+                after: None,
+            }),
+            None => None,
+        };
+        if let Some(next) = next {
+            self.enqueue_pass(&next).await?;
         }
-        tracing::info!(installs = installs.len(), "queued a reconcile pass for every install");
-        Ok(installs.len())
+        if repaired > 0 {
+            tracing::warn!(repaired, shard, "reminder schedules were out of step and were put back");
+        }
+        Ok(repaired)
     }
 
     /// Applies one platform event.

@@ -24,17 +24,15 @@
 //!   its version race puts the schedule back in step with the task as it is.
 
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 use crate::app::change::{Changed, commit, commit_with};
-use crate::app::create::{Answer, CreateError, CreateReminder, CreateSettings, duplicate_key};
+use crate::app::create::{Answer, CreateError, CreateReminder, CreateSettings};
 use crate::app::reconcile::StepError;
-use crate::domain::history;
+use crate::domain::history::{self, RunView};
 use crate::domain::idempotency::{IdempotencyRecord, Replay};
 use crate::domain::overrides::{OverrideEdit, Overrides};
-use crate::domain::payload::Payload;
-use crate::domain::recurrence::Recurrence;
+use crate::domain::recurrence::{Recurrence, ScheduleView};
 use crate::domain::reminder::{
     CreateRequest, ListCursor, Principal, Rejection, Surface, UpdateInput, WRITE_SCOPE, check_id,
 };
@@ -100,9 +98,11 @@ impl From<StepError> for SchedulesError {
     }
 }
 
+/// An owner's request, as the handler decodes it from the invoke payload
+/// (`functions/schedules`): the operation named by `op`, with its fields.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-enum Request {
+pub enum Request {
     List {
         principal: Principal,
         #[serde(default)]
@@ -154,6 +154,21 @@ enum Request {
 }
 
 impl Request {
+    /// The operation's name, as `op` spells it.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::List { .. } => "list",
+            Request::Get { .. } => "get",
+            Request::Runs { .. } => "runs",
+            Request::Run { .. } => "run",
+            Request::Create(_) => "create",
+            Request::Update { .. } => "update",
+            Request::Pause { .. } => "pause",
+            Request::Resume { .. } => "resume",
+            Request::Cancel { .. } => "cancel",
+        }
+    }
+
     fn principal(&self) -> &Principal {
         match self {
             Request::Create(create) => &create.principal,
@@ -187,7 +202,54 @@ pub struct OwnerSchedules<S, G> {
     settings: SchedulesSettings,
 }
 
-type Outcome = Result<Result<Value, Refusal>, SchedulesError>;
+type Outcome = Result<Result<OwnerAnswer, Refusal>, SchedulesError>;
+
+/// A reminder as `list` and the writes answer it (SPEC §11's summary).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub task_id: TaskId,
+    pub title: String,
+    pub schedule: ScheduleView,
+    pub state: TaskState,
+    /// UTC RFC 3339, while it is scheduled.
+    pub next_run_at: Option<String>,
+    pub version: u64,
+}
+
+/// A reminder as `get` shows it: its summary, instruction, next runs and
+/// why it runs or does not, in words.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Detail {
+    #[serde(flatten)]
+    pub summary: Summary,
+    pub instruction: Option<String>,
+    pub next_runs: Vec<String>,
+    pub explanation: String,
+}
+
+/// What an owner's request answers; the handler encodes it after `"ok": true`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum OwnerAnswer {
+    /// `list`: a page, newest first, and where the next one starts.
+    Page {
+        tasks: Vec<Summary>,
+        cursor: Option<String>,
+    },
+    /// `get`.
+    Detail { task: Box<Detail> },
+    /// `create`, `update`, `pause`, `resume`, `cancel`: the reminder as it
+    /// now is (`replayed` for the writes that take an idempotency key).
+    Written {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        replayed: Option<bool>,
+        task: Summary,
+    },
+    /// `runs`, newest first.
+    Runs { runs: Vec<RunView> },
+    /// `run`.
+    Run { run: RunView },
+}
 
 /// A pause, resume or cancel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,34 +275,35 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
         self.create.schedules()
     }
 
-    /// Answers one invoke payload at `now`. Refusals are `ok: false`
-    /// answers; internal failures are errors (the caller retries).
-    pub async fn handle(&self, payload: impl Into<Payload>, now: DateTime<Utc>) -> Result<Value, SchedulesError> {
-        let payload = payload.into();
-        let op = payload.value.get("op").and_then(Value::as_str).unwrap_or_default();
+    /// Whether the operation named `op` is switched on: writes need both
+    /// feature flags, reads `AGENT_SCHEDULE_API_ENABLED`. Asked before the
+    /// payload is decoded, so a disabled surface says so whatever it is sent.
+    pub fn gate(&self, op: &str) -> Result<(), Refusal> {
         let flags = self.settings.create.flags;
         let enabled = if WRITES.contains(&op) {
             flags.create_enabled()
         } else {
             flags.api_enabled
         };
-        let outcome = if !enabled {
-            Ok(Err(Refusal::Reminder(Rejection::FeatureDisabled)))
-        } else if let Some(key) = &payload.duplicate_key {
-            Ok(Err(Refusal::Reminder(duplicate_key(key))))
+        if enabled {
+            Ok(())
         } else {
-            match serde_json::from_value::<Request>(payload.value) {
-                Ok(request) => self.dispatch(request, now).await,
-                Err(e) => Ok(Err(Refusal::invalid(format!("malformed request: {e}")))),
-            }
-        };
-        match outcome? {
-            Ok(answer) => Ok(answer),
-            Err(refusal) => {
-                tracing::info!(code = refusal.code(), "schedules request refused");
-                Ok(json!({"ok": false, "error": {"code": refusal.code(), "message": refusal.to_string()}}))
-            }
+            Err(Refusal::Reminder(Rejection::FeatureDisabled))
         }
+    }
+
+    /// Answers one decoded request at `now`: a typed answer, or a refusal
+    /// (an `ok: false` answer); internal failures are errors (the caller
+    /// retries).
+    pub async fn answer(&self, request: Request, now: DateTime<Utc>) -> Outcome {
+        if let Err(refusal) = self.gate(request.op()) {
+            return Ok(Err(refusal));
+        }
+        let outcome = self.dispatch(request, now).await?;
+        if let Err(refusal) = &outcome {
+            tracing::info!(code = refusal.code(), "schedules request refused");
+        }
+        Ok(outcome)
     }
 
     async fn dispatch(&self, request: Request, now: DateTime<Utc>) -> Outcome {
@@ -274,11 +337,14 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                     Ok(task) => task,
                     Err(refusal) => return Ok(Err(refusal)),
                 };
-                let mut view = summary(&task, now);
-                view["instruction"] = json!(task.instruction);
-                view["next_runs"] = json!(next_runs(&task, now, NEXT_RUNS));
-                view["explanation"] = json!(explain(&task, &principal, now));
-                Ok(Ok(json!({"ok": true, "task": view})))
+                Ok(Ok(OwnerAnswer::Detail {
+                    task: Box::new(Detail {
+                        summary: summary(&task, now),
+                        instruction: task.instruction.clone(),
+                        next_runs: next_runs(&task, now, NEXT_RUNS),
+                        explanation: explain(&task, &principal, now),
+                    }),
+                }))
             }
             Request::Runs { task_id, limit, .. } => {
                 let limit = match history::runs_limit(limit) {
@@ -290,9 +356,9 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                     Err(refusal) => return Ok(Err(refusal)),
                 };
                 let runs = self.store().runs(&task.task_id, limit).await?;
-                Ok(Ok(
-                    json!({"ok": true, "runs": runs.iter().map(|r| history::view(r, true)).collect::<Vec<_>>()}),
-                ))
+                Ok(Ok(OwnerAnswer::Runs {
+                    runs: runs.iter().map(|r| history::view(r, true)).collect(),
+                }))
             }
             Request::Run { task_id, run_id, .. } => {
                 let task = match self.owned(&principal, &task_id).await? {
@@ -308,7 +374,9 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                     return Ok(Err(not_found()));
                 };
                 Ok(match self.store().run(&task.task_id, occurrence).await? {
-                    Some(record) => Ok(json!({"ok": true, "run": history::view(&record, true)})),
+                    Some(record) => Ok(OwnerAnswer::Run {
+                        run: history::view(&record, true),
+                    }),
                     None => Err(not_found()),
                 })
             }
@@ -318,9 +386,10 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                     .create_as(*request, Surface::App, Some(self.settings.max_active), now)
                     .await?;
                 Ok(match answer {
-                    Answer::Created { task, replayed } => {
-                        Ok(json!({"ok": true, "replayed": replayed, "task": summary(&task, now)}))
-                    }
+                    Answer::Created { task, replayed } => Ok(OwnerAnswer::Written {
+                        replayed: Some(replayed),
+                        task: summary(&task, now),
+                    }),
                     Answer::Rejected(rejection) => Err(rejection.into()),
                     Answer::Descriptor(_) => Err(Refusal::invalid("unknown op")),
                 })
@@ -416,17 +485,16 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
             .store()
             .owned(&principal.workspace, &principal.id, filter, limit, after.as_ref())
             .await?;
-        let tasks: Vec<Value> = page
+        let tasks = page
             .tasks
             .iter()
             .filter(|t| owns(principal, t))
             .map(|t| summary(t, now))
             .collect();
-        Ok(Ok(json!({
-            "ok": true,
-            "tasks": tasks,
-            "cursor": page.next.map(|c| c.encode()),
-        })))
+        Ok(Ok(OwnerAnswer::Page {
+            tasks,
+            cursor: page.next.map(|c| c.encode()),
+        }))
     }
 
     async fn update(
@@ -495,9 +563,10 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
         {
             Changed::Written(updated) => {
                 tracing::info!(task_id = %updated.task_id, version = updated.version, "reminder updated");
-                Ok(Ok(
-                    json!({"ok": true, "replayed": false, "task": summary(&updated, now)}),
-                ))
+                Ok(Ok(OwnerAnswer::Written {
+                    replayed: Some(false),
+                    task: summary(&updated, now),
+                }))
             }
             Changed::VersionMoved { current } => Ok(Err(Refusal::VersionConflict {
                 expected: expected_version,
@@ -524,7 +593,10 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
         match record.replay(fingerprint) {
             Replay::Conflict => Ok(Err(Refusal::Reminder(Rejection::IdempotencyConflict))),
             Replay::Same(task_id) => match self.owned(principal, task_id.as_str()).await? {
-                Ok(task) => Ok(Ok(json!({"ok": true, "replayed": true, "task": summary(&task, now)}))),
+                Ok(task) => Ok(Ok(OwnerAnswer::Written {
+                    replayed: Some(true),
+                    task: summary(&task, now),
+                })),
                 Err(refusal) => Ok(Err(refusal)),
             },
         }
@@ -600,7 +672,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
             }
         };
         tracing::info!(task_id = %updated.task_id, version = updated.version, state = updated.state().as_str(), "reminder switched");
-        Ok(Ok(json!({"ok": true, "task": summary(&updated, now)})))
+        Ok(Ok(unchanged(&updated, now)))
     }
 }
 
@@ -621,15 +693,11 @@ fn still_open(task: &Task) -> Result<(), Refusal> {
     }
 }
 
-fn unchanged(task: &Task, now: DateTime<Utc>) -> Value {
-    json!({"ok": true, "task": summary(task, now)})
-}
-
-/// `{"at"}`, `{"daily"}` or `{"weekly"}`, as SPEC §11 shows a schedule.
-pub fn schedule_view(schedule: &Schedule) -> Value {
-    match schedule {
-        Schedule::At { at } => json!({"at": format_utc(*at)}),
-        other => Recurrence::of(other).map_or_else(|| json!(other), |r| r.to_json()),
+/// The reminder as it now is, as a write answers it.
+fn unchanged(task: &Task, now: DateTime<Utc>) -> OwnerAnswer {
+    OwnerAnswer::Written {
+        replayed: None,
+        task: summary(task, now),
     }
 }
 
@@ -648,15 +716,15 @@ fn next_runs(task: &Task, now: DateTime<Utc>, count: usize) -> Vec<String> {
 }
 
 /// A reminder as `list` and the writes answer it.
-pub fn summary(task: &Task, now: DateTime<Utc>) -> Value {
-    json!({
-        "task_id": task.task_id,
-        "title": task.title,
-        "schedule": schedule_view(&task.spec.schedule),
-        "state": task.state().as_str(),
-        "next_run_at": next_runs(task, now, 1).into_iter().next(),
-        "version": task.version,
-    })
+pub fn summary(task: &Task, now: DateTime<Utc>) -> Summary {
+    Summary {
+        task_id: task.task_id.clone(),
+        title: task.title.clone(),
+        schedule: ScheduleView::of(&task.spec.schedule),
+        state: task.state(),
+        next_run_at: next_runs(task, now, 1).into_iter().next(),
+        version: task.version,
+    }
 }
 
 /// Whether and when the reminder runs next, and why, in words; DST skips

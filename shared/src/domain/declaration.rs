@@ -22,6 +22,13 @@ use super::schedule::{RateUnit, Schedule};
 
 pub const MARKER: &str = "ai.nimblebrain/scheduled-prompts";
 pub const VERSION: u64 = 1;
+/// The largest declaration, as compact JSON (SPEC §13).
+pub const MAX_DECLARATION_BYTES: usize = 16 * 1024;
+/// The longest need description, in characters (SPEC §13).
+pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+/// The longest tool or prompt name, in characters (SPEC §13; MCP names run
+/// to 128).
+pub const MAX_NAME_CHARS: usize = 128;
 
 /// A need, in words, for an admin to bind to a workspace connector.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +53,8 @@ pub struct Declaration {
 pub enum DeclarationError {
     #[error("the marker must be a JSON object")]
     NotAnObject,
+    #[error("the declaration is {0} bytes of JSON; at most {MAX_DECLARATION_BYTES} are read")]
+    TooLarge(usize),
     #[error("version {0} is not supported (this runtime reads version {VERSION})")]
     Version(String),
     #[error(
@@ -145,6 +154,11 @@ pub fn parse(
     ceilings: &Ceilings,
 ) -> Result<Declaration, DeclarationError> {
     let object = marker.as_object().ok_or(DeclarationError::NotAnObject)?;
+    // Bounded before anything in it is read or echoed in a refusal.
+    let size = serde_json::to_vec(marker).map_or(usize::MAX, |b| b.len());
+    if size > MAX_DECLARATION_BYTES {
+        return Err(DeclarationError::TooLarge(size));
+    }
     match object.get("version") {
         Some(Value::Number(n)) if n.as_u64() == Some(VERSION) => {}
         Some(other) => return Err(DeclarationError::Version(other.to_string())),
@@ -163,6 +177,11 @@ pub fn parse(
 
     let mut tools = BTreeSet::new();
     for tool in raw.tools {
+        if tool.chars().count() > MAX_NAME_CHARS {
+            return Err(DeclarationError::Malformed(format!(
+                "a tool name is longer than {MAX_NAME_CHARS} characters"
+            )));
+        }
         if !server_tools.contains(&tool) {
             return Err(DeclarationError::ForeignTool(tool));
         }
@@ -204,6 +223,12 @@ pub fn parse(
         }
         if need.description.trim().is_empty() {
             return Err(DeclarationError::Needs(format!("`{}` has no description", need.id)));
+        }
+        if need.description.chars().count() > MAX_DESCRIPTION_CHARS {
+            return Err(DeclarationError::Needs(format!(
+                "`{}`'s description is longer than {MAX_DESCRIPTION_CHARS} characters",
+                need.id
+            )));
         }
         if needs.insert(need.id.clone(), need.description).is_some() {
             return Err(DeclarationError::Needs(format!("`{}` is declared twice", need.id)));

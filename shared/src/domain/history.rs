@@ -7,8 +7,6 @@
 //! reminder's owner; an admin for a connector task's run, SPEC §8, §12).
 //! Called by `app::schedules` and `app::admin`.
 
-use serde_json::{Value, json};
-
 use super::claim::RunStatus;
 use super::occurrence::RunRecord;
 use super::schedule::format_utc;
@@ -56,20 +54,35 @@ pub fn in_words(record: &RunRecord) -> String {
 /// One run as `runs` and `run` show it; `output` (what a succeeded run
 /// wrote: the reminder's message) only `with_output`, for whom it belongs
 /// to: the reminder's owner, or an admin reading a connector task's run.
-pub fn view(record: &RunRecord, with_output: bool) -> Value {
+pub fn view(record: &RunRecord, with_output: bool) -> RunView {
     let output = (with_output && record.status == RunStatus::Succeeded)
-        .then_some(record.output.as_deref())
+        .then(|| record.output.clone())
         .flatten();
-    json!({
-        "run_id": record.run_id,
-        "scheduled_time": record.scheduled_time,
-        "output": output,
-        "status": record.status.as_str(),
-        "reason": record.reason,
-        "explanation": in_words(record),
-        "finished_at": format_utc(record.finished_at),
-        "cost_usd": record.cost_usd,
-    })
+    RunView {
+        run_id: record.run_id.clone(),
+        scheduled_time: record.scheduled_time.clone(),
+        output,
+        status: record.status,
+        reason: record.reason.clone(),
+        explanation: in_words(record),
+        finished_at: format_utc(record.finished_at),
+        cost_usd: record.cost_usd,
+    }
+}
+
+/// One run as its reader sees it (SPEC §11's run).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RunView {
+    pub run_id: String,
+    pub scheduled_time: String,
+    pub status: RunStatus,
+    pub reason: Option<String>,
+    /// The outcome in words a person reads.
+    pub explanation: String,
+    pub finished_at: String,
+    pub cost_usd: f64,
+    /// What a succeeded run wrote, for whom it belongs to; else `None`.
+    pub output: Option<String>,
 }
 
 #[cfg(test)]
@@ -124,15 +137,15 @@ mod tests {
             let r = record(status, reason);
             assert_eq!(in_words(&r), words);
             let v = view(&r, false);
-            assert_eq!(v["output"], Value::Null, "no output unless it is the reader's");
+            assert_eq!(v.output, None, "no output unless it is the reader's");
             let own = view(&r, true);
             if status == RunStatus::Succeeded {
-                assert_eq!(own["output"], "the reminder text");
+                assert_eq!(own.output.as_deref(), Some("the reminder text"));
             } else {
-                assert_eq!(own["output"], Value::Null, "a run that did not succeed has no output");
+                assert_eq!(own.output, None, "a run that did not succeed has no output");
             }
-            assert_eq!(own["run_id"], "r");
-            assert_eq!(v["finished_at"], "2026-12-24T18:00:05Z");
+            assert_eq!(own.run_id, "r");
+            assert_eq!(v.finished_at, "2026-12-24T18:00:05Z");
         }
         assert_eq!(runs_limit(None), Ok(10));
         assert_eq!(runs_limit(Some(50)), Ok(50));

@@ -143,6 +143,20 @@ impl<'de> Visitor<'de> for Strict {
     }
 }
 
+/// An answer as an invoke returns it: `{"ok": true, ...answer}`.
+pub fn answered<T: serde::Serialize>(answer: &T) -> serde_json::Value {
+    let mut value = serde_json::json!({"ok": true});
+    if let (Some(out), Ok(serde_json::Value::Object(fields))) = (value.as_object_mut(), serde_json::to_value(answer)) {
+        out.extend(fields);
+    }
+    value
+}
+
+/// A refusal as an invoke returns it: `{"ok": false, "error": {"code", "message"}}`.
+pub fn refused(code: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({"ok": false, "error": {"code": code, "message": message}})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -238,7 +238,11 @@ pub fn plan(
     }
     let (mut ours, theirs) = partition(stored, install, installs);
     let mut seen = BTreeSet::new();
-    for prompt in view.prompts {
+    // By name, so the prompts past the bound are always the same ones.
+    let mut prompts: Vec<&ListedPrompt> = view.prompts.iter().collect();
+    prompts.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut marked = 0;
+    for prompt in prompts {
         if !seen.insert(prompt.name.as_str()) {
             continue;
         }
@@ -247,6 +251,13 @@ pub fn plan(
             continue;
         }
         let existing = ours.remove(&id);
+        if prompt.marker.is_some() {
+            marked += 1;
+            if let Some(reason) = out_of_bounds(prompt, marked) {
+                refuse(&mut plan, prompt, existing, reason, now);
+                continue;
+            }
+        }
         plan_prompt(&mut plan, view, prompt, id, existing, installs, ceilings, now);
     }
     // Stored tasks whose prompt is gone from the list.
@@ -315,10 +326,52 @@ fn plan_prompt(
     }
 }
 
-/// A refused declaration changes no bounds: it is recorded, and on the
+/// The most scheduled prompts of one install that are reconciled, by
+/// name; the rest are refused (SPEC §13: each is a task and a schedule out
+/// of the account's shared quota).
+pub const MAX_SCHEDULED_PROMPTS: usize = 100;
+/// The most arguments a scheduled prompt may have.
+pub const MAX_ARGUMENTS: usize = 32;
+/// What is recorded of one refusal, in characters, and of how many.
+pub const MAX_REFUSAL_CHARS: usize = 500;
+pub const MAX_REFUSALS_RECORDED: usize = 120;
+
+/// Why a marked prompt is past the bounds on what one server may declare,
+/// if it is: its place among the install's marked prompts (`marked`, from
+/// 1, by name), its name's length, its arguments.
+fn out_of_bounds(prompt: &ListedPrompt, marked: usize) -> Option<String> {
+    if marked > MAX_SCHEDULED_PROMPTS {
+        return Some(format!(
+            "this server declares more than {MAX_SCHEDULED_PROMPTS} scheduled prompts; \
+             only the first {MAX_SCHEDULED_PROMPTS} by name are reconciled"
+        ));
+    }
+    let long = |name: &str| name.chars().count() > declaration::MAX_NAME_CHARS;
+    if long(&prompt.name) {
+        return Some(format!(
+            "the prompt's name is longer than {} characters",
+            declaration::MAX_NAME_CHARS
+        ));
+    }
+    if prompt.arguments.len() > MAX_ARGUMENTS || prompt.arguments.keys().any(|a| long(a)) {
+        return Some(format!(
+            "a scheduled prompt has at most {MAX_ARGUMENTS} arguments, each named in at most {} characters",
+            declaration::MAX_NAME_CHARS
+        ));
+    }
+    None
+}
+
+/// A refused declaration changes no bounds: it is recorded (its name and
+/// reason capped, and at most [`MAX_REFUSALS_RECORDED`] of them), and on the
 /// stored task once per reason.
 fn refuse(plan: &mut Plan, prompt: &ListedPrompt, existing: Option<&Task>, reason: String, now: DateTime<Utc>) {
-    plan.refused.insert(prompt.name.clone(), reason.clone());
+    use super::occurrence::cap_chars;
+    let reason = cap_chars(&reason, MAX_REFUSAL_CHARS);
+    if plan.refused.len() < MAX_REFUSALS_RECORDED {
+        plan.refused
+            .insert(cap_chars(&prompt.name, declaration::MAX_NAME_CHARS), reason.clone());
+    }
     if let Some(task) = existing.filter(|t| !is_tombstoned(t) && t.declaration_error.as_ref() != Some(&reason)) {
         let mut t = task.clone();
         t.declaration_error = Some(reason);

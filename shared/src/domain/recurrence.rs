@@ -14,7 +14,7 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Duration, Utc};
 use chrono_tz::Tz;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::schedule::Schedule;
 use super::schedule::preview::next_fires;
@@ -182,15 +182,23 @@ impl Recurrence {
         format!("{:02}:{:02}", self.hour, self.minute)
     }
 
-    /// As the summary shows it: `{"daily": {...}}` or `{"weekly": {...}}`.
+    /// The view as JSON (an idempotency fingerprint's canonical form).
     pub fn to_json(&self) -> Value {
+        serde_json::to_value(self.view()).unwrap_or_default()
+    }
+
+    /// As the summary shows it: `{"daily": {...}}` or `{"weekly": {...}}`.
+    pub fn view(&self) -> ScheduleView {
         match &self.days {
-            None => json!({"daily": {"time": self.time(), "timezone": self.timezone}}),
-            Some(days) => json!({"weekly": {
-                "days": days.iter().map(|d| DAYS[usize::from(*d)]).collect::<Vec<_>>(),
-                "time": self.time(),
-                "timezone": self.timezone,
-            }}),
+            None => ScheduleView::Daily {
+                time: self.time(),
+                timezone: self.timezone.clone(),
+            },
+            Some(days) => ScheduleView::Weekly {
+                days: days.iter().map(|d| DAYS[usize::from(*d)]).collect(),
+                time: self.time(),
+                timezone: self.timezone.clone(),
+            },
         }
     }
 
@@ -232,6 +240,7 @@ impl Recurrence {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+    use serde_json::json;
 
     fn code(value: Value, weekly: bool) -> Result<Recurrence, RecurrenceError> {
         if weekly {
@@ -338,5 +347,34 @@ mod tests {
         assert!(calm.dst_notes(now).is_empty());
         let utc = Recurrence::daily(&json!({"time": "02:30", "timezone": "UTC"})).unwrap();
         assert!(utc.dst_notes(now).is_empty());
+    }
+}
+
+/// A reminder's schedule as its owner reads it (SPEC §11): `{"at": <UTC>}`,
+/// `{"daily": {"time", "timezone"}}` or `{"weekly": {"days", "time",
+/// "timezone"}}`; any other schedule as it is stored.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleView {
+    At(String),
+    Daily {
+        time: String,
+        timezone: String,
+    },
+    Weekly {
+        days: Vec<&'static str>,
+        time: String,
+        timezone: String,
+    },
+    #[serde(untagged)]
+    Other(Schedule),
+}
+
+impl ScheduleView {
+    pub fn of(schedule: &Schedule) -> Self {
+        match schedule {
+            Schedule::At { at } => ScheduleView::At(super::schedule::format_utc(*at)),
+            other => Recurrence::of(other).map_or_else(|| ScheduleView::Other(other.clone()), |r| r.view()),
+        }
     }
 }

@@ -64,6 +64,10 @@ impl ScheduleDefinition {
     }
 }
 
+/// The shards of the index of reminders that can still run (the daily
+/// pass reads them one page at a time; `adapters::keys` names them).
+pub const REMINDER_SHARDS: u8 = 16;
+
 /// In which order a change of a task writes the task item and puts its
 /// schedule, so that a crash between the two writes is harmless and a lost
 /// version race can be undone.

@@ -184,6 +184,9 @@ pub struct Task {
     pub workspace: String,
     pub kind: TaskKind,
     pub provenance: Provenance,
+    /// Never empty in a stored task; left empty (and out) where a
+    /// reminder is shown to an admin (SPEC §8).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub title: String,
     /// A reminder's instruction. Connector tasks fetch theirs with
     /// `prompts/get` at every run.

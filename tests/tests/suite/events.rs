@@ -86,6 +86,10 @@ async fn the_schedules_fixtures_walk_a_daily_reminder_through_its_life() {
     assert_eq!(answers[6]["task"]["state"], "scheduled");
     assert_eq!(answers[7]["task"]["state"], "deleted");
     assert_eq!(answers[8]["runs"], serde_json::json!([]));
+    // `run` parses and finds the owner's reminder; it has no run at that time.
+    let run = app.handle(fixture("schedules-run.json"), now).await.unwrap();
+    assert_eq!(run["error"]["code"], "not_found", "{run}");
+    assert!(run["error"]["message"].as_str().unwrap().contains("no run"), "{run}");
     let admin = t.admin().handle(fixture("admin-runs.json"), Utc::now()).await.unwrap();
     assert_eq!(admin["error"]["code"], "not_found", "{admin}");
 }

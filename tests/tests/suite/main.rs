@@ -6,6 +6,7 @@ mod converse;
 mod create;
 mod create_crash;
 mod events;
+mod fleet;
 mod herd;
 mod interop;
 mod lifecycle;

@@ -540,3 +540,73 @@ async fn a_restore_never_takes_an_owner_past_the_cap() {
         "nothing changed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_owners_pause_racing_an_admins_resume_leaves_the_schedule_in_step() {
+    use shared::adapters::scheduler::EventBridgeSchedules;
+    use tests::intercept::{GatedPut, Intercepted};
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let me = owner("usr_1");
+    let now = Utc::now();
+    let created = call(
+        &app,
+        schedules_create(
+            &me,
+            "k1",
+            "Stretch",
+            json!({"daily": {"time": "07:00", "timezone": "UTC"}}),
+        ),
+        now,
+    )
+    .await;
+    let task = created["task"].clone();
+
+    // The owner pauses; its schedule put (after the task write) is slow.
+    // An admin reads the paused version and resumes; the admin's put lands
+    // first, the owner's (disabled) last.
+    let (gated, entered, gate) = GatedPut::new();
+    let config = t.create_config(ENABLED);
+    let slow = shared::app::schedules::OwnerSchedules::new(
+        t.admin_store(),
+        Intercepted::new(EventBridgeSchedules::from_sdk(&t.aws.sdk, config.target), gated),
+        shared::app::schedules::SchedulesSettings {
+            create: shared::app::create::CreateSettings {
+                flags: config.flags,
+                ceilings: config.ceilings,
+            },
+            max_active: 50,
+            retention: Duration::days(90),
+        },
+    );
+    let pause = op("pause", &me, &task, json!({}));
+    let owner_pause = schedules::answer(&slow, pause.into(), now);
+    let admin_resume = async {
+        entered.await.unwrap();
+        let resumed = t
+            .admin()
+            .handle(
+                json!({"op": "resume", "principal": admin_principal(), "task_id": task["task_id"], "expected_version": 2}),
+                now,
+            )
+            .await
+            .unwrap();
+        assert_eq!(resumed["ok"], true, "{resumed}");
+        gate.send(()).unwrap();
+    };
+    let (paused, ()) = tokio::join!(owner_pause, admin_resume);
+    assert_eq!(paused.unwrap()["ok"], true);
+    let item = task_item(&t, &task).await;
+    assert_eq!(
+        (item["version"].as_u64(), item["state"].as_str()),
+        (Some(3), Some("scheduled"))
+    );
+    assert_eq!(
+        t.schedule(task["task_id"].as_str().unwrap())
+            .await
+            .state()
+            .map(|s| s.as_str()),
+        Some("ENABLED"),
+        "the owner's late put is followed by one from the latest version"
+    );
+}

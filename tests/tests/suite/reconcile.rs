@@ -9,8 +9,7 @@ use serde_json::{Value, json};
 use shared::adapters::keys::Key;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::domain::task::TaskId;
-use shared::ports::Schedules;
-use tests::intercept::{Intercepted, SchedulesHook};
+use tests::intercept::Intercepted;
 use tests::{TestStack, admin_principal, event, installed};
 
 fn marker() -> Value {
@@ -517,10 +516,9 @@ async fn the_daily_pass_queues_every_installed_connector_and_no_uninstalled_one(
         .await
         .unwrap();
     w.t.take_work().await;
-    let queued = r.queue_all(Utc::now()).await.unwrap();
-    let mut work = w.t.take_work().await;
+    let (mut work, pages) = w.t.run_daily_pass(&r, Utc::now()).await;
     work.sort();
-    assert_eq!(queued, 2);
+    assert_eq!(pages, 1 + 16, "one page of installs, one per shard of reminders");
     let passes: Vec<(String, Value)> = work
         .into_iter()
         .map(|(group, body)| (group, serde_json::from_str(&body).unwrap()))
@@ -540,7 +538,8 @@ async fn the_daily_pass_queues_every_installed_connector_and_no_uninstalled_one(
     r.apply(&installed("ins_me", "mail", &url, "personal"), Utc::now())
         .await
         .unwrap();
-    assert_eq!(r.queue_all(Utc::now()).await.unwrap(), 3);
+    let (work, _) = w.t.run_daily_pass(&r, Utc::now() + chrono::Duration::seconds(1)).await;
+    assert_eq!(work.len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -568,30 +567,6 @@ async fn the_marker_is_read_from_a_server_written_with_another_sdk() {
     assert_eq!(t.schedule(id).await.schedule_expression(), Some("cron(0 8 * * ? *)"));
 }
 
-/// A first schedule put that waits at a gate, as a slow Lambda's
-/// UpdateSchedule would, so another writer's whole change lands first.
-struct Gated {
-    entered: tokio::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-    gate: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
-}
-
-impl SchedulesHook<EventBridgeSchedules> for Gated {
-    async fn put(
-        &self,
-        inner: &EventBridgeSchedules,
-        schedule: &shared::domain::schedule_definition::ScheduleDefinition,
-    ) -> Result<(), shared::ports::ScheduleError> {
-        let gate = self.gate.lock().await.take();
-        if let Some(gate) = gate {
-            if let Some(entered) = self.entered.lock().await.take() {
-                let _ = entered.send(());
-            }
-            let _ = gate.await;
-        }
-        inner.put(schedule).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_admin_writes_leave_the_schedule_in_step_with_the_task() {
     let w = World::start().await;
@@ -605,16 +580,12 @@ async fn concurrent_admin_writes_leave_the_schedule_in_step_with_the_task() {
 
     // Admin A pauses; its schedule put is slow. Admin B reads A's version
     // and resumes; B's put lands first, then A's (disabled) lands last.
-    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-    let (gate_tx, gate_rx) = tokio::sync::oneshot::channel();
+    let (gated, entered_rx, gate_tx) = tests::intercept::GatedPut::new();
     let slow = tests::AdminFunction(shared::app::admin::Admin::new(
         w.t.admin_store(),
         Intercepted::new(
             EventBridgeSchedules::from_sdk(&w.t.aws.sdk, w.t.create_config(tests::ENABLED).target),
-            Gated {
-                entered: tokio::sync::Mutex::new(Some(entered_tx)),
-                gate: tokio::sync::Mutex::new(Some(gate_rx)),
-            },
+            gated,
         ),
         tests::admin_settings(),
     ));
@@ -679,7 +650,8 @@ async fn the_daily_pass_puts_reminders_schedules_back_in_step() {
     let before_fine = t.schedule(&ids[2]).await;
 
     let r = t.reconciler();
-    assert_eq!(r.repair_reminders(Utc::now()).await.unwrap(), 2);
+    t.take_work().await;
+    t.run_daily_pass(&r, Utc::now()).await;
     for id in &ids {
         let schedule = t.schedule(id).await;
         assert_eq!(schedule.state().map(|s| s.as_str()), Some("ENABLED"), "{id}");
@@ -689,12 +661,18 @@ async fn the_daily_pass_puts_reminders_schedules_back_in_step() {
         before_fine.last_modification_date(),
         "a schedule in step is not touched"
     );
+    let requests = r.store().requests();
+    let before = t.schedule(&ids[0]).await.last_modification_date().cloned();
+    t.run_daily_pass(&r, Utc::now() + chrono::Duration::seconds(1)).await;
     assert_eq!(
-        r.repair_reminders(Utc::now()).await.unwrap(),
-        0,
+        t.schedule(&ids[0]).await.last_modification_date().cloned(),
+        before,
         "in step: nothing to do"
     );
-    // The daily work item does the same.
-    r.work(r#"{"type": "reconcile.all"}"#, Utc::now()).await.unwrap();
+    assert_eq!(
+        r.store().requests() - requests,
+        1 + 16,
+        "the installs' page and one page query a shard, no task read"
+    );
     assert_eq!(t.schedule_names().await.len(), 3);
 }

@@ -890,7 +890,7 @@ async fn a_move_between_one_time_and_recurring_sends_the_new_action_after_comple
             .build(),
     );
     let config = t.create_config(ENABLED);
-    let app = shared::app::schedules::OwnerSchedules::new(
+    let app = schedules::App(shared::app::schedules::OwnerSchedules::new(
         t.admin_store(),
         shared::adapters::scheduler::EventBridgeSchedules::new(client, config.target),
         shared::app::schedules::SchedulesSettings {
@@ -901,7 +901,7 @@ async fn a_move_between_one_time_and_recurring_sends_the_new_action_after_comple
             max_active: 50,
             retention: chrono::Duration::days(90),
         },
-    );
+    ));
     let me = owner("usr_1");
     let created = app
         .handle(schedules_create(&me, "k", "Stretch", daily("07:00", "UTC")), Utc::now())

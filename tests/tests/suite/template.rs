@@ -54,6 +54,7 @@ fn the_table_matches_the_local_stack() {
         .collect();
     let (index, index_hash, index_range) = local::STACK.table_index;
     let (owner, owner_hash, owner_range) = local::STACK.owner_index;
+    let (schedulable, schedulable_hash, schedulable_range) = local::STACK.schedulable_index;
     assert_eq!(
         defs,
         vec![
@@ -62,7 +63,9 @@ fn the_table_matches_the_local_stack() {
             (index_hash.into(), "S".into()),
             (index_range.into(), "S".into()),
             (owner_hash.into(), "S".into()),
-            (owner_range.into(), "S".into())
+            (owner_range.into(), "S".into()),
+            (schedulable_hash.into(), "S".into()),
+            (schedulable_range.into(), "S".into())
         ]
     );
     let key_schema = |v: &Value| -> Vec<(String, String)> {
@@ -80,13 +83,19 @@ fn the_table_matches_the_local_stack() {
     let pair = |a: &str, b: &str| vec![(a.to_owned(), "HASH".to_owned()), (b.to_owned(), "RANGE".to_owned())];
     assert_eq!(key_schema(&table["KeySchema"]), pair(hash, range));
     let indexes = table["GlobalSecondaryIndexes"].as_sequence().unwrap();
-    assert_eq!(indexes.len(), 2);
+    assert_eq!(indexes.len(), 3);
     assert_eq!(indexes[0]["IndexName"], index);
     assert_eq!(key_schema(&indexes[0]["KeySchema"]), pair(index_hash, index_range));
     assert_eq!(indexes[0]["Projection"]["ProjectionType"], "KEYS_ONLY");
     assert_eq!(indexes[1]["IndexName"], owner);
     assert_eq!(key_schema(&indexes[1]["KeySchema"]), pair(owner_hash, owner_range));
     assert_eq!(indexes[1]["Projection"]["ProjectionType"], "ALL");
+    assert_eq!(indexes[2]["IndexName"], schedulable);
+    assert_eq!(
+        key_schema(&indexes[2]["KeySchema"]),
+        pair(schedulable_hash, schedulable_range)
+    );
+    assert_eq!(indexes[2]["Projection"]["ProjectionType"], "ALL");
     assert_eq!(
         table["TimeToLiveSpecification"]["AttributeName"],
         local::STACK.ttl_attribute
@@ -259,8 +268,8 @@ fn reconcile_and_admin_read_what_the_template_sets() {
         resource(&t, "ReconcileAtDeploy")["Type"],
         "AWS::CloudFormation::CustomResource"
     );
-    // Both query the index (installed connectors; a task's workspace); only
-    // the worker scans, for the daily reminder repair.
+    // Both query the index (installed connectors; a task's workspace); no
+    // function scans the table (SPEC 13: passes read pages through indexes).
     let index_arn = format!("${{TasksTable.Arn}}/index/{}", local::STACK.table_index.0);
     for function in ["ReconcileFunction", "AdminFunction"] {
         let statements = props(&t, function)["Policies"][0]["Statement"].as_sequence().unwrap();
@@ -278,11 +287,12 @@ fn reconcile_and_admin_read_what_the_template_sets() {
                 Value::Sequence(a) => a.clone(),
                 one => vec![one.clone()],
             };
-            assert!(
-                function == "ReconcileFunction" || !actions.contains(&Value::from("dynamodb:Scan")),
-                "{function} scans"
-            );
+            assert!(!actions.contains(&Value::from("dynamodb:Scan")), "{function} scans");
         }
+    }
+    for (name, resource) in t["Resources"].as_mapping().unwrap() {
+        let text = serde_yaml::to_string(resource).unwrap();
+        assert!(!text.contains("dynamodb:Scan"), "{name:?} may scan the table");
     }
 }
 

@@ -44,7 +44,8 @@
 //! claim and for a settle.
 //!
 //! DynamoDB requests: 2 for a run (claim, settle; a connector task adds its
-//! install read), 1 for a duplicate, 1 for a skip at the first door, 2 for a
+//! install read), 1 for a duplicate, 1 for a skip at the first door (2 for a
+//! one-time reminder: its completion), 2 for a
 //! skip after the claim.
 
 mod agent;
