@@ -1,10 +1,12 @@
 //! The benchmarks of `infra/scripts/bench.sh`: measured and reported, never
 //! asserted (README, "Benchmarks"). DynamoDB requests per operation come
 //! from the store adapter's counter with the use cases in process
-//! ([`requests`]); init time, instructions and size from the release
-//! function binaries ([`binaries`]).
+//! ([`requests`]); the daily pass per invocation, requests and time
+//! ([`pass`]); init time, instructions and size from the release function
+//! binaries ([`binaries`]).
 
 pub mod binaries;
+pub mod pass;
 pub mod requests;
 
 use std::fmt::Write as _;
@@ -24,12 +26,23 @@ pub struct Options {
     pub out: PathBuf,
     pub invocations: usize,
     pub starts: usize,
+    /// Only these sections (`requests`, `passes`, `binaries`); all when
+    /// empty.
+    pub only: Vec<String>,
+}
+
+impl Options {
+    fn wants(&self, section: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == section)
+    }
 }
 
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub machine: String,
     pub requests: Vec<requests::Requests>,
+    /// The daily pass: requests and time per invocation.
+    pub passes: Vec<pass::PassRow>,
     pub init: Vec<binaries::Init>,
     pub instructions: Vec<binaries::Instructions>,
     pub size_arch: String,
@@ -65,9 +78,33 @@ pub fn machine() -> String {
 }
 
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
-    eprintln!("bench: DynamoDB requests per operation ...");
-    let requests = requests::measure().await?;
     let mut skipped = Vec::new();
+    let requests = if options.wants("requests") {
+        eprintln!("bench: DynamoDB requests per operation ...");
+        requests::measure().await?
+    } else {
+        skipped.push("requests per operation: not asked for (--only)".to_owned());
+        Vec::new()
+    };
+    let passes = if options.wants("passes") {
+        pass::measure().await?
+    } else {
+        skipped.push("the daily pass per invocation: not asked for (--only)".to_owned());
+        Vec::new()
+    };
+    if !options.wants("binaries") {
+        skipped.push("init, instructions and sizes: not asked for (--only)".to_owned());
+        return Ok(Report {
+            machine: machine(),
+            requests,
+            passes,
+            init: Vec::new(),
+            instructions: Vec::new(),
+            size_arch: options.arch.clone(),
+            sizes: Vec::new(),
+            skipped,
+        });
+    }
     let built = |dir: &std::path::Path, names: &[&str]| names.iter().all(|n| dir.join(n).exists());
     let mut names: Vec<&str> = binaries::FUNCTIONS.to_vec();
     names.push(binaries::BARE);
@@ -100,6 +137,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(Report {
         machine: machine(),
         requests,
+        passes,
         init,
         instructions,
         size_arch: options.arch.clone(),
@@ -115,16 +153,34 @@ fn millions(n: u64) -> String {
 /// The report as the README's tables.
 pub fn markdown(report: &Report) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "Machine: {}.\n", report.machine);
-    let _ = writeln!(out, "| Operation | DynamoDB requests | Outcome |\n|---|---:|---|");
-    for r in &report.requests {
+    let _ = writeln!(out, "Machine: {}.", report.machine);
+    if !report.requests.is_empty() {
+        let _ = writeln!(out, "\n| Operation | DynamoDB requests | Outcome |\n|---|---:|---|");
+        for r in &report.requests {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                r.operation,
+                r.dynamodb,
+                r.outcome.replace('|', "/")
+            );
+        }
+    }
+    if !report.passes.is_empty() {
         let _ = writeln!(
             out,
-            "| {} | {} | {} |",
-            r.operation,
-            r.dynamodb,
-            r.outcome.replace('|', "/")
+            "\n| Pass invocation | Items | Invocations (whole pass) | DynamoDB each | Scheduler each | SQS messages each | ms each, mean (max) |\n|---|---:|---:|---:|---:|---:|---:|"
         );
+        for p in &report.passes {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} ({:.0}) |",
+                p.pass, p.items, p.invocations, p.dynamodb, p.scheduler, p.sqs_messages, p.ms_mean, p.ms_max
+            );
+        }
+        for p in &report.passes {
+            let _ = writeln!(out, "\n{}: {} ({} measured).", p.pass, p.note, p.measured);
+        }
     }
     if !report.init.is_empty() {
         let bare = report

@@ -342,6 +342,15 @@ fn check_image(image: &Value, at: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Image blocks anywhere in the messages, tool results included.
+fn count_images(value: &Value) -> usize {
+    match value {
+        Value::Object(map) => usize::from(map.contains_key("image")) + map.values().map(count_images).sum::<usize>(),
+        Value::Array(items) => items.iter().map(count_images).sum(),
+        _ => 0,
+    }
+}
+
 /// One content block of a message (`text`, `image`, `toolUse`, `toolResult`).
 fn check_block(block: &Value, at: &str) -> Result<(), String> {
     let Some(object) = block.as_object().filter(|o| o.len() == 1) else {
@@ -433,6 +442,15 @@ pub fn validate(model: &str, request: &Value) -> Result<(), String> {
     {
         return Err("inferenceConfig.maxTokens must be at least 1".into());
     }
+    // Bedrock refuses a maxTokens above the model's own ceiling.
+    let ceiling = i64::from(shared::domain::model::max_output_tokens(model));
+    if let Some(max) = request["inferenceConfig"]["maxTokens"].as_i64()
+        && max > ceiling
+    {
+        return Err(format!(
+            "The maximum tokens you requested exceeds the model limit of {ceiling}. Try again with a maximum tokens value that is lower than {ceiling}."
+        ));
+    }
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
     if messages.is_empty() {
         return Err("messages must not be empty".into());
@@ -455,6 +473,11 @@ pub fn validate(model: &str, request: &Value) -> Result<(), String> {
         }
         for (j, block) in content.iter().enumerate() {
             check_block(block, &format!("messages.{i}.content.{j}"))?;
+            if block["toolResult"].get("status").is_some() && !shared::domain::model::takes_tool_result_status(model) {
+                return Err(format!(
+                    "messages.{i}.content.{j}.toolResult.status: this model doesn't support the status field of a tool result"
+                ));
+            }
             if role == "user" && block.get("toolUse").is_some() {
                 return Err(format!("messages.{i}.content.{j}: a user message cannot hold toolUse"));
             }
@@ -497,6 +520,18 @@ pub fn validate(model: &str, request: &Value) -> Result<(), String> {
     {
         return Err("The conversation ends with toolUse blocks that no toolResult answers".into());
     }
+    if messages.last().is_some_and(|m| m["role"] == "assistant") {
+        return Err(
+            "This model does not support assistant message prefill. The conversation must end with a user message."
+                .into(),
+        );
+    }
+    let images = count_images(&Value::Array(messages.clone()));
+    if images > 20 {
+        return Err(format!(
+            "Too many images and documents: {images} images and 0 documents were provided; a request takes at most 20 images."
+        ));
+    }
     match request.get("toolConfig") {
         None if uses_tools => {
             Err("The toolConfig field must be defined when using toolUse and toolResult content blocks.".into())
@@ -538,6 +573,11 @@ fn check_tools(config: &Value) -> Result<(), String> {
         if !spec["inputSchema"]["json"].is_object() {
             return Err(format!(
                 "toolConfig.tools.{i}.toolSpec.inputSchema.json must be a JSON object"
+            ));
+        }
+        if spec["inputSchema"]["json"]["type"] != "object" {
+            return Err(format!(
+                "The value at toolConfig.tools.{i}.toolSpec.inputSchema.json.type must be one of the following: object."
             ));
         }
     }

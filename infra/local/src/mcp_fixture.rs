@@ -42,6 +42,8 @@ pub struct FixturePrompt {
 pub struct FixtureTool {
     pub name: String,
     pub description: String,
+    /// Its input schema as listed (`None`: an object with one text field).
+    pub schema: Option<JsonObject>,
 }
 
 #[derive(Debug, Default)]
@@ -179,7 +181,8 @@ impl ServerHandler for Handler {
             .tools
             .iter()
             .map(|t| {
-                let mut tool = Tool::new(t.name.clone(), t.description.clone(), Arc::new(schema.clone()));
+                let listed = t.schema.clone().unwrap_or_else(|| schema.clone());
+                let mut tool = Tool::new(t.name.clone(), t.description.clone(), Arc::new(listed));
                 // An empty description is a tool without one, as many servers list them.
                 if t.description.is_empty() {
                     tool.description = None;
@@ -292,6 +295,19 @@ pub fn tool(name: &str) -> FixtureTool {
     FixtureTool {
         name: name.to_owned(),
         description: format!("The fixture's {name} tool"),
+        schema: None,
+    }
+}
+
+/// A tool listed with this input schema, as it is (real servers list `{}`,
+/// a root `anyOf`, a schema without a type).
+pub fn tool_with_schema(name: &str, schema: Value) -> FixtureTool {
+    FixtureTool {
+        schema: match schema {
+            Value::Object(object) => Some(object),
+            _ => Some(JsonObject::new()),
+        },
+        ..tool(name)
     }
 }
 
@@ -300,6 +316,7 @@ pub fn undescribed_tool(name: &str) -> FixtureTool {
     FixtureTool {
         name: name.to_owned(),
         description: String::new(),
+        schema: None,
     }
 }
 

@@ -117,7 +117,9 @@ pub fn from_document(document: &Document) -> Value {
     }
 }
 
-fn to_sdk(message: &Message) -> Result<SdkMessage, ModelError> {
+/// A message as the SDK sends it; a tool result's `status` only where the
+/// model family takes one (`model::takes_tool_result_status`).
+fn to_sdk(message: &Message, result_status: bool) -> Result<SdkMessage, ModelError> {
     let role = match message.role {
         Role::User => ConversationRole::User,
         Role::Assistant => ConversationRole::Assistant,
@@ -140,11 +142,11 @@ fn to_sdk(message: &Message) -> Result<SdkMessage, ModelError> {
                 ToolResultBlock::builder()
                     .tool_use_id(id)
                     .set_content(Some(content.iter().map(result_content).collect::<Result<Vec<_>, _>>()?))
-                    .status(if *is_error {
+                    .set_status(result_status.then_some(if *is_error {
                         ToolResultStatus::Error
                     } else {
                         ToolResultStatus::Success
-                    })
+                    }))
                     .build()
                     .map_err(|e| error(e.to_string()))?,
             ),
@@ -186,7 +188,12 @@ fn stop(reason: &SdkStop) -> StopReason {
 
 impl Model for BedrockModel {
     async fn converse(&self, model_id: &str, request: &ModelRequest) -> Result<ModelReply, ModelError> {
-        let messages = request.messages.iter().map(to_sdk).collect::<Result<Vec<_>, _>>()?;
+        let status = crate::domain::model::takes_tool_result_status(model_id);
+        let messages = request
+            .messages
+            .iter()
+            .map(|m| to_sdk(m, status))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut call = self
             .client
             .converse()

@@ -101,6 +101,8 @@ pub const RUN_ID_META: &str = "ai.nimblebrain/run-id";
 /// Said to the model in front of a prompt that starts with an assistant
 /// message: Converse wants the user first.
 pub const PROMPT_OPENING: &str = "Here is the scheduled task's prompt.";
+/// Said to the model after a prompt that ends with the assistant's message.
+pub const PROMPT_CONTINUE: &str = "Continue from there.";
 /// A tool result with nothing in it becomes this: Converse refuses an empty one.
 pub const EMPTY_RESULT: &str = "(the tool returned an empty result)";
 
@@ -126,7 +128,57 @@ pub fn prompt_conversation(messages: Vec<Message>) -> Vec<Message> {
     if out.first().is_some_and(|m| m.role == Role::Assistant) {
         out.insert(0, Message::user_text(PROMPT_OPENING));
     }
+    // A prompt that ends with the assistant's message would be an assistant
+    // prefill (models such as Claude Opus 4.6 refuse it), and the model's
+    // reply would follow it as a second assistant message: the user speaks
+    // last.
+    if out.last().is_some_and(|m| m.role == Role::Assistant) {
+        out.push(Message::user_text(PROMPT_CONTINUE));
+    }
     out
+}
+
+/// The most images Bedrock takes in one Converse request.
+pub const MAX_IMAGES_PER_REQUEST: usize = 20;
+/// What stands in for an image past [`MAX_IMAGES_PER_REQUEST`].
+pub const IMAGE_LEFT_OUT: &str = "(an image was left out: a request carries at most 20 images)";
+
+/// Keeps at most [`MAX_IMAGES_PER_REQUEST`] images in the messages, the
+/// latest ones: each earlier image (in a message or a tool result) becomes
+/// a short text saying so. Answers how many were left out.
+pub fn bound_images(messages: &mut [Message]) -> usize {
+    fn count(blocks: &[Block]) -> usize {
+        blocks
+            .iter()
+            .map(|b| match b {
+                Block::Image { .. } => 1,
+                Block::ToolResult { content, .. } => count(content),
+                _ => 0,
+            })
+            .sum()
+    }
+    fn drop_first(blocks: &mut [Block], excess: &mut usize) {
+        for block in blocks.iter_mut() {
+            if *excess == 0 {
+                return;
+            }
+            match block {
+                Block::Image { .. } => {
+                    *block = Block::Text(IMAGE_LEFT_OUT.to_owned());
+                    *excess -= 1;
+                }
+                Block::ToolResult { content, .. } => drop_first(content, excess),
+                _ => {}
+            }
+        }
+    }
+    let total: usize = messages.iter().map(|m| count(&m.content)).sum();
+    let mut excess = total.saturating_sub(MAX_IMAGES_PER_REQUEST);
+    let left_out = excess;
+    for message in messages.iter_mut() {
+        drop_first(&mut message.content, &mut excess);
+    }
+    left_out
 }
 
 /// A tool result's content as Converse takes it: blank text dropped, and

@@ -46,6 +46,35 @@ pub struct Route {
 pub struct Toolbox {
     tools: Vec<ToolSpec>,
     routes: BTreeMap<String, Route>,
+    /// Tools left out, and why (the run record says so).
+    left_out: Vec<String>,
+}
+
+/// A tool's input schema as Converse takes it: a JSON object schema with
+/// `"type": "object"` at its root. A schema without a type (a server's
+/// `{}`, or properties alone) gets it; anything else at the root (a root
+/// `anyOf`, `oneOf`, `allOf` or `$ref`, another type) cannot be offered,
+/// and the reason says why. A schema that is no JSON object at all is read
+/// as the open object schema.
+pub fn converse_schema(schema: Value) -> Result<Value, &'static str> {
+    let mut object = match schema {
+        Value::Object(object) => object,
+        _ => serde_json::Map::new(),
+    };
+    if ["anyOf", "oneOf", "allOf", "$ref"]
+        .iter()
+        .any(|k| object.contains_key(*k))
+    {
+        return Err("has a combinator or reference at its root, not an object");
+    }
+    match object.get("type") {
+        None => {
+            object.insert("type".to_owned(), Value::String("object".to_owned()));
+        }
+        Some(Value::String(t)) if t == "object" => {}
+        Some(_) => return Err("describes something other than an object at its root"),
+    }
+    Ok(Value::Object(object))
 }
 
 impl Toolbox {
@@ -70,14 +99,21 @@ impl Toolbox {
             } else {
                 tool.description
             };
+            let input_schema = match converse_schema(tool.input_schema) {
+                Ok(schema) => schema,
+                Err(why) => {
+                    // One unusable schema never refuses the whole request.
+                    self.left_out.push(format!(
+                        "tool `{}` of {server} left out: its input schema {why}",
+                        tool.name
+                    ));
+                    continue;
+                }
+            };
             self.tools.push(ToolSpec {
                 name: name.clone(),
                 description,
-                input_schema: if tool.input_schema.is_object() {
-                    tool.input_schema
-                } else {
-                    Value::Object(Default::default())
-                },
+                input_schema,
             });
             self.routes.insert(
                 name,
@@ -92,6 +128,11 @@ impl Toolbox {
     /// The tools as offered to the model.
     pub fn tools(&self) -> &[ToolSpec] {
         &self.tools
+    }
+
+    /// The tools that could not be offered, each with why.
+    pub fn left_out(&self) -> &[String] {
+        &self.left_out
     }
 
     /// Where an offered name leads; `None` for a name that was not offered.
@@ -175,6 +216,8 @@ pub struct AgentLoop {
     run_budget: Option<f64>,
     price: Price,
     wall_deadline: DateTime<Utc>,
+    /// The model's own `maxTokens` ceiling (`model::max_output_tokens`).
+    model_max_tokens: u32,
     usage: Usage,
     /// The latest non-empty text the model wrote: a failed run's output.
     last_text: Option<String>,
@@ -198,6 +241,7 @@ impl AgentLoop {
             run_budget,
             price,
             wall_deadline,
+            model_max_tokens: u32::MAX,
             usage: Usage::default(),
             last_text: None,
             input_floor: 0,
@@ -266,8 +310,19 @@ impl AgentLoop {
         if tokens_left == 0 {
             return Err(self.output_limit_reached());
         }
-        request.max_tokens = u32::try_from(tokens_left.min(affordable)).unwrap_or(u32::MAX);
+        // Never above the model's own ceiling (Bedrock refuses it).
+        request.max_tokens = u32::try_from(tokens_left.min(affordable))
+            .unwrap_or(u32::MAX)
+            .min(self.model_max_tokens);
+        // At most 20 images in one request: the latest ones.
+        super::agent::bound_images(&mut request.messages);
         Ok(Turn { request, affordable })
+    }
+
+    /// The model's own `maxTokens` ceiling, which no request exceeds.
+    pub fn with_model_max_tokens(mut self, max: u32) -> Self {
+        self.model_max_tokens = max.max(1);
+        self
     }
 
     /// What is left of the run's wall time at `now`; zero once it is over.
@@ -341,6 +396,7 @@ impl AgentLoop {
                 usage: self.usage,
                 output: Some(cap_output(&text)),
                 cost: self.cost(),
+                notes: Vec::new(),
             }),
             StopReason::MaxTokens
                 if u64::from(turn.request.max_tokens) == turn.affordable && self.run_budget.is_some() =>

@@ -109,6 +109,7 @@ mod tests {
             started_at: t,
             finished_at: t,
             ttl: 0,
+            notes: Vec::new(),
         }
     }
 

@@ -76,6 +76,40 @@ impl ModelId {
     }
 }
 
+/// The most output tokens one Converse request may ask of a model (its
+/// `maxTokens` ceiling; Bedrock refuses a request above it), by family,
+/// from Anthropic's model overview: 128K for Opus 4.6 and later and Sonnet
+/// 4.6; 64K for the 4.5 models, Sonnet 4 and Sonnet 3.7; 32K for Opus 4 and
+/// 4.1; 8,192 for the 3.5 models; 4,096 for Claude 3 Haiku and for a model
+/// this table does not know (the runner asks no more than that of it).
+pub fn max_output_tokens(model_id: &str) -> u32 {
+    let id = model_id.to_ascii_lowercase();
+    let has = |s: &str| id.contains(s);
+    if has("claude-opus-4-6") || has("claude-opus-4-7") || has("claude-opus-4-8") || has("claude-sonnet-4-6") {
+        128_000
+    } else if has("claude-opus-4-5")
+        || has("claude-sonnet-4-5")
+        || has("claude-haiku-4-5")
+        || has("claude-sonnet-4-2")
+        || has("claude-3-7-sonnet")
+    {
+        64_000
+    } else if has("claude-opus-4-1") || has("claude-opus-4-2") {
+        32_000
+    } else if has("claude-3-5") {
+        8_192
+    } else {
+        4_096
+    }
+}
+
+/// Whether the model family takes a `status` on a tool result: Bedrock
+/// documents the field for Anthropic Claude models only, and other
+/// families refuse the request that carries it.
+pub fn takes_tool_result_status(model_id: &str) -> bool {
+    model_id.to_ascii_lowercase().contains("anthropic.")
+}
+
 impl std::fmt::Display for ModelId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.id)
@@ -85,6 +119,30 @@ impl std::fmt::Display for ModelId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_family_has_its_output_ceiling_and_only_claude_takes_a_result_status() {
+        let cases = [
+            ("global.anthropic.claude-opus-4-6-v1", 128_000),
+            ("us.anthropic.claude-sonnet-4-6", 128_000),
+            ("global.anthropic.claude-haiku-4-5-20251001-v1:0", 64_000),
+            ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", 64_000),
+            ("anthropic.claude-sonnet-4-20250514-v1:0", 64_000),
+            ("anthropic.claude-opus-4-1-20250805-v1:0", 32_000),
+            ("anthropic.claude-opus-4-20250514-v1:0", 32_000),
+            ("anthropic.claude-3-5-haiku-20241022-v1:0", 8_192),
+            ("anthropic.claude-3-haiku-20240307-v1:0", 4_096),
+            ("amazon.nova-lite-v1:0", 4_096),
+        ];
+        for (id, max) in cases {
+            assert_eq!(max_output_tokens(id), max, "{id}");
+        }
+        assert!(takes_tool_result_status(
+            "global.anthropic.claude-haiku-4-5-20251001-v1:0"
+        ));
+        assert!(!takes_tool_result_status("us.amazon.nova-pro-v1:0"));
+        assert!(!takes_tool_result_status("meta.llama3-1-70b-instruct-v1:0"));
+    }
 
     #[test]
     fn profiles_and_models_are_told_apart() {

@@ -185,6 +185,8 @@ impl Usage {
 
 /// The most output text a run record keeps.
 pub const MAX_OUTPUT_CHARS: usize = 4000;
+/// The most notes a run record keeps.
+pub const MAX_NOTES: usize = 16;
 /// The most reason text a run record keeps (a server's error message can be
 /// any size).
 pub const MAX_REASON_CHARS: usize = 1000;
@@ -228,6 +230,9 @@ pub struct RunRecord {
     /// Unix seconds: DynamoDB's TTL removes the record `RETENTION_DAYS`
     /// after it finished.
     pub ttl: i64,
+    /// What the run could not do as asked (`Outcome::notes`), capped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl RunRecord {
@@ -262,6 +267,7 @@ impl RunRecord {
             started_at,
             finished_at,
             ttl: (finished_at + retention).timestamp(),
+            notes: outcome.notes.iter().take(MAX_NOTES).map(|n| cap_reason(n)).collect(),
         }
     }
 }
@@ -275,6 +281,9 @@ pub struct Outcome {
     pub output: Option<String>,
     /// This attempt's cost in USD.
     pub cost: f64,
+    /// What the run could not do as asked, in words (a tool left out for
+    /// its schema); recorded on the run.
+    pub notes: Vec<String>,
 }
 
 impl Outcome {
@@ -286,6 +295,7 @@ impl Outcome {
             usage: Usage::default(),
             output: None,
             cost: 0.0,
+            notes: Vec::new(),
         }
     }
 
@@ -297,6 +307,7 @@ impl Outcome {
             usage,
             output,
             cost,
+            notes: Vec::new(),
         }
     }
 }
@@ -415,6 +426,7 @@ mod claim_tests {
             usage: Usage::default(),
             output: Some("done".into()),
             cost: 0.25,
+            notes: Vec::new(),
         };
         let finished = at + Duration::seconds(5);
         let record = RunRecord::new(&delivery, &ran, 2, 0.5, "m1", at, finished, Duration::days(30));

@@ -1,7 +1,8 @@
 //! The benchmarks (`infra/scripts/bench.sh`; `tests::bench`): prints the
 //! README's tables and writes them as JSON. Reports; asserts nothing.
 //!
-//! `bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--invocations N] [--starts K]`
+//! `bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--invocations N] [--starts K]
+//! [--only requests,passes,binaries]`
 
 // The SDK futures nest deeply; their layout needs more than the default depth.
 #![recursion_limit = "256"]
@@ -19,6 +20,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
         out: PathBuf::from("target/bench.json"),
         invocations: 5,
         starts: 9,
+        only: Vec::new(),
     };
     let mut args = args.iter();
     while let Some(flag) = args.next() {
@@ -35,6 +37,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
             "--out" => options.out = value.into(),
             "--invocations" => options.invocations = number()?,
             "--starts" => options.starts = number()?,
+            "--only" => options.only = value.split(',').map(str::to_owned).collect(),
             other => anyhow::bail!("unknown flag {other}"),
         }
     }

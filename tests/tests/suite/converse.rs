@@ -156,6 +156,52 @@ async fn the_stand_in_refuses_what_bedrock_refuses_with_its_error() {
                 ..request(vec![user("go")], vec![])
             },
         ),
+        (
+            "maxTokens above the model's own ceiling",
+            ModelRequest {
+                max_tokens: shared::domain::model::max_output_tokens(tests::MODEL) + 1,
+                ..request(vec![user("go")], vec![])
+            },
+        ),
+        (
+            "a tool schema without type object at its root",
+            request(
+                vec![user("go")],
+                vec![ToolSpec {
+                    input_schema: json!({}),
+                    ..spec("t", "d")
+                }],
+            ),
+        ),
+        (
+            "a root anyOf schema",
+            request(
+                vec![user("go")],
+                vec![ToolSpec {
+                    input_schema: json!({"anyOf": [{"type": "object"}, {"type": "string"}]}),
+                    ..spec("t", "d")
+                }],
+            ),
+        ),
+        (
+            "an assistant message last (a prefill)",
+            request(vec![user("go"), assistant(vec![Block::Text("Sure, ".into())])], vec![]),
+        ),
+        (
+            "21 images in one request",
+            request(
+                vec![Message {
+                    role: Role::User,
+                    content: (0..21)
+                        .map(|_| Block::Image {
+                            format: shared::domain::agent::ImageFormat::Png,
+                            data: base64_png(),
+                        })
+                        .collect(),
+                }],
+                vec![],
+            ),
+        ),
     ];
     for (i, (what, bad)) in cases.iter().enumerate() {
         let err = model.converse(tests::MODEL, bad).await.expect_err(what);
@@ -703,4 +749,131 @@ async fn a_run_throttled_after_a_tool_call_fails_as_model_throttled_and_before_o
     // delivery given back is not counted (ARCHITECTURE, `claims`).
     let record = s.run_record(&reminder.task_id, &occurrence_key(when)).await.unwrap();
     assert_eq!(record["attempts"], 1);
+}
+
+/// What real servers send and Bedrock refuses is made what Bedrock takes:
+/// a tool schema of `{}` or properties without a type gets its root
+/// `"type": "object"`, a root `anyOf` is left out (the run record says so,
+/// the request still goes), a prompt ending with the assistant's message
+/// gets a user turn after it, a tool flooding images is held to 20 images a
+/// request (the latest), and `maxTokens` never exceeds the model's own.
+#[tokio::test(flavor = "multi_thread")]
+async fn schemas_prompts_images_and_max_tokens_bedrock_refuses_are_made_ones_it_takes() {
+    use local::mcp_fixture::tool_with_schema;
+    use shared::domain::agent::{IMAGE_LEFT_OUT, MAX_IMAGES_PER_REQUEST, PROMPT_CONTINUE};
+    let s = RunStack::start().await.unwrap();
+    let images: Vec<ContentBlock> = (0..8).map(|_| ContentBlock::image(PNG_1X1, "image/png")).collect();
+    let prompt = vec![
+        PromptMessage::new_text(McpRole::User, "Collect today's screenshots."),
+        PromptMessage::new_text(McpRole::Assistant, "I will collect them."),
+    ];
+    let fixture = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt("shots", json!({"version": 1}), &[], "unused")],
+        tools: vec![
+            tool_with_schema("flat", json!({})),
+            tool_with_schema("props", json!({"properties": {"q": {"type": "string"}}})),
+            tool_with_schema("union", json!({"anyOf": [{"type": "object"}, {"type": "string"}]})),
+            tool("shots"),
+        ],
+        prompt_messages: [("shots".to_owned(), prompt)].into(),
+        tool_answers: [("shots".to_owned(), CallToolResult::success(images))].into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.store()
+        .put_install(&install("ins_1", "cams", &fixture.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    let mut task = connector_task("cams", "shots", &["flat", "props", "union", "shots"], &[]);
+    task.spec.limits.max_tool_calls = 5;
+    task.spec.limits.max_turns = 6;
+    task.spec.limits.max_output_tokens = 50_000;
+    s.insert(&task).await;
+    let shots = offered_name("cams", "shots");
+    s.model
+        .script([
+            Reply::tool(&shots, json!({}), 100, 10),
+            Reply::tool(&shots, json!({}), 100, 10),
+            Reply::tool(&shots, json!({}), 100, 10),
+            Reply::text("Collected.", 100, 10),
+        ])
+        .await;
+    // Ceilings that let the task ask more output than the model gives.
+    let mut settings = tests::run_settings(true);
+    settings.ceilings = shared::domain::limits::Ceilings::new(shared::domain::limits::Limits {
+        max_output_tokens: 50_000,
+        ..tests::CEILINGS
+    })
+    .unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    let got = s
+        .runner_on(s.store(), settings)
+        .deliver("m1", &run_message(&task, at, "e1"), Utc::now(), tests::deadline())
+        .await
+        .unwrap();
+    let refused = s.model.refused().await;
+    assert!(
+        refused.is_empty(),
+        "{:?}",
+        refused.iter().map(|r| &r.message).collect::<Vec<_>>()
+    );
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+
+    let requests = s.model.requests().await;
+    assert_eq!(requests.len(), 4);
+    let first = &requests[0].1;
+    let messages = first["messages"].as_array().unwrap();
+    assert_eq!(messages.last().unwrap()["role"], "user", "the user speaks last");
+    assert_eq!(messages.last().unwrap()["content"], json!([{"text": PROMPT_CONTINUE}]));
+    let tools = first["toolConfig"]["tools"].as_array().unwrap();
+    let offered: Vec<&str> = tools.iter().map(|t| t["toolSpec"]["name"].as_str().unwrap()).collect();
+    assert_eq!(offered.len(), 3, "{offered:?}: the root anyOf is left out");
+    assert!(!offered.contains(&offered_name("cams", "union").as_str()));
+    for tool in tools {
+        assert_eq!(tool["toolSpec"]["inputSchema"]["json"]["type"], "object", "{tool}");
+    }
+    let max = shared::domain::model::max_output_tokens(tests::MODEL);
+    for (_, request) in &requests {
+        assert!(request["inferenceConfig"]["maxTokens"].as_u64().unwrap() <= u64::from(max));
+        let images = request.to_string().matches("\"image\"").count();
+        assert!(images <= MAX_IMAGES_PER_REQUEST, "{images} images in one request");
+    }
+    let last = requests[3].1.to_string();
+    assert_eq!(
+        last.matches("\"image\"").count(),
+        MAX_IMAGES_PER_REQUEST,
+        "the latest 20 of 24"
+    );
+    assert!(last.contains(IMAGE_LEFT_OUT));
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    let notes = record["notes"]
+        .as_array()
+        .expect("the run record says what was left out");
+    assert!(notes[0].as_str().unwrap().contains("`union`"), "{notes:?}");
+}
+
+#[test]
+fn a_tool_result_status_is_refused_for_a_model_family_that_takes_none() {
+    let mut body = json!({
+        "messages": [
+            {"role": "user", "content": [{"text": "go"}]},
+            {"role": "assistant", "content": [{"toolUse": {"toolUseId": "u1", "name": "t", "input": {}}}]},
+            {"role": "user", "content": [{"toolResult": {"toolUseId": "u1", "content": [{"text": "r"}], "status": "success"}}]}
+        ],
+        "toolConfig": {"tools": [{"toolSpec": {"name": "t", "description": "d", "inputSchema": {"json": {"type": "object"}}}}]}
+    });
+    let nova = "amazon.nova-lite-v1:0";
+    let refused = local::converse::validate(nova, &body).unwrap_err();
+    assert!(refused.contains("status"), "{refused}");
+    assert_eq!(
+        local::converse::validate(tests::MODEL, &body),
+        Ok(()),
+        "Claude takes it"
+    );
+    body["messages"][2]["content"][0]["toolResult"]
+        .as_object_mut()
+        .unwrap()
+        .remove("status");
+    assert_eq!(local::converse::validate(nova, &body), Ok(()));
 }

@@ -79,9 +79,18 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Err(e) => return failed(e.to_string()),
         };
         let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
-        let turns = AgentLoop::new(setup.messages, setup.toolbox, limits, run_budget, price, wall_deadline);
+        let notes = setup.toolbox.left_out().to_vec();
+        let turns = AgentLoop::new(setup.messages, setup.toolbox, limits, run_budget, price, wall_deadline)
+            .with_model_max_tokens(crate::domain::model::max_output_tokens(&self.settings.model_id));
         let run = run_id(task.task_id.as_str(), scheduled);
-        self.agent_loop(turns, &setup.sessions, &run).await
+        match self.agent_loop(turns, &setup.sessions, &run).await {
+            // What could not be offered is on the record, whatever the outcome.
+            Ended::Run(mut outcome) => {
+                outcome.notes = notes;
+                Ended::Run(outcome)
+            }
+            requeue => requeue,
+        }
     }
 
     /// Step 4: a reminder's instruction, or the connector's prompt and tools.
