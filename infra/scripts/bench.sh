@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The benchmarks (README, "Benchmarks"): DynamoDB requests per operation,
-# init time beside a bare lambda_runtime binary, instructions per create,
-# run and reconcile pass under callgrind, and each function's release
-# binary size. Prints the tables and writes target/bench.json. Reports
-# figures; asserts nothing.
+# the daily pass's requests and time per invocation, init time beside a
+# bare lambda_runtime binary, instructions per create, run and reconcile
+# pass under callgrind, and each function's release binary size. Prints
+# the tables and writes target/bench.json. Reports figures; asserts nothing.
 #
-#   bench.sh [--invocations N] [--starts K]
+#   bench.sh [--invocations N] [--starts K] [--only requests,passes,binaries]
+#
+# The pass figures alone need neither valgrind nor the release builds:
+#   cargo build -p tests --bin bench && target/debug/bench --only passes
 #
 # Sizes are of the arm64 release build (what template.yaml deploys) when
 # cargo-lambda is on PATH or in .venv-lambda (`infra/scripts/venv.sh
