@@ -130,23 +130,58 @@ async fn webhook(app: &App, request: LambdaFunctionUrlRequest) -> Result<Value, 
     Ok(response(answer.status(), json!({"result": message})))
 }
 
-/// Works a FIFO batch in order. After a failure, the later messages of the
+/// The most one message may take: a server that hangs fails its own work
+/// at this deadline (every MCP request has its own, and so has a whole list
+/// read), never the invocation.
+pub const MESSAGE_SECONDS: u64 = 40;
+/// Kept back at the end of an invocation to answer the batch.
+pub const ANSWER_RESERVE_MS: u64 = 2_000;
+
+/// What one message may take in an invocation that has `total` ms: at most
+/// [`MESSAGE_SECONDS`], and at most a third of the invocation, so a message
+/// that hangs leaves time for the others.
+pub fn message_budget(total_ms: u64) -> std::time::Duration {
+    std::time::Duration::from_millis((MESSAGE_SECONDS * 1000).min(total_ms / 3))
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(Utc::now().timestamp_millis()).unwrap_or_default()
+}
+
+/// Works a FIFO batch in order, within the invocation's deadline (Unix
+/// ms, from the Lambda context). After a failure, the later messages of the
 /// same group (install) go back with it, so its order holds; other groups'
 /// messages are still worked, so one failing install does not push the
-/// others' work towards the DLQ.
-async fn batch(app: &App, event: SqsEvent) -> Result<Value, Error> {
+/// others' work towards the DLQ. Each message has its deadline
+/// ([`message_budget`]); once what is left of the invocation is less than
+/// that, the rest of the batch goes back unworked, in its order.
+async fn batch(app: &App, event: SqsEvent, deadline_ms: u64) -> Result<Value, Error> {
     let reconciler = worker(app)?;
     let mut response = SqsBatchResponse::default();
     let mut failed_groups = std::collections::HashSet::new();
+    let budget = message_budget(deadline_ms.saturating_sub(now_ms()));
+    let mut out_of_time = false;
     for record in &event.records {
         let id = record.message_id.clone().unwrap_or_default();
         let group = record.attributes.get("MessageGroupId").cloned().unwrap_or_default();
-        if failed_groups.contains(&group) {
+        let left = deadline_ms.saturating_sub(now_ms()).saturating_sub(ANSWER_RESERVE_MS);
+        out_of_time |= u128::from(left) < budget.as_millis();
+        if out_of_time || failed_groups.contains(&group) {
             response.add_failure(id);
             continue;
         }
         let body = record.body.as_deref().unwrap_or_default();
-        match reconciler.work(body, Utc::now()).await {
+        let worked = match tokio::time::timeout(budget, reconciler.work(body, Utc::now())).await {
+            Ok(worked) => worked,
+            Err(_) => {
+                tracing::error!(message_id = %id, group = %group, seconds = budget.as_secs(),
+                    "reconcile did not finish within its deadline; the message comes back");
+                failed_groups.insert(group);
+                response.add_failure(id);
+                continue;
+            }
+        };
+        match worked {
             Ok(summary) => {
                 for (kind, n) in &summary.changes {
                     shared::adapters::metrics::count("ReconcileChanges", u64::from(*n), Some(("Kind", kind)));
@@ -291,9 +326,10 @@ impl Event {
 }
 
 pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
-    match Event::decode(event.payload)? {
+    let LambdaEvent { payload, context } = event;
+    match Event::decode(payload)? {
         Event::Webhook(request) => webhook(app, *request).await,
-        Event::Batch(batch_event) => batch(app, batch_event).await,
+        Event::Batch(batch_event) => batch(app, batch_event, context.deadline).await,
         Event::CustomResource(request) => custom_resource(app, &request).await,
         Event::ReconcileAll => {
             let queued = worker(app)?.reconcile_all(Utc::now()).await?;

@@ -213,3 +213,79 @@ mod reply {
         }
     }
 }
+
+/// A server that accepts connections and never answers: every MCP request
+/// to it waits until its deadline.
+async fn sleeping_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    format!("http://127.0.0.1:{port}/mcp")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sleeping_server_fails_its_own_message_and_a_healthy_install_in_the_batch_is_applied() {
+    use reconcile::message_budget;
+    let t = TestStack::start().await.unwrap();
+    let healthy = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "weekly_summary",
+            json!({"version": 1, "schedule": {"rate": "1 day"}, "tools": ["list_issues"],
+                   "budget": {"max_usd_per_run": 0.25, "max_usd_per_month": 5.0}}),
+            &[],
+            "Summarise.",
+        )],
+        tools: vec![tool("list_issues")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let sleeping = sleeping_server().await;
+    // A short invocation: each message may take a third of it.
+    let timeout = std::time::Duration::from_secs(30);
+    let api = Launch::new("reconcile", &t.aws, &t.stack)
+        .unwrap()
+        .timeout(timeout)
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let installed = |id: &str, url: &str| {
+        json!({"type": "connector.installed", "workspace": "ws_1",
+               "install": {"id": id, "server": id, "url": url, "scope": "workspace", "account": "acct_1"}})
+        .to_string()
+    };
+    let message = |id: &str, group: &str, body: String| {
+        json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
+               "messageAttributes": {}, "eventSource": "aws:sqs",
+               "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
+    };
+    let records = vec![
+        message("s1", "ws_1/ins_sleep", installed("ins_sleep", &sleeping)),
+        message("s2", "ws_1/ins_sleep", installed("ins_sleep", &sleeping)),
+        message("h1", "ws_1/ins_ok", installed("ins_ok", &healthy.url())),
+    ];
+    let started = std::time::Instant::now();
+    let batch = api
+        .invoke_ok(&json!({"Records": records}))
+        .await
+        .expect("the invocation answers within its timeout");
+    assert!(started.elapsed() < timeout);
+    assert!(
+        started.elapsed() >= message_budget(timeout.as_millis() as u64),
+        "the sleeping server's message ran to its own deadline"
+    );
+    assert_eq!(
+        batch["batchItemFailures"],
+        json!([{"itemIdentifier": "s1"}, {"itemIdentifier": "s2"}]),
+        "the sleeping install's work comes back, in its order; the healthy one's does not"
+    );
+    let tasks = t.items_of("task").await;
+    assert_eq!(tasks.len(), 1, "the healthy install was applied");
+    assert_eq!(tasks[0]["provenance"]["install_id"], "ins_ok");
+}

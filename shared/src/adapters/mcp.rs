@@ -68,6 +68,9 @@ use crate::ports::{Connectors, McpError, McpSession, ServerTool, ToolOutput};
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// `prompts/list` and `tools/list` stop after this many pages.
 pub const MAX_PAGES: usize = 50;
+/// The most a whole list read (every page of `prompts/list` or
+/// `tools/list`) may take, whatever each page's request takes.
+pub const LIST_DEADLINE: Duration = Duration::from_secs(45);
 /// How long a warm process keeps a connector credential it read.
 pub const CREDENTIAL_TTL: Duration = Duration::from_secs(300);
 /// The most characters kept of one text block a server sends.
@@ -113,6 +116,14 @@ fn failed(operation: &'static str, error: ServiceError) -> McpError {
             code: None,
             message: cap(&other.to_string(), MAX_ERROR_CHARS),
         },
+    }
+}
+
+fn list_timed_out(operation: &'static str) -> McpError {
+    McpError {
+        operation,
+        code: None,
+        message: format!("the whole list was not read within {} s", LIST_DEADLINE.as_secs()),
     }
 }
 
@@ -303,8 +314,68 @@ impl McpClient {
         self.client.peer_info().map(|p| p.protocol_version.to_string())
     }
 
-    /// The full `prompts/list`, every page, as the server sent it.
+    /// The full `prompts/list`, every page, as the server sent it, within
+    /// [`LIST_DEADLINE`].
     pub async fn raw_prompts(&self) -> Result<Vec<Prompt>, McpError> {
+        match tokio::time::timeout(LIST_DEADLINE, self.all_prompts()).await {
+            Ok(prompts) => prompts,
+            Err(_) => Err(list_timed_out("prompts/list")),
+        }
+    }
+
+    /// Every page of `tools/list` up to [`MAX_TOOLS_READ`] tools: unfiltered,
+    /// every name (what reconcile checks a declaration against), with the
+    /// description and schema of the first [`MAX_TOOLS`] only (what a bound
+    /// connector may offer); filtered by an approval, those tools whole.
+    async fn all_tools(&self, approved: Option<&BTreeSet<String>>) -> Result<Vec<ServerTool>, McpError> {
+        let mut tools = Vec::new();
+        let mut read = 0usize;
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
+            let page = timed("tools/list", self.client.list_tools(Some(params))).await?;
+            let room = MAX_TOOLS_READ.saturating_sub(read);
+            read += page.tools.len().min(room);
+            let kept = page
+                .tools
+                .into_iter()
+                .take(room)
+                .filter(|t| approved.is_none_or(|a| a.contains(t.name.as_ref())));
+            for t in kept {
+                // Past the first MAX_TOOLS of an unfiltered list, names alone.
+                if approved.is_none() && tools.len() >= MAX_TOOLS {
+                    tools.push(ServerTool {
+                        name: t.name.to_string(),
+                        description: String::new(),
+                        input_schema: serde_json::json!({"type": "object"}),
+                    });
+                    continue;
+                }
+                let schema = Value::Object((*t.input_schema).clone());
+                let oversized = schema.to_string().len() > MAX_SCHEMA_BYTES;
+                tools.push(ServerTool {
+                    name: t.name.to_string(),
+                    description: cap(t.description.as_deref().unwrap_or_default(), MAX_DESCRIPTION_CHARS),
+                    input_schema: if oversized {
+                        serde_json::json!({"type": "object"})
+                    } else {
+                        schema
+                    },
+                });
+            }
+            cursor = page.next_cursor;
+            if cursor.is_none() || read >= MAX_TOOLS_READ {
+                return Ok(tools);
+            }
+        }
+        Err(McpError {
+            operation: "tools/list",
+            code: None,
+            message: format!("more than {MAX_PAGES} pages"),
+        })
+    }
+
+    async fn all_prompts(&self) -> Result<Vec<Prompt>, McpError> {
         let mut prompts = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
@@ -493,49 +564,10 @@ impl McpSession for McpClient {
     }
 
     async fn list_tools(&self, approved: Option<&BTreeSet<String>>) -> Result<Vec<ServerTool>, McpError> {
-        let mut tools = Vec::new();
-        let mut read = 0usize;
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
-            let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
-            let page = timed("tools/list", self.client.list_tools(Some(params))).await?;
-            let room = MAX_TOOLS_READ.saturating_sub(read);
-            read += page.tools.len().min(room);
-            // Filtered by an approval, the approval bounds what is kept.
-            let limit = match approved {
-                Some(_) => usize::MAX,
-                None => MAX_TOOLS.saturating_sub(tools.len()),
-            };
-            let kept = page
-                .tools
-                .into_iter()
-                .take(room)
-                .filter(|t| approved.is_none_or(|a| a.contains(t.name.as_ref())))
-                .take(limit);
-            tools.extend(kept.map(|t| {
-                let schema = Value::Object((*t.input_schema).clone());
-                let oversized = schema.to_string().len() > MAX_SCHEMA_BYTES;
-                ServerTool {
-                    name: t.name.to_string(),
-                    description: cap(t.description.as_deref().unwrap_or_default(), MAX_DESCRIPTION_CHARS),
-                    input_schema: if oversized {
-                        serde_json::json!({"type": "object"})
-                    } else {
-                        schema
-                    },
-                }
-            }));
-            cursor = page.next_cursor;
-            let full = approved.is_none() && tools.len() >= MAX_TOOLS;
-            if cursor.is_none() || read >= MAX_TOOLS_READ || full {
-                return Ok(tools);
-            }
+        match tokio::time::timeout(LIST_DEADLINE, self.all_tools(approved)).await {
+            Ok(tools) => tools,
+            Err(_) => Err(list_timed_out("tools/list")),
         }
-        Err(McpError {
-            operation: "tools/list",
-            code: None,
-            message: format!("more than {MAX_PAGES} pages"),
-        })
     }
 
     async fn list_prompts(&self) -> Result<Vec<ListedPrompt>, McpError> {

@@ -50,6 +50,9 @@ pub struct Toolbox {
     left_out: Vec<String>,
 }
 
+/// The most tools one run offers the model, all servers together.
+pub const MAX_OFFERED_TOOLS: usize = 128;
+
 /// A tool's input schema as Converse takes it: a JSON object schema with
 /// `"type": "object"` at its root. A schema without a type (a server's
 /// `{}`, or properties alone) gets it; anything else at the root (a root
@@ -86,6 +89,12 @@ impl Toolbox {
     /// schema that is not an object becomes the open object schema.
     pub fn offer(&mut self, server: &str, session: usize, listed: Vec<ToolSpec>, admit: impl Fn(&str) -> bool) {
         for tool in listed.into_iter().filter(|t| admit(&t.name)) {
+            if self.tools.len() >= MAX_OFFERED_TOOLS {
+                self.left_out.push(format!(
+                    "tools of {server} past the first {MAX_OFFERED_TOOLS} offered were left out"
+                ));
+                break;
+            }
             let mut name = offered_name(server, &tool.name);
             if self.routes.contains_key(&name) {
                 // Two pairs that read alike: the hashed form tells them apart.

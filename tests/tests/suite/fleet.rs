@@ -168,3 +168,31 @@ async fn a_server_declaring_too_many_and_too_large_prompts_is_bounded_and_told_w
     let size = serde_json::to_string(&install).unwrap().len();
     assert!(size < 64 * 1024, "the install item stays far from 400 KB: {size} bytes");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_declaration_may_name_any_tool_of_the_full_tools_list() {
+    use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
+    let t = TestStack::start().await.unwrap();
+    let mut late = marker();
+    late["tools"] = serde_json::json!(["t149"]);
+    let fixture = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt("late_tool", late, &[], "Use the last tool.")],
+        tools: (0..150).map(|i| tool(&format!("t{i:03}"))).collect(),
+        page_size: 40,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let summary = t
+        .reconciler()
+        .apply(
+            &tests::installed("ins_1", "issues", &fixture.url(), "workspace"),
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert!(summary.refused.is_empty(), "{:?}", summary.refused);
+    let tasks = t.items_of("task").await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["spec"]["tools"], serde_json::json!(["t149"]));
+}
