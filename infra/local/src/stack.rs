@@ -52,7 +52,7 @@ pub const STACK: StackSpec = StackSpec {
     ttl_attribute: "ttl",
     runs_visibility_timeout: 2160,
     runs_retention_seconds: 345_600,
-    runs_max_receive_count: 5,
+    runs_max_receive_count: 100,
     dlq_retention_seconds: 1_209_600,
     reconcile_visibility_timeout: 720,
     run_finished_visibility_timeout: 120,

@@ -10,10 +10,13 @@
 //! the catch-up window is never shorter (the configuration refuses one that
 //! is; the template's `CatchUpSeconds` starts at the queue's visibility
 //! timeout, which bounds a return nobody could shorten: a crash, a timeout).
-//! The four returns a message gets before the queue's fifth receive moves
-//! it to the DLQ add up, even at their shortest, to more than the runner's
-//! lease (tested against the template), so a duplicate that meets a live
-//! lease is retried until the lease ends, not dead-lettered.
+//! Throttling is not a fault (SPEC §13): an occurrence returned for load
+//! reaches the runs DLQ only after its catch-up window has passed, however
+//! often it came back. The queue's `maxReceiveCount` is set with the return
+//! policy: it is more than [`receives_within`] the longest catch-up window
+//! (`MAX_CATCH_UP_SECONDS`), every return at its shortest, so the window
+//! runs out first; the receive after it is a `missed` skip, recorded and
+//! acknowledged at the first door (tested against the template).
 //! Called by the runner's handler; the ARN helper by its queue adapter.
 
 /// The first return's visibility, before jitter.
@@ -40,6 +43,22 @@ pub fn return_delay(receive_count: u32, jitter: f64) -> i32 {
     let half = step / 2;
     // `half + jitter * (step - half)`, rounded down, stays within `[half, step]`.
     half + ((f64::from(step - half)) * jitter) as i32
+}
+
+/// The most receives one message can have within `window_seconds` of its
+/// first, each return at its shortest (half its step): the first receive,
+/// then one per return that still fits in the window.
+pub fn receives_within(window_seconds: i64) -> u32 {
+    let mut elapsed = 0i64;
+    let mut receives = 1u32;
+    loop {
+        let shortest = i64::from(return_delay(receives, 0.0));
+        if elapsed + shortest > window_seconds {
+            return receives;
+        }
+        elapsed += shortest;
+        receives += 1;
+    }
 }
 
 /// The queue URL of an SQS queue ARN (`arn:<partition>:sqs:<region>:<account>:<name>`),
@@ -75,6 +94,15 @@ pub fn queue_url_of_arn(arn: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn receives_within_a_window_count_every_return_at_its_shortest() {
+        // 30 + 60 + 120 + 240 + 300 s: five returns in 750 s.
+        assert_eq!(super::receives_within(749), 5);
+        assert_eq!(super::receives_within(750), 6);
+        assert_eq!(super::receives_within(3600), 15);
+        assert_eq!(super::receives_within(21_600), 75);
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -1193,6 +1193,16 @@ fn returned_runs_come_back_within_the_catch_up_window() {
         returns > timeout + shared::app::run::LEASE_MARGIN_SECONDS,
         "{returns} s of returns"
     );
+    // Throttling is not a fault: however often an occurrence is returned,
+    // its receives within the longest catch-up window stay under the
+    // queue's maxReceiveCount, so it reaches the DLQ only after the window.
+    let longest = catch_up["MaxValue"].as_i64().unwrap();
+    assert_eq!(longest, shared::config::MAX_CATCH_UP_SECONDS);
+    let within = shared::domain::redelivery::receives_within(longest);
+    assert!(
+        u64::from(within) < receives,
+        "{within} receives within {longest} s, maxReceiveCount {receives}"
+    );
 }
 
 /// CloudWatch can publish to the alarm topic: its key is customer managed,

@@ -54,6 +54,14 @@ fn connect_failed(message: String) -> McpError {
     }
 }
 
+/// Why a run's procedure could not be set up.
+enum SetupError {
+    /// The server answered with an error, or could not be reached: the run fails.
+    Mcp(McpError),
+    /// The setup did not finish within the run's time: the run goes back.
+    TooSlow,
+}
+
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// The procedure and the agent loop. Every failure here is the run's
     /// outcome, never an error of the delivery.
@@ -76,7 +84,16 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let wall_deadline = agent_loop::wall_deadline(&limits, now, latest);
         let setup = match self.procedure(task, install, wall_deadline).await {
             Ok(setup) => setup,
-            Err(e) => return failed(e.to_string()),
+            // Slow under load before any model call: load, not failure. The
+            // occurrence goes back to run within its catch-up window.
+            Err(SetupError::TooSlow) => {
+                tracing::warn!("the connector setup did not finish within the run's time; the run goes back");
+                return Ended::Requeue(agent_loop::Requeue {
+                    usage: Usage::default(),
+                    cost: 0.0,
+                });
+            }
+            Err(SetupError::Mcp(e)) => return failed(e.to_string()),
         };
         let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
         let notes = setup.toolbox.left_out().to_vec();
@@ -99,7 +116,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         task: &Task,
         install: Option<&Install>,
         wall_deadline: DateTime<Utc>,
-    ) -> Result<Setup<C::Session>, McpError> {
+    ) -> Result<Setup<C::Session>, SetupError> {
         match task.kind {
             TaskKind::Reminder => {
                 let instruction = task.instruction.as_deref().unwrap_or_default();
@@ -110,10 +127,8 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             TaskKind::Connector => {
                 let left = time_left(wall_deadline, Utc::now());
                 match tokio::time::timeout(left, self.connector_setup(task, install)).await {
-                    Ok(setup) => setup,
-                    Err(_) => Err(connect_failed(
-                        "the connector setup did not finish within the run's time limit".into(),
-                    )),
+                    Ok(setup) => setup.map_err(SetupError::Mcp),
+                    Err(_) => Err(SetupError::TooSlow),
                 }
             }
         }
