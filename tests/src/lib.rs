@@ -445,6 +445,7 @@ pub fn install(id: &str, server: &str, url: &str, scope: InstallScope) -> Instal
         status: InstallStatus::Installed,
         updated_at: Utc::now(),
         declaration_errors: Default::default(),
+        last_error: None,
     }
 }
 

@@ -176,6 +176,10 @@ async fn batch(app: &App, event: SqsEvent, deadline_ms: u64) -> Result<Value, Er
             Err(_) => {
                 tracing::error!(message_id = %id, group = %group, seconds = budget.as_secs(),
                     "reconcile did not finish within its deadline; the message comes back");
+                let reason = format!("reconcile did not finish within {} s", budget.as_secs());
+                if let Err(e) = reconciler.record_failure(body, &reason, Utc::now()).await {
+                    tracing::warn!(error = %shared::error_chain(&e), "the failure could not be recorded on its install");
+                }
                 failed_groups.insert(group);
                 response.add_failure(id);
                 continue;
@@ -195,6 +199,12 @@ async fn batch(app: &App, event: SqsEvent, deadline_ms: u64) -> Result<Value, Er
             }
             Err(error) => {
                 tracing::error!(message_id = %id, error = %shared::error_chain(&error), "reconcile failed; the message comes back");
+                if let Err(e) = reconciler
+                    .record_failure(body, &shared::error_chain(&error), Utc::now())
+                    .await
+                {
+                    tracing::warn!(error = %shared::error_chain(&e), "the failure could not be recorded on its install");
+                }
                 failed_groups.insert(group);
                 response.add_failure(id);
             }

@@ -128,8 +128,8 @@ async fn the_binary_takes_webhooks_works_its_queue_and_answers_cloudformation() 
     assert_eq!(sent[0]["RequestId"], "req-1");
     // It answered as soon as the pass's first pages were queued.
     let pages = t.take_work().await;
-    assert_eq!(pages.len(), 2, "{pages:?}");
-    assert!(pages.iter().all(|(group, _)| group == "pass"));
+    assert_eq!(pages.len(), 1 + 16, "{pages:?}");
+    assert!(pages.iter().all(|(group, _)| group.starts_with("pass")));
     let message = |id: &str, group: &str, body: String| {
         json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
                "messageAttributes": {}, "eventSource": "aws:sqs",
@@ -288,4 +288,17 @@ async fn a_sleeping_server_fails_its_own_message_and_a_healthy_install_in_the_ba
     let tasks = t.items_of("task").await;
     assert_eq!(tasks.len(), 1, "the healthy install was applied");
     assert_eq!(tasks[0]["provenance"]["install_id"], "ins_ok");
+    let sleepy = t
+        .item_at(shared::adapters::keys::Key::install("ws_1", "ins_sleep"))
+        .await
+        .unwrap();
+    assert!(
+        sleepy["last_error"].as_str().unwrap().contains("did not finish within"),
+        "the failure is recorded on its own install: {sleepy}"
+    );
+    let healthy = t
+        .item_at(shared::adapters::keys::Key::install("ws_1", "ins_ok"))
+        .await
+        .unwrap();
+    assert!(healthy.get("last_error").is_none(), "{healthy}");
 }

@@ -185,3 +185,108 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
     assert_eq!(record["status"], "succeeded", "run, not missed: {record}");
     assert_eq!(s.model.requests().await.len(), 1);
 }
+
+/// A run's memory is bounded by the run, not only per item (SPEC §13): a
+/// server answering every call with eight 1 MB images, called again and
+/// again, leaves the real runner's peak memory under a stated bound, and no
+/// request to the model carries more than 20 images.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_flooding_images_cannot_exhaust_the_runners_memory() {
+    use base64::Engine;
+    use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
+    use rmcp::model::{CallToolResult, ContentBlock};
+    use shared::domain::install::InstallScope;
+    /// The peak a run may reach with its server's flood: the held content's
+    /// cap (8 MB), the requests that carry it, one call's answer in flight,
+    /// and the process itself.
+    const PEAK_BOUND: u64 = 160 * 1024 * 1024;
+    let s = RunStack::start().await.unwrap();
+    let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+    png.extend((0..1024 * 1024).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
+    let image = base64::engine::general_purpose::STANDARD.encode(&png);
+    let images: Vec<ContentBlock> = (0..8)
+        .map(|_| ContentBlock::image(image.clone(), "image/png"))
+        .collect();
+    let fixture = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "shots",
+            json!({"version": 1}),
+            &[],
+            "Collect the screenshots.",
+        )],
+        tools: vec![tool("shots")],
+        tool_answers: [("shots".to_owned(), CallToolResult::success(images))].into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.store()
+        .put_install(&tests::install(
+            "ins_1",
+            "cams",
+            &fixture.url(),
+            InstallScope::Workspace,
+        ))
+        .await
+        .unwrap();
+    let mut task = tests::connector_task("cams", "shots", &["shots"], &[]);
+    task.spec.limits.max_tool_calls = 10;
+    task.spec.limits.max_turns = 10;
+    task.spec.budget = None;
+    s.store().insert_task(&task).await.unwrap();
+    let shots = shared::domain::agent::offered_name("cams", "shots");
+    let mut replies: Vec<local::converse::Reply> = (0..8)
+        .map(|_| local::converse::Reply::tool(&shots, json!({}), 100, 10))
+        .collect();
+    replies.push(local::converse::Reply::text("Collected.", 100, 10));
+    s.model.script(replies).await;
+
+    let api = launch(&s)
+        .timeout(Duration::from_secs(120))
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    let response = api
+        .invoke_ok(&sqs_event(&[("m1", &run_message(&task, at, "e1"))]))
+        .await
+        .unwrap();
+    assert!(failures(&response).is_empty(), "{response}");
+    let record = s
+        .run_record(&task.task_id, &shared::domain::occurrence::occurrence_key(at))
+        .await
+        .unwrap();
+    assert_eq!(record["status"], "succeeded", "{record}");
+    assert_eq!(record["usage"]["tool_calls"], 8);
+    let requests = s.model.requests().await;
+    assert_eq!(requests.len(), 9);
+    for (_, request) in &requests {
+        assert!(request.to_string().matches("\"image\"").count() <= 20);
+    }
+    let last = requests[8].1.to_string();
+    let texts: Vec<String> = requests[8].1["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .flat_map(|b| b["toolResult"]["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["text"].as_str().map(|t| t.chars().take(120).collect()))
+        .collect();
+    println!(
+        "last request: {} images, texts {texts:?}",
+        last.matches("\"image\"").count()
+    );
+    assert!(
+        last.contains(shared::domain::agent::HELD_LEFT_OUT),
+        "past the run's cap, server content is named, not held"
+    );
+    let peak = api.process.peak_rss().expect("the runner's peak memory");
+    assert!(
+        peak < PEAK_BOUND,
+        "peak {} MB, bound {} MB (64 images of 1 MB were sent)",
+        peak / (1024 * 1024),
+        PEAK_BOUND / (1024 * 1024)
+    );
+    println!("runner peak memory: {} MB", peak / (1024 * 1024));
+}

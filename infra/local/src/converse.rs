@@ -584,11 +584,17 @@ fn check_tools(config: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The largest request body the stand-in reads.
+pub const REQUEST_BODY_LIMIT: usize = 128 * 1024 * 1024;
+
 impl ConverseStandIn {
     pub async fn start() -> anyhow::Result<Self> {
         let script = Arc::new(Mutex::new(Script::new()));
+        // Bedrock takes requests far above axum's 2 MB default (20 images
+        // of up to 3.75 MB each): the stand-in reads what a run may send.
         let app = Router::new()
             .route("/model/{model}/converse", post(converse))
+            .layer(axum::extract::DefaultBodyLimit::max(REQUEST_BODY_LIMIT))
             .with_state(script.clone());
         let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let port = listener.local_addr()?.port();

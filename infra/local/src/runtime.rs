@@ -251,6 +251,14 @@ impl FunctionProcess {
         self.child.id()
     }
 
+    /// The most memory the process has held so far (`VmHWM`, Linux), in bytes.
+    pub fn peak_rss(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    }
+
     /// User plus system CPU time the process has used so far (Linux).
     pub fn cpu_time(&self) -> Option<Duration> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;

@@ -102,8 +102,8 @@ pub enum Pass {
         after: Option<Cursor>,
     },
     /// One page of one shard of the reminders that can still run: put
-    /// back each schedule that is out of step, then queue the next page
-    /// (or the next shard's first).
+    /// back each schedule that is out of step, then queue the shard's next
+    /// page (each shard in its own message group).
     #[serde(rename = "reconcile.reminders")]
     Reminders {
         pass: i64,
@@ -335,14 +335,18 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
     pub async fn reconcile_all(&self, now: DateTime<Utc>) -> Result<usize, ReconcileError> {
         let pass = now.timestamp_millis();
         self.enqueue_pass(&Pass::Installs { pass, after: None }).await?;
-        self.enqueue_pass(&Pass::Reminders {
-            pass,
-            shard: 0,
-            after: None,
-        })
-        .await?;
+        // Each shard's pages run in their own message group: in parallel
+        // across the worker's concurrency, in order within a shard.
+        for shard in 0..crate::domain::schedule_definition::REMINDER_SHARDS {
+            self.enqueue_pass(&Pass::Reminders {
+                pass,
+                shard,
+                after: None,
+            })
+            .await?;
+        }
         tracing::info!("queued the daily pass's first pages");
-        Ok(2)
+        Ok(1 + usize::from(crate::domain::schedule_definition::REMINDER_SHARDS))
     }
 
     /// Queues a page of the pass. Its dedup id names the pass and the page
@@ -352,7 +356,34 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
         use sha2::{Digest, Sha256};
         let body = serde_json::to_string(&Work::Pass(page.clone())).unwrap_or_default();
         let dedup = hex::encode(Sha256::digest(body.as_bytes()));
-        self.queue.enqueue(PASS_GROUP, &dedup, &body).await
+        let group = match page {
+            Pass::Reminders { shard, .. } => format!("{PASS_GROUP}/reminders/{shard:02}"),
+            _ => PASS_GROUP.to_owned(),
+        };
+        self.queue.enqueue(&group, &dedup, &body).await
+    }
+
+    /// Records on its install why a work item failed (its server hung,
+    /// refused or could not be read), so an operator reads it there and no
+    /// other install's record changes; nothing for work that names no
+    /// install.
+    pub async fn record_failure(&self, body: &str, reason: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
+        let named = match serde_json::from_str::<Work>(body) {
+            Ok(Work::Event(event)) => Some((event.workspace().to_owned(), event.install_id().to_owned())),
+            Ok(Work::Pass(Pass::Install { workspace, install })) => Some((workspace, install.id)),
+            _ => None,
+        };
+        let Some((workspace, install_id)) = named else {
+            return Ok(());
+        };
+        if let Some(mut install) = self.store.install(&workspace, &install_id).await? {
+            install.last_error = Some(crate::domain::occurrence::cap_reason(&format!(
+                "{}: {reason}",
+                crate::domain::schedule::format_utc(now)
+            )));
+            self.store.put_install(&install).await?;
+        }
+        Ok(())
     }
 
     /// One page of installed connectors: a pass for each, in its install's
@@ -416,21 +447,13 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
             Box::pin(put_in_step(&self.store, &self.schedules, task)).await?;
             repaired += 1;
         }
-        let next = match page.next {
-            Some(next) => Some(Pass::Reminders {
+        if let Some(next) = page.next {
+            self.enqueue_pass(&Pass::Reminders {
                 pass,
                 shard,
                 after: Some(next),
-            }),
-            None if shard + 1 < crate::domain::schedule_definition::REMINDER_SHARDS => Some(Pass::Reminders {
-                pass,
-                shard: shard + 1,
-                after: None,
-            }),
-            None => None,
-        };
-        if let Some(next) = next {
-            self.enqueue_pass(&next).await?;
+            })
+            .await?;
         }
         if repaired > 0 {
             tracing::warn!(repaired, shard, "reminder schedules were out of step and were put back");
@@ -473,6 +496,7 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
                     status: InstallStatus::Installed,
                     updated_at: now,
                     declaration_errors: BTreeMap::new(),
+                    last_error: None,
                 };
                 self.store.put_install(&record).await?;
                 let mut summary = Box::pin(self.rebind(workspace, now)).await?;
@@ -627,12 +651,13 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
                 continue;
             }
             Box::pin(self.repair_schedules(workspace, install_id, &plan.writes)).await?;
-            if plan.refused != install.declaration_errors {
+            if plan.refused != install.declaration_errors || install.last_error.is_some() {
                 for (prompt, reason) in &plan.refused {
                     tracing::warn!(prompt = %prompt, reason = %reason, "declaration refused");
                 }
                 let mut updated = install.clone();
                 updated.declaration_errors = plan.refused.clone();
+                updated.last_error = None;
                 self.store.put_install(&updated).await?;
             }
             summary.refused = plan.refused;

@@ -138,6 +138,48 @@ pub fn prompt_conversation(messages: Vec<Message>) -> Vec<Message> {
     out
 }
 
+/// The most a run holds from servers, all told (prompt text, tool results,
+/// images), in bytes (SPEC §13): each item is capped on its own by the MCP
+/// adapter, and this caps their sum, so one hostile server cannot exhaust
+/// the runner's memory and kill the other runs of its batch.
+pub const MAX_HELD_BYTES: usize = 8 * 1024 * 1024;
+/// What stands in for content past [`MAX_HELD_BYTES`].
+pub const HELD_LEFT_OUT: &str = "(left out: this run already holds all it may keep from its servers)";
+
+/// The bytes a block holds (text, image data, JSON, results within).
+pub fn held_bytes(block: &Block) -> usize {
+    match block {
+        Block::Text(t) => t.len(),
+        Block::Image { data, .. } => data.len(),
+        Block::Json(v) => v.to_string().len(),
+        Block::ToolUse { input, .. } => input.to_string().len(),
+        Block::ToolResult { content, .. } => content.iter().map(held_bytes).sum(),
+    }
+}
+
+/// Keeps what fits of `blocks` in `room` bytes, in order; a block that does
+/// not fit becomes [`HELD_LEFT_OUT`] (a tool result keeps its id and what
+/// of its content fits). Answers the room left.
+pub fn bound_held(blocks: &mut [Block], mut room: usize) -> usize {
+    for block in blocks.iter_mut() {
+        match block {
+            Block::ToolResult { content, .. } => {
+                room = bound_held(content, room);
+            }
+            other => {
+                let size = held_bytes(other);
+                if size <= room {
+                    room -= size;
+                } else {
+                    *other = Block::Text(HELD_LEFT_OUT.to_owned());
+                    room = room.saturating_sub(HELD_LEFT_OUT.len());
+                }
+            }
+        }
+    }
+    room
+}
+
 /// The most images Bedrock takes in one Converse request.
 pub const MAX_IMAGES_PER_REQUEST: usize = 20;
 /// What stands in for an image past [`MAX_IMAGES_PER_REQUEST`].
@@ -416,7 +458,9 @@ mod tests {
                     content: vec![Block::Text("First.".into()), Block::Text("Second.".into())],
                 },
                 assistant("Noted."),
-            ]
+                Message::user_text(PROMPT_CONTINUE),
+            ],
+            "the user speaks last: no assistant prefill"
         );
         assert!(prompt_conversation(vec![Message::user_text(" \n")]).is_empty());
     }

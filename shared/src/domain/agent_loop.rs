@@ -227,6 +227,9 @@ pub struct AgentLoop {
     wall_deadline: DateTime<Utc>,
     /// The model's own `maxTokens` ceiling (`model::max_output_tokens`).
     model_max_tokens: u32,
+    /// What the run may still hold from its servers
+    /// (`agent::MAX_HELD_BYTES` less the prompt and results so far).
+    held_room: usize,
     usage: Usage,
     /// The latest non-empty text the model wrote: a failed run's output.
     last_text: Option<String>,
@@ -243,6 +246,11 @@ impl AgentLoop {
         price: Price,
         wall_deadline: DateTime<Utc>,
     ) -> Self {
+        let mut messages = messages;
+        let mut room = super::agent::MAX_HELD_BYTES;
+        for message in &mut messages {
+            room = super::agent::bound_held(&mut message.content, room);
+        }
         Self {
             messages,
             toolbox,
@@ -254,6 +262,7 @@ impl AgentLoop {
             usage: Usage::default(),
             last_text: None,
             input_floor: 0,
+            held_room: room,
         }
     }
 
@@ -444,6 +453,8 @@ impl AgentLoop {
         if results.is_empty() {
             return Err(self.fail("the model asked for tools but named none".to_owned()));
         }
+        let mut results = results;
+        self.held_room = super::agent::bound_held(&mut results, self.held_room);
         self.messages.push(Message {
             role: Role::User,
             content: results,
@@ -531,6 +542,31 @@ mod tests {
     }
 
     #[test]
+    fn a_schema_gets_its_root_object_type_or_its_tool_is_left_out_and_said_why() {
+        assert_eq!(converse_schema(json!({})), Ok(json!({"type": "object"})));
+        assert_eq!(
+            converse_schema(json!({"properties": {"q": {"type": "string"}}})),
+            Ok(json!({"type": "object", "properties": {"q": {"type": "string"}}}))
+        );
+        assert_eq!(converse_schema(json!(null)), Ok(json!({"type": "object"})));
+        assert!(converse_schema(json!({"anyOf": [{"type": "object"}]})).is_err());
+        assert!(converse_schema(json!({"type": "string"})).is_err());
+        assert!(converse_schema(json!({"type": ["object", "null"]})).is_err());
+        let mut toolbox = Toolbox::default();
+        toolbox.offer(
+            "s",
+            0,
+            vec![
+                tool("ok", "d", json!({})),
+                tool("union", "d", json!({"oneOf": [{"type": "object"}]})),
+            ],
+            |_| true,
+        );
+        assert_eq!(toolbox.tools().len(), 1);
+        assert!(toolbox.left_out()[0].contains("`union`"), "{:?}", toolbox.left_out());
+    }
+
+    #[test]
     fn only_admitted_tools_are_offered_namespaced_described_and_with_an_object_schema() {
         let mut toolbox = Toolbox::default();
         let listed = vec![
@@ -547,7 +583,7 @@ mod tests {
         assert_eq!(
             toolbox.tools(),
             &[
-                tool("issues__list", "list", json!({})),
+                tool("issues__list", "list", json!({"type": "object"})),
                 tool("chat__post", "Posts.", json!({"type": "object"})),
             ]
         );

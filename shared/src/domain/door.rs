@@ -199,6 +199,7 @@ mod tests {
             status,
             updated_at: t0(),
             declaration_errors: Default::default(),
+            last_error: None,
         }
     }
 

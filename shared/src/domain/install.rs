@@ -45,6 +45,10 @@ pub struct Install {
     /// Prompts whose latest declaration was refused, and why (reconcile).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub declaration_errors: std::collections::BTreeMap<String, String>,
+    /// Why the latest reconcile of this install failed (its server hung,
+    /// refused or could not be read), with when; cleared by one that works.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 impl Install {
@@ -168,6 +172,7 @@ pub(crate) mod tests_support {
             status,
             updated_at: Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(),
             declaration_errors: Default::default(),
+            last_error: None,
         }
     }
 }

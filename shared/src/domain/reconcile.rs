@@ -583,6 +583,7 @@ mod tests {
             status,
             updated_at: now(),
             declaration_errors: Default::default(),
+            last_error: None,
         }
     }
 

@@ -48,7 +48,7 @@ async fn one_pass_invocation_reads_one_page_whatever_the_table_holds() {
 
     // The daily pass (and the pass at deploy) only queues its first pages.
     let (dynamo, scheduler) = (r.store().requests(), r.schedules().requests());
-    assert_eq!(r.reconcile_all(now).await.unwrap(), 2);
+    assert_eq!(r.reconcile_all(now).await.unwrap(), 1 + 16);
     assert_eq!(
         r.store().requests(),
         dynamo,
@@ -56,15 +56,19 @@ async fn one_pass_invocation_reads_one_page_whatever_the_table_holds() {
     );
     assert_eq!(r.schedules().requests(), scheduler);
     let first = t.take_work().await;
-    assert_eq!(first.len(), 2, "{first:?}");
+    assert_eq!(first.len(), 1 + 16, "the installs' first page and each shard's");
 
     // A page of reminders: one query of one shard through the index, and
     // for each of at most PASS_PAGE reminders a schedule read, a put and
     // the task's read after it; then its next page is queued.
     let reminders = first
         .iter()
-        .find(|(_, body)| body.contains("reconcile.reminders"))
+        .find(|(_, body)| body.contains("reconcile.reminders") && body.contains("\"shard\":0"))
         .unwrap();
+    assert_eq!(
+        reminders.0, "pass/reminders/00",
+        "each shard's pages in their own group"
+    );
     let (dynamo, scheduler) = (r.store().requests(), r.schedules().requests());
     r.work(&reminders.1, now).await.unwrap();
     let read = r.store().requests() - dynamo;

@@ -83,7 +83,7 @@ async fn an_occurrence_returned_past_five_times_stays_off_the_dlq_and_then_runs(
         // A deadline a moment away in real time: a throttled run gives up at
         // once and goes back, as it would at the end of its time.
         let deadline = if receives < 8 {
-            Utc::now() + Duration::milliseconds(10_150)
+            Utc::now() + Duration::milliseconds(12_000)
         } else {
             Utc::now() + Duration::minutes(5)
         };

@@ -522,7 +522,7 @@ impl World {
                 self.s.model.throttle(Some((0, Window::Manual))).await;
                 // The invocation's deadline in real time, a moment away:
                 // the throttled run gives up at once and goes back.
-                let deadline = Utc::now() + Duration::milliseconds(10_150);
+                let deadline = Utc::now() + Duration::milliseconds(12_000);
                 let got = self
                     .deliver(*slot, at, self.now.max(at) + Duration::seconds(2), deadline)
                     .await;

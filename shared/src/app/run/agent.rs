@@ -58,6 +58,13 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         loop {
             let remaining = turns.time_left(Utc::now());
             if remaining.is_zero() {
+                // Out of time while the model kept it throttled: load, as
+                // `throttled` says (back to the queue before any tool call).
+                if throttled > 0
+                    && let Some(ended) = turns.throttled(Utc::now(), std::time::Duration::ZERO)
+                {
+                    return Err(ended);
+                }
                 return Err(turns.out_of_time());
             }
             let call = self.model.converse(&self.settings.model_id, &turn.request);
