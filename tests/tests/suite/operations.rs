@@ -32,7 +32,9 @@ async fn the_scheduler_dlq_runbook_moves_its_messages_to_the_runs_queue() {
             format!(r#"{{"task_id": "rem_{i}", "workspace": "ws_1", "scheduled_time": "2026-12-24T18:00:00Z", "execution_id": "e{i}", "attempt": "185"}}"#)
         })
         .collect();
-    for body in &sent {
+    // The daily reconcile schedule shares the DLQ: its input is no run.
+    let daily = r#"{"op": "reconcile_all"}"#;
+    for body in sent.iter().map(String::as_str).chain([daily]) {
         sqs.send_message()
             .queue_url(&t.stack.scheduler_dlq_url)
             .message_body(body)
@@ -51,11 +53,14 @@ async fn the_scheduler_dlq_runbook_moves_its_messages_to_the_runs_queue() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer["moved"], 13);
+    assert_eq!(answer["left"], 1, "the daily pass's input stays in the DLQ: {answer}");
     let moved: BTreeSet<String> = bodies(&sqs, &t.stack.runs_queue_url).await.into_iter().collect();
-    assert_eq!(moved, sent, "every message, once, body unchanged");
-    assert!(
-        bodies(&sqs, &t.stack.scheduler_dlq_url).await.is_empty(),
-        "the DLQ is empty"
+    assert_eq!(moved, sent, "every run message, once, body unchanged, and nothing else");
+    t.advance_sqs_clock(121);
+    assert_eq!(
+        bodies(&sqs, &t.stack.scheduler_dlq_url).await,
+        vec![daily.to_owned()],
+        "only the reconcile input is left"
     );
 
     let same = std::process::Command::new(local::moto::python_path())

@@ -1283,6 +1283,7 @@ fn every_derived_name_fits_for_a_128_character_stack_name() {
         ("AWS::Lambda::Url", None),
         ("AWS::Lambda::Permission", None),
         ("AWS::CloudFormation::CustomResource", None),
+        ("AWS::Logs::LogGroup", Some(("LogGroupName", 512))),
     ]);
     let stack_name = format!("s{}", "x".repeat(127));
     assert_eq!(stack_name.len(), 128);
@@ -1372,4 +1373,83 @@ fn the_schedules_function_is_configured_and_least_privileged() {
     .map(str::to_owned)
     .collect();
     assert_eq!(actions, expected);
+}
+
+/// Every function logs to its own log group, kept `LogRetentionDays` (30 by
+/// default): logs are not kept forever (SPEC §14).
+#[test]
+fn every_function_logs_to_its_own_group_kept_as_long_as_chosen() {
+    let t = template();
+    let retention = &t["Parameters"]["LogRetentionDays"];
+    assert_eq!(retention["Default"].as_u64(), Some(30));
+    let resources = t["Resources"].as_mapping().unwrap();
+    let mut groups = BTreeSet::new();
+    for (name, resource) in resources {
+        if resource["Type"] != "AWS::Serverless::Function" {
+            continue;
+        }
+        let name = name.as_str().unwrap();
+        let logging = &resource["Properties"]["LoggingConfig"];
+        let group = match &logging["LogGroup"] {
+            Value::Tagged(tagged) if tagged.tag == "!Ref" => tagged.value.as_str().unwrap().to_owned(),
+            other => panic!("{name} logs to {other:?}, not its own group"),
+        };
+        let props = &t["Resources"][group.as_str()];
+        assert_eq!(props["Type"], "AWS::Logs::LogGroup", "{name}: {group}");
+        assert!(
+            matches!(&props["Properties"]["RetentionInDays"], Value::Tagged(r) if r.tag == "!Ref" && r.value == "LogRetentionDays"),
+            "{group} keeps its lines LogRetentionDays"
+        );
+        assert!(groups.insert(group), "{name} shares its log group");
+    }
+    assert_eq!(groups.len(), 6, "one group a function");
+}
+
+/// A fresh account's first call of a Claude model subscribes it through
+/// AWS Marketplace, as the caller: the runner may, and no other function.
+#[test]
+fn the_runner_may_subscribe_the_account_to_its_model_on_the_first_call() {
+    let t = json_form(&template());
+    let deployment = Deployment::of(&t, "sat", &[]);
+    let statements = runner_statements(&deployment);
+    let none = BTreeMap::new();
+    for action in ["aws-marketplace:Subscribe", "aws-marketplace:ViewSubscriptions"] {
+        assert!(allowed(&statements, action, "*", &none), "{action}");
+    }
+    let text = serde_yaml::to_string(&template()["Resources"]).unwrap();
+    assert_eq!(
+        text.matches("aws-marketplace:Subscribe").count(),
+        1,
+        "only the runner's role"
+    );
+}
+
+/// The deploy papercuts a team meets following the README to the letter.
+#[test]
+fn sam_builds_non_interactively_and_the_readme_invokes_where_watch_listens() {
+    let samconfig = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samconfig.toml")).unwrap();
+    let build = samconfig.split("[default.build.parameters]").nth(1).unwrap();
+    let build = build.split("\n[").next().unwrap();
+    assert!(
+        build.lines().any(|l| l.trim() == "beta_features = true"),
+        "rust-cargolambda is a SAM beta feature: a non-interactive build needs the opt-in"
+    );
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    assert!(!readme.contains("Enable the model in the Bedrock console"));
+    let watch = readme
+        .lines()
+        .find(|l| l.starts_with("cargo lambda watch"))
+        .expect("the README runs cargo lambda watch");
+    let address = watch.split_whitespace().skip_while(|w| *w != "-A").nth(1).unwrap();
+    let invokes: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("cargo lambda invoke"))
+        .collect();
+    assert!(!invokes.is_empty());
+    for line in invokes {
+        assert!(
+            line.contains(&format!("-A {address}")),
+            "{line} connects where watch listens ({address})"
+        );
+    }
 }
