@@ -610,3 +610,122 @@ async fn an_owners_pause_racing_an_admins_resume_leaves_the_schedule_in_step() {
         "the owner's late put is followed by one from the latest version"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_that_finds_its_claim_gone_sends_the_occurrence_back() {
+    use shared::ports::{Release, Settled};
+    let s = RunStack::start().await.unwrap();
+    let (task, at) = s.due_reminder().await;
+    let key = occurrence_key(at);
+    let period = shared::domain::budget::period(at);
+    let claim = Claim {
+        status: RunStatus::Running,
+        lease_until: (Utc::now() + Duration::minutes(10)).timestamp(),
+        execution_id: "e1".into(),
+        attempts: 1,
+        started_at: Utc::now(),
+        crashed_usd: 0.0,
+    };
+    let request = ClaimRequest {
+        workspace: &task.workspace,
+        task_id: &task.task_id,
+        occurrence: &key,
+        period: &period,
+        claim: &claim,
+        now: Utc::now(),
+    };
+    let ClaimAnswer::Claimed(claimed) = s.store().claim(&request).await.unwrap() else {
+        panic!("claimed")
+    };
+    let release = Release {
+        task: &claimed,
+        occurrence: &key,
+        execution_id: "e1",
+        period: &period,
+        reserved_usd: 0.0,
+        spent_usd: 0.0,
+        account: None,
+    };
+    assert_eq!(s.store().release(&release).await.unwrap(), Settled::Done);
+    assert_eq!(
+        s.store().release(&release).await.unwrap(),
+        Settled::Done,
+        "repeated within its client request token's ten minutes: answered, not applied twice"
+    );
+    // The same release once its token has lapsed (its answer was lost, the
+    // SDK's repeat came late): here a token of its own, which the claim's
+    // lease as read gives it. The claim is gone, not taken over, and the
+    // occurrence has not run: it must come back, never be acknowledged as a
+    // duplicate.
+    let mut lapsed = (*claimed).clone();
+    lapsed.claims.get_mut(&key).unwrap().lease_until += 1;
+    let late = Release {
+        task: &lapsed,
+        ..release.clone()
+    };
+    assert_eq!(s.store().release(&late).await.unwrap(), Settled::ClaimGone);
+    // Taken over by another execution instead: that one records it.
+    let other = Claim {
+        execution_id: "e2".into(),
+        ..claim.clone()
+    };
+    let again = ClaimRequest {
+        claim: &other,
+        ..request
+    };
+    assert!(matches!(
+        s.store().claim(&again).await.unwrap(),
+        ClaimAnswer::Claimed(_)
+    ));
+    let mut lapsed_again = lapsed.clone();
+    lapsed_again.claims.get_mut(&key).unwrap().lease_until += 1;
+    let late_again = Release {
+        task: &lapsed_again,
+        ..release.clone()
+    };
+    assert_eq!(s.store().release(&late_again).await.unwrap(), Settled::LostClaim);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_page_of_reminders_stays_whole_however_many_cancelled_ones_lie_between() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let me = owner("usr_1");
+    let now = Utc::now();
+    let mut tasks = Vec::new();
+    for i in 0..30 {
+        let created = call(
+            &app,
+            schedules_create(&me, &format!("k{i}"), "R", json!({"at": ahead(3).to_rfc3339()})),
+            now,
+        )
+        .await;
+        tasks.push(created["task"].clone());
+    }
+    // The newest 24 are cancelled: a page of the others reads past them.
+    for task in tasks.iter().skip(6) {
+        let cancelled = call(&app, op("cancel", &me, task, json!({})), now).await;
+        assert_eq!(cancelled["ok"], true);
+    }
+    let store = t.admin_store();
+    let before = store.requests();
+    let page =
+        shared::ports::ReminderStore::owned(&store, "ws_1", "usr_1", shared::ports::StateFilter::NotDeleted, 5, None)
+            .await
+            .unwrap();
+    assert_eq!(page.tasks.len(), 5, "a whole page");
+    assert!(
+        store.requests() - before <= 7,
+        "each query reads a page's worth: {} queries for 5 of 6 behind 24 cancelled",
+        store.requests() - before
+    );
+    let listed = call(&app, json!({"op": "list", "principal": me, "limit": 5}), now).await;
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 5);
+    let rest = call(
+        &app,
+        json!({"op": "list", "principal": me, "limit": 5, "cursor": listed["cursor"]}),
+        now,
+    )
+    .await;
+    assert_eq!(rest["tasks"].as_array().unwrap().len(), 1);
+}
