@@ -632,7 +632,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
             Switch::Resume if state != TaskState::Paused => return Ok(Ok(unchanged(&task, now))),
             Switch::Resume => {
                 let overrides = task.overrides.clone().unwrap_or_default();
-                if overrides.by.as_deref().is_some_and(|by| by != principal.id) {
+                if overrides.pauser().is_some_and(|by| by != principal.id) {
                     return Ok(Err(Refusal::invalid(
                         "a workspace admin paused this reminder: only an admin resumes it",
                     )));

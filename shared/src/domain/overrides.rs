@@ -21,6 +21,19 @@ pub struct Overrides {
     pub by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<DateTime<Utc>>,
+    /// Who set the pause that holds now (`by` names the latest editor of
+    /// any flag): a reminder's owner resumes only a pause of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_by: Option<String>,
+}
+
+impl Overrides {
+    /// Who paused the task, while it is paused.
+    pub fn pauser(&self) -> Option<&str> {
+        self.paused
+            .then(|| self.paused_by.as_deref().or(self.by.as_deref()))
+            .flatten()
+    }
 }
 
 impl Overrides {
@@ -48,10 +61,12 @@ impl OverrideEdit {
         match self {
             OverrideEdit::Pause { note } => {
                 overrides.paused = true;
+                overrides.paused_by = Some(by.to_owned());
                 overrides.note = note;
             }
             OverrideEdit::Resume => {
                 overrides.paused = false;
+                overrides.paused_by = None;
                 overrides.note = None;
             }
             OverrideEdit::Delete { note } => {
@@ -98,6 +113,18 @@ mod tests {
         );
         let restored = OverrideEdit::Restore.apply(Some(&deleted), "adm_1", now).unwrap();
         assert!(restored.paused && !restored.deleted);
+        assert_eq!(
+            restored.pauser(),
+            Some("adm_1"),
+            "the pause is still the one adm_1 set, whoever edited since"
+        );
+        let owners = OverrideEdit::Pause { note: None }.apply(None, "usr_1", now).unwrap();
+        let restored = OverrideEdit::Restore.apply(Some(&owners), "adm_1", now).unwrap();
+        assert_eq!(
+            restored.pauser(),
+            Some("usr_1"),
+            "a restore does not take the owner's pause over"
+        );
         let cases = [
             (OverrideEdit::Pause { note: None }, true, false),
             (OverrideEdit::Resume, false, false),

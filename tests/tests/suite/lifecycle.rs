@@ -36,7 +36,7 @@ use tests::{AdminFunction, ENABLED, RunStack, run_settings, schedules_create};
 /// Places one principal may hold (`MAX_ACTIVE_REMINDERS`).
 const CAP: usize = 3;
 /// Reminder slots a sequence addresses.
-const SLOTS: usize = 4;
+const SLOTS: usize = 3;
 const CATCH_UP: i64 = 3600;
 
 #[derive(Debug, Clone)]
@@ -82,10 +82,10 @@ fn when() -> impl Strategy<Value = When> {
 fn op() -> impl Strategy<Value = Op> {
     let slot = 0..SLOTS;
     prop_oneof![
-        3 => (slot.clone(), when()).prop_map(|(s, w)| Op::Create(s, w)),
+        4 => (slot.clone(), when()).prop_map(|(s, w)| Op::Create(s, w)),
         1 => slot.clone().prop_map(Op::Title),
         1 => slot.clone().prop_map(Op::Instruction),
-        2 => (slot.clone(), when()).prop_map(|(s, w)| Op::Move(s, w)),
+        3 => (slot.clone(), when()).prop_map(|(s, w)| Op::Move(s, w)),
         1 => slot.clone().prop_map(Op::Pause),
         1 => slot.clone().prop_map(Op::Resume),
         1 => slot.clone().prop_map(Op::Cancel),
@@ -93,8 +93,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => slot.clone().prop_map(Op::AdminResume),
         1 => slot.clone().prop_map(Op::AdminDelete),
         1 => slot.clone().prop_map(Op::AdminRestore),
-        4 => (slot.clone(), prop_oneof![Just(0i64), Just(1), Just(90)]).prop_map(|(s, m)| Op::Deliver(s, m)),
-        2 => slot.clone().prop_map(Op::Stale),
+        7 => (slot.clone(), prop_oneof![Just(0i64), Just(1), Just(90)]).prop_map(|(s, m)| Op::Deliver(s, m)),
+        4 => slot.clone().prop_map(Op::Stale),
         1 => slot.clone().prop_map(Op::Duplicate),
         1 => slot.clone().prop_map(Op::Throttled),
         1 => any::<bool>().prop_map(Op::Worker),
@@ -666,7 +666,7 @@ fn a_reminders_life_holds_to_the_model() {
         failure_persistence: None,
         ..Config::default()
     });
-    let result = runner.run(&proptest::collection::vec(op(), 1..40), |ops| {
+    let result = runner.run(&proptest::collection::vec(op(), 1..60), |ops| {
         let case = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let s = stack.lock().unwrap().take().expect("the stack");
         let (s, result) = rt.block_on(run_case(s, case, ops));

@@ -76,6 +76,7 @@ fn connector_task() -> Task {
             note: Some("quiet week".into()),
             by: Some("adm_1".into()),
             at: Some(t0),
+            paused_by: Some("adm_1".into()),
         }),
         approval: None,
         completed_at: None,
