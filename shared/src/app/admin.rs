@@ -232,7 +232,12 @@ pub fn explain(task: &Task, now: DateTime<Utc>) -> String {
         TaskState::Completed => format!("completed on {}", task.completed_at.map(format_utc).unwrap_or_default()),
         TaskState::Paused => {
             let note = overrides.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
-            format!("skipped: paused by {}{note}", who(&overrides))
+            // Who paused it, whoever edited the overrides since.
+            let pause = Overrides {
+                by: overrides.pauser().map(str::to_owned).or(overrides.by.clone()),
+                ..overrides.clone()
+            };
+            format!("skipped: paused by {}{note}", who(&pause))
         }
         TaskState::Held if task.hold.has(HoldReason::AwaitingApproval) => {
             "waits for an admin to approve it before its first run".to_owned()

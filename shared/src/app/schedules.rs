@@ -765,7 +765,12 @@ pub fn explain(task: &Task, principal: &Principal, now: DateTime<Utc>) -> String
             task.completed_at.map(format_utc).unwrap_or_default()
         ),
         TaskState::Paused => {
-            let mut text = format!("does not run: paused by {}", who(&overrides));
+            // Who paused it, whoever edited the overrides since.
+            let pause = Overrides {
+                by: overrides.pauser().map(str::to_owned).or(overrides.by.clone()),
+                ..overrides.clone()
+            };
+            let mut text = format!("does not run: paused by {}", who(&pause));
             if let Schedule::At { at } = task.spec.schedule
                 && at <= now
             {
