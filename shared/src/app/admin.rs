@@ -20,6 +20,7 @@ use crate::app::change::commit;
 use crate::app::reconcile::StepError;
 use crate::domain::approval;
 use crate::domain::bounds::compare;
+use crate::domain::ceiling::{CostCeiling, cost_ceiling};
 use crate::domain::history::RunView;
 use crate::domain::hold::HoldReason;
 use crate::domain::install::Install;
@@ -197,6 +198,17 @@ pub struct TaskDetail {
     pub pending_diff: Vec<DiffView>,
     pub next_fires: Vec<Fire>,
     pub explanation: String,
+    /// What the approved bounds, and a pending widening, can cost in a
+    /// month (`domain::ceiling`): an admin sees it before approving.
+    pub cost_ceiling: CostCeilings,
+}
+
+/// The cost ceilings of a task's approved and pending bounds (`None`: no
+/// budget, as a reminder's).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CostCeilings {
+    pub approved: Option<CostCeiling>,
+    pub pending: Option<CostCeiling>,
 }
 
 /// What an admin request answers; the handler encodes it after `"ok": true`.
@@ -480,6 +492,13 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
             pending_diff: diff,
             next_fires: fires,
             explanation: explain(&task, now),
+            cost_ceiling: CostCeilings {
+                approved: task.spec.budget.map(|b| cost_ceiling(&task.spec.schedule, b, now)),
+                pending: task
+                    .pending
+                    .as_ref()
+                    .and_then(|p| p.spec.budget.map(|b| cost_ceiling(&p.spec.schedule, b, now))),
+            },
         }))))
     }
 

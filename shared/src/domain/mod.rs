@@ -8,6 +8,7 @@ pub mod approval;
 pub mod binding;
 pub mod bounds;
 pub mod budget;
+pub mod ceiling;
 pub mod claim;
 pub mod declaration;
 pub mod descriptor;

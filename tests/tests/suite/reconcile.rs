@@ -220,6 +220,15 @@ async fn a_connectors_standing_work_follows_its_releases_under_admin_control() {
         .map(|d| d["text"].as_str().unwrap())
         .collect();
     assert!(diff.contains(&"budget per run raised from $0.25 to $0.50"), "{diff:?}");
+    // What each costs in a month, before the admin approves the widening:
+    // 23 weekdays at 09:00 in the busiest month.
+    assert_eq!(
+        got["cost_ceiling"]["approved"]["words"],
+        "at most USD 5.00 a month: up to 23 runs at USD 0.25, capped by the monthly budget"
+    );
+    assert_eq!(got["cost_ceiling"]["pending"]["runs_per_month"], 23);
+    assert_eq!(got["cost_ceiling"]["pending"]["usd_per_month"], 5.0);
+    assert_eq!(got["cost_ceiling"]["pending"]["usd_per_run"], 0.5);
     assert!(
         got["explanation"]
             .as_str()
