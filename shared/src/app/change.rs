@@ -1,5 +1,6 @@
 //! One path for changing an existing task: an admin's operations, a
-//! reminder owner's update, pause, resume and cancel. The caller has read
+//! reminder owner's update, pause, resume and cancel, and reconcile's
+//! planned changes (a new task is inserted, not changed). The caller has read
 //! the task at the version it was shown and applied a typed edit
 //! (`domain::overrides::OverrideEdit`, `domain::reminder`'s checked update,
 //! `domain::approval`); [`commit`] does the rest, the same way for all:

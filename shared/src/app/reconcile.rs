@@ -30,8 +30,8 @@ use crate::domain::task::{TaskKind, TaskState};
 pub use crate::domain::webhook::InstallRules;
 use crate::domain::webhook::{Event, InstallRef, WebhookError, WebhookSecret};
 use crate::ports::{
-    Connectors, Cursor, McpError, McpSession, QueueError, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore,
-    Versioned, WorkQueue,
+    Connectors, Cursor, McpError, McpSession, QueueError, ReminderStore, ScheduleError, Schedules, StoreError,
+    TaskCatalog, TaskStore, Versioned, WorkQueue,
 };
 
 /// A schedule put that could not be brought in step.
@@ -277,7 +277,7 @@ pub struct Reconciler<S, G, C, Q> {
     rules: InstallRules,
 }
 
-impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G, C, Q> {
+impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G, C, Q> {
     pub fn new(store: S, schedules: G, connectors: C, queue: Q, ceilings: Ceilings, rules: InstallRules) -> Self {
         Self {
             store,
@@ -555,10 +555,34 @@ impl<S: TaskCatalog + TaskStore, G: Schedules, C: Connectors, Q: WorkQueue> Reco
     /// met a newer version (the caller re-plans).
     async fn write_all(&self, writes: &[Write], summary: &mut Summary) -> Result<bool, ReconcileError> {
         for write in writes {
-            if self.store.write_task(write).await? == Versioned::Conflict {
-                return Ok(false);
+            match write.before.as_deref() {
+                // A change: the one path every writer takes (app::change),
+                // the schedule in its declared order, put back on a lost race.
+                Some(before) => {
+                    // Reconcile writes connector tasks only, which never
+                    // expire: no retention applies.
+                    let now = write.task.updated_at;
+                    let written = Box::pin(crate::app::change::commit(
+                        &self.store,
+                        &self.schedules,
+                        before,
+                        write.task.clone(),
+                        now,
+                        chrono::Duration::zero(),
+                    ))
+                    .await?;
+                    if written.is_err() {
+                        return Ok(false);
+                    }
+                }
+                // A new task: inserted, then its schedule put.
+                None => {
+                    if self.store.write_task(write).await? == Versioned::Conflict {
+                        return Ok(false);
+                    }
+                    Box::pin(put_in_step(&self.store, &self.schedules, &write.task)).await?;
+                }
             }
-            Box::pin(put_in_step(&self.store, &self.schedules, &write.task)).await?;
             summary.count(std::slice::from_ref(write));
         }
         Ok(true)
