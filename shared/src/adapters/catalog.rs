@@ -103,17 +103,21 @@ impl DynamoStore {
         }
     }
 
-    /// The keys of the index entries in one `gsi1` partition.
-    async fn query_index(&self, partition: &str, limit: Option<i32>) -> Result<Vec<Item>, StoreError> {
-        let query = self
-            .client()
+    /// A query of one partition of an index (`gsi1`: `GSI1PK`; `gsi3`: `GSI3PK`).
+    fn index_query(&self, index: &str, key: &str, partition: &str) -> QueryFluentBuilder {
+        self.client()
             .query()
             .table_name(self.table())
-            .index_name(INDEX)
+            .index_name(index)
             .key_condition_expression("#pk = :pk")
-            .expression_attribute_names("#pk", GSI1PK)
-            .expression_attribute_values(":pk", AttributeValue::S(partition.to_owned()));
-        self.query_pages(query, limit).await
+            .expression_attribute_names("#pk", key)
+            .expression_attribute_values(":pk", AttributeValue::S(partition.to_owned()))
+    }
+
+    /// The keys of the index entries in one `gsi1` partition.
+    async fn query_index(&self, partition: &str, limit: Option<i32>) -> Result<Vec<Item>, StoreError> {
+        self.query_pages(self.index_query(INDEX, GSI1PK, partition), limit)
+            .await
     }
 
     async fn query_prefix(&self, pk: &str, prefix: &str) -> Result<Vec<Item>, StoreError> {
@@ -180,13 +184,7 @@ impl TaskCatalog for DynamoStore {
 
     async fn installed_page(&self, after: Option<&Cursor>, limit: usize) -> Result<Page<Cursor>, StoreError> {
         let mut query = self
-            .client()
-            .query()
-            .table_name(self.table())
-            .index_name(INDEX)
-            .key_condition_expression("#pk = :pk")
-            .expression_attribute_names("#pk", GSI1PK)
-            .expression_attribute_values(":pk", AttributeValue::S(INSTALLED.to_owned()))
+            .index_query(INDEX, GSI1PK, INSTALLED)
             .limit(i32::try_from(limit).unwrap_or(i32::MAX));
         if let Some(after) = after {
             let mut start = Key::install(&after.workspace, &after.id).to_map();
@@ -260,13 +258,7 @@ impl TaskCatalog for DynamoStore {
         let start = after.map(|c| SchedulableKey::start_after(&c.workspace, &c.id));
         self.counted();
         let out = self
-            .client()
-            .query()
-            .table_name(self.table())
-            .index_name(SCHEDULABLE_INDEX)
-            .key_condition_expression("#pk = :pk")
-            .expression_attribute_names("#pk", GSI3PK)
-            .expression_attribute_values(":pk", AttributeValue::S(SchedulableKey::partition(shard)))
+            .index_query(SCHEDULABLE_INDEX, GSI3PK, &SchedulableKey::partition(shard))
             .limit(i32::try_from(limit).unwrap_or(i32::MAX))
             .set_exclusive_start_key(start)
             .send()

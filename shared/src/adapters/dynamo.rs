@@ -146,7 +146,8 @@ fn number(value: f64) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
-fn put_if_absent(table: &str, item: Item) -> Result<TransactWriteItem, StoreError> {
+/// A transaction's put of an item that must not exist yet.
+pub(crate) fn put_if_absent(table: &str, item: Item) -> Result<TransactWriteItem, StoreError> {
     let put = Put::builder()
         .table_name(table)
         .set_item(Some(item))

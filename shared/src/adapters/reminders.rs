@@ -9,10 +9,10 @@
 //! changed (never the runner's `claims`/`budget_used`).
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 
 use super::catalog::TaskChange;
-use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item};
+use super::dynamo::{DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
 use super::keys::{GSI2PK, Key, OWNER_INDEX, OwnerIndexKey, PK, SK};
 use crate::domain::idempotency::IdempotencyRecord;
 use crate::domain::occurrence::RunRecord;
@@ -143,19 +143,13 @@ impl ReminderStore for DynamoStore {
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
         let record_key = Key::idempotency(&record.workspace, &record.principal, &record.key);
-        let put = Put::builder()
-            .table_name(self.table())
-            .set_item(Some(to_item(record, &record_key, "idempotency")?))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", PK)
-            .build()
-            .map_err(|e| request_error("TransactWriteItems", e))?;
+        let put = put_if_absent(self.table(), to_item(record, &record_key, "idempotency")?)?;
         self.counted();
         let result = self
             .client()
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().update(update).build())
-            .transact_items(TransactWriteItem::builder().put(put).build())
+            .transact_items(put)
             .send()
             .await;
         let err = match result {

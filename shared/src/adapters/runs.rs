@@ -32,7 +32,7 @@ use aws_sdk_dynamodb::types::{
 };
 use chrono::{DateTime, Duration, Utc};
 
-use super::dynamo::{DynamoStore, Item, read_item, request_error, to_item};
+use super::dynamo::{DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
 use super::keys::{GSI3PK, GSI3SK, Key, PK, SK};
 use crate::domain::claim::{Claim, RunStatus};
 use crate::domain::install::Install;
@@ -476,13 +476,7 @@ impl RunStore for DynamoStore {
 
     async fn record_unclaimed(&self, record: &RunRecord) -> Result<(), StoreError> {
         let key = Key::run(&record.task_id, &record.scheduled_time);
-        let put = Put::builder()
-            .table_name(self.table())
-            .set_item(Some(to_item(record, &key, "run")?))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", PK)
-            .build()
-            .map_err(|e| request_error("TransactWriteItems", e))?;
+        let item = to_item(record, &key, "run")?;
         // The skip takes the occurrence's claim, finished, in the same
         // transaction: a later delivery of it is a duplicate (never a run
         // over a recorded skip), and a delivery that claimed it first and
@@ -523,7 +517,7 @@ impl RunStore for DynamoStore {
         let result = self
             .client()
             .transact_write_items()
-            .transact_items(TransactWriteItem::builder().put(put.clone()).build())
+            .transact_items(put_if_absent(self.table(), item.clone())?)
             .transact_items(TransactWriteItem::builder().update(taken).build())
             .send()
             .await;
@@ -551,7 +545,7 @@ impl RunStore for DynamoStore {
             .client()
             .put_item()
             .table_name(self.table())
-            .set_item(Some(put.item))
+            .set_item(Some(item))
             .condition_expression("attribute_not_exists(#pk)")
             .expression_attribute_names("#pk", PK)
             .send()
@@ -585,10 +579,15 @@ impl RunStore for DynamoStore {
             .update_item()
             .table_name(self.table())
             .set_key(Some(Key::task(workspace, task_id.as_str()).to_map()))
-            .update_expression(
-                "SET completed_at = :now, #state = :completed, updated_at = :now, version = version + :one, #ttl = :ttl \
+            .update_expression(format!(
+                "SET completed_at = :now, #state = :completed, updated_at = :now, version = version + :one{} \
                  REMOVE #gsi3pk, #gsi3sk",
-            )
+                if completion.expires.is_some() {
+                    ", #ttl = :ttl"
+                } else {
+                    ""
+                }
+            ))
             .expression_attribute_names("#gsi3pk", GSI3PK)
             .expression_attribute_names("#gsi3sk", GSI3SK)
             .condition_expression(
@@ -605,17 +604,17 @@ impl RunStore for DynamoStore {
             .expression_attribute_names("#schedule", "schedule")
             .expression_attribute_names("#at", "at")
             .expression_attribute_names("#override", "override")
-            .expression_attribute_names("#ttl", "ttl")
             .expression_attribute_values(":now", s(&crate::domain::schedule::format_utc(now)))
             .expression_attribute_values(":completed", s("completed"))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":at", at)
             .expression_attribute_values(":yes", AttributeValue::Bool(true))
             .return_values(ReturnValue::AllNew);
-        update = match completion.expires {
-            Some(ttl) => update.expression_attribute_values(":ttl", n(ttl)),
-            None => update.expression_attribute_values(":ttl", AttributeValue::Null(true)),
-        };
+        if let Some(ttl) = completion.expires {
+            update = update
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":ttl", n(ttl));
+        }
         self.counted();
         let task = match update.send().await {
             Ok(out) => task_from(out.attributes)?,
