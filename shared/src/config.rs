@@ -259,26 +259,7 @@ impl RunnerConfig {
             name: "MODEL_PRICES",
             reason: e.to_string(),
         })?;
-        let catch_up_seconds = match (env.0)("CATCH_UP_SECONDS") {
-            None => DEFAULT_CATCH_UP_SECONDS,
-            Some(text) => match text.trim().parse::<i64>() {
-                Ok(v) if (MIN_CATCH_UP_SECONDS..=MAX_CATCH_UP_SECONDS).contains(&v) => v,
-                Ok(v) if v > 0 => {
-                    return Err(ConfigError::Malformed {
-                        name: "CATCH_UP_SECONDS",
-                        reason: format!(
-                            "{v} s is shorter than the {MIN_CATCH_UP_SECONDS} s a returned run message may take to come back"
-                        ),
-                    });
-                }
-                _ => {
-                    return Err(ConfigError::Malformed {
-                        name: "CATCH_UP_SECONDS",
-                        reason: format!("`{text}` is not a number of seconds from 1 to {MAX_CATCH_UP_SECONDS}"),
-                    });
-                }
-            },
-        };
+        let catch_up_seconds = catch_up_seconds(env)?;
         let model_id = env.required("MODEL_ID")?;
         crate::domain::model::ModelId::parse(&model_id).map_err(|e| ConfigError::Malformed {
             name: "MODEL_ID",
@@ -295,6 +276,32 @@ impl RunnerConfig {
             retention: retention(env)?,
         })
     }
+}
+
+/// `CATCH_UP_SECONDS` (default [`DEFAULT_CATCH_UP_SECONDS`], from
+/// [`MIN_CATCH_UP_SECONDS`] to [`MAX_CATCH_UP_SECONDS`]): the runner's
+/// window, and what the missed-occurrence check waits out.
+pub fn catch_up_seconds<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<i64, ConfigError> {
+    Ok(match (env.0)("CATCH_UP_SECONDS") {
+        None => DEFAULT_CATCH_UP_SECONDS,
+        Some(text) => match text.trim().parse::<i64>() {
+            Ok(v) if (MIN_CATCH_UP_SECONDS..=MAX_CATCH_UP_SECONDS).contains(&v) => v,
+            Ok(v) if v > 0 => {
+                return Err(ConfigError::Malformed {
+                    name: "CATCH_UP_SECONDS",
+                    reason: format!(
+                        "{v} s is shorter than the {MIN_CATCH_UP_SECONDS} s a returned run message may take to come back"
+                    ),
+                });
+            }
+            _ => {
+                return Err(ConfigError::Malformed {
+                    name: "CATCH_UP_SECONDS",
+                    reason: format!("`{text}` is not a number of seconds from 1 to {MAX_CATCH_UP_SECONDS}"),
+                });
+            }
+        },
+    })
 }
 
 /// `ALLOW_LOOPBACK_CONNECTORS` (default `false`; local runs only, the
@@ -325,6 +332,16 @@ pub fn install_rules<F: Fn(&str) -> Option<String>>(
 pub struct WorkerConfig {
     pub target: ScheduleTarget,
     pub ceilings: Ceilings,
+    /// `CATCH_UP_SECONDS` (the runner's), `RETENTION_DAYS`: the
+    /// missed-occurrence check's window and its records' retention.
+    pub overdue: OverdueConfig,
+}
+
+/// What the missed-occurrence check reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverdueConfig {
+    pub catch_up_seconds: i64,
+    pub retention: chrono::Duration,
 }
 
 /// Everything the reconcile binary reads. One binary, two functions: the
@@ -357,7 +374,7 @@ impl ReconcileConfig {
     ];
     /// What the worker function reads (`ALLOW_LOOPBACK_CONNECTORS` is
     /// optional and never set by the template).
-    pub const VARIABLES: [&'static str; 8] = [
+    pub const VARIABLES: [&'static str; 10] = [
         "TABLE_NAME",
         "RECONCILE_QUEUE_URL",
         "CONNECTOR_SECRET_PREFIX",
@@ -366,6 +383,8 @@ impl ReconcileConfig {
         "SCHEDULER_ROLE_ARN",
         "SCHEDULER_DLQ_ARN",
         "SCHEDULE_CEILINGS",
+        "CATCH_UP_SECONDS",
+        "RETENTION_DAYS",
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -378,6 +397,10 @@ impl ReconcileConfig {
             Some(_) => Some(WorkerConfig {
                 target: ScheduleTarget::from_env(env)?,
                 ceilings: ceilings(env)?,
+                overdue: OverdueConfig {
+                    catch_up_seconds: catch_up_seconds(env)?,
+                    retention: retention(env)?,
+                },
             }),
             None if webhook_secret_arn.is_some() => None,
             // Neither: the worker is what is missing.

@@ -433,12 +433,53 @@ pub trait TaskCatalog: Send + Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+/// The two families of the schedulable index (`gsi3`), each in
+/// [`crate::domain::schedule_definition::REMINDER_SHARDS`] shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Reminders that can still run, `scheduled` or `paused`.
+    Reminders,
+    /// Connector tasks that fire (they have a `due`).
+    Connectors,
+}
+
+/// The missed-occurrence check's reads and writes (SPEC §14,
+/// `domain::overdue`): tasks by due time, their recorded occurrences, and
+/// `due` moved on without a new version (an owner's or admin's
+/// `expected_version` never moves for it).
+pub trait DueIndex: Send + Sync {
+    /// A page of at most `limit` tasks of one shard of `family` whose `due`
+    /// lies before `before`, earliest first, after `after`.
+    fn due_page(
+        &self,
+        family: Family,
+        shard: u8,
+        before: DateTime<Utc>,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Page<Task>, StoreError>> + Send;
+    /// The scheduled times of the task's run records in `[from, before)`.
+    fn recorded_times(
+        &self,
+        task_id: &TaskId,
+        from: DateTime<Utc>,
+        before: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Vec<DateTime<Utc>>, StoreError>> + Send;
+    /// Sets the task's `due` (and its index entry) to `to`, if it is still
+    /// the `due` the task was read with; `false` if it moved meanwhile.
+    fn move_due(&self, task: &Task, to: Option<DateTime<Utc>>)
+    -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
 /// Where a page of a pass continues: after this item, named by its
-/// workspace and id (an install id, or a task id).
+/// workspace and id (an install id, or a task id), and its place in an
+/// index sorted by something else (a task's `due`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Cursor {
     pub workspace: String,
     pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort: Option<String>,
 }
 
 /// One page of a pass, and where the next one starts (`None`: the last).

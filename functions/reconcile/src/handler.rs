@@ -8,6 +8,8 @@
 //! - an SQS FIFO batch: work items, one install per message group, done in
 //!   order; after a failure the rest of the batch comes back, so no item of
 //!   a group overtakes one that failed;
+//!   The missed-occurrence check (`{"type": "overdue.check"}`, on its own
+//!   schedule) is one of those work items.
 //! - `{"op": "reconcile_all"}`: queue the daily pass's first pages (the
 //!   daily schedule and operators), never more, so the answer does not
 //!   depend on how many installs and tasks exist;
@@ -78,6 +80,10 @@ pub async fn build(sdk: &aws_config::SdkConfig, config: ReconcileConfig) -> Resu
             worker.ceilings,
             config.rules.clone(),
         )
+        .with_overdue(
+            chrono::Duration::seconds(worker.overdue.catch_up_seconds),
+            worker.overdue.retention,
+        )
     });
     Ok(App { intake, reconciler })
 }
@@ -134,6 +140,8 @@ async fn webhook(app: &App, request: LambdaFunctionUrlRequest) -> Result<Value, 
 /// at this deadline (every MCP request has its own, and so has a whole list
 /// read), never the invocation.
 pub const MESSAGE_SECONDS: u64 = 40;
+// The missed-occurrence check ends by itself, before its work item's deadline.
+const _: () = assert!(shared::app::reconcile::CHECK_SECONDS < MESSAGE_SECONDS);
 /// Kept back at the end of an invocation to answer the batch.
 pub const ANSWER_RESERVE_MS: u64 = 2_000;
 
@@ -192,6 +200,10 @@ async fn batch(app: &App, event: SqsEvent, deadline_ms: u64) -> Result<Value, Er
                 }
                 if !summary.refused.is_empty() {
                     shared::adapters::metrics::count("DeclarationsRefused", summary.refused.len() as u64, None);
+                }
+                if let Some(missed) = summary.overdue {
+                    // Every check publishes, zero included: the alarm sees the check run.
+                    shared::adapters::metrics::count("OccurrencesOverdue", missed as u64, None);
                 }
             }
             Err(shared::app::reconcile::ReconcileError::Malformed(reason)) => {

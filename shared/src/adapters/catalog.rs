@@ -13,11 +13,15 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
 
 use super::dynamo::{DynamoStore, Item, read_item, request_error, task_item, to_item, written};
-use super::keys::{GSI1PK, GSI1SK, GSI3PK, INDEX, INSTALLED, IndexKey, Key, PK, SCHEDULABLE_INDEX, SK, SchedulableKey};
+use super::keys::Family;
+use super::keys::{
+    GSI1PK, GSI1SK, GSI3PK, GSI3SK, INDEX, INSTALLED, IndexKey, Key, PK, SCHEDULABLE_INDEX, SK, SchedulableKey,
+};
 use crate::domain::install::Install;
+use crate::domain::occurrence::occurrence_key;
 use crate::domain::reconcile::Write;
 use crate::domain::task::{Task, TaskId};
-use crate::ports::{Cursor, Inserted, Page, StoreError, TaskCatalog, Versioned};
+use crate::ports::{Cursor, DueIndex, Inserted, Page, StoreError, TaskCatalog, Versioned};
 
 /// The runner's bookkeeping on a task item: claimed and settled by the
 /// runner alone, with its own conditions, while admins, owners and
@@ -200,7 +204,13 @@ impl TaskCatalog for DynamoStore {
             .unwrap_or_default()
             .iter()
             .map(install_at)
-            .map(|r| r.map(|(workspace, id)| Cursor { workspace, id }))
+            .map(|r| {
+                r.map(|(workspace, id)| Cursor {
+                    workspace,
+                    id,
+                    sort: None,
+                })
+            })
             .collect::<Result<_, _>>()?;
         let next = out.last_evaluated_key.and(items.last().cloned());
         Ok(Page { items, next })
@@ -255,10 +265,22 @@ impl TaskCatalog for DynamoStore {
         after: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page<Task>, StoreError> {
-        let start = after.map(|c| SchedulableKey::start_after(&c.workspace, &c.id));
+        // A cursor from before the index sorted by due names the id alone.
+        let start = after.map(|c| {
+            SchedulableKey::start_after(
+                Family::Reminders,
+                &c.workspace,
+                &c.id,
+                c.sort.as_deref().unwrap_or(&c.id),
+            )
+        });
         self.counted();
         let out = self
-            .index_query(SCHEDULABLE_INDEX, GSI3PK, &SchedulableKey::partition(shard))
+            .index_query(
+                SCHEDULABLE_INDEX,
+                GSI3PK,
+                &SchedulableKey::partition(Family::Reminders, shard),
+            )
             .limit(i32::try_from(limit).unwrap_or(i32::MAX))
             .set_exclusive_start_key(start)
             .send()
@@ -273,6 +295,7 @@ impl TaskCatalog for DynamoStore {
         let next = out.last_evaluated_key.and(items.last()).map(|t| Cursor {
             workspace: t.workspace.clone(),
             id: t.task_id.to_string(),
+            sort: Some(SchedulableKey::sort(t.due, t.task_id.as_str())),
         });
         Ok(Page { items, next })
     }
@@ -314,4 +337,151 @@ impl TaskCatalog for DynamoStore {
         // A condition failure is a duplicate recorded meanwhile: nothing to do.
         written("PutItem", result).map(|_| ())
     }
+}
+
+impl DueIndex for DynamoStore {
+    async fn due_page(
+        &self,
+        family: Family,
+        shard: u8,
+        before: DateTime<Utc>,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page<Task>, StoreError> {
+        let start =
+            after.map(|c| SchedulableKey::start_after(family, &c.workspace, &c.id, c.sort.as_deref().unwrap_or(&c.id)));
+        self.counted();
+        let out = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .index_name(SCHEDULABLE_INDEX)
+            .key_condition_expression("#pk = :pk AND #sk < :before")
+            .expression_attribute_names("#pk", GSI3PK)
+            .expression_attribute_names("#sk", GSI3SK)
+            .expression_attribute_values(":pk", AttributeValue::S(SchedulableKey::partition(family, shard)))
+            .expression_attribute_values(":before", AttributeValue::S(SchedulableKey::due_before(before)))
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| request_error("Query", e))?;
+        let items: Vec<Task> = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| read_item(i, "task"))
+            .collect::<Result<_, _>>()?;
+        let next = out.last_evaluated_key.and(items.last()).map(|t| Cursor {
+            workspace: t.workspace.clone(),
+            id: t.task_id.to_string(),
+            sort: Some(SchedulableKey::sort(t.due, t.task_id.as_str())),
+        });
+        Ok(Page { items, next })
+    }
+
+    async fn recorded_times(
+        &self,
+        task_id: &TaskId,
+        from: DateTime<Utc>,
+        before: DateTime<Utc>,
+    ) -> Result<Vec<DateTime<Utc>>, StoreError> {
+        if from >= before {
+            return Ok(Vec::new());
+        }
+        let first = Key::run(task_id.as_str(), &occurrence_key(from));
+        let last = Key::run(task_id.as_str(), &occurrence_key(before));
+        let query = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .key_condition_expression("#pk = :pk AND #sk BETWEEN :first AND :last")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#sk", SK)
+            .expression_attribute_values(":pk", AttributeValue::S(first.pk))
+            .expression_attribute_values(":first", AttributeValue::S(first.sk))
+            .expression_attribute_values(":last", AttributeValue::S(last.sk))
+            .projection_expression("#sk")
+            .consistent_read(true);
+        let items = self.query_pages(query, None).await?;
+        Ok(items
+            .iter()
+            .filter_map(|item| key_attribute(item, SK))
+            .filter_map(|sk| sk.split_once('#').map(|(_, at)| at))
+            .filter_map(crate::domain::schedule::parse_instant)
+            .filter(|at| *at < before)
+            .collect())
+    }
+
+    async fn move_due(&self, task: &Task, to: Option<DateTime<Utc>>) -> Result<bool, StoreError> {
+        let mut moved = task.clone();
+        moved.due = to;
+        let mut names = std::collections::HashMap::from([
+            ("#pk".to_owned(), PK.to_owned()),
+            ("#due".to_owned(), "due".to_owned()),
+            ("#gsi3pk".to_owned(), GSI3PK.to_owned()),
+            ("#gsi3sk".to_owned(), GSI3SK.to_owned()),
+        ]);
+        let mut values = std::collections::HashMap::new();
+        let mut sets = Vec::new();
+        let mut removes = Vec::new();
+        match to {
+            Some(to) => {
+                sets.push("#due = :to");
+                values.insert(":to".to_owned(), instant(to)?);
+            }
+            None => removes.push("#due"),
+        }
+        // A one-time task with nothing left to expect has finished (its
+        // completion took it out of the index): it stays out.
+        let index = if to.is_none() && task.spec.schedule.is_one_time() {
+            None
+        } else {
+            SchedulableKey::of(&moved)
+        };
+        match index {
+            Some(index) => {
+                sets.push("#gsi3pk = :gsi3pk, #gsi3sk = :gsi3sk");
+                values.insert(":gsi3pk".to_owned(), AttributeValue::S(index.gsi3pk));
+                values.insert(":gsi3sk".to_owned(), AttributeValue::S(index.gsi3sk));
+            }
+            None => removes.push("#gsi3pk, #gsi3sk"),
+        }
+        let condition = match task.due {
+            Some(due) => {
+                values.insert(":from".to_owned(), instant(due)?);
+                "attribute_exists(#pk) AND #due = :from"
+            }
+            None => "attribute_exists(#pk) AND attribute_not_exists(#due)",
+        };
+        let mut expression = String::new();
+        if !sets.is_empty() {
+            expression.push_str(&format!("SET {}", sets.join(", ")));
+        }
+        if !removes.is_empty() {
+            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
+        }
+        names.retain(|name, _| expression.contains(name.as_str()) || condition.contains(name.as_str()));
+        self.counted();
+        let result = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(Key::task(&task.workspace, task.task_id.as_str()).to_map()))
+            .update_expression(expression.trim())
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await;
+        written("UpdateItem", result)
+    }
+}
+
+/// An instant as the task item stores it (its serde form).
+fn instant(at: DateTime<Utc>) -> Result<AttributeValue, StoreError> {
+    serde_dynamo::to_attribute_value(at).map_err(|e| StoreError::Corrupt {
+        what: "instant".into(),
+        source: Box::new(e),
+    })
 }

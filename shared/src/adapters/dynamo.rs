@@ -123,12 +123,9 @@ pub fn task_item(task: &Task) -> Result<Item, StoreError> {
     IndexKey::task(&task.workspace, task.task_id.as_str()).add_to(&mut item);
     if let crate::domain::task::Provenance::User { principal } = &task.provenance {
         OwnerIndexKey::new(&task.workspace, principal, task.created_at, task.task_id.as_str()).add_to(&mut item);
-        if matches!(
-            task.state(),
-            crate::domain::task::TaskState::Scheduled | crate::domain::task::TaskState::Paused
-        ) {
-            SchedulableKey::new(task.task_id.as_str()).add_to(&mut item);
-        }
+    }
+    if let Some(index) = SchedulableKey::of(task) {
+        index.add_to(&mut item);
     }
     item.insert("state".to_owned(), AttributeValue::S(task.state().as_str().to_owned()));
     item.insert(RESERVE.to_owned(), number(budget::reservation(task.spec.budget)));

@@ -32,15 +32,18 @@
 //! key orders by creation.
 //!
 //! A third index, `gsi3` (all attributes projected, sparse: only reminders
-//! that can still run, `scheduled` or `paused`, carry its keys), lets the
-//! daily pass repair reminders' schedules a page at a time, never with a
-//! table `Scan` (SPEC §13). Its partition is one of 16 shards, chosen by the
-//! task id's first hex digit, so no index partition takes every
-//! reminder's writes:
+//! that can still run, `scheduled` or `paused`, and connector tasks that
+//! fire carry its keys), lets the daily pass repair reminders' schedules a
+//! page at a time, never with a table `Scan` (SPEC §13), and the
+//! missed-occurrence check read the tasks due before its cutoff (SPEC §14).
+//! Its partition is one of 16 shards per family, chosen by the task id's
+//! first hex digit, so no index partition takes every task's writes; the
+//! sort key orders by `due` (`~` when there is none, after every instant):
 //!
-//! | item              | gsi3pk              | gsi3sk      |
-//! |-------------------|---------------------|-------------|
-//! | active reminder   | `SCHEDULABLE#<00-15>` | `<task_id>` | The owner item lists the principal's reminder
+//! | item              | gsi3pk                | gsi3sk                 |
+//! |-------------------|-----------------------|------------------------|
+//! | active reminder   | `SCHEDULABLE#<00-15>` | `<due or ~>#<task_id>` |
+//! | firing connector task | `CONNECTOR#<00-15>` | `<due>#<task_id>`    | The owner item lists the principal's reminder
 //! ids (`reminders`) under a `version`: the cap's consistent count.
 //!
 //! A task's workspace from its id alone (admin: a task of another
@@ -50,7 +53,11 @@
 //! from the projected table keys, never by splitting an index key.
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
 use std::collections::HashMap;
+
+use crate::domain::task::{Task, TaskKind, TaskState};
+pub use crate::ports::Family;
 
 pub const PK: &str = "pk";
 pub const SK: &str = "sk";
@@ -224,19 +231,33 @@ impl OwnerIndexKey {
 }
 
 /// An item's keys in the index `gsi1` (see the module's table).
-/// A reminder's entry in the schedulable-reminder index (`gsi3`).
+/// A task's entry in the schedulable index (`gsi3`): every reminder that
+/// can still run (the daily pass repairs their schedules), and every
+/// connector task with a due time; both sorted by `due` (the
+/// missed-occurrence check reads those due before its cutoff).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchedulableKey {
     pub gsi3pk: String,
     pub gsi3sk: String,
 }
 
+/// The sort key of a task with no due time (a paused reminder): after
+/// every instant, so the check's range never reads it.
+const NOT_DUE: &str = "~";
+
 impl SchedulableKey {
-    pub fn new(task_id: &str) -> Self {
-        Self {
-            gsi3pk: Self::partition(Self::shard_of(task_id)),
-            gsi3sk: task_id.to_owned(),
-        }
+    /// The task's entry, if it has one.
+    pub fn of(task: &Task) -> Option<Self> {
+        let family = match task.kind {
+            TaskKind::Reminder if matches!(task.state(), TaskState::Scheduled | TaskState::Paused) => Family::Reminders,
+            TaskKind::Connector if task.due.is_some() => Family::Connectors,
+            _ => return None,
+        };
+        let id = task.task_id.as_str();
+        Some(Self {
+            gsi3pk: Self::partition(family, Self::shard_of(id)),
+            gsi3sk: Self::sort(task.due, id),
+        })
     }
 
     /// The shard of a task id: its digest's first hex digit.
@@ -248,16 +269,35 @@ impl SchedulableKey {
             .map_or(0, |d| d as u8)
     }
 
-    pub fn partition(shard: u8) -> String {
-        format!("SCHEDULABLE#{shard:02}")
+    pub fn partition(family: Family, shard: u8) -> String {
+        match family {
+            Family::Reminders => format!("SCHEDULABLE#{shard:02}"),
+            Family::Connectors => format!("CONNECTOR#{shard:02}"),
+        }
     }
 
-    /// The exclusive start key of a page after `task_id` in its shard.
-    pub fn start_after(workspace: &str, task_id: &str) -> HashMap<String, AttributeValue> {
-        let index = Self::new(task_id);
+    /// `<due, RFC 3339 UTC>#<task_id>`: fixed width, so it sorts by due.
+    pub fn sort(due: Option<DateTime<Utc>>, task_id: &str) -> String {
+        match due {
+            Some(due) => format!("{}#{task_id}", crate::domain::schedule::format_utc(due)),
+            None => format!("{NOT_DUE}#{task_id}"),
+        }
+    }
+
+    /// The upper bound of a range of entries due before `cutoff`.
+    pub fn due_before(cutoff: DateTime<Utc>) -> String {
+        crate::domain::schedule::format_utc(cutoff)
+    }
+
+    /// The exclusive start key of a page after the entry `sort` of
+    /// `task_id` in its partition.
+    pub fn start_after(family: Family, workspace: &str, task_id: &str, sort: &str) -> HashMap<String, AttributeValue> {
         let mut key = Key::task(workspace, task_id).to_map();
-        key.insert(GSI3PK.to_owned(), AttributeValue::S(index.gsi3pk));
-        key.insert(GSI3SK.to_owned(), AttributeValue::S(index.gsi3sk));
+        key.insert(
+            GSI3PK.to_owned(),
+            AttributeValue::S(Self::partition(family, Self::shard_of(task_id))),
+        );
+        key.insert(GSI3SK.to_owned(), AttributeValue::S(sort.to_owned()));
         key
     }
 

@@ -5,6 +5,7 @@
 //! Namespace `ScheduledAgentTasks`. Runner: `RunsStarted`, `RunsSucceeded`,
 //! `RunsFailed`, `RunsSkipped` (dimension `Reason`), `DuplicatesAbsorbed`,
 //! `BudgetRefusals`. Reconcile: `ReconcileChanges` (dimension `Kind`),
+//! `OccurrencesOverdue` (the missed-occurrence check, every run),
 //! `DeclarationsRefused`.
 
 use std::io::Write;

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod change;
 pub mod create;
+pub mod overdue;
 pub mod reconcile;
 pub mod run;
 pub mod schedules;

@@ -17,7 +17,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
+
+use crate::app::overdue::{CheckSettings, adopt, check};
 
 use crate::domain::install::{Install, InstallStatus};
 use crate::domain::limits::Ceilings;
@@ -30,8 +32,8 @@ use crate::domain::task::{TaskKind, TaskState};
 pub use crate::domain::webhook::InstallRules;
 use crate::domain::webhook::{Event, InstallRef, WebhookError, WebhookSecret};
 use crate::ports::{
-    Connectors, Cursor, McpError, McpSession, QueueError, ReminderStore, ScheduleError, Schedules, StoreError,
-    TaskCatalog, TaskStore, Versioned, WorkQueue,
+    Connectors, Cursor, DueIndex, McpError, McpSession, QueueError, ReminderStore, RunStore, ScheduleError, Schedules,
+    StoreError, TaskCatalog, TaskStore, Versioned, WorkQueue,
 };
 
 /// A schedule put that could not be brought in step.
@@ -111,6 +113,10 @@ pub enum Pass {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<Cursor>,
     },
+    /// The missed-occurrence check (SPEC §14, `app::overdue`), on its own
+    /// schedule.
+    #[serde(rename = "overdue.check")]
+    Overdue,
 }
 
 /// The most items one pass message reads (SPEC §13: at most 100).
@@ -252,6 +258,9 @@ pub enum ReconcileError {
 pub struct Summary {
     /// change kind -> count
     pub changes: BTreeMap<String, u32>,
+    /// The missed-occurrence check's finding: how many occurrences it
+    /// reported (`None`: this work was no check).
+    pub overdue: Option<usize>,
     /// prompt -> why its declaration was refused
     pub refused: BTreeMap<String, String>,
     pub tasks_written: u32,
@@ -275,9 +284,16 @@ pub struct Reconciler<S, G, C, Q> {
     queue: Q,
     ceilings: Ceilings,
     rules: InstallRules,
+    overdue: CheckSettings,
 }
 
-impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q: WorkQueue> Reconciler<S, G, C, Q> {
+/// How long one missed-occurrence check may take: within a work item's
+/// deadline (`MESSAGE_SECONDS` in the handler), so it ends by itself.
+pub const CHECK_SECONDS: u64 = 25;
+
+impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedules, C: Connectors, Q: WorkQueue>
+    Reconciler<S, G, C, Q>
+{
     pub fn new(store: S, schedules: G, connectors: C, queue: Q, ceilings: Ceilings, rules: InstallRules) -> Self {
         Self {
             store,
@@ -286,7 +302,19 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q:
             queue,
             ceilings,
             rules,
+            overdue: CheckSettings {
+                catch_up: Duration::seconds(crate::config::DEFAULT_CATCH_UP_SECONDS),
+                retention: Duration::days(crate::config::DEFAULT_RETENTION_DAYS),
+                write: true,
+            },
         }
+    }
+
+    /// The missed-occurrence check's window and its records' retention.
+    pub fn with_overdue(mut self, catch_up: Duration, retention: Duration) -> Self {
+        self.overdue.catch_up = catch_up;
+        self.overdue.retention = retention;
+        self
     }
 
     pub fn connectors(&self) -> &C {
@@ -324,6 +352,20 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q:
             Work::Pass(Pass::Reminders { pass, shard, after }) => {
                 self.reminders_page(pass, shard, after.as_ref(), now).await?;
                 Ok(Summary::default())
+            }
+            Work::Pass(Pass::Overdue) => {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(CHECK_SECONDS);
+                let checked = check(&self.store, self.overdue, now, deadline).await?;
+                tracing::info!(
+                    tasks = checked.tasks,
+                    missed = checked.missed.len(),
+                    complete = checked.complete,
+                    "missed-occurrence check"
+                );
+                Ok(Summary {
+                    overdue: Some(checked.missed.len()),
+                    ..Summary::default()
+                })
             }
         }
     }
@@ -376,7 +418,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q:
         let Some((workspace, install_id)) = named else {
             return Ok(());
         };
-        if let Some(mut install) = self.store.install(&workspace, &install_id).await? {
+        if let Some(mut install) = TaskCatalog::install(&self.store, &workspace, &install_id).await? {
             install.last_error = Some(crate::domain::occurrence::cap_reason(&format!(
                 "{}: {reason}",
                 crate::domain::schedule::format_utc(now)
@@ -430,6 +472,8 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q:
         let page = self.store.schedulable_page(shard, after, PASS_PAGE).await?;
         let mut repaired = 0;
         for task in &page.items {
+            // A reminder written before it had a due time gets one.
+            adopt(&self.store, task, now).await?;
             let passed = matches!(task.spec.schedule, crate::domain::schedule::Schedule::At { at } if at <= now);
             if task.kind != TaskKind::Reminder
                 || passed
@@ -475,7 +519,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q:
                 // An install id names one server for good: re-declaring it as
                 // another would run the approved tasks of the first on the
                 // second's URL, with no approval.
-                if let Some(known) = self.store.install(workspace, &install.id).await?
+                if let Some(known) = TaskCatalog::install(&self.store, workspace, &install.id).await?
                     && known.server != install.server
                 {
                     tracing::warn!(
@@ -517,7 +561,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q:
         install: &InstallRef,
         now: DateTime<Utc>,
     ) -> Result<Summary, ReconcileError> {
-        if let Some(mut record) = self.store.install(workspace, &install.id).await? {
+        if let Some(mut record) = TaskCatalog::install(&self.store, workspace, &install.id).await? {
             record.status = InstallStatus::Uninstalled;
             record.updated_at = now;
             self.store.put_install(&record).await?;
@@ -597,6 +641,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q:
         workspace: &str,
         install_id: &str,
         written: &[Write],
+        now: DateTime<Utc>,
     ) -> Result<(), ReconcileError> {
         let written: BTreeSet<&TaskId> = written.iter().map(|w| &w.task.task_id).collect();
         let tasks = self.store.workspace_tasks(workspace).await?;
@@ -606,6 +651,8 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q:
         });
         for task in own {
             self.sync_schedule(task).await?;
+            // A task written before it had a due time gets one.
+            adopt(&self.store, task, now).await?;
         }
         Ok(())
     }
@@ -627,7 +674,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q:
         install_id: &str,
         now: DateTime<Utc>,
     ) -> Result<Summary, ReconcileError> {
-        let Some(install) = self.store.install(workspace, install_id).await? else {
+        let Some(install) = TaskCatalog::install(&self.store, workspace, install_id).await? else {
             tracing::info!("unknown install: nothing to reconcile");
             return Ok(Summary::default());
         };
@@ -674,7 +721,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, C: Connectors, Q:
             if !self.write_all(&plan.writes, &mut summary).await? {
                 continue;
             }
-            Box::pin(self.repair_schedules(workspace, install_id, &plan.writes)).await?;
+            Box::pin(self.repair_schedules(workspace, install_id, &plan.writes, now)).await?;
             if plan.refused != install.declaration_errors || install.last_error.is_some() {
                 for (prompt, reason) in &plan.refused {
                     tracing::warn!(prompt = %prompt, reason = %reason, "declaration refused");

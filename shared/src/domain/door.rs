@@ -44,6 +44,12 @@ pub enum SkipReason {
     Rescheduled,
     /// The run's maximum cost does not fit the task's period budget.
     BudgetExhausted,
+    /// Recorded by the missed-occurrence check (SPEC §14, `domain::overdue`):
+    /// no run of it started within the catch-up window.
+    NeverDelivered,
+    /// Recorded by the missed-occurrence check: its run was claimed, then
+    /// stopped, and nothing recorded its outcome within the window.
+    NeverFinished,
 }
 
 impl SkipReason {
@@ -75,6 +81,8 @@ impl SkipReason {
             SkipReason::Completed => "completed",
             SkipReason::Rescheduled => "rescheduled",
             SkipReason::BudgetExhausted => "budget_exhausted",
+            SkipReason::NeverDelivered => "never_delivered",
+            SkipReason::NeverFinished => "never_finished",
         }
     }
 
@@ -84,6 +92,12 @@ impl SkipReason {
             SkipReason::Held(reasons) => {
                 let names: Vec<&str> = reasons.iter().map(|r| r.as_str()).collect();
                 format!("held: {}", names.join(", "))
+            }
+            SkipReason::NeverDelivered => "never delivered: no run of it started within the catch-up window \
+                 (a lost schedule, or a message left in a dead-letter queue)"
+                .to_owned(),
+            SkipReason::NeverFinished => {
+                "never finished: its run stopped and no outcome was recorded within the catch-up window".to_owned()
             }
             other => other.code().replace('_', " "),
         }

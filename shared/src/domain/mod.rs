@@ -22,6 +22,7 @@ pub mod limits;
 pub mod model;
 pub mod notification;
 pub mod occurrence;
+pub mod overdue;
 pub mod overrides;
 pub mod payload;
 pub mod reconcile;

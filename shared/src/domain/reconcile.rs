@@ -93,8 +93,22 @@ pub struct Write {
 }
 
 impl Write {
-    /// A change of `before` into `after`.
-    pub fn change(before: &Task, after: Task, changes: Vec<Change>) -> Self {
+    /// A new task, its `due` set (`domain::overdue::refresh_due`).
+    pub fn new(mut task: Task, changes: Vec<Change>) -> Self {
+        let now = task.updated_at;
+        super::overdue::refresh_due(None, &mut task, now);
+        Self {
+            task,
+            before: None,
+            changes,
+        }
+    }
+
+    /// A change of `before` into `after` (stamped with the change's time),
+    /// its `due` kept or set again (`domain::overdue::refresh_due`).
+    pub fn change(before: &Task, mut after: Task, changes: Vec<Change>) -> Self {
+        let now = after.updated_at;
+        super::overdue::refresh_due(Some(before), &mut after, now);
         Self {
             task: after,
             before: Some(Box::new(before.clone())),
@@ -401,11 +415,7 @@ fn create(install: &Install, prompt: &ListedPrompt, id: TaskId, declared: Spec, 
         "a new scheduled prompt waits for an admin's approval",
     );
     task.prompt_arguments = prompt.arguments.clone();
-    Write {
-        task,
-        before: None,
-        changes: vec![Change::Created],
-    }
+    Write::new(task, vec![Change::Created])
 }
 
 /// A stored task brought up to its declaration: reattached to a reinstall,

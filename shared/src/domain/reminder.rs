@@ -441,6 +441,7 @@ impl CheckedRequest {
             now,
         );
         task.created_with = Some(idempotency_key.clone());
+        super::overdue::refresh_due(None, &mut task, now);
         // An app create is the owner's own request: it is its approval.
         task.approval = Some(self.approval.unwrap_or_else(|| Approval {
             id: format!("owner:{idempotency_key}"),

@@ -229,6 +229,10 @@ pub struct Task {
     /// set on a connector task: a tombstone must outlive every release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<i64>,
+    /// The first occurrence the missed-occurrence check has not accounted
+    /// for yet (`domain::overdue`); none while the task does not fire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due: Option<DateTime<Utc>>,
 }
 
 impl Task {
@@ -267,6 +271,7 @@ impl Task {
             updated_at: now,
             created_with: None,
             ttl: None,
+            due: None,
         }
     }
 
@@ -353,6 +358,7 @@ pub(crate) mod tests_support {
             updated_at: at,
             created_with: None,
             ttl: None,
+            due: None,
         }
     }
 

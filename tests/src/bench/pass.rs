@@ -208,6 +208,8 @@ async fn seed_reminders(t: &TestStack, n: usize) -> anyhow::Result<(Vec<usize>, 
         task.task_id = TaskId::for_reminder(&workspace, &principal, &format!("k{i}"));
         task.workspace = workspace;
         task.provenance = shared::domain::task::Provenance::User { principal };
+        // Due at its instant, as create sets it.
+        shared::domain::overdue::refresh_due(None, &mut task, Utc::now());
         shards[usize::from(SchedulableKey::shard_of(task.task_id.as_str()))] += 1;
         let item = task_item(&task)?;
         bytes = bytes.max(item_bytes(&item));

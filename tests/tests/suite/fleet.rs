@@ -19,6 +19,8 @@ async fn seed_reminders(t: &TestStack, n: usize) {
             let mut task = reminder(at);
             task.task_id = TaskId::for_reminder("ws_fleet", &format!("usr_{}", i % 97), &format!("k{i}"));
             task.workspace = "ws_fleet".into();
+            // Due at its instant, as create sets it.
+            shared::domain::overdue::refresh_due(None, &mut task, Utc::now());
             let put = PutRequest::builder()
                 .set_item(Some(task_item(&task).unwrap()))
                 .build()

@@ -11,6 +11,7 @@ mod herd;
 mod interop;
 mod lifecycle;
 mod operations;
+mod overdue;
 mod person;
 mod reconcile;
 mod runner;

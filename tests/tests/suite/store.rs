@@ -89,6 +89,7 @@ fn connector_task() -> Task {
         updated_at: t0,
         created_with: Some("k1".into()),
         ttl: None,
+        due: None,
     }
 }
 

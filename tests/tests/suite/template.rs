@@ -268,6 +268,24 @@ fn reconcile_and_admin_read_what_the_template_sets() {
         resource(&t, "ReconcileAtDeploy")["Type"],
         "AWS::CloudFormation::CustomResource"
     );
+    // The missed-occurrence check: its own schedule, a work item the worker
+    // takes, every 15 minutes; the alarm sees an hour without a check too.
+    let check = props(&t, "OverdueCheckSchedule");
+    assert_eq!(check["ScheduleExpression"], "rate(15 minutes)");
+    assert_eq!(get_att(&check["Target"]["Arn"]), "ReconcileQueue.Arn");
+    let work: shared::app::reconcile::Work = serde_json::from_str(check["Target"]["Input"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        work,
+        shared::app::reconcile::Work::Pass(shared::app::reconcile::Pass::Overdue)
+    );
+    let alarm = props(&t, "OccurrencesOverdueAlarm");
+    assert_eq!(alarm["MetricName"], "OccurrencesOverdue");
+    assert_eq!(alarm["Namespace"], shared::adapters::metrics::NAMESPACE);
+    assert_eq!(alarm["TreatMissingData"], "breaching");
+    assert!(
+        num(&alarm["Period"]) >= 2 * 15 * 60,
+        "a period holds more than one check"
+    );
     // Both query the index (installed connectors; a task's workspace); no
     // function scans the table (SPEC 13: passes read pages through indexes).
     let index_arn = format!("${{TasksTable.Arn}}/index/{}", local::STACK.table_index.0);

@@ -53,6 +53,8 @@ mod claim;
 mod procedure;
 mod settle;
 
+pub(crate) use settle::record_skip;
+
 use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Duration, Utc};

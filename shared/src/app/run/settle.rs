@@ -176,36 +176,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         now: DateTime<Utc>,
         attempts: u32,
     ) -> Result<Disposition, RunError> {
-        let skipped = Outcome::skipped(reason.describe());
-        let record = RunRecord::new(
-            occ,
-            &skipped,
-            attempts,
-            0.0,
-            &self.settings.model_id,
-            now,
-            now,
-            self.settings.retention,
-        );
-        self.store.record_unclaimed(&record).await?;
-        // A one-time reminder whose only occurrence is skipped this way is
-        // finished (SPEC §3): completed, if this is still its occurrence.
-        if reason.completes_one_time() && occ.task_id.is_reminder() {
-            let completion = settlement::Completion {
-                at: occ.scheduled,
-                expires: Some((now + self.settings.retention).timestamp()),
-                record: None,
-            };
-            self.store
-                .complete_unclaimed(
-                    &occ.message.workspace,
-                    &occ.task_id,
-                    &occ.message.execution_id,
-                    &completion,
-                    now,
-                )
-                .await?;
-        }
+        record_skip(&self.store, occ, &reason, attempts, now, self.settings.retention).await?;
         tracing::info!(reason = reason.code(), "skipped at the door");
         Ok(Disposition::Skipped(reason))
     }
@@ -223,4 +194,39 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         tracing::warn!(reason = %reason, "malformed message recorded and acknowledged");
         Ok(Disposition::Malformed(reason))
     }
+}
+
+/// Records a skip that holds no claim (`RunStore::record_unclaimed`) and,
+/// when it finishes a one-time reminder (SPEC §3), completes it if this is
+/// still its occurrence. The one way a skip is recorded: at the runner's
+/// door and by the missed-occurrence check alike.
+pub(crate) async fn record_skip<S: RunStore>(
+    store: &S,
+    occ: &Delivery,
+    reason: &SkipReason,
+    attempts: u32,
+    now: DateTime<Utc>,
+    retention: chrono::Duration,
+) -> Result<(), crate::ports::StoreError> {
+    let skipped = Outcome::skipped(reason.describe());
+    // A skip names no model.
+    let record = RunRecord::new(occ, &skipped, attempts, 0.0, "", now, now, retention);
+    store.record_unclaimed(&record).await?;
+    if reason.completes_one_time() && occ.task_id.is_reminder() {
+        let completion = settlement::Completion {
+            at: occ.scheduled,
+            expires: Some((now + retention).timestamp()),
+            record: None,
+        };
+        store
+            .complete_unclaimed(
+                &occ.message.workspace,
+                &occ.task_id,
+                &occ.message.execution_id,
+                &completion,
+                now,
+            )
+            .await?;
+    }
+    Ok(())
 }

@@ -1,0 +1,199 @@
+//! The missed-occurrence check (SPEC §14): every task whose `due` lies
+//! before the cutoff (`domain::overdue::cutoff`: its catch-up window and a
+//! margin ago) is judged against its run records and claims; each
+//! occurrence with no outcome is recorded `skipped` (never delivered, or
+//! never finished) the way the runner's door records a skip, so its person
+//! hears of it (the record's event) and it is reported once; then `due`
+//! moves past what was judged.
+//!
+//! Bounded like the daily pass (SPEC §13): it reads the index a page of at
+//! most [`PAGE`] tasks at a time, per shard, and stops at its deadline; a
+//! task it did not reach keeps its `due` and is judged by the next check.
+//! It runs on its own schedule in the reconcile worker (`overdue.check`)
+//! and on demand (`sat overdue`).
+
+use std::time::Instant;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+
+use crate::app::run::record_skip;
+use crate::domain::door::SkipReason;
+use crate::domain::occurrence::{Delivery, RunMessage, occurrence_key};
+use crate::domain::overdue::{self, CHECK_EXECUTION_ID, Trace};
+use crate::domain::schedule::Schedule;
+use crate::domain::schedule_definition::REMINDER_SHARDS;
+use crate::domain::task::{Task, TaskKind};
+use crate::ports::{Cursor, DueIndex, Family, RunStore, StoreError};
+
+/// The most tasks one query of the index returns.
+pub const PAGE: usize = 100;
+
+/// How the check runs.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckSettings {
+    /// `CATCH_UP_SECONDS`: occurrences are judged once it has passed.
+    pub catch_up: Duration,
+    /// `RETENTION_DAYS`: how long the records it writes are kept.
+    pub retention: Duration,
+    /// `false`: judge and report only, write nothing (`sat overdue --dry-run`).
+    pub write: bool,
+}
+
+/// One occurrence found with no outcome.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Missed {
+    pub workspace: String,
+    pub task_id: String,
+    pub kind: &'static str,
+    /// The occurrence (for a rate: the time one was expected by).
+    pub scheduled_time: DateTime<Utc>,
+    /// The stable word (`never_delivered`, `never_finished`).
+    pub reason: &'static str,
+    /// The reason in words, as its run record says it.
+    pub explanation: String,
+}
+
+/// What one check found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Checked {
+    /// Occurrences scheduled before this were judged.
+    pub cutoff: Option<DateTime<Utc>>,
+    /// The tasks read from the index.
+    pub tasks: usize,
+    /// The occurrences with no outcome, each reported by this check only.
+    pub missed: Vec<Missed>,
+    /// `false`: the deadline came first; the rest is judged next time.
+    pub complete: bool,
+}
+
+/// Runs the check at `now` until `deadline`.
+pub async fn check<S: DueIndex + RunStore>(
+    store: &S,
+    settings: CheckSettings,
+    now: DateTime<Utc>,
+    deadline: Instant,
+) -> Result<Checked, StoreError> {
+    let cutoff = overdue::cutoff(now, settings.catch_up);
+    let mut checked = Checked {
+        cutoff: Some(cutoff),
+        complete: true,
+        ..Checked::default()
+    };
+    for family in [Family::Reminders, Family::Connectors] {
+        for shard in 0..REMINDER_SHARDS {
+            let mut after: Option<Cursor> = None;
+            loop {
+                if Instant::now() >= deadline {
+                    checked.complete = false;
+                    return Ok(checked);
+                }
+                let page = store.due_page(family, shard, cutoff, after.as_ref(), PAGE).await?;
+                for task in &page.items {
+                    checked.tasks += 1;
+                    checked
+                        .missed
+                        .extend(judge_task(store, &settings, task, cutoff, now).await?);
+                }
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// Judges one task, records what it missed and moves its `due`; what it
+/// missed is reported only if this check moved `due` (another check that
+/// got there first reports it).
+async fn judge_task<S: DueIndex + RunStore>(
+    store: &S,
+    settings: &CheckSettings,
+    task: &Task,
+    cutoff: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<Vec<Missed>, StoreError> {
+    let Some(due) = task.due else {
+        return Ok(Vec::new());
+    };
+    // A rate's latest outcome before `due` says when the next was expected.
+    let from = match &task.spec.schedule {
+        Schedule::Rate { .. } => overdue::first_due(task, due).map_or(due, |next| due - (next - due)),
+        _ => due,
+    };
+    let recorded = store.recorded_times(&task.task_id, from, cutoff).await?;
+    let judged = overdue::judge(task, cutoff, now, &recorded, |at| {
+        if recorded.contains(&at) {
+            Trace::Recorded
+        } else {
+            task.claims.get(&occurrence_key(at)).map_or(Trace::None, Trace::Claimed)
+        }
+    });
+    let mut missed = Vec::new();
+    for at in &judged.missed {
+        let key = occurrence_key(*at);
+        let reason = match task.claims.get(&key) {
+            Some(_) => SkipReason::NeverFinished,
+            None => SkipReason::NeverDelivered,
+        };
+        if settings.write {
+            let occ = Delivery {
+                message: RunMessage {
+                    task_id: task.task_id.to_string(),
+                    workspace: task.workspace.clone(),
+                    scheduled_time: key.clone(),
+                    execution_id: CHECK_EXECUTION_ID.to_owned(),
+                    attempt: "0".to_owned(),
+                },
+                task_id: task.task_id.clone(),
+                scheduled: *at,
+                key,
+            };
+            record_skip(store, &occ, &reason, 0, now, settings.retention).await?;
+        }
+        missed.push(Missed {
+            workspace: task.workspace.clone(),
+            task_id: task.task_id.to_string(),
+            kind: match task.kind {
+                TaskKind::Reminder => "reminder",
+                TaskKind::Connector => "connector",
+            },
+            scheduled_time: *at,
+            reason: reason.code(),
+            explanation: reason.describe(),
+        });
+    }
+    if !settings.write || judged.due == task.due {
+        return Ok(missed);
+    }
+    if store.move_due(task, judged.due).await? {
+        for m in &missed {
+            tracing::warn!(
+                task_id = %m.task_id,
+                workspace = %m.workspace,
+                scheduled_time = %occurrence_key(m.scheduled_time),
+                reason = m.reason,
+                "an occurrence was missed"
+            );
+        }
+        Ok(missed)
+    } else {
+        // Another check, or a change of the task, moved `due` meanwhile.
+        Ok(Vec::new())
+    }
+}
+
+/// Gives a task that fires but has no `due` (written before the check
+/// existed, or by a path that does not set one) its first `due` from
+/// `now`: the daily pass calls it for every task it reads.
+pub async fn adopt<S: DueIndex>(store: &S, task: &Task, now: DateTime<Utc>) -> Result<bool, StoreError> {
+    if task.due.is_some() || !task.should_fire() {
+        return Ok(false);
+    }
+    match overdue::first_due(task, now) {
+        Some(due) => store.move_due(task, Some(due)).await,
+        None => Ok(false),
+    }
+}

@@ -1,0 +1,266 @@
+//! The missed-occurrence check (SPEC §14) against moto, through the real
+//! schedules app, runner, store and the reconcile worker's work item: an
+//! occurrence Scheduler never delivered (a lost schedule, a one-time
+//! reminder, a connector task), one whose message died after its claim,
+//! each reported once with its task and time and recorded `skipped` in
+//! words; an occurrence that ran, was skipped at the door or is still
+//! running is never reported.
+
+use chrono::{DateTime, Duration, DurationRound, Timelike, Utc};
+use serde_json::{Value, json};
+use shared::app::overdue::{CheckSettings, Missed, check};
+use shared::app::reconcile::Summary;
+use shared::app::run::Disposition;
+use shared::domain::claim::{Claim, RunStatus};
+use shared::domain::occurrence::occurrence_key;
+use shared::domain::overdue::{MARGIN_MINUTES, refresh_due};
+use shared::domain::schedule::Schedule;
+use shared::domain::task::TaskId;
+use shared::ports::{ClaimAnswer, ClaimRequest, RunStore};
+use tests::{RunStack, owner, run_settings, schedules_create};
+
+/// The runner's default catch-up window, which the test reconciler's check uses.
+const CATCH_UP: Duration = Duration::hours(1);
+
+fn id(task: &Value) -> TaskId {
+    TaskId::parse(task["task_id"].as_str().expect("a task id")).expect("a task id")
+}
+
+async fn create(s: &RunStack, key: &str, when: Value, now: DateTime<Utc>) -> Value {
+    let answer =
+        s.t.schedules_app()
+            .handle(schedules_create(&owner("usr_1"), key, key, when), now)
+            .await
+            .expect("no internal failure");
+    assert_eq!(answer["ok"], true, "{answer}");
+    answer["task"].clone()
+}
+
+async fn deliver(s: &RunStack, task_id: &TaskId, at: DateTime<Utc>, worker: bool) -> Disposition {
+    let body = json!({
+        "task_id": task_id.as_str(), "workspace": "ws_1",
+        "scheduled_time": occurrence_key(at), "execution_id": format!("e-{}", task_id.as_str()), "attempt": "1",
+    })
+    .to_string();
+    let now = at + Duration::minutes(1);
+    s.runner_on(s.store(), run_settings(worker))
+        .deliver("m1", &body, now, now + Duration::minutes(5))
+        .await
+        .expect("the delivery answers")
+}
+
+async fn claim(s: &RunStack, task_id: &TaskId, at: DateTime<Utc>, lease_until: DateTime<Utc>) {
+    let claim = Claim {
+        status: RunStatus::Running,
+        lease_until: lease_until.timestamp(),
+        execution_id: format!("e-{}", task_id.as_str()),
+        attempts: 1,
+        started_at: at,
+        crashed_usd: 0.0,
+    };
+    let answer = s
+        .store()
+        .claim(&ClaimRequest {
+            workspace: "ws_1",
+            task_id,
+            occurrence: &occurrence_key(at),
+            period: &shared::domain::budget::period(at),
+            claim: &claim,
+            now: at,
+        })
+        .await
+        .expect("the claim answers");
+    assert!(matches!(answer, ClaimAnswer::Claimed(_)), "{answer:?}");
+}
+
+fn found(missed: &[Missed]) -> Vec<(String, DateTime<Utc>, &'static str)> {
+    let mut found: Vec<_> = missed
+        .iter()
+        .map(|m| (m.task_id.clone(), m.scheduled_time, m.reason))
+        .collect();
+    found.sort();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_missed_occurrence_is_reported_once_and_none_that_ran() {
+    let s = RunStack::start().await.unwrap();
+    let now = Utc::now();
+    // A whole hour at least five minutes ahead: every task's first occurrence.
+    let h = (now + Duration::minutes(65))
+        .duration_trunc(Duration::hours(1))
+        .unwrap();
+    let daily = json!({"daily": {"time": format!("{:02}:00", h.hour()), "timezone": "UTC"}});
+    let once = json!({"at": h.to_rfc3339()});
+    let lost = id(&create(&s, "lost-schedule", daily, now).await);
+    let ran = id(&create(&s, "ran", once.clone(), now).await);
+    let undelivered = id(&create(&s, "never-delivered", once.clone(), now).await);
+    let crashed = id(&create(&s, "crashed", once.clone(), now).await);
+    let running = id(&create(&s, "still-running", once.clone(), now).await);
+    let mut connector = tests::connector_task("issues", "daily-digest", &[], &[]);
+    let mut skipped = tests::connector_task("issues", "skipped-digest", &[], &[]);
+    for task in [&mut connector, &mut skipped] {
+        task.spec.schedule = Schedule::Cron {
+            cron: format!("0 {} * * *", h.hour()),
+            timezone: "UTC".into(),
+        };
+        refresh_due(None, task, now);
+        assert_eq!(task.due, Some(h), "a connector task is due at its first fire");
+        s.insert(task).await;
+    }
+    let item =
+        s.t.item_at(shared::adapters::keys::Key::task("ws_1", lost.as_str()))
+            .await
+            .unwrap();
+    assert_eq!(
+        item["due"],
+        occurrence_key(h),
+        "a created reminder is due at its first occurrence"
+    );
+
+    // The daily reminder's schedule is lost; the others' messages come or not.
+    s.t.scheduler_delete(lost.as_str()).await;
+    assert_eq!(deliver(&s, &ran, h, true).await, Disposition::Ran(RunStatus::Succeeded));
+    assert!(matches!(
+        deliver(&s, &skipped.task_id, h, false).await,
+        Disposition::Skipped(_)
+    ));
+    let checked_at = h + CATCH_UP + Duration::minutes(MARGIN_MINUTES) + Duration::minutes(1);
+    // One run stopped after its claim (its message then died); one still runs.
+    claim(&s, &crashed, h, h + Duration::minutes(15)).await;
+    claim(&s, &running, h, checked_at + Duration::hours(1)).await;
+
+    // Before the cutoff passes the occurrences, nothing is judged.
+    let r = s.t.reconciler();
+    let early: Summary = r
+        .work(r#"{"type": "overdue.check"}"#, h + CATCH_UP)
+        .await
+        .expect("the check runs");
+    assert_eq!(early.overdue, Some(0));
+
+    let settings = CheckSettings {
+        catch_up: CATCH_UP,
+        retention: Duration::days(90),
+        write: true,
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // A dry run names them and writes nothing.
+    let dry = check(
+        &s.store(),
+        CheckSettings {
+            write: false,
+            ..settings
+        },
+        checked_at,
+        deadline,
+    )
+    .await
+    .expect("the dry run");
+    let expected = {
+        let mut e = vec![
+            (lost.to_string(), h, "never_delivered"),
+            (undelivered.to_string(), h, "never_delivered"),
+            (crashed.to_string(), h, "never_finished"),
+            (connector.task_id.to_string(), h, "never_delivered"),
+        ];
+        e.sort();
+        e
+    };
+    assert_eq!(found(&dry.missed), expected);
+    assert_eq!(
+        s.run_record(&undelivered, &occurrence_key(h)).await,
+        None,
+        "a dry run writes nothing"
+    );
+
+    // The scheduled check, as the worker takes it from its queue.
+    let summary = r
+        .work(r#"{"type": "overdue.check"}"#, checked_at)
+        .await
+        .expect("the check runs");
+    assert_eq!(summary.overdue, Some(expected.len()), "each missed occurrence counted");
+    for (task_id, _, reason) in &expected {
+        let record = s
+            .run_record(&TaskId::parse(task_id).unwrap(), &occurrence_key(h))
+            .await
+            .unwrap_or_else(|| panic!("{task_id}'s missed occurrence is recorded"));
+        assert_eq!(record["status"], "skipped");
+        assert!(
+            record["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with(&reason.replace('_', " ")),
+            "{record}"
+        );
+    }
+    // The missed one-time reminders are finished; the daily one runs on.
+    for task in [&undelivered, &crashed] {
+        let item =
+            s.t.item_at(shared::adapters::keys::Key::task("ws_1", task.as_str()))
+                .await
+                .unwrap();
+        assert_eq!(item["state"], "completed", "{item}");
+    }
+    let item =
+        s.t.item_at(shared::adapters::keys::Key::task("ws_1", lost.as_str()))
+            .await
+            .unwrap();
+    assert_eq!(item["state"], "scheduled");
+    assert_eq!(
+        item["due"],
+        occurrence_key(h + Duration::days(1)),
+        "due moves to the next day"
+    );
+    // The running one keeps its due: its settle is still to come.
+    let item =
+        s.t.item_at(shared::adapters::keys::Key::task("ws_1", running.as_str()))
+            .await
+            .unwrap();
+    assert_eq!(item["due"], occurrence_key(h));
+    assert_eq!(s.run_record(&running, &occurrence_key(h)).await, None);
+
+    // Reported once: the next check finds nothing new.
+    let again = r
+        .work(r#"{"type": "overdue.check"}"#, checked_at + Duration::minutes(15))
+        .await
+        .expect("the check runs");
+    assert_eq!(again.overdue, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reminder_written_before_due_times_is_adopted_by_the_daily_pass() {
+    let s = RunStack::start().await.unwrap();
+    let now = Utc::now();
+    let at = (now + Duration::hours(2)).duration_trunc(Duration::seconds(1)).unwrap();
+    // As an earlier version stored it: no due time.
+    let task = tests::reminder(at);
+    assert_eq!(task.due, None);
+    s.insert(&task).await;
+    let r = s.t.reconciler();
+    let settings = CheckSettings {
+        catch_up: CATCH_UP,
+        retention: Duration::days(90),
+        write: true,
+    };
+    let later = at + CATCH_UP + Duration::minutes(MARGIN_MINUTES + 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let unseen = check(
+        &s.store(),
+        CheckSettings {
+            write: false,
+            ..settings
+        },
+        later,
+        deadline,
+    )
+    .await
+    .unwrap();
+    assert!(unseen.missed.is_empty(), "without a due time the check cannot see it");
+    s.t.run_daily_pass(&r, now).await;
+    assert_eq!(s.task_item(&task).await["due"], occurrence_key(at));
+    let seen = check(&s.store(), settings, later, deadline).await.unwrap();
+    assert_eq!(
+        found(&seen.missed),
+        vec![(task.task_id.to_string(), at, "never_delivered")]
+    );
+}
