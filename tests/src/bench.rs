@@ -6,6 +6,7 @@
 //! binaries ([`binaries`]).
 
 pub mod binaries;
+pub mod caching;
 pub mod pass;
 pub mod requests;
 
@@ -26,7 +27,7 @@ pub struct Options {
     pub out: PathBuf,
     pub invocations: usize,
     pub starts: usize,
-    /// Only these sections (`requests`, `passes`, `binaries`); all when
+    /// Only these sections (`requests`, `passes`, `caching`, `binaries`); all when
     /// empty.
     pub only: Vec<String>,
 }
@@ -43,6 +44,8 @@ pub struct Report {
     pub requests: Vec<requests::Requests>,
     /// The daily pass: requests and time per invocation.
     pub passes: Vec<pass::PassRow>,
+    /// A six-turn run's billed input with and without prompt caching.
+    pub caching: Vec<caching::CacheRow>,
     pub init: Vec<binaries::Init>,
     pub instructions: Vec<binaries::Instructions>,
     pub size_arch: String,
@@ -92,12 +95,19 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         skipped.push("the daily pass per invocation: not asked for (--only)".to_owned());
         Vec::new()
     };
+    let caching = if options.wants("caching") {
+        caching::measure().await?
+    } else {
+        skipped.push("prompt caching: not asked for (--only)".to_owned());
+        Vec::new()
+    };
     if !options.wants("binaries") {
         skipped.push("init, instructions and sizes: not asked for (--only)".to_owned());
         return Ok(Report {
             machine: machine(),
             requests,
             passes,
+            caching,
             init: Vec::new(),
             instructions: Vec::new(),
             size_arch: options.arch.clone(),
@@ -138,6 +148,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         machine: machine(),
         requests,
         passes,
+        caching,
         init,
         instructions,
         size_arch: options.arch.clone(),
@@ -180,6 +191,26 @@ pub fn markdown(report: &Report) -> String {
         }
         for p in &report.passes {
             let _ = writeln!(out, "\n{}: {} ({} measured).", p.pass, p.note, p.measured);
+        }
+    }
+    if !report.caching.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n| Six-turn run, prompt ~3,000 tokens | Cache minimum | Input / cache write / cache read tokens | Billed input, cached | Same tokens uncached | Ratio |\n|---|---:|---:|---:|---:|---:|"
+        );
+        for c in &report.caching {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} / {} / {} | ${:.5} | ${:.5} | {:.2} |",
+                c.model,
+                c.cache_minimum,
+                c.input_tokens,
+                c.cache_write_tokens,
+                c.cache_read_tokens,
+                c.input_usd_cached,
+                c.input_usd_uncached,
+                c.ratio
+            );
         }
     }
     if !report.init.is_empty() {

@@ -234,14 +234,7 @@ pub type TestRunner<S = DynamoStore> = Runner<S, BedrockModel, McpConnectors>;
 
 /// $3 / $15 per million tokens.
 pub fn prices() -> Prices {
-    Prices::new(BTreeMap::from([(
-        MODEL.to_owned(),
-        Price {
-            input_per_mtok: 3.0,
-            output_per_mtok: 15.0,
-        },
-    )]))
-    .expect("valid prices")
+    Prices::new(BTreeMap::from([(MODEL.to_owned(), Price::plain(3.0, 15.0))])).expect("valid prices")
 }
 
 pub fn run_settings(worker_enabled: bool) -> RunSettings {

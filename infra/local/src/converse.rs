@@ -140,7 +140,13 @@ struct Script {
     fault: Option<Fault>,
     started: Instant,
     manual_window: u64,
+    /// The prompt cache: a cached prefix (its digest) and when it was last
+    /// written or read (Bedrock keeps one five minutes past its last use).
+    cache: std::collections::HashMap<u64, Instant>,
 }
+
+/// How long Bedrock keeps a cached prefix after its last use.
+pub const CACHE_TTL: Duration = Duration::from_secs(300);
 
 impl Script {
     fn new() -> Self {
@@ -153,7 +159,43 @@ impl Script {
             fault: None,
             started: Instant::now(),
             manual_window: 0,
+            cache: std::collections::HashMap::new(),
         }
+    }
+
+    /// Bedrock's cache accounting of `request`'s `input` tokens: each cache
+    /// point whose prefix (tools, then system, then messages, up to the
+    /// point) reaches the model's minimum is a cache entry; the longest
+    /// prefix already cached at a block boundary within
+    /// [`CACHE_LOOKBACK_BLOCKS`] of such a point is read, the rest up to
+    /// the last point is written, and what lies after it is plain input.
+    /// Answers (input, cache write, cache read).
+    fn cache_usage(&mut self, model: &str, request: &Value, input: u64) -> (u64, u64, u64) {
+        let Some(minimum) = shared::domain::model::cache_minimum(model) else {
+            return (input, 0, 0);
+        };
+        let now = Instant::now();
+        self.cache.retain(|_, used| now.duration_since(*used) < CACHE_TTL);
+        let boundaries = cache_boundaries(request);
+        let points: Vec<usize> = (0..boundaries.len())
+            .filter(|&i| boundaries[i].2 && boundaries[i].0 >= minimum)
+            .collect();
+        // The longest cached prefix at a boundary within the lookback of a point.
+        let read = points
+            .iter()
+            .flat_map(|&p| p.saturating_sub(CACHE_LOOKBACK_BLOCKS)..=p)
+            .filter(|&i| self.cache.contains_key(&boundaries[i].1))
+            .map(|i| boundaries[i].0)
+            .max()
+            .unwrap_or(0);
+        let longest = points.iter().map(|&p| boundaries[p].0).max().unwrap_or(0);
+        for &p in &points {
+            self.cache.insert(boundaries[p].1, now);
+        }
+        let write = longest.saturating_sub(read);
+        let read = read.min(input);
+        let write = write.min(input - read);
+        (input - read - write, write, read)
     }
 
     /// The fault this request gets instead of an answer, if any.
@@ -191,6 +233,130 @@ fn body(message: Vec<Value>, stop: &str, input_tokens: u64, output_tokens: u64) 
         "usage": {"inputTokens": input_tokens, "outputTokens": output_tokens, "totalTokens": input_tokens + output_tokens},
         "metrics": {"latencyMs": 1}
     })
+}
+
+/// Splits a body's input tokens as the cache read and wrote them:
+/// `inputTokens` is then the uncached input, and the cache's fields appear
+/// when the cache was used, as Bedrock reports them.
+fn with_cache(mut body: Value, (input, write, read): (u64, u64, u64)) -> Value {
+    if write + read > 0 {
+        let output = body["usage"]["outputTokens"].as_u64().unwrap_or_default();
+        body["usage"] = json!({
+            "inputTokens": input,
+            "outputTokens": output,
+            "cacheWriteInputTokens": write,
+            "cacheReadInputTokens": read,
+            "totalTokens": input + output + write + read,
+        });
+    }
+    body
+}
+
+/// Anthropic's models look for a cached prefix at the block boundaries up
+/// to this many blocks before each cache point.
+pub const CACHE_LOOKBACK_BLOCKS: usize = 20;
+
+/// A request read in the order the model reads it (tools, system,
+/// messages): after each content block, the prefix's tokens and digest,
+/// and whether a cache point follows it.
+fn cache_boundaries(request: &Value) -> Vec<(u64, u64, bool)> {
+    use std::hash::{Hash, Hasher};
+    let mut read = String::new();
+    let mut out: Vec<(u64, u64, bool)> = Vec::new();
+    let mut visit = |block: &Value, out: &mut Vec<(u64, u64, bool)>| {
+        if block.get("cachePoint").is_some() {
+            if let Some(last) = out.last_mut() {
+                last.2 = true;
+            }
+            return;
+        }
+        read.push_str(&block.to_string());
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        read.hash(&mut hasher);
+        out.push((tokens(&read), hasher.finish(), false));
+    };
+    for section in [&request["toolConfig"]["tools"], &request["system"]] {
+        for block in section.as_array().into_iter().flatten() {
+            visit(block, &mut out);
+        }
+    }
+    for message in request["messages"].as_array().into_iter().flatten() {
+        for block in message["content"].as_array().into_iter().flatten() {
+            let mut block = block.clone();
+            if block.get("cachePoint").is_none() {
+                // The role is part of what the model reads.
+                block = json!({"role": message["role"], "block": block});
+            }
+            visit(&block, &mut out);
+        }
+    }
+    out
+}
+
+/// Every `cachePoint` block of a request, with where it is.
+fn cache_points(request: &Value) -> Vec<(String, Value)> {
+    let mut points = Vec::new();
+    for (i, block) in request["system"].as_array().into_iter().flatten().enumerate() {
+        if let Some(point) = block.get("cachePoint") {
+            points.push((format!("system.{i}"), point.clone()));
+        }
+    }
+    for (i, tool) in request["toolConfig"]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if let Some(point) = tool.get("cachePoint") {
+            points.push((format!("toolConfig.tools.{i}"), point.clone()));
+        }
+    }
+    for (i, message) in request["messages"].as_array().into_iter().flatten().enumerate() {
+        for (j, block) in message["content"].as_array().into_iter().flatten().enumerate() {
+            if let Some(point) = block.get("cachePoint") {
+                points.push((format!("messages.{i}.content.{j}"), point.clone()));
+            }
+        }
+    }
+    points
+}
+
+/// Bedrock's prompt caching rules: a model that has it, at most four
+/// points, each `{"type": "default"}` (with an optional `ttl` of `5m` or
+/// `1h`), among the tools only for a Claude model.
+fn check_cache_points(model: &str, request: &Value) -> Result<(), String> {
+    let points = cache_points(request);
+    if points.is_empty() {
+        return Ok(());
+    }
+    if shared::domain::model::cache_minimum(model).is_none() {
+        return Err(format!(
+            "You invoked an unsupported model or your request did not allow prompt caching: {model} does not support prompt caching (cachePoint at {}).",
+            points[0].0
+        ));
+    }
+    if points.len() > shared::domain::agent::MAX_CACHE_POINTS {
+        return Err(format!(
+            "A maximum of {} blocks with cache_control may be provided. Found {}.",
+            shared::domain::agent::MAX_CACHE_POINTS,
+            points.len()
+        ));
+    }
+    for (at, point) in &points {
+        let fields = point.as_object().map_or(0, |o| o.len());
+        let ttl_ok = point.get("ttl").is_none_or(|t| matches!(t.as_str(), Some("5m" | "1h")));
+        if point["type"] != "default" || !ttl_ok || fields > 1 + usize::from(point.get("ttl").is_some()) {
+            return Err(format!(
+                "{at}.cachePoint must be {{\"type\": \"default\"}} (and an optional ttl of 5m or 1h)"
+            ));
+        }
+        if at.starts_with("toolConfig") && !shared::domain::model::caches_tools(model) {
+            return Err(format!(
+                "{at}: this model does not support a cachePoint among its tools"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Deterministic token estimate: a token per four characters, at least one.
@@ -267,8 +433,11 @@ async fn converse(
             format!("{} (the stand-in's throttle or fault)", fault.code()),
         );
     }
-    script.requests.push((model, request.0.clone()));
+    script.requests.push((model.clone(), request.0.clone()));
     let reply = script.replies.pop_front().unwrap_or_else(|| default_reply(&request.0));
+    // The reply's input tokens are the request's whole input: what the
+    // cache read or wrote of it is billed apart, as Bedrock reports it.
+    let cached = |script: &mut Script, input: u64| script.cache_usage(&model, &request.0, input);
     let mut headers = HeaderMap::new();
     headers.insert("content-type", HeaderValue::from_static("application/json"));
     let (status, value) = match reply {
@@ -278,7 +447,10 @@ async fn converse(
             output_tokens,
         } => (
             StatusCode::OK,
-            body(vec![json!({"text": text})], "end_turn", input_tokens, output_tokens),
+            with_cache(
+                body(vec![json!({"text": text})], "end_turn", input_tokens, output_tokens),
+                cached(&mut script, input_tokens),
+            ),
         ),
         Reply::ToolUse {
             name,
@@ -288,7 +460,13 @@ async fn converse(
         } => {
             let id = format!("tooluse_{}", script.requests.len());
             let content = vec![json!({"toolUse": {"toolUseId": id, "name": name, "input": input}})];
-            (StatusCode::OK, body(content, "tool_use", input_tokens, output_tokens))
+            (
+                StatusCode::OK,
+                with_cache(
+                    body(content, "tool_use", input_tokens, output_tokens),
+                    cached(&mut script, input_tokens),
+                ),
+            )
         }
         Reply::Stop {
             reason,
@@ -297,7 +475,10 @@ async fn converse(
             output_tokens,
         } => (
             StatusCode::OK,
-            body(vec![json!({"text": text})], &reason, input_tokens, output_tokens),
+            with_cache(
+                body(vec![json!({"text": text})], &reason, input_tokens, output_tokens),
+                cached(&mut script, input_tokens),
+            ),
         ),
         Reply::Error { status, code } => {
             return error_response(status, &code, format!("{code} from the stand-in"));
@@ -472,6 +653,9 @@ pub fn validate(model: &str, request: &Value) -> Result<(), String> {
             return Err(format!("messages.{i}.content must not be empty"));
         }
         for (j, block) in content.iter().enumerate() {
+            if block.get("cachePoint").is_some() {
+                continue;
+            }
             check_block(block, &format!("messages.{i}.content.{j}"))?;
             if block["toolResult"].get("status").is_some() && !shared::domain::model::takes_tool_result_status(model) {
                 return Err(format!(
@@ -526,6 +710,7 @@ pub fn validate(model: &str, request: &Value) -> Result<(), String> {
                 .into(),
         );
     }
+    check_cache_points(model, request)?;
     let images = count_images(&Value::Array(messages.clone()));
     if images > 20 {
         return Err(format!(
@@ -548,6 +733,9 @@ fn check_tools(config: &Value) -> Result<(), String> {
     }
     let mut names = BTreeSet::new();
     for (i, tool) in tools.iter().enumerate() {
+        if tool.get("cachePoint").is_some() {
+            continue;
+        }
         let spec = &tool["toolSpec"];
         if !spec.is_object() {
             return Err(format!("toolConfig.tools.{i} must be a toolSpec"));

@@ -12,10 +12,10 @@
 use aws_sdk_bedrockruntime::Client;
 use aws_sdk_bedrockruntime::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_bedrockruntime::types::{
-    AutoToolChoice, ContentBlock, ConversationRole, ConverseOutput, ImageBlock, ImageFormat as SdkImageFormat,
-    ImageSource, InferenceConfiguration, Message as SdkMessage, StopReason as SdkStop, SystemContentBlock, Tool,
-    ToolChoice, ToolConfiguration, ToolInputSchema, ToolResultBlock, ToolResultContentBlock, ToolResultStatus,
-    ToolSpecification, ToolUseBlock,
+    AutoToolChoice, CachePointBlock, CachePointType, ContentBlock, ConversationRole, ConverseOutput, ImageBlock,
+    ImageFormat as SdkImageFormat, ImageSource, InferenceConfiguration, Message as SdkMessage, StopReason as SdkStop,
+    SystemContentBlock, Tool, ToolChoice, ToolConfiguration, ToolInputSchema, ToolResultBlock, ToolResultContentBlock,
+    ToolResultStatus, ToolSpecification, ToolUseBlock,
 };
 use aws_smithy_types::{Blob, Document, Number};
 use serde_json::Value;
@@ -189,16 +189,29 @@ fn stop(reason: &SdkStop) -> StopReason {
 impl Model for BedrockModel {
     async fn converse(&self, model_id: &str, request: &ModelRequest) -> Result<ModelReply, ModelError> {
         let status = crate::domain::model::takes_tool_result_status(model_id);
-        let messages = request
-            .messages
-            .iter()
-            .map(|m| to_sdk(m, status))
-            .collect::<Result<Vec<_>, _>>()?;
+        let cache_point = || {
+            CachePointBlock::builder()
+                .r#type(CachePointType::Default)
+                .build()
+                .map_err(|e| error(e.to_string()))
+        };
+        let mut messages = Vec::with_capacity(request.messages.len());
+        for (i, message) in request.messages.iter().enumerate() {
+            let mut sdk = to_sdk(message, status)?;
+            if request.cache.after_messages.contains(&i) {
+                sdk.content.push(ContentBlock::CachePoint(cache_point()?));
+            }
+            messages.push(sdk);
+        }
+        let mut system = vec![SystemContentBlock::Text(request.system.clone())];
+        if request.cache.after_system {
+            system.push(SystemContentBlock::CachePoint(cache_point()?));
+        }
         let mut call = self
             .client
             .converse()
             .model_id(model_id)
-            .system(SystemContentBlock::Text(request.system.clone()))
+            .set_system(Some(system))
             .set_messages(Some(messages))
             .inference_config(
                 InferenceConfiguration::builder()
@@ -239,6 +252,12 @@ impl Model for BedrockModel {
             stop: stop(out.stop_reason()),
             input_tokens: usage.map_or(0, |u| u.input_tokens().max(0) as u64),
             output_tokens: usage.map_or(0, |u| u.output_tokens().max(0) as u64),
+            cache_write_tokens: usage
+                .and_then(|u| u.cache_write_input_tokens())
+                .map_or(0, |t| t.max(0) as u64),
+            cache_read_tokens: usage
+                .and_then(|u| u.cache_read_input_tokens())
+                .map_or(0, |t| t.max(0) as u64),
         })
     }
 }

@@ -288,6 +288,63 @@ pub struct ModelRequest {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
     pub max_tokens: u32,
+    /// Where the request's prompt cache points go ([`CachePoints::place`]).
+    pub cache: CachePoints,
+}
+
+/// The most cache points Bedrock takes in one request.
+pub const MAX_CACHE_POINTS: usize = 4;
+
+/// Where a request marks its prompt cache points (Bedrock's `cachePoint`
+/// blocks). The model reads a request as tools, then system, then
+/// messages; a point caches everything before it, and a later request that
+/// starts with the same prefix reads it at the cache read price.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CachePoints {
+    /// After the system prompt: the tools and the system prompt.
+    pub after_system: bool,
+    /// After each of these messages (indices, ascending).
+    pub after_messages: Vec<usize>,
+}
+
+impl CachePoints {
+    /// The points of `request` for a model whose cache takes a prefix of at
+    /// least `minimum` tokens (`None`: no caching): after the system prompt,
+    /// after the task's own messages (`stable`: the prompt's, the same at
+    /// every turn), and after the conversation's last message, which the
+    /// next turn extends; each only where the prefix before it reaches the
+    /// minimum (estimated on the high side: a point Bedrock finds short
+    /// caches nothing and costs nothing).
+    pub fn place(request: &ModelRequest, minimum: Option<u64>, stable: usize) -> Self {
+        let Some(minimum) = minimum else {
+            return Self::default();
+        };
+        let tokens = |chars: usize| (chars as u64).div_ceil(CHARS_PER_TOKEN_ESTIMATE);
+        let mut prefix = tokens(request.system.len() + tools_len(&request.tools));
+        let mut points = Self {
+            after_system: prefix >= minimum,
+            after_messages: Vec::new(),
+        };
+        let last = request.messages.len().checked_sub(1);
+        for (i, message) in request.messages.iter().enumerate() {
+            prefix += tokens(message.content.iter().map(Block::estimate_len).sum());
+            if (i + 1 == stable || Some(i) == last) && prefix >= minimum {
+                points.after_messages.push(i);
+            }
+        }
+        points
+    }
+
+    pub fn count(&self) -> usize {
+        usize::from(self.after_system) + self.after_messages.len()
+    }
+}
+
+fn tools_len(tools: &[ToolSpec]) -> usize {
+    tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len())
+        .sum()
 }
 
 /// Characters per token assumed when a request's input is estimated before
@@ -306,12 +363,7 @@ impl ModelRequest {
             .flat_map(|m| &m.content)
             .map(Block::estimate_len)
             .sum();
-        let tools: usize = self
-            .tools
-            .iter()
-            .map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len())
-            .sum();
-        ((self.system.len() + messages + tools) as u64).div_ceil(CHARS_PER_TOKEN_ESTIMATE)
+        ((self.system.len() + messages + tools_len(&self.tools)) as u64).div_ceil(CHARS_PER_TOKEN_ESTIMATE)
     }
 }
 
@@ -319,8 +371,12 @@ impl ModelRequest {
 pub struct ModelReply {
     pub message: Message,
     pub stop: StopReason,
+    /// Input billed at the plain price.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Input written to and read from the prompt cache.
+    pub cache_write_tokens: u64,
+    pub cache_read_tokens: u64,
 }
 
 /// The longest tool name Bedrock (and OpenAI, Anthropic) take.
@@ -379,6 +435,7 @@ mod tests {
             messages: vec![Message::user_text("x".repeat(300))],
             tools: vec![],
             max_tokens: 100,
+            cache: CachePoints::default(),
         };
         assert_eq!(request.input_estimate(), 110);
         request.messages.push(Message {
@@ -404,9 +461,65 @@ mod tests {
             messages: vec![Message::user_text(prose)],
             tools: vec![],
             max_tokens: 1,
+            cache: CachePoints::default(),
         }
         .input_estimate();
         assert!(estimate > words, "{estimate} vs {words} words");
+    }
+
+    #[test]
+    fn cache_points_follow_the_stable_prefix_and_the_last_message_once_long_enough() {
+        let reply = |n: usize| Message {
+            role: Role::Assistant,
+            content: vec![Block::Text("a".repeat(n))],
+        };
+        let mut request = ModelRequest {
+            system: "s".repeat(300),
+            messages: vec![Message::user_text("p".repeat(3000))],
+            tools: vec![ToolSpec {
+                name: "t".into(),
+                description: "d".repeat(2700),
+                input_schema: serde_json::json!({"type": "object"}),
+            }],
+            max_tokens: 100,
+            cache: CachePoints::default(),
+        };
+        // Tools and system: about 1,000 tokens; with the prompt, 2,000.
+        let points = CachePoints::place(&request, Some(1024), 1);
+        assert_eq!(
+            points,
+            CachePoints {
+                after_system: false,
+                after_messages: vec![0]
+            }
+        );
+        let points = CachePoints::place(&request, Some(900), 1);
+        assert_eq!(
+            points,
+            CachePoints {
+                after_system: true,
+                after_messages: vec![0]
+            }
+        );
+        // No model minimum, or a prefix below it: no point at all.
+        assert_eq!(CachePoints::place(&request, None, 1), CachePoints::default());
+        assert_eq!(CachePoints::place(&request, Some(4096), 1), CachePoints::default());
+        // Turns later the conversation has grown past the minimum: a point
+        // after the prompt and one after the last message, never more than
+        // Bedrock takes.
+        request.messages.push(reply(3000));
+        request.messages.push(Message::user_text("r".repeat(6000)));
+        let points = CachePoints::place(&request, Some(4096), 1);
+        assert_eq!(
+            points,
+            CachePoints {
+                after_system: false,
+                after_messages: vec![2]
+            }
+        );
+        let points = CachePoints::place(&request, Some(1024), 1);
+        assert_eq!(points.after_messages, vec![0, 2]);
+        assert!(points.count() <= MAX_CACHE_POINTS);
     }
 
     use super::*;

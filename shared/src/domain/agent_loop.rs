@@ -181,7 +181,8 @@ pub struct Requeue {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ended {
     /// Succeeded or failed: recorded by the settle.
-    Run(Outcome),
+    /// Boxed: an outcome is large beside the requeue.
+    Run(Box<Outcome>),
     /// Given back unrecorded.
     Requeue(Requeue),
 }
@@ -227,6 +228,12 @@ pub struct AgentLoop {
     wall_deadline: DateTime<Utc>,
     /// The model's own `maxTokens` ceiling (`model::max_output_tokens`).
     model_max_tokens: u32,
+    /// The shortest prefix the model's prompt cache takes
+    /// (`model::cache_minimum`), when the run caches (its price has cache
+    /// prices); `None`: no cache point is placed.
+    cache_minimum: Option<u64>,
+    /// How many messages the task's own prompt is: the same every turn.
+    stable_messages: usize,
     /// What the run may still hold from its servers
     /// (`agent::MAX_HELD_BYTES` less the prompt and results so far).
     held_room: usize,
@@ -252,6 +259,7 @@ impl AgentLoop {
             room = super::agent::bound_held(&mut message.content, room);
         }
         Self {
+            stable_messages: messages.len(),
             messages,
             toolbox,
             limits,
@@ -259,6 +267,7 @@ impl AgentLoop {
             price,
             wall_deadline,
             model_max_tokens: u32::MAX,
+            cache_minimum: None,
             usage: Usage::default(),
             last_text: None,
             input_floor: 0,
@@ -281,12 +290,12 @@ impl AgentLoop {
 
     /// The run fails with `reason`, keeping what it used and its last text.
     fn fail(&self, reason: String) -> Ended {
-        Ended::Run(Outcome::failed(
+        Ended::Run(Box::new(Outcome::failed(
             reason,
             self.usage,
             self.cost(),
             self.last_text.as_deref().map(cap_output),
-        ))
+        )))
     }
 
     fn budget_reached(&self) -> Ended {
@@ -315,6 +324,7 @@ impl AgentLoop {
             messages: self.messages.clone(),
             tools: self.toolbox.tools.clone(),
             max_tokens: 0,
+            cache: super::agent::CachePoints::default(),
         };
         // The call is charged for its input too: what is left of the
         // per-run budget after that pays for its output.
@@ -334,12 +344,21 @@ impl AgentLoop {
             .min(self.model_max_tokens);
         // At most 20 images in one request: the latest ones.
         super::agent::bound_images(&mut request.messages);
+        request.cache = super::agent::CachePoints::place(&request, self.cache_minimum, self.stable_messages);
         Ok(Turn { request, affordable })
     }
 
     /// The model's own `maxTokens` ceiling, which no request exceeds.
     pub fn with_model_max_tokens(mut self, max: u32) -> Self {
         self.model_max_tokens = max.max(1);
+        self
+    }
+
+    /// Prompt caching for a model whose cache takes a prefix of at least
+    /// `minimum` tokens (`model::cache_minimum`): only when the run's price
+    /// has cache prices, so no cached token goes unpriced.
+    pub fn with_cache_minimum(mut self, minimum: Option<u64>) -> Self {
+        self.cache_minimum = minimum.filter(|_| self.price.caches());
         self
     }
 
@@ -387,7 +406,10 @@ impl AgentLoop {
         self.usage.turns += 1;
         self.usage.input_tokens += reply.input_tokens;
         self.usage.output_tokens += reply.output_tokens;
-        self.input_floor = reply.input_tokens + reply.output_tokens;
+        self.usage.cache_write_input_tokens += reply.cache_write_tokens;
+        self.usage.cache_read_input_tokens += reply.cache_read_tokens;
+        self.input_floor =
+            reply.input_tokens + reply.cache_write_tokens + reply.cache_read_tokens + reply.output_tokens;
         let text = reply.message.text();
         if !text.is_empty() {
             self.last_text = Some(text.clone());
@@ -408,14 +430,14 @@ impl AgentLoop {
             return Next::Stop(self.fail(format!("per-run budget of ${b:.4} exceeded")));
         }
         let stop = match reply.stop {
-            StopReason::EndTurn | StopReason::StopSequence => Ended::Run(Outcome {
+            StopReason::EndTurn | StopReason::StopSequence => Ended::Run(Box::new(Outcome {
                 status: RunStatus::Succeeded,
                 reason: None,
                 usage: self.usage,
                 output: Some(cap_output(&text)),
                 cost: self.cost(),
                 notes: Vec::new(),
-            }),
+            })),
             StopReason::MaxTokens
                 if u64::from(turn.request.max_tokens) == turn.affordable && self.run_budget.is_some() =>
             {
@@ -486,6 +508,8 @@ mod tests {
     const PRICE: Price = Price {
         input_per_mtok: 1_000.0,
         output_per_mtok: 10_000.0,
+        cache_write_per_mtok: None,
+        cache_read_per_mtok: None,
     };
 
     fn tool(name: &str, description: &str, schema: Value) -> ToolSpec {
@@ -523,6 +547,8 @@ mod tests {
             stop,
             input_tokens: input,
             output_tokens: output,
+            cache_write_tokens: 0,
+            cache_read_tokens: 0,
         }
     }
 

@@ -20,12 +20,20 @@ pub struct Budget {
     pub max_usd_per_month: f64,
 }
 
-/// USD per million tokens, as `MODEL_PRICES` gives them.
+/// USD per million tokens, as `MODEL_PRICES` gives them. With both cache
+/// prices the runner uses prompt caching (SPEC §9): every token Bedrock
+/// bills is charged at its own price; without them it places no cache
+/// point, and a cached token Bedrock reports anyway is charged at the input
+/// price, never as free.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
     pub input_per_mtok: f64,
     pub output_per_mtok: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_mtok: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_per_mtok: Option<f64>,
 }
 
 /// `MODEL_PRICES`: model id -> price.
@@ -45,7 +53,12 @@ impl Prices {
     pub fn new(prices: BTreeMap<String, Price>) -> Result<Self, PriceError> {
         for (model, p) in &prices {
             let ok = |v: f64| v.is_finite() && v >= 0.0;
-            if !ok(p.input_per_mtok) || !ok(p.output_per_mtok) {
+            let cache_ok = |v: Option<f64>| v.is_none_or(ok);
+            if !ok(p.input_per_mtok)
+                || !ok(p.output_per_mtok)
+                || !cache_ok(p.cache_write_per_mtok)
+                || !cache_ok(p.cache_read_per_mtok)
+            {
                 return Err(PriceError::Invalid(model.clone()));
             }
         }
@@ -60,22 +73,69 @@ impl Prices {
     }
 }
 
-/// Tokens a run consumed so far.
+/// Tokens a run consumed so far: uncached input, output, and the input
+/// Bedrock wrote to or read from its prompt cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tokens {
     pub input: u64,
     pub output: u64,
+    #[serde(default)]
+    pub cache_write: u64,
+    #[serde(default)]
+    pub cache_read: u64,
+}
+
+impl Tokens {
+    /// Input and output only (no cache).
+    pub fn plain(input: u64, output: u64) -> Self {
+        Self {
+            input,
+            output,
+            ..Self::default()
+        }
+    }
 }
 
 impl Price {
+    /// Plain input and output prices, no cache prices.
+    pub fn plain(input_per_mtok: f64, output_per_mtok: f64) -> Self {
+        Self {
+            input_per_mtok,
+            output_per_mtok,
+            cache_write_per_mtok: None,
+            cache_read_per_mtok: None,
+        }
+    }
+
+    /// Whether runs on this model may use prompt caching: both cache prices are known.
+    pub fn caches(&self) -> bool {
+        self.cache_write_per_mtok.is_some() && self.cache_read_per_mtok.is_some()
+    }
+
     pub fn cost(&self, tokens: Tokens) -> f64 {
-        (tokens.input as f64 * self.input_per_mtok + tokens.output as f64 * self.output_per_mtok) / 1_000_000.0
+        let write = self.cache_write_per_mtok.unwrap_or(self.input_per_mtok);
+        let read = self.cache_read_per_mtok.unwrap_or(self.input_per_mtok);
+        (tokens.input as f64 * self.input_per_mtok
+            + tokens.output as f64 * self.output_per_mtok
+            + tokens.cache_write as f64 * write
+            + tokens.cache_read as f64 * read)
+            / 1_000_000.0
+    }
+
+    /// The most one input token may cost: a cache write can cost more than
+    /// plain input, so a call's input is reserved at the higher price.
+    fn input_at_most(&self) -> f64 {
+        match self.cache_write_per_mtok {
+            Some(write) if self.caches() => self.input_per_mtok.max(write),
+            _ => self.input_per_mtok,
+        }
     }
 
     /// How many output tokens `usd` pays for, given that the next call will
-    /// also be charged for `next_input` input tokens.
+    /// also be charged for `next_input` input tokens (at the most an input
+    /// token may cost).
     pub fn affordable_output(&self, usd: f64, next_input: u64) -> u64 {
-        let left = usd - next_input as f64 * self.input_per_mtok / 1_000_000.0;
+        let left = usd - next_input as f64 * self.input_at_most() / 1_000_000.0;
         if left <= 0.0 {
             return 0;
         }
@@ -126,19 +186,38 @@ mod tests {
     use proptest::prelude::*;
 
     fn price() -> Price {
+        Price::plain(3.0, 15.0)
+    }
+
+    fn cached() -> Price {
         Price {
-            input_per_mtok: 3.0,
-            output_per_mtok: 15.0,
+            cache_write_per_mtok: Some(3.75),
+            cache_read_per_mtok: Some(0.3),
+            ..price()
         }
     }
 
     #[test]
     fn cost_is_per_million_tokens() {
-        let c = price().cost(Tokens {
-            input: 1_000_000,
-            output: 100_000,
-        });
+        let c = price().cost(Tokens::plain(1_000_000, 100_000));
         assert!((c - 4.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn cached_tokens_are_charged_at_their_own_price_and_never_free() {
+        let tokens = Tokens {
+            input: 1_000_000,
+            output: 0,
+            cache_write: 1_000_000,
+            cache_read: 1_000_000,
+        };
+        assert!((cached().cost(tokens) - (3.0 + 3.75 + 0.3)).abs() < 1e-9);
+        // Without cache prices, a cached token Bedrock reports costs plain input.
+        assert!((price().cost(tokens) - 9.0).abs() < 1e-9);
+        assert!(cached().caches() && !price().caches());
+        // A call's input is reserved at the cache write price, the higher one.
+        assert_eq!(cached().affordable_output(3.75 / 1_000_000.0 * 1000.0, 1000), 0);
+        assert!(price().affordable_output(3.75 / 1_000_000.0 * 1000.0, 1000) > 0);
     }
 
     #[test]
@@ -146,11 +225,13 @@ mod tests {
         let prices = Prices::new(BTreeMap::from([("m".to_owned(), price())])).unwrap();
         assert_eq!(prices.of("m"), Ok(price()));
         assert_eq!(prices.of("other"), Err(PriceError::Unpriced("other".into())));
+        let bad = BTreeMap::from([("m".to_owned(), Price::plain(-1.0, 1.0))]);
+        assert_eq!(Prices::new(bad), Err(PriceError::Invalid("m".into())));
         let bad = BTreeMap::from([(
             "m".to_owned(),
             Price {
-                input_per_mtok: -1.0,
-                output_per_mtok: 1.0,
+                cache_read_per_mtok: Some(f64::NAN),
+                ..cached()
             },
         )]);
         assert_eq!(Prices::new(bad), Err(PriceError::Invalid("m".into())));
@@ -168,12 +249,14 @@ mod tests {
     proptest! {
         /// Spending the affordable output never exceeds the money left.
         #[test]
-        fn affordable_output_never_overspends(usd in 0.0f64..10.0, next_input in 0u64..200_000) {
-            let p = price();
+        fn affordable_output_never_overspends(usd in 0.0f64..10.0, next_input in 0u64..200_000, caching: bool) {
+            let p = if caching { cached() } else { price() };
             let out = p.affordable_output(usd, next_input);
-            let cost = p.cost(Tokens { input: next_input, output: out });
-            prop_assert!(out == 0 || cost <= usd + 1e-9);
-            let one_more = p.cost(Tokens { input: next_input, output: out + 1 });
+            // However the input is billed (plain, or all written to the cache).
+            let plain = p.cost(Tokens::plain(next_input, out));
+            let written = p.cost(Tokens { cache_write: next_input, ..Tokens::plain(0, out) });
+            prop_assert!(out == 0 || plain.max(written) <= usd + 1e-9);
+            let one_more = p.cost(Tokens { cache_write: next_input, ..Tokens::plain(0, out + 1) });
             prop_assert!(one_more > usd - 1e-9 || out == 0);
         }
     }

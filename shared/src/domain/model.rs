@@ -103,6 +103,40 @@ pub fn max_output_tokens(model_id: &str) -> u32 {
     }
 }
 
+/// The shortest prefix, in tokens, that the model's prompt cache takes at a
+/// cache point (Bedrock's prompt caching table, by family): 4,096 for
+/// Claude Opus 4.5 and later Opus models and for Haiku 4.5; 2,048 for Claude
+/// 3.5 Haiku; 1,024 for the other Claude 4 models, Sonnet 4.5 and 4.6, and
+/// Claude 3.7 Sonnet; 1,000 for Amazon Nova. `None`: the runner places no
+/// cache point for a model this table does not know (Bedrock refuses a
+/// cache point where the model has no prompt caching).
+pub fn cache_minimum(model_id: &str) -> Option<u64> {
+    let id = model_id.to_ascii_lowercase();
+    let has = |s: &str| id.contains(s);
+    if has("claude-opus-4-5")
+        || has("claude-opus-4-6")
+        || has("claude-opus-4-7")
+        || has("claude-opus-4-8")
+        || has("claude-haiku-4-5")
+    {
+        Some(4_096)
+    } else if has("claude-3-5-haiku") {
+        Some(2_048)
+    } else if has("claude-sonnet-4") || has("claude-opus-4") || has("claude-3-7-sonnet") {
+        Some(1_024)
+    } else if has("amazon.nova-") {
+        Some(1_000)
+    } else {
+        None
+    }
+}
+
+/// Whether the model's cache takes a point among the tools (Claude does;
+/// Amazon Nova caches the system prompt and messages only).
+pub fn caches_tools(model_id: &str) -> bool {
+    model_id.to_ascii_lowercase().contains("anthropic.")
+}
+
 /// Whether the model family takes a `status` on a tool result: Bedrock
 /// documents the field for Anthropic Claude models only, and other
 /// families refuse the request that carries it.
@@ -136,6 +170,19 @@ mod tests {
         ];
         for (id, max) in cases {
             assert_eq!(max_output_tokens(id), max, "{id}");
+        }
+        for (id, minimum) in [
+            ("global.anthropic.claude-haiku-4-5-20251001-v1:0", Some(4_096)),
+            ("global.anthropic.claude-opus-4-5-20251101-v1:0", Some(4_096)),
+            ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", Some(1_024)),
+            ("anthropic.claude-opus-4-1-20250805-v1:0", Some(1_024)),
+            ("anthropic.claude-3-7-sonnet-20250219-v1:0", Some(1_024)),
+            ("anthropic.claude-3-5-haiku-20241022-v1:0", Some(2_048)),
+            ("amazon.nova-pro-v1:0", Some(1_000)),
+            ("anthropic.claude-3-haiku-20240307-v1:0", None),
+            ("meta.llama3-70b-instruct-v1:0", None),
+        ] {
+            assert_eq!(cache_minimum(id), minimum, "{id}");
         }
         assert!(takes_tool_result_status(
             "global.anthropic.claude-haiku-4-5-20251001-v1:0"

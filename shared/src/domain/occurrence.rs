@@ -166,8 +166,15 @@ pub fn prunable(task: &Task, now: DateTime<Utc>, keep: Duration) -> Vec<String> 
 /// What a run used.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Input billed at the plain input price (not read from or written to the cache).
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Input Bedrock wrote to its prompt cache, billed at the cache write price.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_input_tokens: u64,
+    /// Input Bedrock read from its prompt cache, billed at the cache read price.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_input_tokens: u64,
     pub tool_calls: u32,
     /// Calls to tools the task may not use: refused, and counted.
     pub refused_tool_calls: u32,
@@ -179,8 +186,14 @@ impl Usage {
         Tokens {
             input: self.input_tokens,
             output: self.output_tokens,
+            cache_write: self.cache_write_input_tokens,
+            cache_read: self.cache_read_input_tokens,
         }
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The most output text a run record keeps.

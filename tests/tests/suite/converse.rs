@@ -42,6 +42,7 @@ fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> ModelRequest {
         messages,
         tools,
         max_tokens: 100,
+        cache: Default::default(),
     }
 }
 

@@ -1076,7 +1076,11 @@ fn the_default_model_is_current_reached_through_a_global_profile_and_priced() {
         vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned())
     }))
     .unwrap();
-    assert!(config.prices.of(&config.model_id).is_ok());
+    let price = config.prices.of(&config.model_id).unwrap();
+    assert!(
+        price.caches() && shared::domain::model::cache_minimum(&config.model_id).is_some(),
+        "the default model caches its prompt, priced"
+    );
 }
 
 #[test]

@@ -205,7 +205,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 .run(&claimed.task, install.as_ref(), occ.scheduled, now, deadline)
                 .await
             {
-                Ended::Run(outcome) => outcome,
+                Ended::Run(outcome) => *outcome,
                 Ended::Requeue(requeue) => return self.release(&occ, &claimed, install.as_ref(), requeue).await,
             },
         };

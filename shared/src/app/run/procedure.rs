@@ -73,7 +73,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         now: DateTime<Utc>,
         deadline: DateTime<Utc>,
     ) -> Ended {
-        let failed = |reason: String| Ended::Run(Outcome::failed(reason, Usage::default(), 0.0, None));
+        let failed = |reason: String| Ended::Run(Box::new(Outcome::failed(reason, Usage::default(), 0.0, None)));
         let price = match self.settings.prices.of(&self.settings.model_id) {
             Ok(price) => price,
             Err(e) => return failed(e.to_string()),
@@ -98,7 +98,8 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
         let notes = setup.toolbox.left_out().to_vec();
         let turns = AgentLoop::new(setup.messages, setup.toolbox, limits, run_budget, price, wall_deadline)
-            .with_model_max_tokens(crate::domain::model::max_output_tokens(&self.settings.model_id));
+            .with_model_max_tokens(crate::domain::model::max_output_tokens(&self.settings.model_id))
+            .with_cache_minimum(crate::domain::model::cache_minimum(&self.settings.model_id));
         let run = run_id(task.task_id.as_str(), scheduled);
         match self.agent_loop(turns, &setup.sessions, &run).await {
             // What could not be offered is on the record, whatever the outcome.
