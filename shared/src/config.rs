@@ -123,6 +123,100 @@ impl ScheduleTarget {
     }
 }
 
+/// `TRACES_ENDPOINT`: where the traced functions (create, runner, the
+/// reconcile worker) send their spans (SPEC §14, ARCHITECTURE "Traces").
+pub const TRACES_ENDPOINT: &str = "TRACES_ENDPOINT";
+
+/// Where a function's spans go, and the service it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracesConfig {
+    /// `TRACES_ENDPOINT`: an OTLP/HTTP traces URL (the CloudWatch OTLP
+    /// endpoint, `https://xray.<region>.amazonaws.com/v1/traces`, as the
+    /// template sets it); unset or blank, traces are off (locally, by
+    /// default). `https`, or `http` to a loopback collector only.
+    pub endpoint: Option<url::Url>,
+    /// `service.name`: the Lambda function's name (`AWS_LAMBDA_FUNCTION_NAME`,
+    /// which Lambda sets), else the binary's.
+    pub service_name: String,
+}
+
+impl TracesConfig {
+    /// Traces off, named after `binary`.
+    pub fn off(binary: &str) -> Self {
+        Self {
+            endpoint: None,
+            service_name: binary.to_owned(),
+        }
+    }
+}
+
+/// [`TracesConfig`] of the function built as `binary`.
+pub fn traces<F: Fn(&str) -> Option<String>>(env: &Env<F>, binary: &str) -> Result<TracesConfig, ConfigError> {
+    let service_name = env
+        .optional("AWS_LAMBDA_FUNCTION_NAME")
+        .unwrap_or_else(|| binary.to_owned());
+    let Some(text) = env.optional(TRACES_ENDPOINT) else {
+        return Ok(TracesConfig {
+            endpoint: None,
+            service_name,
+        });
+    };
+    let malformed = |reason: String| ConfigError::Malformed {
+        name: TRACES_ENDPOINT,
+        reason,
+    };
+    let url = url::Url::parse(text.trim()).map_err(|e| malformed(format!("`{text}` is not a URL: {e}")))?;
+    let loopback = match url.host() {
+        Some(url::Host::Domain(host)) => host == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    match url.scheme() {
+        "https" if url.host().is_some() => {}
+        "http" if loopback => {}
+        _ => {
+            return Err(malformed(format!(
+                "`{text}` is neither an https URL nor an http URL of a loopback collector"
+            )));
+        }
+    }
+    Ok(TracesConfig {
+        endpoint: Some(url),
+        service_name,
+    })
+}
+
+/// What create and schedules both read.
+const CREATE_VARIABLES: [&str; 8] = [
+    "TABLE_NAME",
+    "SCHEDULE_GROUP",
+    "RUN_QUEUE_ARN",
+    "SCHEDULER_ROLE_ARN",
+    "SCHEDULER_DLQ_ARN",
+    "AGENT_SCHEDULE_API_ENABLED",
+    "AGENT_SCHEDULE_WORKER_ENABLED",
+    "SCHEDULE_CEILINGS",
+];
+
+/// `names` and then `more`, as one array (for the `VARIABLES` lists).
+const fn joined<const N: usize, const M: usize, const T: usize>(
+    names: [&'static str; N],
+    more: [&'static str; M],
+) -> [&'static str; T] {
+    let mut all = [""; T];
+    let mut i = 0;
+    while i < N {
+        all[i] = names[i];
+        i += 1;
+    }
+    while i < T {
+        all[i] = more[i - N];
+        i += 1;
+    }
+    all
+}
+
 /// Everything the create function reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateConfig {
@@ -131,20 +225,13 @@ pub struct CreateConfig {
     pub target: ScheduleTarget,
     pub flags: Flags,
     pub ceilings: Ceilings,
+    /// `TRACES_ENDPOINT`
+    pub traces: TracesConfig,
 }
 
 impl CreateConfig {
     /// Every variable create reads; `template.yaml` sets exactly these.
-    pub const VARIABLES: [&'static str; 8] = [
-        "TABLE_NAME",
-        "SCHEDULE_GROUP",
-        "RUN_QUEUE_ARN",
-        "SCHEDULER_ROLE_ARN",
-        "SCHEDULER_DLQ_ARN",
-        "AGENT_SCHEDULE_API_ENABLED",
-        "AGENT_SCHEDULE_WORKER_ENABLED",
-        "SCHEDULE_CEILINGS",
-    ];
+    pub const VARIABLES: [&'static str; 9] = joined(CREATE_VARIABLES, [TRACES_ENDPOINT]);
 
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from(&Env::process())
@@ -156,6 +243,7 @@ impl CreateConfig {
             target: ScheduleTarget::from_env(env)?,
             flags: Flags::from_env(env)?,
             ceilings: ceilings(env)?,
+            traces: traces(env, "create")?,
         })
     }
 }
@@ -228,6 +316,8 @@ pub struct RunnerConfig {
     /// `RETENTION_DAYS`: run records, and a completed reminder, expire
     /// this long after they finish.
     pub retention: chrono::Duration,
+    /// `TRACES_ENDPOINT`
+    pub traces: TracesConfig,
 }
 
 /// The longest catch-up window: it bounds how long an occurrence's claim
@@ -238,7 +328,7 @@ pub const MAX_CATCH_UP_SECONDS: i64 = 21_600;
 impl RunnerConfig {
     /// No `EVENT_BUS_NAME`: the runner sends no event; the table's stream
     /// carries each settled run to the bus (`domain::notification`).
-    pub const VARIABLES: [&'static str; 8] = [
+    pub const VARIABLES: [&'static str; 9] = [
         "TABLE_NAME",
         "AGENT_SCHEDULE_WORKER_ENABLED",
         "MODEL_ID",
@@ -247,6 +337,7 @@ impl RunnerConfig {
         "CONNECTOR_SECRET_PREFIX",
         "SCHEDULE_CEILINGS",
         "RETENTION_DAYS",
+        TRACES_ENDPOINT,
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -274,6 +365,7 @@ impl RunnerConfig {
             rules: install_rules(env)?,
             ceilings: ceilings(env)?,
             retention: retention(env)?,
+            traces: traces(env, "runner")?,
         })
     }
 }
@@ -335,6 +427,8 @@ pub struct WorkerConfig {
     /// `CATCH_UP_SECONDS` (the runner's), `RETENTION_DAYS`: the
     /// missed-occurrence check's window and its records' retention.
     pub overdue: OverdueConfig,
+    /// `TRACES_ENDPOINT`
+    pub traces: TracesConfig,
 }
 
 /// What the missed-occurrence check reads.
@@ -374,7 +468,7 @@ impl ReconcileConfig {
     ];
     /// What the worker function reads (`ALLOW_LOOPBACK_CONNECTORS` is
     /// optional and never set by the template).
-    pub const VARIABLES: [&'static str; 10] = [
+    pub const VARIABLES: [&'static str; 11] = [
         "TABLE_NAME",
         "RECONCILE_QUEUE_URL",
         "CONNECTOR_SECRET_PREFIX",
@@ -385,6 +479,7 @@ impl ReconcileConfig {
         "SCHEDULE_CEILINGS",
         "CATCH_UP_SECONDS",
         "RETENTION_DAYS",
+        TRACES_ENDPOINT,
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -401,6 +496,7 @@ impl ReconcileConfig {
                     catch_up_seconds: catch_up_seconds(env)?,
                     retention: retention(env)?,
                 },
+                traces: traces(env, "reconcile")?,
             }),
             None if webhook_secret_arn.is_some() => None,
             // Neither: the worker is what is missing.
@@ -474,17 +570,8 @@ pub struct SchedulesConfig {
 impl SchedulesConfig {
     /// Every variable schedules reads, create's and the cap;
     /// `template.yaml` sets exactly these.
-    pub const VARIABLES: [&'static str; CreateConfig::VARIABLES.len() + 2] = {
-        let mut names = [""; CreateConfig::VARIABLES.len() + 2];
-        let mut i = 0;
-        while i < CreateConfig::VARIABLES.len() {
-            names[i] = CreateConfig::VARIABLES[i];
-            i += 1;
-        }
-        names[i] = "MAX_ACTIVE_REMINDERS";
-        names[i + 1] = "RETENTION_DAYS";
-        names
-    };
+    pub const VARIABLES: [&'static str; CREATE_VARIABLES.len() + 2] =
+        joined(CREATE_VARIABLES, ["MAX_ACTIVE_REMINDERS", "RETENTION_DAYS"]);
 
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from(&Env::process())
@@ -543,8 +630,49 @@ mod tests {
 
     #[test]
     fn variables_lists_what_is_read() {
-        let names: Vec<&str> = FULL.iter().map(|(k, _)| *k).collect();
+        let mut names: Vec<&str> = FULL.iter().map(|(k, _)| *k).collect();
+        names.push(TRACES_ENDPOINT);
         assert_eq!(names, CreateConfig::VARIABLES);
+    }
+
+    #[test]
+    fn traces_are_off_unless_an_endpoint_is_set_and_a_bad_one_is_named() {
+        let off = CreateConfig::from(&env(&FULL)).unwrap().traces;
+        assert_eq!(off, TracesConfig::off("create"));
+        for endpoint in [
+            "https://xray.us-east-1.amazonaws.com/v1/traces",
+            "http://127.0.0.1:4318/v1/traces",
+            "http://localhost:4318/v1/traces",
+            "http://[::1]:4318/v1/traces",
+        ] {
+            let mut pairs = FULL.to_vec();
+            pairs.extend([
+                (TRACES_ENDPOINT, endpoint),
+                ("AWS_LAMBDA_FUNCTION_NAME", "stack-CreateFunction-1"),
+            ]);
+            let traces = CreateConfig::from(&env(&pairs)).unwrap().traces;
+            assert_eq!(traces.endpoint.map(String::from).as_deref(), Some(endpoint));
+            assert_eq!(traces.service_name, "stack-CreateFunction-1");
+        }
+        for endpoint in [
+            "xray.us-east-1.amazonaws.com/v1/traces",
+            "http://xray.us-east-1.amazonaws.com/v1/traces",
+            "http://10.0.0.1:4318/v1/traces",
+            "ftp://127.0.0.1/v1/traces",
+        ] {
+            let mut pairs = FULL.to_vec();
+            pairs.push((TRACES_ENDPOINT, endpoint));
+            assert!(
+                matches!(
+                    CreateConfig::from(&env(&pairs)),
+                    Err(ConfigError::Malformed {
+                        name: TRACES_ENDPOINT,
+                        ..
+                    })
+                ),
+                "{endpoint}"
+            );
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod app;
 pub mod config;
 pub mod domain;
 pub mod ports;
+pub mod trace;
 
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;

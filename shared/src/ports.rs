@@ -305,6 +305,8 @@ pub enum ModelErrorKind {
 #[error("the model call failed: {message}")]
 pub struct ModelError {
     pub kind: ModelErrorKind,
+    /// The provider's error code (`ThrottlingException`, ...), when it gave one.
+    pub code: Option<String>,
     pub message: String,
     #[source]
     pub source: Option<BoxError>,

@@ -52,6 +52,7 @@ impl TestStack {
             },
             flags,
             ceilings: Ceilings::new(CEILINGS).expect("test ceilings are valid"),
+            traces: shared::config::TracesConfig::off("create"),
         }
     }
 

@@ -2,11 +2,12 @@
 //! encode its answer. Client errors are `ok: false` answers; internal failures
 //! are function errors, so the caller retries with the same idempotency key.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::Value;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::scheduler::EventBridgeSchedules;
+use shared::adapters::telemetry;
 use shared::app::create::{CreateReminder, CreateSettings};
 use shared::config::CreateConfig;
 use shared::domain::payload::Payload;
@@ -23,12 +24,18 @@ pub fn build(sdk: &aws_config::SdkConfig, config: CreateConfig) -> App {
             ceilings: config.ceilings,
         },
     )
+    .with_tracer(telemetry::tracer(sdk, &config.traces))
 }
 
 /// The payload is decoded from the caller's bytes strictly: a repeated key
-/// is `invalid_request`, never resolved silently to one of its values.
+/// is `invalid_request`, never resolved silently to one of its values. The
+/// call's trace leaves before the answer, within a bound.
 pub async fn handle(app: &App, event: LambdaEvent<Payload>) -> Result<Value, Error> {
-    match app.handle(event.payload, Utc::now()).await {
+    let deadline = DateTime::<Utc>::from(event.context.deadline());
+    let answer = app.handle(event.payload, Utc::now()).await;
+    let left = (deadline - Utc::now()).to_std().unwrap_or_default();
+    app.tracer().flush(shared::trace::flush_budget(left)).await;
+    match answer {
         Ok(answer) => Ok(answer.to_json()),
         Err(error) => {
             tracing::error!(error = %shared::error_chain(&error), "create failed; the caller retries with the same key");

@@ -84,6 +84,7 @@ pub async fn build(sdk: &aws_config::SdkConfig, config: ReconcileConfig) -> Resu
             chrono::Duration::seconds(worker.overdue.catch_up_seconds),
             worker.overdue.retention,
         )
+        .with_tracer(shared::adapters::telemetry::tracer(sdk, &worker.traces))
     });
     Ok(App { intake, reconciler })
 }
@@ -349,13 +350,20 @@ impl Event {
 
 pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
     let LambdaEvent { payload, context } = event;
-    match Event::decode(payload)? {
+    let answer = match Event::decode(payload)? {
         Event::Webhook(request) => webhook(app, *request).await,
         Event::Batch(batch_event) => batch(app, batch_event, context.deadline).await,
         Event::CustomResource(request) => custom_resource(app, &request).await,
-        Event::ReconcileAll => {
-            let queued = worker(app)?.reconcile_all(Utc::now()).await?;
-            Ok(json!({"ok": true, "queued": queued}))
-        }
+        Event::ReconcileAll => match worker(app)?.reconcile_all(Utc::now()).await {
+            Ok(queued) => Ok(json!({"ok": true, "queued": queued})),
+            Err(error) => Err(error.into()),
+        },
+    };
+    // The worker's traces leave before the answer, within a bound that
+    // keeps the answer inside the deadline (the intake opens none).
+    if let Some(reconciler) = &app.reconciler {
+        let left = std::time::Duration::from_millis(context.deadline.saturating_sub(now_ms()));
+        reconciler.tracer().flush(shared::trace::flush_budget(left)).await;
     }
+    answer
 }

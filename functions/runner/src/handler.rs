@@ -13,8 +13,8 @@ use lambda_runtime::{Error, LambdaEvent};
 use shared::adapters::bedrock::BedrockModel;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::mcp::McpConnectors;
-use shared::adapters::metrics;
 use shared::adapters::redelivery::Returns;
+use shared::adapters::{metrics, telemetry};
 use shared::app::run::{Disposition, RunSettings, Runner};
 use shared::config::RunnerConfig;
 
@@ -32,6 +32,7 @@ pub fn build(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> App {
 }
 
 fn runner(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> Runner<DynamoStore, BedrockModel, McpConnectors> {
+    let tracer = telemetry::tracer(sdk, &config.traces);
     Runner::new(
         DynamoStore::from_sdk(sdk, config.table_name),
         BedrockModel::from_sdk(sdk),
@@ -45,6 +46,7 @@ fn runner(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> Runner<DynamoSto
             retention: config.retention,
         },
     )
+    .with_tracer(tracer)
 }
 
 /// Delivers one record; `Some(id)` when it must come back.
@@ -120,5 +122,9 @@ pub async fn handle(app: &App, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchR
         }
     }
     futures::future::join_all(returned.into_iter().map(|r| return_sooner(app, r))).await;
+    // The batch's traces leave before the answer (a Lambda is frozen after
+    // it), within a bound that keeps the answer inside the deadline.
+    let left = (deadline - Utc::now()).to_std().unwrap_or_default();
+    app.runner.tracer().flush(shared::trace::flush_budget(left)).await;
     Ok(response)
 }

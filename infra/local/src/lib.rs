@@ -10,6 +10,7 @@ pub mod everything;
 pub mod faults;
 pub mod mcp_fixture;
 pub mod moto;
+pub mod otlp;
 pub mod pipe;
 pub mod python_mcp;
 pub mod runtime;

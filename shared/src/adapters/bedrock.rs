@@ -49,6 +49,7 @@ impl BedrockModel {
 fn error(message: impl Into<String>) -> ModelError {
     ModelError {
         kind: ModelErrorKind::Other,
+        code: None,
         message: message.into(),
         source: None,
     }
@@ -239,6 +240,7 @@ impl Model for BedrockModel {
             ModelError {
                 kind: classify(code.as_deref(), status),
                 message: format!("{}: {}", code.as_deref().unwrap_or("unknown"), DisplayErrorContext(&e)),
+                code,
                 source: Some(Box::new(e)),
             }
         })?;

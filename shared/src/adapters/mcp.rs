@@ -24,7 +24,8 @@
 //! filter by, the first [`MAX_TOOLS`]), each description cut to
 //! [`MAX_DESCRIPTION_CHARS`] and a schema above [`MAX_SCHEMA_BYTES`]
 //! replaced by an open object schema. Every `tools/call` carries the run id
-//! in `_meta` (`agent::RUN_ID_META`).
+//! in `_meta` (`agent::RUN_ID_META`), and, when traces are on, the W3C
+//! `traceparent` of its `execute_tool` span (`crate::trace`).
 //!
 //! A connector's credential is read from Secrets Manager on first use (the
 //! one reader, `adapters::secrets`) and kept for [`CREDENTIAL_TTL`] in a warm process, so a run costs no
@@ -63,6 +64,7 @@ use crate::domain::install::Install;
 use crate::domain::reconcile::ListedPrompt;
 use crate::domain::webhook::InstallRules;
 use crate::ports::{Connectors, McpError, McpSession, ServerTool, ToolOutput};
+use crate::trace;
 
 /// Every MCP request ends within this, or fails the step that made it.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -277,7 +279,11 @@ impl McpConnectors {
             message: e.to_string(),
         })?;
         client.set_response_cache_config(ClientCacheConfig::disabled()).await;
-        Ok(McpClient { client })
+        let host = endpoint.url.host_str().unwrap_or_default().to_owned();
+        Ok(McpClient {
+            client,
+            server: (host, endpoint.port),
+        })
     }
 }
 
@@ -306,9 +312,38 @@ impl Connectors for McpConnectors {
 /// One open MCP session.
 pub struct McpClient {
     client: RunningService<RoleClient, ClientConfig>,
+    /// The server's host and port, as its URL names them (for spans).
+    server: (String, u16),
+}
+
+/// Writes a propagator's fields into a request's `_meta`.
+struct MetaInjector<'a>(&'a mut JsonObject);
+
+impl opentelemetry::propagation::Injector for MetaInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key.to_owned(), Value::String(value));
+    }
 }
 
 impl McpClient {
+    /// The current span's W3C trace context into `meta` (`traceparent`, and
+    /// `tracestate` when it has one), as the MCP semantic conventions carry
+    /// it, and the session's details on that span; nothing when no span
+    /// records (traces off).
+    fn trace_call(&self, meta: &mut JsonObject) {
+        use opentelemetry::propagation::TextMapPropagator;
+        let cx = opentelemetry::Context::current();
+        opentelemetry_sdk::propagation::TraceContextPropagator::new().inject_context(&cx, &mut MetaInjector(meta));
+        let mut attributes = vec![
+            opentelemetry::KeyValue::new(trace::key::SERVER_ADDRESS, self.server.0.clone()),
+            opentelemetry::KeyValue::new(trace::key::SERVER_PORT, i64::from(self.server.1)),
+        ];
+        if let Some(version) = self.protocol_version() {
+            attributes.push(opentelemetry::KeyValue::new(trace::key::MCP_PROTOCOL_VERSION, version));
+        }
+        trace::annotate_current(attributes);
+    }
+
     /// The negotiated protocol version.
     pub fn protocol_version(&self) -> Option<String> {
         self.client.peer_info().map(|p| p.protocol_version.to_string())
@@ -595,6 +630,7 @@ impl McpSession for McpClient {
         }
         let mut meta = JsonObject::new();
         meta.insert(RUN_ID_META.to_owned(), Value::String(run_id.to_owned()));
+        self.trace_call(&mut meta);
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
         let result = timed("tools/call", self.client.call_tool(params)).await?;
         Ok(tool_output(&result))

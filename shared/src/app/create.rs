@@ -45,6 +45,7 @@ use crate::domain::schedule::{Schedule, format_utc};
 use crate::domain::schedule_definition::ScheduleDefinition;
 use crate::domain::task::{Task, TaskId};
 use crate::ports::{ReminderInserted, ScheduleError, Schedules, StoreError, TaskStore};
+use crate::trace::{Tracer, key};
 
 /// How often a capped create counts again after the owner's reminders moved.
 const OWNER_RETRIES: usize = 5;
@@ -128,6 +129,7 @@ pub struct CreateReminder<S, G> {
     store: S,
     schedules: G,
     settings: CreateSettings,
+    tracer: Tracer,
 }
 
 impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
@@ -136,7 +138,18 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
             store,
             schedules,
             settings,
+            tracer: Tracer::off(),
         }
+    }
+
+    /// Opens its spans on `tracer` (off by default).
+    pub fn with_tracer(mut self, tracer: Tracer) -> Self {
+        self.tracer = tracer;
+        self
+    }
+
+    pub fn tracer(&self) -> &Tracer {
+        &self.tracer
     }
 
     pub fn store(&self) -> &S {
@@ -148,12 +161,29 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
     }
 
     /// Answers one invoke payload at `now`: a value, or the caller's text
-    /// decoded strictly (a repeated key is `invalid_request`).
+    /// decoded strictly (a repeated key is `invalid_request`). The call is
+    /// the root of a trace (`create`), its outcome a code on it.
     pub async fn handle(&self, payload: impl Into<Payload>, now: DateTime<Utc>) -> Result<Answer, CreateError> {
+        let span = self.tracer.create();
+        let answered = span.run(self.answer(payload.into(), now)).await;
+        match &answered {
+            Ok(Answer::Created { task, replayed }) => {
+                span.set(key::TASK_ID, task.task_id.to_string());
+                span.set(key::WORKSPACE, task.workspace.clone());
+                span.set(key::OUTCOME, if *replayed { "replayed" } else { "created" });
+            }
+            Ok(Answer::Descriptor(_)) => span.set(key::OUTCOME, "described"),
+            Ok(Answer::Rejected(rejection)) => span.set(key::OUTCOME, format!("rejected:{}", rejection.code())),
+            Err(_) => span.fail("internal"),
+        }
+        span.end();
+        answered
+    }
+
+    async fn answer(&self, payload: Payload, now: DateTime<Utc>) -> Result<Answer, CreateError> {
         if !self.settings.flags.create_enabled() {
             return Ok(Answer::Rejected(Rejection::FeatureDisabled));
         }
-        let payload = payload.into();
         if let Some(key) = payload.duplicate_key {
             return Ok(rejected(duplicate_key(&key)));
         }

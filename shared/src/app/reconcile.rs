@@ -27,6 +27,7 @@ use crate::domain::reconcile::{self, ServerView, Write};
 use crate::domain::task::{Provenance, Task, TaskId};
 use serde::{Deserialize, Serialize};
 
+use crate::app::mcp_step;
 use crate::domain::schedule_definition::ScheduleDefinition;
 use crate::domain::task::{TaskKind, TaskState};
 pub use crate::domain::webhook::InstallRules;
@@ -35,6 +36,7 @@ use crate::ports::{
     Connectors, Cursor, DueIndex, McpError, McpSession, QueueError, ReminderStore, RunStore, ScheduleError, Schedules,
     StoreError, TaskCatalog, TaskStore, Versioned, WorkQueue,
 };
+use crate::trace::{Tracer, key};
 
 /// A schedule put that could not be brought in step.
 #[derive(Debug, thiserror::Error)]
@@ -285,6 +287,35 @@ pub struct Reconciler<S, G, C, Q> {
     ceilings: Ceilings,
     rules: InstallRules,
     overdue: CheckSettings,
+    tracer: Tracer,
+}
+
+/// A work item's kind, for its span's name.
+fn work_kind(work: &Work) -> &'static str {
+    match work {
+        Work::Event(Event::Installed { .. }) => "connector.installed",
+        Work::Event(Event::Connected { .. }) => "connector.connected",
+        Work::Event(Event::Uninstalled { .. }) => "connector.uninstalled",
+        Work::Event(Event::ListChanged { .. }) => "prompts.list_changed",
+        Work::Pass(Pass::Install { .. }) => "install",
+        Work::Pass(Pass::All) => "all",
+        Work::Pass(Pass::Installs { .. }) => "installs page",
+        Work::Pass(Pass::Reminders { .. }) => "reminders page",
+        Work::Pass(Pass::Overdue) => "overdue check",
+    }
+}
+
+/// `error.type` of a failed work item: its error's kind.
+fn error_type(error: &ReconcileError) -> &'static str {
+    match error {
+        ReconcileError::Store(_) => "store_error",
+        ReconcileError::Schedule(_) => "schedule_error",
+        ReconcileError::Mcp { .. } => "mcp_error",
+        ReconcileError::Contended(_) => "contended",
+        ReconcileError::Queue(_) => "queue_error",
+        ReconcileError::Malformed(_) => "malformed",
+        ReconcileError::Unschedulable(..) => "unschedulable",
+    }
 }
 
 /// How long one missed-occurrence check may take: within a work item's
@@ -307,7 +338,18 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
                 retention: Duration::days(crate::config::DEFAULT_RETENTION_DAYS),
                 write: true,
             },
+            tracer: Tracer::off(),
         }
+    }
+
+    /// Opens its spans on `tracer` (off by default).
+    pub fn with_tracer(mut self, tracer: Tracer) -> Self {
+        self.tracer = tracer;
+        self
+    }
+
+    pub fn tracer(&self) -> &Tracer {
+        &self.tracer
     }
 
     /// The missed-occurrence check's window and its records' retention.
@@ -333,16 +375,48 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
         &self.schedules
     }
 
-    /// Does one work item from the queue.
+    /// Does one work item from the queue, the root of its trace
+    /// (`reconcile <kind>`): what it wrote and refused as counts on it.
     pub async fn work(&self, body: &str, now: DateTime<Utc>) -> Result<Summary, ReconcileError> {
-        let work: Work = serde_json::from_str(body).map_err(|e| ReconcileError::Malformed(e.to_string()))?;
+        let work: Work = match serde_json::from_str(body) {
+            Ok(work) => work,
+            Err(e) => {
+                let span = self.tracer.reconcile("work");
+                span.fail("malformed");
+                span.end();
+                return Err(ReconcileError::Malformed(e.to_string()));
+            }
+        };
+        let span = self.tracer.reconcile(work_kind(&work));
+        let named = match &work {
+            Work::Event(event) => Some((event.workspace().to_owned(), event.install_id().to_owned())),
+            Work::Pass(Pass::Install { workspace, install }) => Some((workspace.clone(), install.id.clone())),
+            Work::Pass(_) => None,
+        };
+        if let Some((workspace, install_id)) = named {
+            span.set(key::WORKSPACE, workspace);
+            span.set(key::INSTALL_ID, install_id);
+        }
+        let worked = span.run(Box::pin(self.work_on(work, now))).await;
+        match &worked {
+            Ok(summary) => {
+                span.set(key::TASKS_WRITTEN, i64::from(summary.tasks_written));
+                span.set(key::DECLARATIONS_REFUSED, summary.refused.len() as i64);
+            }
+            Err(error) => span.fail(error_type(error)),
+        }
+        span.end();
+        worked
+    }
+
+    async fn work_on(&self, work: Work, now: DateTime<Utc>) -> Result<Summary, ReconcileError> {
         match work {
             Work::Event(event) => self.apply(&event, now).await,
             Work::Pass(Pass::Install { workspace, install }) => {
                 Box::pin(self.reconcile_install(&workspace, &install.id, now)).await
             }
             Work::Pass(Pass::All) => {
-                self.reconcile_all(now).await?;
+                self.queue_pass(now).await?;
                 Ok(Summary::default())
             }
             Work::Pass(Pass::Installs { pass, after }) => {
@@ -375,6 +449,16 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
     /// one message (`Pass::Installs`, `Pass::Reminders`) that reads at most
     /// [`PASS_PAGE`] items through an index and queues the next.
     pub async fn reconcile_all(&self, now: DateTime<Utc>) -> Result<usize, ReconcileError> {
+        let span = self.tracer.reconcile("all");
+        let queued = span.run(self.queue_pass(now)).await;
+        if let Err(error) = &queued {
+            span.fail(error_type(error));
+        }
+        span.end();
+        queued
+    }
+
+    async fn queue_pass(&self, now: DateTime<Utc>) -> Result<usize, ReconcileError> {
         let pass = now.timestamp_millis();
         self.enqueue_pass(&Pass::Installs { pass, after: None }).await?;
         // Each shard's pages run in their own message group: in parallel
@@ -692,10 +776,14 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
             install: install_id.to_owned(),
             source,
         };
-        let session = self.connectors.connect(&install).await.map_err(mcp)?;
-        let prompts = session.list_prompts().await.map_err(mcp)?;
-        let tools: BTreeSet<String> = session
-            .list_tools(None)
+        let step = |method| self.tracer.mcp(method, None);
+        let session = mcp_step(step("initialize"), self.connectors.connect(&install))
+            .await
+            .map_err(mcp)?;
+        let prompts = mcp_step(step("prompts/list"), session.list_prompts())
+            .await
+            .map_err(mcp)?;
+        let tools: BTreeSet<String> = mcp_step(step("tools/list"), session.list_tools(None))
             .await
             .map_err(mcp)?
             .into_iter()

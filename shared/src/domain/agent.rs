@@ -282,6 +282,19 @@ pub enum StopReason {
     Other(String),
 }
 
+impl StopReason {
+    /// As Converse names it (`end_turn`, `tool_use`, ...).
+    pub fn code(&self) -> &str {
+        match self {
+            StopReason::EndTurn => "end_turn",
+            StopReason::StopSequence => "stop_sequence",
+            StopReason::ToolUse => "tool_use",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::Other(code) => code,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelRequest {
     pub system: String,

@@ -21,4 +21,5 @@ mod security;
 mod sim;
 mod store;
 mod template;
+mod traces;
 mod webhooks;

@@ -9,6 +9,7 @@ use super::{Runner, backoff};
 use crate::domain::agent::{Block, ModelReply, tool_result};
 use crate::domain::agent_loop::{AgentLoop, Ended, Next, ToolCall, Turn};
 use crate::ports::{Connectors, McpSession, Model, ModelErrorKind, RunStore};
+use crate::trace::key;
 
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// Turns until the loop ends: a model call, then the tool calls it asks
@@ -68,7 +69,19 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 return Err(turns.out_of_time());
             }
             let call = self.model.converse(&self.settings.model_id, &turn.request);
-            match tokio::time::timeout(remaining, call).await {
+            let span = self.tracer.chat(&self.settings.model_id, turn.request.max_tokens);
+            let answered = span.run(tokio::time::timeout(remaining, call)).await;
+            match &answered {
+                Err(_) => span.fail("timeout"),
+                Ok(Ok(reply)) => {
+                    span.set(key::INPUT_TOKENS, reply.input_tokens as i64);
+                    span.set(key::OUTPUT_TOKENS, reply.output_tokens as i64);
+                    span.set_list(key::FINISH_REASONS, [reply.stop.code().to_owned()]);
+                }
+                Ok(Err(e)) => span.fail(e.code.clone().unwrap_or_else(|| "model_error".to_owned())),
+            }
+            span.end();
+            match answered {
                 Err(_) => return Err(turns.out_of_time()),
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(e)) if e.kind == ModelErrorKind::Throttled => {
@@ -86,7 +99,8 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     }
 
     /// One tool call (`McpSession::call_tool`, carrying the run id) within
-    /// the run's wall time; a failed call is an error result the model reads.
+    /// the run's wall time, in its `execute_tool` span (which the request's
+    /// `traceparent` names); a failed call is an error result the model reads.
     async fn tool_call(
         &self,
         turns: &AgentLoop,
@@ -97,7 +111,18 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         run_id: &str,
     ) -> Result<Block, Ended> {
         let left = turns.time_left(Utc::now());
-        match tokio::time::timeout(left, session.call_tool(tool, input, run_id)).await {
+        let span = self.tracer.execute_tool(tool, &id);
+        let answered = span
+            .run(tokio::time::timeout(left, session.call_tool(tool, input, run_id)))
+            .await;
+        match &answered {
+            Err(_) => span.fail("timeout"),
+            Ok(Ok(out)) if out.is_error => span.fail("tool_error"),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => span.fail(crate::app::mcp_error_type(e)),
+        }
+        span.end();
+        match answered {
             Err(_) => Err(turns.out_of_time()),
             Ok(Ok(out)) => Ok(Block::ToolResult {
                 id,

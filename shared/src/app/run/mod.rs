@@ -66,6 +66,7 @@ use crate::domain::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
 use crate::domain::limits::Ceilings;
 use crate::domain::occurrence::{Delivery, Outcome, RunMessage};
 use crate::ports::{Connectors, Model, RunStore, StoreError};
+use crate::trace::{self, Tracer, key};
 
 use claim::Claiming;
 
@@ -134,11 +135,26 @@ pub enum RunError {
     Store(#[from] StoreError),
 }
 
+impl Disposition {
+    /// The delivery's outcome as a code, for its span.
+    pub fn code(&self) -> String {
+        match self {
+            Disposition::Ran(status) => format!("ran:{}", status.as_str()),
+            Disposition::Skipped(reason) => format!("skipped:{}", reason.code()),
+            Disposition::Duplicate => "duplicate".into(),
+            Disposition::Malformed(_) => "malformed".into(),
+            Disposition::Busy => "busy".into(),
+            Disposition::ReturnToQueue => "returned".into(),
+        }
+    }
+}
+
 pub struct Runner<S, M, C> {
     store: S,
     model: M,
     connectors: C,
     settings: RunSettings,
+    tracer: Tracer,
 }
 
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
@@ -148,7 +164,18 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             model,
             connectors,
             settings,
+            tracer: Tracer::off(),
         }
+    }
+
+    /// Opens its spans on `tracer` (off by default).
+    pub fn with_tracer(mut self, tracer: Tracer) -> Self {
+        self.tracer = tracer;
+        self
+    }
+
+    pub fn tracer(&self) -> &Tracer {
+        &self.tracer
     }
 
     pub fn store(&self) -> &S {
@@ -160,10 +187,29 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     }
 
     /// Handles one runs-queue message at `now`, in an invocation that must
-    /// end by `deadline`: the steps of the module doc, in order.
-    #[tracing::instrument(skip_all, fields(message_id, task_id, workspace, occurrence))]
+    /// end by `deadline`: the steps of the module doc, in order, in the
+    /// delivery's span (the root of its trace, `crate::trace`).
     pub async fn deliver(
         &self,
+        message_id: &str,
+        body: &str,
+        now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Result<Disposition, RunError> {
+        let span = self.tracer.delivery(message_id);
+        let delivered = span.run(self.deliver_in(&span, message_id, body, now, deadline)).await;
+        match &delivered {
+            Ok(disposition) => span.set(key::OUTCOME, disposition.code()),
+            Err(RunError::Store(_)) => span.fail("store_error"),
+        }
+        span.end();
+        delivered
+    }
+
+    #[tracing::instrument(skip_all, fields(message_id, task_id, workspace, occurrence))]
+    async fn deliver_in(
+        &self,
+        trace: &trace::Span,
         message_id: &str,
         body: &str,
         now: DateTime<Utc>,
@@ -178,6 +224,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         span.record("task_id", occ.task_id.as_str());
         span.record("workspace", occ.message.workspace.as_str());
         span.record("occurrence", occ.key.as_str());
+        trace.set(key::TASK_ID, occ.task_id.to_string());
+        trace.set(key::WORKSPACE, occ.message.workspace.clone());
+        trace.set(key::OCCURRENCE, occ.key.clone());
 
         // 1. Door, before any read.
         if let Verdict::Skip(reason) = verdict(&self.facts(&occ, now, TaskFacts::Unknown)) {
@@ -202,7 +251,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             }
             // 4. and 5. The procedure and the agent loop.
             Verdict::Run => match self
-                .run(&claimed.task, install.as_ref(), occ.scheduled, now, deadline)
+                .run_agent(&claimed.task, install.as_ref(), occ.scheduled, now, deadline)
                 .await
             {
                 Ended::Run(outcome) => *outcome,

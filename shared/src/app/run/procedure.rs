@@ -6,12 +6,14 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 
 use super::{Runner, SETTLE_RESERVE_SECONDS};
+use crate::app::mcp_step;
 use crate::domain::agent::{Message, ToolSpec, prompt_conversation};
 use crate::domain::agent_loop::{self, AgentLoop, Ended, Toolbox, reminder_prompt, time_left};
 use crate::domain::install::Install;
 use crate::domain::occurrence::{Outcome, Usage, run_id};
 use crate::domain::task::{Provenance, Task, TaskKind};
 use crate::ports::{Connectors, McpError, McpSession, Model, RunStore, ServerTool};
+use crate::trace::{AgentFacts, key};
 
 /// What a run starts from: its first messages, the tools it is offered, and
 /// the open sessions they lead to (a route's `session` indexes `sessions`).
@@ -111,6 +113,48 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         }
     }
 
+    /// [`Runner::run`] in the occurrence's `invoke_agent` span, which
+    /// records what the run used and how it ended (a code, never its
+    /// reason's words).
+    pub(super) async fn run_agent(
+        &self,
+        task: &Task,
+        install: Option<&Install>,
+        scheduled: DateTime<Utc>,
+        now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Ended {
+        let name = match &task.provenance {
+            Provenance::Connector { server, prompt, .. } => format!("{server}/{prompt}"),
+            Provenance::User { .. } => "reminder".to_owned(),
+        };
+        let run = run_id(task.task_id.as_str(), scheduled);
+        let span = self.tracer.invoke_agent(&AgentFacts {
+            name: &name,
+            pinned: task.spec.agent.as_ref().map(|a| (a.id.as_str(), a.version.as_str())),
+            model: &self.settings.model_id,
+            run_id: &run,
+        });
+        let ended = span.run(self.run(task, install, scheduled, now, deadline)).await;
+        let usage = match &ended {
+            Ended::Run(outcome) => {
+                span.set(key::OUTCOME, outcome.status.as_str());
+                if outcome.status == crate::domain::claim::RunStatus::Failed {
+                    span.fail("run_failed");
+                }
+                outcome.usage
+            }
+            Ended::Requeue(requeue) => {
+                span.set(key::OUTCOME, "returned");
+                requeue.usage
+            }
+        };
+        span.set(key::INPUT_TOKENS, usage.input_tokens as i64);
+        span.set(key::OUTPUT_TOKENS, usage.output_tokens as i64);
+        span.end();
+        ended
+    }
+
     /// Step 4: a reminder's instruction, or the connector's prompt and tools.
     async fn procedure(
         &self,
@@ -142,8 +186,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let (Provenance::Connector { prompt, .. }, Some(install)) = (&task.provenance, install) else {
             return Err(connect_failed("the connector task has no install".into()));
         };
-        let session = self.connectors.connect(install).await?;
-        let messages = prompt_conversation(session.get_prompt(prompt, &task.spec.arguments).await?);
+        let session = mcp_step(self.tracer.mcp("initialize", None), self.connectors.connect(install)).await?;
+        let messages = prompt_conversation(
+            mcp_step(
+                self.tracer.mcp("prompts/get", Some(prompt)),
+                session.get_prompt(prompt, &task.spec.arguments),
+            )
+            .await?,
+        );
         if messages.is_empty() {
             return Err(McpError {
                 operation: "prompts/get",
@@ -152,14 +202,18 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             });
         }
         let mut setup = Setup::new(messages);
-        let own = session.list_tools(Some(&task.spec.tools)).await?;
+        let own = mcp_step(
+            self.tracer.mcp("tools/list", None),
+            session.list_tools(Some(&task.spec.tools)),
+        )
+        .await?;
         setup.offer(&install.server, own, |name| task.spec.tools.contains(name), session);
         for install_id in task.spec.bindings.values().flatten() {
             let Some(bound) = self.bound_install(task, install_id).await? else {
                 continue;
             };
-            let session = self.connectors.connect(&bound).await?;
-            let tools = session.list_tools(None).await?;
+            let session = mcp_step(self.tracer.mcp("initialize", None), self.connectors.connect(&bound)).await?;
+            let tools = mcp_step(self.tracer.mcp("tools/list", None), session.list_tools(None)).await?;
             setup.offer(&bound.server, tools, |_| true, session);
         }
         Ok(setup)
