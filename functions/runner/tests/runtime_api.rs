@@ -290,3 +290,45 @@ async fn a_server_flooding_images_cannot_exhaust_the_runners_memory() {
     );
     println!("runner peak memory: {} MB", peak / (1024 * 1024));
 }
+
+/// SPEC §14: with `TRACES_ENDPOINT` set, the binary sends each delivery's
+/// trace before it answers: when the answer arrives, the endpoint's
+/// stand-in already holds the delivery's spans, signed for `xray`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_binary_sends_a_delivery_s_trace_before_it_answers() {
+    let s = RunStack::start().await.unwrap();
+    let endpoint = local::otlp::OtlpEndpoint::start().await.unwrap();
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    let task = reminder(at);
+    s.store().insert_task(&task).await.unwrap();
+    let api = launch(&s)
+        .set(shared::config::TRACES_ENDPOINT, endpoint.url())
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+
+    let body = run_message(&task, at, "exec-1");
+    let response = api.invoke_ok(&sqs_event(&[("m1", &body)])).await.unwrap();
+    assert_eq!(failures(&response), Vec::<String>::new(), "{response}");
+
+    let spans = endpoint.spans();
+    assert!(endpoint.received().lock().unwrap().refused.is_empty());
+    let root = spans
+        .iter()
+        .find(|s| s.is_root() && s.attribute("messaging.message.id") == Some(&json!("m1")))
+        .unwrap_or_else(|| panic!("the delivery's root span: {spans:#?}"));
+    assert_eq!(root.name, "deliver");
+    assert_eq!(root.attribute("agent_schedule.outcome"), Some(&json!("ran:succeeded")));
+    assert_eq!(root.resource.get("service.name"), Some(&json!("runner")));
+    let agent = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent reminder")
+        .expect("the agent's span");
+    assert_eq!(agent.parent_span_id, root.span_id);
+    let chat = spans
+        .iter()
+        .find(|s| s.name == format!("chat {}", tests::MODEL))
+        .expect("the model call's span");
+    assert_eq!(chat.parent_span_id, agent.span_id);
+    assert!(spans.iter().all(|s| s.trace_id == root.trace_id), "one trace");
+}

@@ -109,8 +109,21 @@ impl SpanProcessor for Collect {
     }
 }
 
+/// Why a flush's request did not deliver its spans.
+enum SendError {
+    /// The endpoint refused the request for good (a 4xx other than 408 and
+    /// 429: no permission, Transaction Search off, a malformed request).
+    Refused(reqwest::StatusCode),
+    /// Anything else (a timeout, a 5xx, a throttle, no connection).
+    Failed(String),
+}
+
 /// Sends a flush's spans to the OTLP endpoint.
 struct OtlpExport {
+    /// Set once the endpoint refused a request for good: this process
+    /// sends no more (a cold start tries again), so a deployment the
+    /// endpoint refuses costs one request and one log line per process.
+    refused: std::sync::atomic::AtomicBool,
     buffer: Arc<Buffer>,
     resource: ResourceAttributesWithSchema,
     endpoint: url::Url,
@@ -142,6 +155,7 @@ pub fn tracer(sdk: &aws_config::SdkConfig, config: &TracesConfig) -> Tracer {
         .with_span_processor(Collect(buffer.clone()))
         .build();
     let export = OtlpExport {
+        refused: std::sync::atomic::AtomicBool::new(false),
         buffer,
         resource: (&resource).into(),
         endpoint: endpoint.clone(),
@@ -162,7 +176,7 @@ impl Export for OtlpExport {
                     "spans dropped: more finished between two flushes than are kept"
                 );
             }
-            if spans.is_empty() {
+            if spans.is_empty() || self.refused.load(Ordering::Relaxed) {
                 return;
             }
             let count = spans.len();
@@ -171,7 +185,17 @@ impl Export for OtlpExport {
             };
             match tokio::time::timeout(within, self.send(request.encode_to_vec())).await {
                 Ok(Ok(())) => {}
-                Ok(Err(error)) => tracing::warn!(spans = count, error = %error, "spans not delivered"),
+                Ok(Err(SendError::Refused(status))) => {
+                    self.refused.store(true, Ordering::Relaxed);
+                    tracing::error!(
+                        spans = count,
+                        status = status.as_u16(),
+                        "the traces endpoint refused the spans: no more are sent from this process (is Transaction Search on, and may the role xray:PutTraceSegments?)"
+                    );
+                }
+                Ok(Err(SendError::Failed(error))) => {
+                    tracing::warn!(spans = count, error = %error, "spans not delivered")
+                }
                 Err(_) => tracing::warn!(
                     spans = count,
                     ms = within.as_millis() as u64,
@@ -185,24 +209,26 @@ impl Export for OtlpExport {
 impl OtlpExport {
     /// One OTLP/HTTP request, SigV4-signed when the function has
     /// credentials and a region (a local collector ignores the signature).
-    async fn send(&self, body: Vec<u8>) -> Result<(), String> {
+    async fn send(&self, body: Vec<u8>) -> Result<(), SendError> {
+        let failed = |e: &dyn std::fmt::Display| SendError::Failed(e.to_string());
         let mut request = self
             .http
             .post(self.endpoint.clone())
             .header("content-type", "application/x-protobuf")
             .body(body)
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| failed(&e))?;
         if let (Some(provider), Some(region)) = (&self.credentials, &self.region) {
-            let credentials = provider.provide_credentials().await.map_err(|e| e.to_string())?;
-            sign(&mut request, credentials, region)?;
+            let credentials = provider.provide_credentials().await.map_err(|e| failed(&e))?;
+            sign(&mut request, credentials, region).map_err(|e| failed(&e))?;
         }
-        let response = self.http.execute(request).await.map_err(|e| e.to_string())?;
-        let status = response.status();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!("the endpoint answered {status}"))
+        let response = self.http.execute(request).await.map_err(|e| failed(&e))?;
+        match response.status() {
+            status if status.is_success() => Ok(()),
+            status if status.is_client_error() && !matches!(status.as_u16(), 408 | 429) => {
+                Err(SendError::Refused(status))
+            }
+            status => Err(SendError::Failed(format!("the endpoint answered {status}"))),
         }
     }
 }

@@ -1475,3 +1475,70 @@ fn sam_builds_non_interactively_and_the_readme_invokes_where_watch_listens() {
         );
     }
 }
+
+/// A function's IAM statements as CloudFormation would make them for `deployment`.
+fn function_statements(deployment: &Deployment, function: &str) -> Vec<Statement> {
+    let t = json_form(&template());
+    let statements = &t["Resources"][function]["Properties"]["Policies"][0]["Statement"];
+    deployment
+        .eval(statements)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .cloned()
+        .map(Statement)
+        .collect()
+}
+
+/// SPEC §14: with `Traces` enabled (the default), create, the runner and
+/// the reconcile worker send their spans to this region's CloudWatch OTLP
+/// endpoint (a `TRACES_ENDPOINT` the code accepts) and may, as the endpoint
+/// authorises them, `xray:PutTraceSegments`; disabled, neither. No other
+/// function sends spans or may.
+#[test]
+fn traced_functions_send_to_the_region_s_otlp_endpoint_with_the_permission_it_authorises() {
+    let t = json_form(&template());
+    let traced = ["CreateFunction", "RunnerFunction", "ReconcileFunction"];
+    let untraced = ["AdminFunction", "SchedulesFunction", "WebhookFunction"];
+    let no_context = BTreeMap::new();
+    for (setting, on) in [(None, true), (Some("enabled"), true), (Some("disabled"), false)] {
+        let given: Vec<(&str, &str)> = setting.map(|s| ("Traces", s)).into_iter().collect();
+        let deployment = Deployment::of(&t, "sat", &given);
+        for function in traced.iter().chain(&untraced) {
+            let variables = deployment
+                .eval(&t["Resources"][*function]["Properties"]["Environment"]["Variables"])
+                .unwrap();
+            let endpoint = variables
+                .get("TRACES_ENDPOINT")
+                .and_then(|v| v.as_str().map(str::to_owned));
+            let may = allowed(
+                &function_statements(&deployment, function),
+                "xray:PutTraceSegments",
+                "*",
+                &no_context,
+            );
+            if on && traced.contains(function) {
+                assert_eq!(
+                    endpoint.as_deref(),
+                    Some("https://xray.us-east-1.amazonaws.com/v1/traces"),
+                    "{function}"
+                );
+                let env = shared::config::Env::from_lookup(|name: &str| {
+                    (name == shared::config::TRACES_ENDPOINT)
+                        .then(|| endpoint.clone())
+                        .flatten()
+                });
+                let config = shared::config::traces(&env, "function").unwrap();
+                assert!(
+                    config.endpoint.is_some(),
+                    "{function}: the code takes the template's endpoint"
+                );
+                assert!(may, "{function} may send its spans");
+            } else {
+                assert_eq!(endpoint, None, "{function} with Traces {setting:?}");
+                assert!(!may, "{function} with Traces {setting:?} may not send spans");
+            }
+        }
+    }
+}

@@ -344,3 +344,23 @@ async fn create_and_a_reconcile_pass_are_traced_too() {
     assert_eq!(spans.len(), 4, "{spans:#?}");
     assert_no_content(&spans, &["Summarise"]);
 }
+
+/// An endpoint that refuses a request for good (here: unsigned, as for a
+/// role without credentials) is asked once per process, not per flush.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_that_refuses_the_spans_is_asked_once_per_process() {
+    let endpoint = OtlpEndpoint::start().await.unwrap();
+    let unsigned = aws_config::SdkConfig::builder()
+        .region(aws_config::Region::new("us-east-1"))
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .build();
+    let tracer = tracer(&unsigned, &endpoint, "runner");
+    for id in ["m1", "m2"] {
+        tracer.delivery(id).end();
+        tracer.flush(Duration::from_secs(10)).await;
+    }
+    let received = endpoint.received().lock().unwrap();
+    assert_eq!(received.refused.len(), 1, "asked once: {:?}", received.refused);
+    assert!(received.refused[0].contains("Authorization"), "{:?}", received.refused);
+    assert!(received.spans.is_empty());
+}
