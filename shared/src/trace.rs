@@ -69,6 +69,8 @@ pub mod key {
     pub const OUTCOME: &str = "agent_schedule.outcome";
     pub const TASKS_WRITTEN: &str = "agent_schedule.tasks_written";
     pub const DECLARATIONS_REFUSED: &str = "agent_schedule.declarations_refused";
+    /// Occurrences the missed-occurrence check found and recorded.
+    pub const OCCURRENCES_OVERDUE: &str = "agent_schedule.occurrences_overdue";
 }
 
 /// `gen_ai.provider.name` for Bedrock.

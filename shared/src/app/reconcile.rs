@@ -402,6 +402,9 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
             Ok(summary) => {
                 span.set(key::TASKS_WRITTEN, i64::from(summary.tasks_written));
                 span.set(key::DECLARATIONS_REFUSED, summary.refused.len() as i64);
+                if let Some(missed) = summary.overdue {
+                    span.set(key::OCCURRENCES_OVERDUE, missed as i64);
+                }
             }
             Err(error) => span.fail(error_type(error)),
         }

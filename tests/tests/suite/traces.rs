@@ -12,6 +12,7 @@ use local::converse::Reply;
 use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
 use local::otlp::{OtlpEndpoint, ReceivedSpan};
 use serde_json::{Value, json};
+use shared::app::reconcile::{Pass, Work};
 use shared::app::run::Disposition;
 use shared::config::TracesConfig;
 use shared::domain::agent::RUN_ID_META;
@@ -319,13 +320,7 @@ async fn create_and_a_reconcile_pass_are_traced_too() {
     .await
     .unwrap();
     let reconciler = t.reconciler().with_tracer(tracer(&t.aws.sdk, &endpoint, "reconcile"));
-    let body = serde_json::to_string(&shared::app::reconcile::Work::Event(installed(
-        "ins_1",
-        "issues",
-        &fixture.url(),
-        "workspace",
-    )))
-    .unwrap();
+    let body = serde_json::to_string(&Work::Event(installed("ins_1", "issues", &fixture.url(), "workspace"))).unwrap();
     let summary = reconciler.work(&body, Utc::now()).await.unwrap();
     assert_eq!(summary.tasks_written, 1);
     reconciler.tracer().flush(Duration::from_secs(10)).await;
@@ -343,6 +338,18 @@ async fn create_and_a_reconcile_pass_are_traced_too() {
     }
     assert_eq!(spans.len(), 4, "{spans:#?}");
     assert_no_content(&spans, &["Summarise"]);
+
+    // The missed-occurrence check is a work item too, with what it found.
+    let check = serde_json::to_string(&Work::Pass(Pass::Overdue)).unwrap();
+    let summary = reconciler.work(&check, Utc::now()).await.unwrap();
+    reconciler.tracer().flush(Duration::from_secs(10)).await;
+    let spans = endpoint.spans();
+    let check = one(&spans, "reconcile overdue check");
+    assert!(check.is_root());
+    assert_eq!(
+        check.attribute("agent_schedule.occurrences_overdue"),
+        Some(&json!(summary.overdue.expect("the check's count")))
+    );
 }
 
 /// An endpoint that refuses a request for good (here: unsigned, as for a
