@@ -54,6 +54,7 @@ mod procedure;
 mod settle;
 
 pub(crate) use settle::record_skip;
+pub use procedure::{FirstRequest, first_request};
 
 use std::time::Duration as StdDuration;
 
