@@ -3,6 +3,9 @@
 //! dispatcher), the project's fixture connector, the Python `mcp` SDK's
 //! server and server-everything. One test executable: each links the SDK.
 
+// A test stops where a set-up step failed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 use std::process::Output;
 
@@ -50,6 +53,34 @@ async fn sat_in(args: &[&str], env: Option<&Path>) -> Ran {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         status: out.status.code().unwrap_or(-1),
+    }
+}
+
+/// A local stack's environment file, as `infra/scripts/local.sh --serve`
+/// writes it: the SDK's variables, the functions' and the stack's outputs,
+/// and `extra`. Removed when dropped.
+pub struct EnvFile(pub std::path::PathBuf);
+
+impl EnvFile {
+    pub fn write(aws: &local::LocalAws, stack: &local::Stack, extra: &[(&str, String)]) -> Self {
+        let path = std::env::temp_dir().join(format!("sat-{}.env", uuid::Uuid::new_v4().simple()));
+        let mut lines: Vec<(String, String)> = aws.sdk_env();
+        lines.extend(stack.function_env().into_iter().map(|(k, v)| (k.to_owned(), v)));
+        lines.extend(stack.outputs().into_iter().map(|(k, v)| (k.to_owned(), v)));
+        lines.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+        let text: String = lines.iter().map(|(k, v)| format!("{k}='{v}'\n")).collect();
+        std::fs::write(&path, text).expect("write the environment file");
+        Self(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for EnvFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 
