@@ -54,7 +54,13 @@ impl SatError {
     /// service's code and message, or why no request could be made: no
     /// credentials, no region, no network).
     pub fn aws(action: impl Into<String>, error: impl std::error::Error) -> Self {
-        let message = format!("{}", aws_sdk_sqs::error::DisplayErrorContext(&error));
+        let mut message = shared::error_chain(&error);
+        if message.contains("loading credentials") || message.contains("no credentials") {
+            message = format!(
+                "no usable AWS credentials ({message}); give --profile (after `aws sso login` for an SSO profile), \
+                 or set AWS_PROFILE or the AWS_ACCESS_KEY_ID variables"
+            );
+        }
         SatError::Aws {
             action: action.into(),
             message,
