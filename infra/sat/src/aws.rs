@@ -221,3 +221,135 @@ pub async fn invoke(
         function_error: out.function_error().map(str::to_owned),
     })
 }
+
+/// A temporary subscription to one task's notifications on the stack's
+/// bus: a queue of its own and a rule matching the task's events, so
+/// `verify` sees its event whoever consumes `RunFinishedQueue`. Removed
+/// with [`Subscription::remove`].
+pub struct Subscription {
+    pub queue_url: String,
+    rule: String,
+    bus: String,
+    events: aws_sdk_eventbridge::Client,
+    sqs: aws_sdk_sqs::Client,
+}
+
+impl Subscription {
+    pub async fn create(sdk: &SdkConfig, bus: &str, task_id: &str) -> Result<Self, SatError> {
+        let name = format!("sat-verify-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let events = aws_sdk_eventbridge::Client::new(sdk);
+        let queue_url = sqs
+            .create_queue()
+            .queue_name(&name)
+            .send()
+            .await
+            .map_err(|e| SatError::aws(format!("creating the queue {name} (sqs:CreateQueue)"), e))?
+            .queue_url
+            .unwrap_or_default();
+        let subscription = Self {
+            queue_url,
+            rule: name.clone(),
+            bus: bus.to_owned(),
+            events,
+            sqs,
+        };
+        if let Err(e) = subscription.subscribe(task_id).await {
+            subscription.remove().await;
+            return Err(e);
+        }
+        Ok(subscription)
+    }
+
+    async fn subscribe(&self, task_id: &str) -> Result<(), SatError> {
+        let queue_arn = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&self.queue_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .map_err(|e| SatError::aws("reading the verify queue's ARN", e))?
+            .attributes
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+            .unwrap_or_default();
+        let pattern = serde_json::json!({
+            "source": [shared::domain::notification::SOURCE],
+            "detail-type": [shared::domain::notification::DETAIL_TYPE],
+            "detail": {"task_id": [task_id]},
+        });
+        let rule_arn = self
+            .events
+            .put_rule()
+            .name(&self.rule)
+            .event_bus_name(&self.bus)
+            .event_pattern(pattern.to_string())
+            .description("sat verify: one deployment check's notification, removed after it")
+            .send()
+            .await
+            .map_err(|e| {
+                SatError::aws(
+                    format!("adding the rule {} on {} (events:PutRule)", self.rule, self.bus),
+                    e,
+                )
+            })?
+            .rule_arn
+            .unwrap_or_default();
+        // Only that rule may send to the queue.
+        let policy = serde_json::json!({
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"},
+                           "Action": "sqs:SendMessage", "Resource": queue_arn,
+                           "Condition": {"ArnEquals": {"aws:SourceArn": rule_arn}}}]
+        });
+        self.sqs
+            .set_queue_attributes()
+            .queue_url(&self.queue_url)
+            .attributes(QueueAttributeName::Policy, policy.to_string())
+            .send()
+            .await
+            .map_err(|e| SatError::aws("letting the rule send to the verify queue (sqs:SetQueueAttributes)", e))?;
+        self.events
+            .put_targets()
+            .rule(&self.rule)
+            .event_bus_name(&self.bus)
+            .targets(
+                aws_sdk_eventbridge::types::Target::builder()
+                    .id("sat-verify")
+                    .arn(queue_arn)
+                    .build()
+                    .map_err(|e| SatError::aws("the rule's target", e))?,
+            )
+            .send()
+            .await
+            .map_err(|e| SatError::aws("targeting the verify queue (events:PutTargets)", e))?;
+        Ok(())
+    }
+
+    /// Removes the rule, its target and the queue; what cannot be removed
+    /// is said on stderr (a leftover costs nothing but clutter).
+    pub async fn remove(&self) {
+        let targets = self
+            .events
+            .remove_targets()
+            .rule(&self.rule)
+            .event_bus_name(&self.bus)
+            .ids("sat-verify")
+            .send()
+            .await;
+        let rule = self
+            .events
+            .delete_rule()
+            .name(&self.rule)
+            .event_bus_name(&self.bus)
+            .send()
+            .await;
+        let queue = self.sqs.delete_queue().queue_url(&self.queue_url).send().await;
+        if targets.is_err() || rule.is_err() || queue.is_err() {
+            eprintln!(
+                "sat verify: could not remove all of rule {} on {} and queue {}: remove them by hand",
+                self.rule, self.bus, self.queue_url
+            );
+        }
+    }
+}

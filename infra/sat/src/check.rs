@@ -80,6 +80,10 @@ pub struct CheckArgs {
     /// MODEL_PRICES of the dry run, as JSON (default: the stack's, else the template's).
     #[arg(long, value_name = "JSON")]
     pub prices: Option<String>,
+    /// The workspace the task ids are derived for (they derive from
+    /// workspace, server and prompt).
+    #[arg(long, default_value = CHECK_WORKSPACE)]
+    pub workspace: String,
     /// How many next fire times to show per task.
     #[arg(long, default_value_t = 5)]
     pub fires: usize,
@@ -96,6 +100,8 @@ fn name_value(text: &str) -> Result<(String, String), String> {
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckReport {
     pub url: String,
+    /// The workspace the task ids are derived for.
+    pub workspace: String,
     /// The server name tasks are keyed by.
     pub server: String,
     pub protocol_version: Option<String>,
@@ -243,14 +249,14 @@ fn settings(args: &CheckArgs, resources: Option<&Resources>) -> Result<Settings,
 
 /// The install a checked server is planned as: a workspace install, the
 /// only kind whose prompts reconcile reads.
-fn install(server: &str, url: &str, now: DateTime<Utc>) -> Install {
+fn install(workspace: &str, server: &str, url: &str, now: DateTime<Utc>) -> Install {
     Install {
         install_id: CHECK_INSTALL.to_owned(),
-        workspace: CHECK_WORKSPACE.to_owned(),
+        workspace: workspace.to_owned(),
         server: server.to_owned(),
         url: url.to_owned(),
         scope: InstallScope::Workspace,
-        account: CHECK_WORKSPACE.to_owned(),
+        account: workspace.to_owned(),
         credential_secret_arn: None,
         status: InstallStatus::Installed,
         updated_at: now,
@@ -344,7 +350,7 @@ pub async fn run(args: &CheckArgs, resources: Option<&Resources>) -> Result<Chec
         .ok_or_else(|| {
             SatError::Usage("the server gives itself no name: say what it is installed as with --server".into())
         })?;
-    let install = install(&server, &args.url, now);
+    let install = install(&args.workspace, &server, &args.url, now);
     let installs = BTreeMap::from([(install.install_id.clone(), install.clone())]);
     let view = ServerView {
         install: &install,
@@ -390,6 +396,7 @@ pub async fn run(args: &CheckArgs, resources: Option<&Resources>) -> Result<Chec
     };
     Ok(CheckReport {
         url: args.url.clone(),
+        workspace: args.workspace.clone(),
         server,
         protocol_version: session.protocol_version(),
         checked_at: render::utc(now),
@@ -681,11 +688,18 @@ impl Report for CheckReport {
                 ),
             ),
             ("ceilings", limits_words(&self.ceilings)),
+            (
+                "planned as",
+                format!(
+                    "a workspace install in workspace {} (task ids derive from workspace, server and prompt)",
+                    self.workspace
+                ),
+            ),
             ("checked at", self.checked_at.clone()),
         ]);
         if let Some(why) = &self.url_refused {
             text.push_str(&format!(
-                "\nNote: a deployed reconcile would not connect to this URL ({why}); install the server at a public https:// address.\n"
+                "\nNote: a deployed reconcile would refuse this URL: {why}. Install the server at a public https:// address.\n"
             ));
         }
         let mut summary = render::table(&["scheduled prompt", "verdict", "schedule", "task or reason"]);

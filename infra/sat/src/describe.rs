@@ -351,11 +351,7 @@ impl Report for DescribeReport {
                 )
             },
         );
-        let mut cost = format!(
-            "{} committed in {}",
-            render::usd(self.cost.committed_usd),
-            self.cost.period
-        );
+        let mut cost = format!("USD {:.4} committed in {}", self.cost.committed_usd, self.cost.period);
         if let Some(b) = self.budget {
             cost.push_str(&format!(" of {} a month", render::usd(b.max_usd_per_month)));
         }

@@ -17,7 +17,7 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use crate::error::SatError;
 
 /// The stack outputs `sat` reads, and what for.
-pub const OUTPUTS: [(&str, &str); 11] = [
+pub const OUTPUTS: [(&str, &str); 12] = [
     ("TasksTableName", "`describe` and `verify` read tasks and runs there"),
     (
         "ScheduleGroupName",
@@ -53,6 +53,10 @@ pub const OUTPUTS: [(&str, &str); 11] = [
         "`redrive` lists the stream records the notification pipe could not deliver there",
     ),
     ("CreateFunctionArn", "`verify` creates its reminder through it"),
+    (
+        "EventBusName",
+        "`verify` reads its reminder's notification there, through a rule of its own",
+    ),
 ];
 
 /// The deployment settings `sat` reads: the functions' variable, and the

@@ -7,12 +7,16 @@
 //! 2. **run**: Scheduler fires its `at(...)` schedule into the runs queue,
 //!    the runner runs it on the model and settles it: its run record
 //!    (read through the shared adapter) must say `succeeded`;
-//! 3. **notification**: the table's stream, the pipe, the bus and
-//!    `RunFinishedRule` bring its content-free `Scheduled run finished`
-//!    event to `RunFinishedQueue`. `verify` takes its own event off the
-//!    queue and gives every other message back at once (visibility 0),
-//!    so a backend consuming the queue loses nothing; if that backend
-//!    takes the event first, this step cannot see it and says so.
+//! 3. **bus**: the table's stream and the pipe put its content-free
+//!    `Scheduled run finished` event on the stack's bus: `verify` reads
+//!    it through a subscription of its own (a temporary queue and a rule
+//!    matching only this task's events, removed afterwards), so a
+//!    backend consuming `RunFinishedQueue` takes nothing from it;
+//! 4. **queue**: `RunFinishedRule` brings the event to
+//!    `RunFinishedQueue`. `verify` takes its own event off the queue and
+//!    gives every other message back at once (visibility 0); if a backend
+//!    consuming the queue took it first, the step says `not seen`, which
+//!    does not fail the check (the bus step proved the event).
 //!
 //! The reminder belongs to principal `sat-verify` in workspace
 //! `sat-verify` (`--workspace`); it completes after its run and expires
@@ -29,7 +33,7 @@ use shared::domain::claim::RunStatus;
 use shared::domain::task::TaskId;
 use shared::ports::ReminderStore;
 
-use crate::aws::Queues;
+use crate::aws::{Queues, Subscription};
 use crate::error::SatError;
 use crate::render::{self, Report};
 use crate::resources::Resources;
@@ -55,7 +59,9 @@ pub struct VerifyArgs {
 #[derive(Debug, Clone, Serialize)]
 pub struct Step {
     pub step: &'static str,
-    pub ok: bool,
+    /// `verified`, `failed`, or `not seen` (the queue's event, which a
+    /// consumer of the queue may have taken first).
+    pub verdict: &'static str,
     /// What was seen, in words.
     pub detail: String,
     /// When it was seen (UTC).
@@ -75,7 +81,7 @@ pub struct VerifyReport {
 fn step(step: &'static str, ok: bool, detail: String) -> Step {
     Step {
         step,
-        ok,
+        verdict: if ok { "verified" } else { "failed" },
         detail,
         at: render::utc(Utc::now()),
     }
@@ -89,11 +95,11 @@ fn say(progress: bool, text: &str) {
 }
 
 /// The create request a chat backend would send (SPEC §4).
-fn create_request(workspace: &str, due: DateTime<Utc>, now: DateTime<Utc>) -> Value {
+fn create_request(workspace: &str, key: &str, due: DateTime<Utc>, now: DateTime<Utc>) -> Value {
     json!({
         "op": "create",
         "principal": {"id": PRINCIPAL, "workspace": workspace, "scopes": ["schedule.write"]},
-        "idempotency_key": format!("sat-verify-{}", uuid::Uuid::new_v4().simple()),
+        "idempotency_key": key,
         "agent": {"id": "sat", "version": "1", "policy_profile": "standard",
                   "limits": {"max_turns": 1, "max_tool_calls": 0, "max_output_tokens": 200, "timeout_seconds": 60}},
         "approval": {"id": "sat-verify", "approved_at": shared::domain::schedule::format_utc(now)},
@@ -104,9 +110,11 @@ fn create_request(workspace: &str, due: DateTime<Utc>, now: DateTime<Utc>) -> Va
 }
 
 pub async fn run(args: &VerifyArgs, resources: &Resources, progress: bool) -> Result<VerifyReport, SatError> {
-    let create_function = resources.output("CreateFunctionArn")?;
-    let table = resources.output("TasksTableName")?;
-    let queue_url = resources.output("RunFinishedQueueUrl")?;
+    // Every output the walk needs, before anything is made.
+    for output in ["CreateFunctionArn", "TasksTableName", "RunFinishedQueueUrl"] {
+        resources.output(output)?;
+    }
+    let bus = resources.output("EventBusName")?;
     let now = Utc::now();
     let due = (now
         + chrono::Duration::from_std(args.due_in).map_err(|_| SatError::Usage("--due-in is too long".into()))?)
@@ -119,6 +127,35 @@ pub async fn run(args: &VerifyArgs, resources: &Resources, progress: bool) -> Re
         verified: false,
     };
 
+    // Its id derives from the create call: subscribe to its events first.
+    let key = format!("sat-verify-{}", uuid::Uuid::new_v4().simple());
+    let expected = TaskId::for_reminder(&args.workspace, PRINCIPAL, &key);
+    let subscription = Subscription::create(&resources.sdk, bus, expected.as_str()).await?;
+    let result = walk(args, resources, &mut report, &key, due, now, &subscription, progress).await;
+    subscription.remove().await;
+    result?;
+    report.verified = report.steps.len() == 4
+        && report
+            .steps
+            .iter()
+            .all(|s| s.verdict == "verified" || (s.step == "queue" && s.verdict == "not seen"));
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn walk(
+    args: &VerifyArgs,
+    resources: &Resources,
+    report: &mut VerifyReport,
+    key: &str,
+    due: DateTime<Utc>,
+    now: DateTime<Utc>,
+    subscription: &Subscription,
+    progress: bool,
+) -> Result<(), SatError> {
+    let create_function = resources.output("CreateFunctionArn")?;
+    let table = resources.output("TasksTableName")?;
+    let queue_url = resources.output("RunFinishedQueueUrl")?;
     // 1. create, as a chat backend does.
     say(
         progress,
@@ -131,7 +168,7 @@ pub async fn run(args: &VerifyArgs, resources: &Resources, progress: bool) -> Re
         &resources.sdk,
         resources.lambda_endpoint.as_deref(),
         create_function,
-        &create_request(&args.workspace, due, now),
+        &create_request(&args.workspace, key, due, now),
     )
     .await?;
     let task_id = match (&invoked.function_error, invoked.payload["ok"].as_bool()) {
@@ -144,7 +181,7 @@ pub async fn run(args: &VerifyArgs, resources: &Resources, progress: bool) -> Re
             None => format!("create answered {}", invoked.payload),
         };
         report.steps.push(step("create", false, why));
-        return Ok(report);
+        return Ok(());
     };
     report.task_id = Some(task_id.as_str().to_owned());
     report.steps.push(step(
@@ -182,7 +219,7 @@ pub async fn run(args: &VerifyArgs, resources: &Resources, progress: bool) -> Re
                 task_id.as_str()
             ),
         ));
-        return Ok(report);
+        return Ok(());
     };
     let ran = record.status == RunStatus::Succeeded;
     report.steps.push(step(
@@ -206,61 +243,98 @@ pub async fn run(args: &VerifyArgs, resources: &Resources, progress: bool) -> Re
         ),
     ));
     if !ran {
-        return Ok(report);
+        return Ok(());
     }
 
-    // 3. its notification on RunFinishedQueue.
-    say(progress, "waiting for its event on RunFinishedQueue");
+    // 3. its event on the bus, through the subscription; 4. on RunFinishedQueue.
+    say(progress, "waiting for its event on the bus and on RunFinishedQueue");
     let queues = Queues::new(&resources.sdk);
-    let notified = loop {
-        let mut found = None;
-        for message in queues.receive(queue_url, 30, 2).await? {
-            let event: Value = serde_json::from_str(&message.body).unwrap_or(Value::Null);
-            if event["detail"]["task_id"] == task_id.as_str() {
-                queues.delete(queue_url, &message.receipt_handle).await?;
-                found = Some(event);
-            } else {
-                // The platform's: back at once.
-                queues.release(queue_url, &message.receipt_handle).await?;
+    let ours = |body: &str| {
+        let event: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+        (event["detail"]["task_id"] == task_id.as_str()).then_some(event)
+    };
+    let (mut on_bus, mut on_queue) = (None, None);
+    // Once the bus has it, the queue has a little longer to show it.
+    let mut queue_deadline = deadline;
+    loop {
+        if on_bus.is_none() {
+            for message in queues.receive(&subscription.queue_url, 30, 1).await? {
+                if let Some(event) = ours(&message.body) {
+                    on_bus = Some(event);
+                    queue_deadline = queue_deadline.min(tokio::time::Instant::now() + Duration::from_secs(30));
+                }
             }
         }
-        if found.is_some() || tokio::time::Instant::now() >= deadline {
-            break found;
-        }
-    };
-    match notified {
-        Some(event) => {
-            let detail = &event["detail"];
-            let content_free = detail.as_object().is_some_and(|d| {
-                d.keys().all(|k| ["workspace", "task_id", "run_id", "scheduled_time", "status"].contains(&k.as_str()))
-            });
-            report.steps.push(step(
-                "notification",
-                content_free && detail["run_id"] == record.run_id.as_str(),
-                format!(
-                    "`{}` event from {} on RunFinishedQueue: run {} {}{}",
-                    event["detail-type"].as_str().unwrap_or("?"),
-                    event["source"].as_str().unwrap_or("?"),
-                    detail["run_id"].as_str().unwrap_or("?"),
-                    detail["status"].as_str().unwrap_or("?"),
-                    if content_free {
-                        ", ids and status only"
-                    } else {
-                        "; it carries more than ids and status"
+        if on_queue.is_none() {
+            for message in queues.receive(queue_url, 30, 1).await? {
+                match ours(&message.body) {
+                    Some(event) => {
+                        queues.delete(queue_url, &message.receipt_handle).await?;
+                        on_queue = Some(event);
                     }
-                ),
-            ));
+                    // The platform's: back at once.
+                    None => queues.release(queue_url, &message.receipt_handle).await?,
+                }
+            }
+        }
+        let now = tokio::time::Instant::now();
+        if (on_bus.is_some() && on_queue.is_some()) || now >= deadline || (on_bus.is_some() && now >= queue_deadline) {
+            break;
+        }
+    }
+    let described = |event: &Value, place: &str| {
+        let detail = &event["detail"];
+        let content_free = detail.as_object().is_some_and(|d| {
+            d.keys()
+                .all(|k| ["workspace", "task_id", "run_id", "scheduled_time", "status"].contains(&k.as_str()))
+        });
+        let ok = content_free && detail["run_id"] == record.run_id.as_str();
+        let text = format!(
+            "`{}` event from {} {place}: run {} {}{}",
+            event["detail-type"].as_str().unwrap_or("?"),
+            event["source"].as_str().unwrap_or("?"),
+            detail["run_id"].as_str().unwrap_or("?"),
+            detail["status"].as_str().unwrap_or("?"),
+            if content_free {
+                ", ids and status only"
+            } else {
+                "; it carries more than ids and status"
+            }
+        );
+        (ok, text)
+    };
+    match &on_bus {
+        Some(event) => {
+            let (ok, text) = described(event, "on the bus");
+            report.steps.push(step("bus", ok, text));
         }
         None => report.steps.push(step(
-            "notification",
+            "bus",
             false,
-            "no event for it on RunFinishedQueue: check the pipe (RunFinishedDeadLetterAlarm), the rule and the queue; \
-             a backend consuming the queue may have taken it first"
+            "no event for it on the bus: check the notification pipe (RunFinishedPipe, RunFinishedDeadLetterAlarm)"
                 .to_owned(),
         )),
     }
-    report.verified = report.steps.len() == 3 && report.steps.iter().all(|s| s.ok);
-    Ok(report)
+    match (&on_queue, &on_bus) {
+        (Some(event), _) => {
+            let (ok, text) = described(event, "on RunFinishedQueue");
+            report.steps.push(step("queue", ok, text));
+        }
+        (None, Some(_)) => report.steps.push(Step {
+            step: "queue",
+            verdict: "not seen",
+            detail: "not seen on RunFinishedQueue: a consumer of the queue (the platform's backend) took it first, \
+                     or RunFinishedRule did not deliver it (RunFinishedQueueDeadLetterAlarm)"
+                .to_owned(),
+            at: render::utc(Utc::now()),
+        }),
+        (None, None) => report.steps.push(step(
+            "queue",
+            false,
+            "no event for it on RunFinishedQueue either".to_owned(),
+        )),
+    }
+    Ok(())
 }
 
 impl Report for VerifyReport {
@@ -269,7 +343,7 @@ impl Report for VerifyReport {
         for s in &self.steps {
             table.add_row(vec![
                 s.step.to_owned(),
-                if s.ok { "ok" } else { "FAILED" }.to_owned(),
+                s.verdict.to_owned(),
                 s.detail.clone(),
                 s.at.clone(),
             ]);
@@ -288,6 +362,9 @@ impl Report for VerifyReport {
         } else {
             "NOT verified: see the failed step.\n"
         });
+        if self.steps.iter().any(|s| s.verdict == "not seen") {
+            text.push_str("(Its event reached the bus; RunFinishedQueue's copy was not seen, as said above.)\n");
+        }
         text
     }
 

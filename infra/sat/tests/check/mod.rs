@@ -50,10 +50,7 @@ async fn every_declaration_is_shown_as_the_task_it_becomes_or_refused_in_words()
     assert!(text.contains("3 refused"), "{text}");
     assert!(text.contains("not scheduled (plain)"), "{text}");
     // A loopback http:// URL is what a deployed reconcile refuses: said, not enforced.
-    assert!(
-        text.contains("a deployed reconcile would not connect to this URL"),
-        "{text}"
-    );
+    assert!(text.contains("a deployed reconcile would refuse this URL"), "{text}");
 
     let report = sat(&["--json", "check", &server.url(), "--server", "issues"])
         .await

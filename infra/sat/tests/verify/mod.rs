@@ -94,9 +94,11 @@ async fn a_reminder_is_created_run_recorded_and_notified_end_to_end() {
     assert!(text.contains("Verified end to end"), "{text}");
     assert!(text.contains("create answered ok"), "{text}");
     assert!(text.contains("succeeded"), "{text}");
+    assert!(text.contains("on the bus: run"), "{text}");
+    assert!(text.contains("on RunFinishedQueue: run"), "{text}");
     assert!(text.contains("ids and status only"), "{text}");
     assert!(
-        ran.stderr.contains("waiting for its event on RunFinishedQueue"),
+        ran.stderr.contains("waiting for its event on the bus"),
         "progress: {ran:?}"
     );
 
@@ -127,8 +129,32 @@ async fn a_reminder_is_created_run_recorded_and_notified_end_to_end() {
         .iter()
         .map(|s| s["step"].as_str().unwrap())
         .collect();
-    assert_eq!(steps, ["create", "run", "notification"]);
+    assert_eq!(steps, ["create", "run", "bus", "queue"]);
+    let verdicts: Vec<&str> = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        verdicts, ["verified"; 4],
+        "nobody else consumes the queue here: {report}"
+    );
     assert_eq!(s.model.requests().await.len(), 2);
+    // Its own subscription is gone: only the stack's rules remain on the bus.
+    let rules = aws_sdk_eventbridge::Client::new(&s.t.aws.sdk)
+        .list_rules()
+        .event_bus_name(&s.t.stack.names.event_bus)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        rules
+            .rules()
+            .iter()
+            .all(|r| !r.name().unwrap_or_default().starts_with("sat-verify")),
+        "{rules:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -164,7 +190,7 @@ async fn a_create_the_stack_cannot_find_or_refuses_is_said() {
     );
     let ran = sat_with(env.path(), &["verify", "--due-in", "2s", "--wait", "5s"]).await;
     assert_eq!(ran.status, 3, "{ran:?}");
-    assert!(ran.stdout.contains("FAILED"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("failed"), "{}", ran.stdout);
     assert!(ran.stdout.contains("feature_disabled"), "{}", ran.stdout);
     assert!(ran.stdout.contains("NOT verified"), "{}", ran.stdout);
 }
