@@ -17,13 +17,21 @@ pub trait Report: serde::Serialize {
     }
 }
 
-/// A table with a header, in the house style.
+/// The width of a table printed to a pipe or a file (a terminal's own
+/// width wins when there is one).
+const PIPE_WIDTH: u16 = 110;
+
+/// A table with a header, in the house style: cells wrap to the
+/// terminal's width, or to [`PIPE_WIDTH`] when there is no terminal.
 pub fn table(header: &[&str]) -> Table {
     let mut table = Table::new();
     table
         .load_preset(presets::UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic)
         .set_header(header.iter().copied());
+    if table.width().is_none() {
+        table.set_width(PIPE_WIDTH);
+    }
     table
 }
 
