@@ -3,7 +3,7 @@
 //!
 //! | DLQ | what lands there | where it goes |
 //! |---|---|---|
-//! | `SchedulerDeadLetterQueue` | deliveries Scheduler could not make: a task's run message, or the daily pass's input (`{"type": "reconcile.all"}`, `{"op": "reconcile_all"}` from older stacks) | the runs queue; the pass to the reconcile queue, as the daily schedule sends it |
+//! | `SchedulerDeadLetterQueue` | deliveries Scheduler could not make: a task's run message, the daily pass's input (`{"type": "reconcile.all"}`, `{"op": "reconcile_all"}` from older stacks), the missed-occurrence check's (`{"type": "overdue.check"}`) | the runs queue; the pass and the check to the reconcile queue, in the groups their schedules send them |
 //! | `RunsDeadLetterQueue` | run messages received 100 times | the runs queue |
 //! | `ReconcileDeadLetterQueue` | reconcile work that failed five times | the reconcile queue, in its install's message group |
 //! | `RunFinishedQueueDeadLetterQueue` | notifications the platform did not take, events the rule could not deliver | `RunFinishedQueue` |
@@ -35,6 +35,8 @@ use crate::resources::Resources;
 const HOLD_SECONDS: i32 = 120;
 /// The daily schedule's message group on the reconcile queue (`template.yaml`).
 const DAILY_GROUP: &str = "reconcile-all";
+/// The missed-occurrence check's message group (`template.yaml`).
+const OVERDUE_GROUP: &str = "overdue-check";
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedriveArgs {
@@ -128,6 +130,15 @@ fn route(dlq: &'static str, message: &Received) -> (String, Destination) {
                     "the daily reconcile pass".to_owned(),
                     Destination::Fifo {
                         group: DAILY_GROUP.to_owned(),
+                    },
+                )
+            } else if dlq == "SchedulerDeadLetterQueueUrl"
+                && matches!(serde_json::from_str::<Work>(body), Ok(Work::Pass(Pass::Overdue)))
+            {
+                (
+                    "a missed-occurrence check".to_owned(),
+                    Destination::Fifo {
+                        group: OVERDUE_GROUP.to_owned(),
                     },
                 )
             } else {

@@ -60,6 +60,7 @@ async fn each_dead_letter_goes_where_it_belongs_and_the_rest_is_left_and_said() 
     .to_string();
     send(&sqs, &stack.scheduler_dlq_url, &run, None).await;
     send(&sqs, &stack.scheduler_dlq_url, r#"{"type": "reconcile.all"}"#, None).await;
+    send(&sqs, &stack.scheduler_dlq_url, r#"{"type": "overdue.check"}"#, None).await;
     send(&sqs, &stack.scheduler_dlq_url, "garbage", None).await;
     send(&sqs, &stack.runs_dlq_url, &run2, None).await;
     send(&sqs, &stack.reconcile_dlq_url, &work, Some("ws_1/ins_1")).await;
@@ -76,13 +77,13 @@ async fn each_dead_letter_goes_where_it_belongs_and_the_rest_is_left_and_said() 
     let dry = sat_with(env.path(), &["--json", "redrive", "--dry-run"]).await;
     assert_eq!(dry.status, 3, "messages would be left: {dry:?}");
     let report = dry.json();
-    assert_eq!(report["messages"].as_array().unwrap().len(), 7, "{report}");
+    assert_eq!(report["messages"].as_array().unwrap().len(), 8, "{report}");
     assert!(bodies(&sqs, &stack.runs_queue_url).await.is_empty());
-    assert_eq!(bodies(&sqs, &stack.scheduler_dlq_url).await.len(), 3);
+    assert_eq!(bodies(&sqs, &stack.scheduler_dlq_url).await.len(), 4);
 
     let ran = sat_with(env.path(), &["redrive"]).await;
     assert_eq!(ran.status, 3, "{ran:?}");
-    assert!(ran.stdout.contains("5 moved, 2 left."), "{}", ran.stdout);
+    assert!(ran.stdout.contains("6 moved, 2 left."), "{}", ran.stdout);
     assert!(ran.stdout.contains("the daily reconcile pass"), "{}", ran.stdout);
     // Each where it belongs.
     assert_eq!(bodies(&sqs, &stack.runs_queue_url).await, {

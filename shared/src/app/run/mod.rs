@@ -53,8 +53,8 @@ mod claim;
 mod procedure;
 mod settle;
 
-pub(crate) use settle::record_skip;
 pub use procedure::{FirstRequest, first_request};
+pub(crate) use settle::record_skip;
 
 use std::time::Duration as StdDuration;
 
