@@ -292,7 +292,7 @@ async fn main() -> anyhow::Result<()> {
     .await?;
 
     if std::env::args().any(|a| a == "--serve") {
-        return serve(&functions.env(), &walk.dispatch, &walk.backend).await;
+        return serve(&functions, &walk.dispatch, &walk.backend).await;
     }
     say("\nDone. Run with --serve to keep the stack up and invoke the functions yourself.");
     Ok(())
@@ -689,8 +689,33 @@ impl Walk<'_> {
 /// Keeps everything up: writes the functions' environment for
 /// `cargo lambda watch --env-file`, and keeps dispatching due schedules and
 /// queues to the running binaries, until Ctrl-C.
-async fn serve(env: &[(String, String)], dispatch: &Dispatcher<'_>, backend: &ChatBackend<'_>) -> anyhow::Result<()> {
+async fn serve(functions: &Functions, dispatch: &Dispatcher<'_>, backend: &ChatBackend<'_>) -> anyhow::Result<()> {
+    // The Lambda Invoke API in front of the five binaries, for callers that
+    // invoke a function by its ARN (`sat verify`).
+    let invoke = local::invoke::InvokeApi::start(
+        [
+            &functions.create,
+            &functions.runner,
+            &functions.reconcile,
+            &functions.admin,
+            &functions.schedules,
+        ]
+        .map(|f| f.api.invoker()),
+    )
+    .await?;
     let path = local::moto::repo_root().join("target/local.env");
+    let mut env = functions.env();
+    // The stack's outputs, as template.yaml names them, and where to invoke
+    // the functions: what `sat --env-file target/local.env` reads.
+    env.extend(dispatch.stack.outputs().into_iter().map(|(k, v)| (k.to_owned(), v)));
+    for (output, function) in [
+        ("CreateFunctionArn", "create"),
+        ("AdminFunctionArn", "admin"),
+        ("SchedulesFunctionArn", "schedules"),
+    ] {
+        env.push((output.to_owned(), local::invoke::function_arn(function)));
+    }
+    env.push(("AWS_ENDPOINT_URL_LAMBDA".to_owned(), invoke.endpoint()));
     let text: String = env
         .iter()
         .filter(|(k, _)| k != "RUST_LOG")
@@ -698,8 +723,11 @@ async fn serve(env: &[(String, String)], dispatch: &Dispatcher<'_>, backend: &Ch
         .collect();
     std::fs::write(&path, text)?;
     println!(
-        "\n== Serving until Ctrl-C. The functions' environment is in {}.",
+        "\n== Serving until Ctrl-C. The functions' environment and the stack's outputs are in {}.",
         path.display()
+    );
+    println!(
+        "   Operate it: cargo run -p sat -- --env-file target/local.env describe <task_id>  (README, \"Operating it: sat\")"
     );
     println!("   In another shell:");
     println!("     cargo lambda watch -A 127.0.0.1 --env-file target/local.env");

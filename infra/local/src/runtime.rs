@@ -170,6 +170,44 @@ impl RuntimeApi {
     /// Invokes the function with a payload's exact text (which a `Value`
     /// could not carry: a repeated key, say) and waits for its outcome.
     pub async fn invoke_text(&self, payload: &str) -> anyhow::Result<Outcome> {
+        self.invoker().invoke_text(payload).await
+    }
+
+    /// A handle that invokes this function from elsewhere (the local
+    /// Lambda Invoke API, `crate::invoke`), while this API lives.
+    pub fn invoker(&self) -> Invoker {
+        Invoker {
+            shared: self.shared.clone(),
+            sender: self.sender.clone(),
+            timeout: self.timeout,
+        }
+    }
+
+    /// Invokes and expects a response, not a function error.
+    pub async fn invoke_ok(&self, payload: &Value) -> anyhow::Result<Value> {
+        match self.invoke(payload).await? {
+            Outcome::Response(value) => Ok(value),
+            Outcome::Error(error) => bail!("function error: {error}"),
+        }
+    }
+}
+
+/// Invokes one function through its [`RuntimeApi`].
+#[derive(Clone)]
+pub struct Invoker {
+    shared: Arc<Shared>,
+    sender: mpsc::Sender<Invocation>,
+    timeout: Duration,
+}
+
+impl Invoker {
+    /// The function's name.
+    pub fn function_name(&self) -> &str {
+        &self.shared.function_name
+    }
+
+    /// Invokes with a payload's exact text and waits for the outcome.
+    pub async fn invoke_text(&self, payload: &str) -> anyhow::Result<Outcome> {
         let id = uuid::Uuid::new_v4().to_string();
         let (tx, rx) = oneshot::channel();
         self.shared.waiting.lock().await.insert(id.clone(), tx);
@@ -190,14 +228,6 @@ impl RuntimeApi {
                 self.shared.waiting.lock().await.remove(&id);
                 bail!("invocation {id} timed out after {:?}", self.timeout)
             }
-        }
-    }
-
-    /// Invokes and expects a response, not a function error.
-    pub async fn invoke_ok(&self, payload: &Value) -> anyhow::Result<Value> {
-        match self.invoke(payload).await? {
-            Outcome::Response(value) => Ok(value),
-            Outcome::Error(error) => bail!("function error: {error}"),
         }
     }
 }

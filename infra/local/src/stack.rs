@@ -35,6 +35,8 @@ pub struct StackSpec {
     pub dlq_retention_seconds: u32,
     /// Reconcile work queue: at least six times the reconcile function's timeout.
     pub reconcile_visibility_timeout: u32,
+    /// Deliveries of one reconcile work item before it moves to its DLQ.
+    pub reconcile_max_receive_count: u32,
     /// The platform's notification queue (`RunFinishedQueue`, SPEC §12):
     /// how long a backend has to read and post one result.
     pub run_finished_visibility_timeout: u32,
@@ -55,10 +57,30 @@ pub const STACK: StackSpec = StackSpec {
     runs_max_receive_count: 100,
     dlq_retention_seconds: 1_209_600,
     reconcile_visibility_timeout: 720,
+    reconcile_max_receive_count: 5,
     run_finished_visibility_timeout: 120,
     run_finished_retention_seconds: 345_600,
     run_finished_max_receive_count: 5,
 };
+
+/// The template's outputs the local stack has, and the resource each
+/// names (`!Ref`, or `!GetAtt <resource>.Arn` for an ARN): the template
+/// test holds them to `template.yaml`.
+pub const OUTPUT_NAMES: [&str; 13] = [
+    "TasksTableName",
+    "ScheduleGroupName",
+    "RunsQueueArn",
+    "RunsQueueUrl",
+    "RunsDeadLetterQueueUrl",
+    "SchedulerDeadLetterQueueUrl",
+    "ReconcileQueueUrl",
+    "ReconcileDeadLetterQueueUrl",
+    "EventBusName",
+    "RunFinishedQueueUrl",
+    "RunFinishedQueueArn",
+    "RunFinishedQueueDeadLetterQueueUrl",
+    "RunFinishedDeadLetterQueueUrl",
+];
 
 /// SPEC §9's example ceilings, as `SCHEDULE_CEILINGS` holds them.
 fn example_ceilings() -> String {
@@ -89,8 +111,11 @@ pub struct StackNames {
     pub run_finished_queue: String,
     pub run_finished_dlq: String,
     pub run_finished_rule: String,
-    /// The reconcile work queue (FIFO: the name ends in `.fifo`).
+    /// The reconcile work queue (FIFO: the name ends in `.fifo`) and its DLQ.
     pub reconcile_queue: String,
+    pub reconcile_dlq: String,
+    /// `RunFinishedDeadLetterQueue`: the notification pipe's DLQ.
+    pub pipe_dlq: String,
     pub webhook_secret: String,
     /// The name prefix of connector credentials (`ConnectorSecretPrefix`).
     pub connector_secrets: String,
@@ -112,6 +137,8 @@ impl StackNames {
             run_finished_dlq: format!("{prefix}-run-finished-dlq-{suffix}"),
             run_finished_rule: format!("{prefix}-run-finished-{suffix}"),
             reconcile_queue: format!("{prefix}-reconcile-{suffix}.fifo"),
+            reconcile_dlq: format!("{prefix}-reconcile-dlq-{suffix}.fifo"),
+            pipe_dlq: format!("{prefix}-pipe-dlq-{suffix}"),
             webhook_secret: format!("{prefix}-webhook-{suffix}"),
             connector_secrets: format!("{prefix}-connectors-{suffix}/"),
         }
@@ -133,6 +160,10 @@ pub struct Stack {
     /// `RunFinishedQueue`: what the chat backend consumes (SPEC §12).
     pub run_finished: RunFinishedQueue,
     pub reconcile_queue_url: String,
+    pub reconcile_dlq_url: String,
+    /// `RunFinishedDeadLetterQueue`: nothing locally sends to it (the
+    /// stand-in pipe does not fail); `sat redrive` reads it.
+    pub pipe_dlq_url: String,
     pub webhook_secret_arn: String,
     /// The Standard Webhooks secret the platform signs with (`whsec_...`).
     pub webhook_secret: String,
@@ -405,8 +436,25 @@ async fn create_run_finished_queue(
     })
 }
 
-/// The reconcile work queue (FIFO, deduplicated by content); answers its URL.
-async fn create_reconcile_queue(sqs: &aws_sdk_sqs::Client, names: &StackNames) -> anyhow::Result<String> {
+/// The reconcile work queue (FIFO, deduplicated by content), redriving to
+/// its FIFO DLQ; answers both URLs.
+async fn create_reconcile_queue(sqs: &aws_sdk_sqs::Client, names: &StackNames) -> anyhow::Result<(String, String)> {
+    let (dlq_url, dlq_arn) = queue(
+        sqs,
+        &names.reconcile_dlq,
+        &[
+            (QueueAttributeName::FifoQueue, "true".to_owned()),
+            (
+                QueueAttributeName::MessageRetentionPeriod,
+                STACK.dlq_retention_seconds.to_string(),
+            ),
+        ],
+    )
+    .await?;
+    let redrive = serde_json::json!({
+        "deadLetterTargetArn": dlq_arn,
+        "maxReceiveCount": STACK.reconcile_max_receive_count,
+    });
     let (url, _) = queue(
         sqs,
         &names.reconcile_queue,
@@ -417,10 +465,11 @@ async fn create_reconcile_queue(sqs: &aws_sdk_sqs::Client, names: &StackNames) -
                 QueueAttributeName::VisibilityTimeout,
                 STACK.reconcile_visibility_timeout.to_string(),
             ),
+            (QueueAttributeName::RedrivePolicy, redrive.to_string()),
         ],
     )
     .await?;
-    Ok(url)
+    Ok((url, dlq_url))
 }
 
 /// A fresh Standard Webhooks secret (`whsec_...`) in Secrets Manager;
@@ -453,7 +502,16 @@ impl Stack {
             .await?;
         let events_capture_url = create_event_bus(sdk, &sqs, &names).await?;
         let run_finished = create_run_finished_queue(sdk, &sqs, &names).await?;
-        let reconcile_queue_url = create_reconcile_queue(&sqs, &names).await?;
+        let (reconcile_queue_url, reconcile_dlq_url) = create_reconcile_queue(&sqs, &names).await?;
+        let (pipe_dlq_url, _) = queue(
+            &sqs,
+            &names.pipe_dlq,
+            &[(
+                QueueAttributeName::MessageRetentionPeriod,
+                STACK.dlq_retention_seconds.to_string(),
+            )],
+        )
+        .await?;
         let (webhook_secret, webhook_secret_arn) = create_webhook_secret(sdk, &names).await?;
         let pipe = crate::pipe::Pipe::new(
             crate::pipe::PipeSpec::from_template()?,
@@ -463,6 +521,8 @@ impl Stack {
         Ok(Self {
             pipe,
             reconcile_queue_url,
+            reconcile_dlq_url,
+            pipe_dlq_url,
             webhook_secret_arn,
             webhook_secret,
             events_capture_url,
@@ -540,6 +600,27 @@ impl Stack {
     /// ([`crate::runtime::Launch::model`]); `CATCH_UP_SECONDS` and
     /// `MAX_ACTIVE_REMINDERS` are left to the functions' defaults.
     /// [`crate::runtime::Launch`] gives each function its template's share.
+    /// The stack's outputs as `template.yaml` names them ([`OUTPUT_NAMES`],
+    /// in that order): what `sat` reads, from `target/local.env` locally.
+    pub fn outputs(&self) -> Vec<(&'static str, String)> {
+        let values = [
+            self.names.table.clone(),
+            self.names.schedule_group.clone(),
+            self.runs_queue_arn.clone(),
+            self.runs_queue_url.clone(),
+            self.runs_dlq_url.clone(),
+            self.scheduler_dlq_url.clone(),
+            self.reconcile_queue_url.clone(),
+            self.reconcile_dlq_url.clone(),
+            self.names.event_bus.clone(),
+            self.run_finished.url.clone(),
+            self.run_finished.arn.clone(),
+            self.run_finished.dlq_url.clone(),
+            self.pipe_dlq_url.clone(),
+        ];
+        OUTPUT_NAMES.into_iter().zip(values).collect()
+    }
+
     pub fn function_env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("AGENT_SCHEDULE_API_ENABLED", "true".to_owned()),

@@ -187,8 +187,13 @@ fn stop(reason: &SdkStop) -> StopReason {
     }
 }
 
-impl Model for BedrockModel {
-    async fn converse(&self, model_id: &str, request: &ModelRequest) -> Result<ModelReply, ModelError> {
+impl BedrockModel {
+    /// The `Converse` call for `request`, built as every run sends it.
+    fn call(
+        &self,
+        model_id: &str,
+        request: &ModelRequest,
+    ) -> Result<aws_sdk_bedrockruntime::operation::converse::builders::ConverseFluentBuilder, ModelError> {
         let status = crate::domain::model::takes_tool_result_status(model_id);
         let cache_point = || {
             CachePointBlock::builder()
@@ -234,7 +239,83 @@ impl Model for BedrockModel {
             }
             call = call.tool_config(config.build().map_err(|e| error(e.to_string()))?);
         }
-        let out = call.send().await.map_err(|e| {
+        Ok(call)
+    }
+}
+
+/// The body of a `Converse` request exactly as the SDK serializes it, and
+/// the request's path, for [`render`]; the request is stopped before it is
+/// signed or sent.
+#[derive(Debug, Default)]
+struct Capture(std::sync::Mutex<Option<(String, Vec<u8>)>>);
+
+#[derive(Debug, Clone)]
+struct Captured(std::sync::Arc<Capture>);
+
+/// The error that stops a rendered request before it is sent.
+const RENDERED: &str = "rendered, not sent";
+
+impl aws_sdk_bedrockruntime::config::Intercept for Captured {
+    fn name(&self) -> &'static str {
+        "RenderConverse"
+    }
+
+    fn read_after_serialization(
+        &self,
+        context: &aws_sdk_bedrockruntime::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _components: &aws_sdk_bedrockruntime::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_bedrockruntime::config::ConfigBag,
+    ) -> Result<(), aws_sdk_bedrockruntime::error::BoxError> {
+        let request = context.request();
+        let body = request.body().bytes().unwrap_or_default().to_vec();
+        if let Ok(mut captured) = self.0.0.lock() {
+            *captured = Some((request.uri().to_owned(), body));
+        }
+        Err(RENDERED.into())
+    }
+}
+
+/// A `Converse` request as a run would send it for `model_id`, rendered
+/// without calling a model: the SDK builds and serializes it exactly as
+/// [`BedrockModel::converse`] does, and it is stopped before it is signed
+/// or sent, so no credentials or network are needed. Answers the wire
+/// body (JSON) with the model id the URL names (`modelId`).
+pub async fn render(model_id: &str, request: &ModelRequest) -> Result<Value, ModelError> {
+    let config = aws_sdk_bedrockruntime::Config::builder()
+        .behavior_version(aws_sdk_bedrockruntime::config::BehaviorVersion::latest())
+        .region(aws_sdk_bedrockruntime::config::Region::new("us-east-1"))
+        .build();
+    let model = BedrockModel {
+        client: Client::from_conf(config),
+    };
+    let capture = Captured(std::sync::Arc::default());
+    let sent = model
+        .call(model_id, request)?
+        .customize()
+        .interceptor(capture.clone())
+        .send()
+        .await;
+    let captured = capture.0.0.lock().ok().and_then(|mut c| c.take());
+    match (captured, sent) {
+        (Some((_, body)), Err(_)) => {
+            let mut value: Value =
+                serde_json::from_slice(&body).map_err(|e| error(format!("the rendered request is not JSON: {e}")))?;
+            if let Value::Object(object) = &mut value {
+                object.insert("modelId".to_owned(), Value::String(model_id.to_owned()));
+            }
+            Ok(value)
+        }
+        (_, Ok(_)) => Err(error("the request was sent; it should only have been rendered")),
+        (None, Err(e)) => Err(error(format!(
+            "the request could not be built: {}",
+            DisplayErrorContext(&e)
+        ))),
+    }
+}
+
+impl Model for BedrockModel {
+    async fn converse(&self, model_id: &str, request: &ModelRequest) -> Result<ModelReply, ModelError> {
+        let out = self.call(model_id, request)?.send().await.map_err(|e| {
             let code = e.as_service_error().and_then(|s| s.code()).map(str::to_owned);
             let status = e.raw_response().map(|r| r.status().as_u16());
             ModelError {
@@ -286,5 +367,37 @@ mod tests {
     fn documents_round_trip() {
         let value = serde_json::json!({"a": [1, -2, 1.5, "x", null, true], "b": {"c": {}}});
         assert_eq!(from_document(&to_document(&value)), value);
+    }
+
+    /// A rendered request is the SDK's own serialization of what a run
+    /// sends, and nothing is sent (there is no endpoint or credential here).
+    #[tokio::test]
+    async fn a_request_renders_as_the_wire_body_without_a_call() {
+        use crate::domain::agent::{Message, ToolSpec};
+        let request = ModelRequest {
+            system: "be brief".into(),
+            messages: vec![Message::user_text("hello")],
+            tools: vec![ToolSpec {
+                name: "issues__list".into(),
+                description: "lists issues".into(),
+                input_schema: serde_json::json!({"type": "object"}),
+            }],
+            max_tokens: 300,
+            cache: Default::default(),
+        };
+        let body = render("anthropic.claude-haiku-4-5-20251001-v1:0", &request)
+            .await
+            .unwrap();
+        assert_eq!(body["modelId"], "anthropic.claude-haiku-4-5-20251001-v1:0");
+        assert_eq!(body["system"][0]["text"], "be brief");
+        assert_eq!(body["messages"][0]["role"], "user");
+        assert_eq!(body["messages"][0]["content"][0]["text"], "hello");
+        assert_eq!(body["inferenceConfig"]["maxTokens"], 300);
+        assert_eq!(body["toolConfig"]["tools"][0]["toolSpec"]["name"], "issues__list");
+        assert_eq!(
+            body["toolConfig"]["tools"][0]["toolSpec"]["inputSchema"]["json"]["type"],
+            "object"
+        );
+        assert!(body["toolConfig"]["toolChoice"]["auto"].is_object(), "{body}");
     }
 }

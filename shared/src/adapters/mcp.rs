@@ -349,6 +349,13 @@ impl McpClient {
         self.client.peer_info().map(|p| p.protocol_version.to_string())
     }
 
+    /// The name the server gives itself (`serverInfo.name`).
+    pub fn server_name(&self) -> Option<String> {
+        self.client
+            .peer_info()
+            .and_then(|p| p.server_info.as_ref().map(|s| s.name.clone()))
+    }
+
     /// The full `prompts/list`, every page, as the server sent it, within
     /// [`LIST_DEADLINE`].
     pub async fn raw_prompts(&self) -> Result<Vec<Prompt>, McpError> {

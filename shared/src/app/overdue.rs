@@ -48,6 +48,8 @@ pub struct Missed {
     pub kind: &'static str,
     /// The occurrence (for a rate: the time one was expected by).
     pub scheduled_time: DateTime<Utc>,
+    /// The schedule's zone (UTC for a one-time task and a rate).
+    pub timezone: String,
     /// The stable word (`never_delivered`, `never_finished`).
     pub reason: &'static str,
     /// The reason in words, as its run record says it.
@@ -161,6 +163,10 @@ async fn judge_task<S: DueIndex + RunStore>(
                 TaskKind::Connector => "connector",
             },
             scheduled_time: *at,
+            timezone: match &task.spec.schedule {
+                Schedule::Cron { timezone, .. } => timezone.clone(),
+                _ => "UTC".to_owned(),
+            },
             reason: reason.code(),
             explanation: reason.describe(),
         });

@@ -21,6 +21,9 @@ use super::schedule::cron::{Cron, CronError};
 use super::schedule::{RateUnit, Schedule};
 
 pub const MARKER: &str = "ai.nimblebrain/scheduled-prompts";
+/// The published JSON Schema of the marker (`shared/schemas/`), which
+/// [`parse`] agrees with (tested); `sat check` validates against it too.
+pub const SCHEMA: &str = include_str!("../../schemas/scheduled-prompts.schema.json");
 pub const VERSION: u64 = 1;
 /// The largest declaration, as compact JSON (SPEC §13).
 pub const MAX_DECLARATION_BYTES: usize = 16 * 1024;
@@ -355,7 +358,7 @@ mod tests {
     /// The published schema and the parser agree on what is well-formed.
     #[test]
     fn the_published_schema_agrees_with_the_parser() {
-        let schema: Value = serde_json::from_str(include_str!("../../schemas/scheduled-prompts.schema.json")).unwrap();
+        let schema: Value = serde_json::from_str(SCHEMA).unwrap();
         let validator = jsonschema::validator_for(&schema).unwrap();
         let mut cases: Vec<(Value, bool)> = vec![(example(), true)];
         let mut push = |mutate: fn(&mut Value), valid: bool| {

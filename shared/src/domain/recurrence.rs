@@ -12,12 +12,11 @@
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde_json::Value;
 
 use super::schedule::Schedule;
-use super::schedule::preview::next_fires;
 
 /// Days as the schedules surface spells them, Monday first.
 pub const DAYS: [&str; 7] = ["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"];
@@ -205,34 +204,25 @@ impl Recurrence {
     /// Words for the local times of the coming year that a DST change skips
     /// or repeats, as Scheduler fires them: at most one of each kind.
     pub fn dst_notes(&self, now: DateTime<Utc>) -> Vec<String> {
-        let fires = next_fires(&self.to_schedule(), now, 400).unwrap_or_default();
-        let horizon = now + Duration::days(366);
-        let mut skip = None;
-        let mut repeat = None;
-        for fire in fires {
-            if fire.at.is_some_and(|at| at > horizon) {
-                break;
-            }
-            let day = fire.local.format("%Y-%m-%d");
-            match (fire.at, fire.note) {
-                (None, Some(_)) if skip.is_none() => {
-                    skip = Some(format!(
+        super::schedule::preview::dst_changes(&self.to_schedule(), now)
+            .into_iter()
+            .map(|fire| {
+                let day = fire.local.format("%Y-%m-%d");
+                if fire.at.is_none() {
+                    format!(
                         "on {day}, {} does not exist in {} as clocks go forward: that day's reminder is skipped",
                         self.time(),
                         self.timezone
-                    ));
-                }
-                (Some(_), Some(_)) if repeat.is_none() => {
-                    repeat = Some(format!(
+                    )
+                } else {
+                    format!(
                         "on {day}, {} happens twice in {} as clocks go back: the reminder runs once, the first time",
                         self.time(),
                         self.timezone
-                    ));
+                    )
                 }
-                _ => {}
-            }
-        }
-        skip.into_iter().chain(repeat).collect()
+            })
+            .collect()
     }
 }
 

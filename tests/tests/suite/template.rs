@@ -256,6 +256,14 @@ fn reconcile_and_admin_read_what_the_template_sets() {
         u64::from(local::STACK.reconcile_visibility_timeout)
     );
     assert!(num(&queue["VisibilityTimeout"]) >= 6 * num(&reconcile["Properties"]["Timeout"]));
+    assert_eq!(
+        num(&queue["RedrivePolicy"]["maxReceiveCount"]),
+        u64::from(local::STACK.reconcile_max_receive_count)
+    );
+    assert_eq!(
+        get_att(&queue["RedrivePolicy"]["deadLetterTargetArn"]),
+        "ReconcileDeadLetterQueue.Arn"
+    );
     let daily = props(&t, "DailyReconcileSchedule");
     assert_eq!(daily["ScheduleExpression"], "rate(1 day)");
     assert_eq!(daily["Target"]["Input"], r#"{"type": "reconcile.all"}"#);
@@ -1541,4 +1549,25 @@ fn traced_functions_send_to_the_region_s_otlp_endpoint_with_the_permission_it_au
             }
         }
     }
+}
+
+/// Every output the local stack writes for operators (`sat` reads them
+/// from `target/local.env`) is a template output naming the same resource:
+/// a queue URL is `!Ref <queue>`, an ARN `!GetAtt <resource>.Arn`.
+#[test]
+fn the_local_stack_names_the_template_s_outputs() {
+    let t = template();
+    let outputs = &t["Outputs"];
+    for name in local::stack::OUTPUT_NAMES {
+        let value = &outputs[name]["Value"];
+        assert!(!value.is_null(), "template.yaml has no output {name}");
+        if let Some(resource) = name.strip_suffix("Url") {
+            assert_eq!(reference(value), resource, "{name}");
+        } else if let Some(resource) = name.strip_suffix("Arn") {
+            assert_eq!(get_att(value), format!("{resource}.Arn"), "{name}");
+        }
+    }
+    assert_eq!(reference(&outputs["TasksTableName"]["Value"]), "TasksTable");
+    assert_eq!(reference(&outputs["ScheduleGroupName"]["Value"]), "ScheduleGroup");
+    assert_eq!(reference(&outputs["EventBusName"]["Value"]), "EventBus");
 }

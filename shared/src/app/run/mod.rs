@@ -53,6 +53,7 @@ mod claim;
 mod procedure;
 mod settle;
 
+pub use procedure::{FirstRequest, first_request};
 pub(crate) use settle::record_skip;
 
 use std::time::Duration as StdDuration;

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::{Runner, SETTLE_RESERVE_SECONDS};
+use super::{RunSettings, Runner, SETTLE_RESERVE_SECONDS};
 use crate::app::mcp_step;
-use crate::domain::agent::{Message, ToolSpec, prompt_conversation};
+use crate::domain::agent::{Message, ModelRequest, ToolSpec, prompt_conversation};
 use crate::domain::agent_loop::{self, AgentLoop, Ended, Toolbox, reminder_prompt, time_left};
 use crate::domain::install::Install;
 use crate::domain::occurrence::{Outcome, Usage, run_id};
@@ -56,6 +56,82 @@ fn connect_failed(message: String) -> McpError {
     }
 }
 
+/// A prompt's messages as a run's conversation starts (`prompts/get`'s
+/// answer made one Converse takes); a prompt with nothing to run fails.
+fn prompt_messages(prompt: Vec<Message>) -> Result<Vec<Message>, McpError> {
+    let messages = prompt_conversation(prompt);
+    if messages.is_empty() {
+        return Err(McpError {
+            operation: "prompts/get",
+            code: None,
+            message: "the prompt has no content to run".into(),
+        });
+    }
+    Ok(messages)
+}
+
+/// The agent loop of a run: its limits bounded by the current ceilings,
+/// its per-run budget, the model's price and `maxTokens` ceiling. `Err`
+/// when the model has no price (the run fails at its start).
+fn agent_loop_of(
+    task: &Task,
+    messages: Vec<Message>,
+    toolbox: Toolbox,
+    settings: &RunSettings,
+    wall_deadline: DateTime<Utc>,
+) -> Result<AgentLoop, String> {
+    let price = settings.prices.of(&settings.model_id).map_err(|e| e.to_string())?;
+    let limits = settings.ceilings.bound(task.spec.limits);
+    let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
+    Ok(
+        AgentLoop::new(messages, toolbox, limits, run_budget, price, wall_deadline)
+            .with_model_max_tokens(crate::domain::model::max_output_tokens(&settings.model_id))
+            .with_cache_minimum(crate::domain::model::cache_minimum(&settings.model_id)),
+    )
+}
+
+/// A connector task's first model request, as a run at `now` would send it
+/// to Converse, from what its server answered: `prompts/get` with the
+/// approved arguments and `tools/list` of its own tools (connectors bound to
+/// its needs left out). No model is called; `sat check --dry-run` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstRequest {
+    pub request: ModelRequest,
+    /// What could not be offered, and why (as the run record would say).
+    pub left_out: Vec<String>,
+}
+
+/// Builds [`FirstRequest`] the way [`Runner`] starts a run: the prompt made
+/// one Converse takes, the approved tools offered under Converse's names,
+/// the limits and budget of the spec within the ceilings. `Err` says why
+/// the run would fail before its first model call, in the run's words.
+pub fn first_request(
+    task: &Task,
+    server: &str,
+    prompt: Vec<Message>,
+    own_tools: Vec<ServerTool>,
+    settings: &RunSettings,
+    now: DateTime<Utc>,
+) -> Result<FirstRequest, String> {
+    let messages = prompt_messages(prompt).map_err(|e| e.to_string())?;
+    let mut setup = Setup::new(messages);
+    setup.offer(server, own_tools, |name| task.spec.tools.contains(name), ());
+    let limits = settings.ceilings.bound(task.spec.limits);
+    let wall_deadline = agent_loop::wall_deadline(&limits, now, now + Duration::seconds(limits.timeout_seconds.into()));
+    let left_out = setup.toolbox.left_out().to_vec();
+    let turns = agent_loop_of(task, setup.messages, setup.toolbox, settings, wall_deadline)?;
+    match turns.next_turn() {
+        Ok(turn) => Ok(FirstRequest {
+            request: turn.request,
+            left_out,
+        }),
+        Err(Ended::Run(outcome)) => Err(outcome
+            .reason
+            .unwrap_or_else(|| "the run stops before its first model call".into())),
+        Err(Ended::Requeue(_)) => Err("the run would go back to the queue before its first model call".into()),
+    }
+}
+
 /// Why a run's procedure could not be set up.
 enum SetupError {
     /// The server answered with an error, or could not be reached: the run fails.
@@ -76,10 +152,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         deadline: DateTime<Utc>,
     ) -> Ended {
         let failed = |reason: String| Ended::Run(Box::new(Outcome::failed(reason, Usage::default(), 0.0, None)));
-        let price = match self.settings.prices.of(&self.settings.model_id) {
-            Ok(price) => price,
-            Err(e) => return failed(e.to_string()),
-        };
+        // A run on a model without a price fails before anything is sent.
+        if let Err(e) = self.settings.prices.of(&self.settings.model_id) {
+            return failed(e.to_string());
+        }
         // Ceilings bind at run time: lowering one brakes every task.
         let limits = self.settings.ceilings.bound(task.spec.limits);
         let latest = deadline - Duration::seconds(SETTLE_RESERVE_SECONDS);
@@ -97,11 +173,11 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             }
             Err(SetupError::Mcp(e)) => return failed(e.to_string()),
         };
-        let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
         let notes = setup.toolbox.left_out().to_vec();
-        let turns = AgentLoop::new(setup.messages, setup.toolbox, limits, run_budget, price, wall_deadline)
-            .with_model_max_tokens(crate::domain::model::max_output_tokens(&self.settings.model_id))
-            .with_cache_minimum(crate::domain::model::cache_minimum(&self.settings.model_id));
+        let turns = match agent_loop_of(task, setup.messages, setup.toolbox, &self.settings, wall_deadline) {
+            Ok(turns) => turns,
+            Err(e) => return failed(e),
+        };
         let run = run_id(task.task_id.as_str(), scheduled);
         match self.agent_loop(turns, &setup.sessions, &run).await {
             // What could not be offered is on the record, whatever the outcome.
@@ -187,20 +263,13 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             return Err(connect_failed("the connector task has no install".into()));
         };
         let session = mcp_step(self.tracer.mcp("initialize", None), self.connectors.connect(install)).await?;
-        let messages = prompt_conversation(
+        let messages = prompt_messages(
             mcp_step(
                 self.tracer.mcp("prompts/get", Some(prompt)),
                 session.get_prompt(prompt, &task.spec.arguments),
             )
             .await?,
-        );
-        if messages.is_empty() {
-            return Err(McpError {
-                operation: "prompts/get",
-                code: None,
-                message: "the prompt has no content to run".into(),
-            });
-        }
+        )?;
         let mut setup = Setup::new(messages);
         let own = mcp_step(
             self.tracer.mcp("tools/list", None),

@@ -251,6 +251,163 @@ impl Cron {
     }
 }
 
+/// Day names for words, 0 = Sunday as cron counts.
+const DAY_NAMES: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
+const MONTH_NAMES: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
+/// `a, b and c`.
+fn and_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// Runs of consecutive values as `first to last` (three or more) or
+/// single names, in order.
+fn runs_in_words(set: &BTreeSet<u8>, name: impl Fn(u8) -> String) -> String {
+    let values: Vec<u8> = set.iter().copied().collect();
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < values.len() {
+        let mut j = i;
+        while j + 1 < values.len() && values[j + 1] == values[j] + 1 {
+            j += 1;
+        }
+        if j >= i + 2 {
+            parts.push(format!("{} to {}", name(values[i]), name(values[j])));
+        } else {
+            parts.extend((i..=j).map(|k| name(values[k])));
+        }
+        i = j + 1;
+    }
+    and_list(&parts)
+}
+
+/// The step of a set that starts at `min` and runs to the field's end in
+/// equal steps that divide its length (`*/15` of minutes: 15), if it is one.
+fn even_step(set: &BTreeSet<u8>, min: u8, len: u8) -> Option<u8> {
+    let values: Vec<u8> = set.iter().copied().collect();
+    let step = match values.as_slice() {
+        [first, second, ..] if *first == min => second - first,
+        _ => return None,
+    };
+    let even = step > 0
+        && len.is_multiple_of(step)
+        && values.len() == usize::from(len / step)
+        && values.windows(2).all(|w| w[1] - w[0] == step);
+    even.then_some(step)
+}
+
+impl Cron {
+    /// When it fires, in words a person reads ("at 09:00 on Monday to
+    /// Friday", "every 15 minutes"), 24-hour local times; a day of the
+    /// month that some months lack is said to be skipped there.
+    pub fn in_words(&self) -> String {
+        let all_hours = self.hours.len() == 24;
+        let times = if all_hours && let Some(step) = even_step(&self.minutes, 0, 60) {
+            if step == 1 {
+                "every minute".to_owned()
+            } else {
+                format!("every {step} minutes")
+            }
+        } else if all_hours && self.minutes.len() == 1 {
+            let minute = self.minutes.first().copied().unwrap_or_default();
+            format!("every hour at minute {minute}")
+        } else if self.minutes.len() == 1
+            && let Some(step) = even_step(&self.hours, 0, 24)
+        {
+            let minute = self.minutes.first().copied().unwrap_or_default();
+            format!("every {step} hours at minute {minute}, from 00:{minute:02}")
+        } else if self.hours.len() * self.minutes.len() <= 8 {
+            let times: Vec<String> = self
+                .hours
+                .iter()
+                .flat_map(|h| self.minutes.iter().map(move |m| format!("{h:02}:{m:02}")))
+                .collect();
+            format!("at {}", and_list(&times))
+        } else {
+            let minutes: Vec<String> = self.minutes.iter().map(u8::to_string).collect();
+            let hours: Vec<String> = self.hours.iter().map(|h| format!("{h:02}")).collect();
+            format!("at minutes {} of hours {}", and_list(&minutes), and_list(&hours))
+        };
+        let days = match &self.days {
+            Days::Every => "every day".to_owned(),
+            Days::OfWeek(days) => format!(
+                "on {}",
+                runs_in_words(days, |d| DAY_NAMES[usize::from(d % 7)].to_owned())
+            ),
+            Days::OfMonth(days) => {
+                let listed = runs_in_words(days, |d| d.to_string());
+                let plural = if days.len() == 1 { "day" } else { "days" };
+                let mut text = format!("on {plural} {listed} of the month");
+                // A month without the day does not fire on it (SPEC §11's
+                // missing-day rule, as EventBridge fires).
+                if let Some(last) = days.last().filter(|d| **d >= 29) {
+                    let lacking: Vec<u8> = self
+                        .months
+                        .iter()
+                        .copied()
+                        .filter(|m| month_length(*m) < *last)
+                        .collect();
+                    if !lacking.is_empty() {
+                        let names: Vec<String> = lacking
+                            .iter()
+                            .map(|m| MONTH_NAMES[usize::from(m - 1)].to_owned())
+                            .collect();
+                        text.push_str(&format!(
+                            " (day {last} is skipped in {}, which {} fewer days)",
+                            and_list(&names),
+                            if lacking.len() == 1 { "has" } else { "have" }
+                        ));
+                    }
+                }
+                text
+            }
+        };
+        let months = if self.months.len() == 12 {
+            String::new()
+        } else {
+            format!(
+                ", in {}",
+                runs_in_words(&self.months, |m| MONTH_NAMES[usize::from(m - 1)].to_owned())
+            )
+        };
+        format!("{times}, {days}{months}")
+    }
+}
+
+/// The most days a month has (February: 29, in a leap year).
+fn month_length(month: u8) -> u8 {
+    match month {
+        2 => 29,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
 /// `1,2,3,5` as `1-3,5`, each value shifted (day-of-week 0-6 to 1-7).
 fn compress(set: &BTreeSet<u8>, shift: u8) -> String {
     let values: Vec<u8> = set.iter().map(|v| v + shift).collect();
@@ -345,6 +502,36 @@ mod tests {
         // Found by the `cron` fuzz target: a `+` sign is no cron syntax.
         for signed in ["*/+15 * * * *", "+5 9 * * *", "0 9 * * +1-5", "0 9 1-+5 * *"] {
             assert!(matches!(Cron::parse(signed), Err(CronError::Field { .. })), "{signed}");
+        }
+    }
+
+    #[test]
+    fn schedules_read_as_words() {
+        let cases = [
+            ("0 9 * * MON-FRI", "at 09:00, on Monday to Friday"),
+            ("*/15 * * * *", "every 15 minutes, every day"),
+            ("* * * * *", "every minute, every day"),
+            ("5 * * * *", "every hour at minute 5, every day"),
+            ("0 */6 * * *", "every 6 hours at minute 0, from 00:00, every day"),
+            ("0 9,17 * * 1", "at 09:00 and 17:00, on Monday"),
+            ("30 2 1 * *", "at 02:30, on day 1 of the month"),
+            (
+                "0 8 1,15 JAN,JUL *",
+                "at 08:00, on days 1 and 15 of the month, in January and July",
+            ),
+            ("0 8 * 3-5 SAT,SUN", "at 08:00, on Sunday and Saturday, in March to May"),
+            (
+                "0 9 31 * *",
+                "at 09:00, on day 31 of the month (day 31 is skipped in February, April, June, September and November, which have fewer days)",
+            ),
+            ("0 9 30 1 *", "at 09:00, on day 30 of the month, in January"),
+            (
+                "0,30 8-17 * * *",
+                "at minutes 0 and 30 of hours 08, 09, 10, 11, 12, 13, 14, 15, 16 and 17, every day",
+            ),
+        ];
+        for (cron, words) in cases {
+            assert_eq!(Cron::parse(cron).unwrap().in_words(), words, "{cron}");
         }
     }
 }

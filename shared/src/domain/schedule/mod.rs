@@ -73,6 +73,26 @@ impl Schedule {
     }
 }
 
+impl Schedule {
+    /// When it fires, in words: "once at <UTC>", a cron's times and days
+    /// in its zone (`cron::Cron::in_words`), "every 2 hours".
+    pub fn in_words(&self) -> String {
+        match self {
+            Schedule::At { at } => format!("once, at {}", format_utc(*at)),
+            Schedule::Cron { cron, timezone } => match cron::Cron::parse(cron) {
+                Ok(parsed) => format!("{} ({timezone})", parsed.in_words()),
+                Err(e) => format!("`{cron}` in {timezone}, which does not convert: {e}"),
+            },
+            Schedule::Rate { every: 1, unit } => match unit {
+                RateUnit::Minutes => "every minute".to_owned(),
+                RateUnit::Hours => "every hour".to_owned(),
+                RateUnit::Days => "every day".to_owned(),
+            },
+            Schedule::Rate { every, unit } => format!("every {every} {unit:?}").to_lowercase(),
+        }
+    }
+}
+
 /// The Scheduler expression of a one-time schedule: `at(yyyy-mm-ddThh:mm:ss)`
 /// read in UTC.
 pub fn at_expression(at: DateTime<Utc>) -> Expression {
@@ -352,5 +372,28 @@ mod tests {
                 prop_assert_eq!(at.nanosecond(), 0);
             }
         }
+    }
+
+    #[test]
+    fn every_kind_of_schedule_reads_as_words() {
+        let at = DateTime::parse_from_rfc3339("2026-12-24T18:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(Schedule::At { at }.in_words(), "once, at 2026-12-24T18:00:00Z");
+        let cron = Schedule::Cron {
+            cron: "0 9 * * MON-FRI".into(),
+            timezone: "Europe/Berlin".into(),
+        };
+        assert_eq!(cron.in_words(), "at 09:00, on Monday to Friday (Europe/Berlin)");
+        let hourly = Schedule::Rate {
+            every: 1,
+            unit: RateUnit::Hours,
+        };
+        assert_eq!(hourly.in_words(), "every hour");
+        let five = Schedule::Rate {
+            every: 5,
+            unit: RateUnit::Minutes,
+        };
+        assert_eq!(five.in_words(), "every 5 minutes");
     }
 }

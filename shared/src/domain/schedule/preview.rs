@@ -196,6 +196,35 @@ pub fn cron_fires(expression: &Expression, after: DateTime<Utc>, count: usize) -
     Ok(out)
 }
 
+/// The most fires [`dst_changes`] reads: a year of a cron firing every
+/// five minutes, nearly.
+const MAX_FIRES_READ: usize = 100_000;
+
+/// The first local time of the coming year (366 days after `now`) that a
+/// DST change skips, and the first it repeats, among the schedule's fires,
+/// as Scheduler fires them: at most one of each, the skip first. Only a
+/// cron has a zone; a one-time or rate schedule has none.
+pub fn dst_changes(schedule: &Schedule, now: DateTime<Utc>) -> Vec<Fire> {
+    if !matches!(schedule, Schedule::Cron { .. }) {
+        return Vec::new();
+    }
+    let horizon = now + Duration::days(366);
+    let fires = next_fires(schedule, now, MAX_FIRES_READ).unwrap_or_default();
+    let within = fires.into_iter().take_while(|f| f.at.is_none_or(|at| at <= horizon));
+    let (mut skip, mut repeat) = (None, None);
+    for fire in within.filter(|f| f.note.is_some()) {
+        match fire.at {
+            None if skip.is_none() => skip = Some(fire),
+            Some(_) if repeat.is_none() => repeat = Some(fire),
+            _ => {}
+        }
+        if skip.is_some() && repeat.is_some() {
+            break;
+        }
+    }
+    skip.into_iter().chain(repeat).collect()
+}
+
 /// The instants only (what a test compares with another evaluator).
 pub fn instants(fires: &[Fire]) -> Vec<DateTime<Utc>> {
     fires.iter().filter_map(|f| f.at).collect()
@@ -238,6 +267,29 @@ mod tests {
             instants(&fires),
             vec![utc(2026, 10, 2, 15, 45), utc(2026, 10, 4, 15, 15)]
         );
+    }
+
+    #[test]
+    fn the_year_s_first_dst_skip_and_repeat_are_found() {
+        // Berlin: forward on 2027-03-28 (02:00 -> 03:00), back on 2027-10-31
+        // (03:00 -> 02:00); 02:30 is skipped, then repeated.
+        let now = utc(2026, 12, 1, 0, 0);
+        let changes = dst_changes(&cron("30 2 * * *", "Europe/Berlin"), now);
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        assert_eq!(changes[0].at, None);
+        assert_eq!(changes[0].local.to_string(), "2027-03-28 02:30:00");
+        assert_eq!(changes[1].at, Some(utc(2027, 10, 31, 0, 30)));
+        // 09:00 is never skipped nor repeated; a rate has no zone.
+        assert!(dst_changes(&cron("0 9 * * MON-FRI", "Europe/Berlin"), now).is_empty());
+        let rate = Schedule::Rate {
+            every: 1,
+            unit: RateUnit::Hours,
+        };
+        assert!(dst_changes(&rate, now).is_empty());
+        // An October-only schedule meets the repeat and no skip.
+        let october = dst_changes(&cron("30 2 * 10 *", "Europe/Berlin"), now);
+        assert_eq!(october.len(), 1, "{october:?}");
+        assert_eq!(october[0].at, Some(utc(2027, 10, 31, 0, 30)));
     }
 
     #[test]

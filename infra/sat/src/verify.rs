@@ -1,0 +1,374 @@
+//! `sat verify`: the deploy check (run after `sam deploy`). It walks one
+//! reminder through the live stack end to end and says what it verified:
+//!
+//! 1. **create**: `lambda:InvokeFunction` of `CreateFunctionArn` with a
+//!    reminder due in two minutes (`--due-in`), as a chat backend calls it;
+//!    the answer must be `ok` with a scheduled task;
+//! 2. **run**: Scheduler fires its `at(...)` schedule into the runs queue,
+//!    the runner runs it on the model and settles it: its run record
+//!    (read through the shared adapter) must say `succeeded`;
+//! 3. **bus**: the table's stream and the pipe put its content-free
+//!    `Scheduled run finished` event on the stack's bus: `verify` reads
+//!    it through a subscription of its own (a temporary queue and a rule
+//!    matching only this task's events, removed afterwards), so a
+//!    backend consuming `RunFinishedQueue` takes nothing from it;
+//! 4. **queue**: `RunFinishedRule` brings the event to
+//!    `RunFinishedQueue`. `verify` takes its own event off the queue and
+//!    gives every other message back at once (visibility 0); if a backend
+//!    consuming the queue took it first, the step says `not seen`, which
+//!    does not fail the check (the bus step proved the event).
+//!
+//! The reminder belongs to principal `sat-verify` in workspace
+//! `sat-verify` (`--workspace`); it completes after its run and expires
+//! with `RETENTION_DAYS` like any reminder. Its one model call is charged
+//! to that principal's account.
+
+use std::time::Duration;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+use shared::adapters::dynamo::DynamoStore;
+use shared::domain::claim::RunStatus;
+use shared::domain::task::TaskId;
+use shared::ports::ReminderStore;
+
+use crate::aws::{Queues, Subscription};
+use crate::error::SatError;
+use crate::render::{self, Report};
+use crate::resources::Resources;
+
+/// The principal whose reminder the check creates.
+pub const PRINCIPAL: &str = "sat-verify";
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct VerifyArgs {
+    /// When the reminder is due, from now (Scheduler fires `at()` schedules
+    /// to the minute; locally, seconds do).
+    #[arg(long, default_value = "2m", value_parser = crate::duration)]
+    pub due_in: Duration,
+    /// How long to wait, after it is due, for its run and its notification.
+    #[arg(long, default_value = "5m", value_parser = crate::duration)]
+    pub wait: Duration,
+    /// The workspace of the check's reminder.
+    #[arg(long, default_value = PRINCIPAL)]
+    pub workspace: String,
+}
+
+/// One verified (or failed) step.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    pub step: &'static str,
+    /// `verified`, `failed`, or `not seen` (the queue's event, which a
+    /// consumer of the queue may have taken first).
+    pub verdict: &'static str,
+    /// What was seen, in words.
+    pub detail: String,
+    /// When it was seen (UTC).
+    pub at: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    pub stack: String,
+    pub task_id: Option<String>,
+    pub due_at: String,
+    pub steps: Vec<Step>,
+    /// Every step verified.
+    pub verified: bool,
+}
+
+fn step(step: &'static str, ok: bool, detail: String) -> Step {
+    Step {
+        step,
+        verdict: if ok { "verified" } else { "failed" },
+        detail,
+        at: render::utc(Utc::now()),
+    }
+}
+
+/// Prints a step as it is seen, for a person waiting on it.
+fn say(progress: bool, text: &str) {
+    if progress {
+        eprintln!("sat verify: {text}");
+    }
+}
+
+/// The create request a chat backend would send (SPEC §4).
+fn create_request(workspace: &str, key: &str, due: DateTime<Utc>, now: DateTime<Utc>) -> Value {
+    json!({
+        "op": "create",
+        "principal": {"id": PRINCIPAL, "workspace": workspace, "scopes": ["schedule.write"]},
+        "idempotency_key": key,
+        "agent": {"id": "sat", "version": "1", "policy_profile": "standard",
+                  "limits": {"max_turns": 1, "max_tool_calls": 0, "max_output_tokens": 200, "timeout_seconds": 60}},
+        "approval": {"id": "sat-verify", "approved_at": shared::domain::schedule::format_utc(now)},
+        "input": {"title": "Deployment check",
+                  "instruction": "This is a deployment check of the scheduled tasks system: reply with the single word ok.",
+                  "at": shared::domain::schedule::format_utc(due)}
+    })
+}
+
+pub async fn run(args: &VerifyArgs, resources: &Resources, progress: bool) -> Result<VerifyReport, SatError> {
+    // Every output the walk needs, before anything is made.
+    for output in ["CreateFunctionArn", "TasksTableName", "RunFinishedQueueUrl"] {
+        resources.output(output)?;
+    }
+    let bus = resources.output("EventBusName")?;
+    let now = Utc::now();
+    let due = (now
+        + chrono::Duration::from_std(args.due_in).map_err(|_| SatError::Usage("--due-in is too long".into()))?)
+    .trunc_subsecs(0);
+    let mut report = VerifyReport {
+        stack: resources.source.to_string(),
+        task_id: None,
+        due_at: render::utc(due),
+        steps: Vec::new(),
+        verified: false,
+    };
+
+    // Its id derives from the create call: subscribe to its events first.
+    let key = format!("sat-verify-{}", uuid::Uuid::new_v4().simple());
+    let expected = TaskId::for_reminder(&args.workspace, PRINCIPAL, &key);
+    let subscription = Subscription::create(&resources.sdk, bus, expected.as_str()).await?;
+    let result = walk(args, resources, &mut report, &key, due, now, &subscription, progress).await;
+    subscription.remove().await;
+    result?;
+    report.verified = report.steps.len() == 4
+        && report
+            .steps
+            .iter()
+            .all(|s| s.verdict == "verified" || (s.step == "queue" && s.verdict == "not seen"));
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn walk(
+    args: &VerifyArgs,
+    resources: &Resources,
+    report: &mut VerifyReport,
+    key: &str,
+    due: DateTime<Utc>,
+    now: DateTime<Utc>,
+    subscription: &Subscription,
+    progress: bool,
+) -> Result<(), SatError> {
+    let create_function = resources.output("CreateFunctionArn")?;
+    let table = resources.output("TasksTableName")?;
+    let queue_url = resources.output("RunFinishedQueueUrl")?;
+    // 1. create, as a chat backend does.
+    say(
+        progress,
+        &format!(
+            "creating a reminder due at {} through {create_function}",
+            render::utc(due)
+        ),
+    );
+    let invoked = crate::aws::invoke(
+        &resources.sdk,
+        resources.lambda_endpoint.as_deref(),
+        create_function,
+        &create_request(&args.workspace, key, due, now),
+    )
+    .await?;
+    let task_id = match (&invoked.function_error, invoked.payload["ok"].as_bool()) {
+        (None, Some(true)) => invoked.payload["task"]["task_id"].as_str().map(str::to_owned),
+        _ => None,
+    };
+    let Some(task_id) = task_id.and_then(|id| TaskId::parse(&id)) else {
+        let why = match &invoked.function_error {
+            Some(kind) => format!("the function failed ({kind}): {}", invoked.payload),
+            None => format!("create answered {}", invoked.payload),
+        };
+        report.steps.push(step("create", false, why));
+        return Ok(());
+    };
+    report.task_id = Some(task_id.as_str().to_owned());
+    report.steps.push(step(
+        "create",
+        true,
+        format!(
+            "create answered ok: task {} {}, due at {}",
+            task_id.as_str(),
+            invoked.payload["task"]["state"].as_str().unwrap_or("?"),
+            invoked.payload["task"]["at"].as_str().unwrap_or("?")
+        ),
+    ));
+
+    // 2. its run record, once Scheduler fired it and the runner settled it.
+    let deadline = tokio::time::Instant::now() + args.due_in + args.wait;
+    say(progress, &format!("waiting for {}'s run record", task_id.as_str()));
+    let store = DynamoStore::from_sdk(&resources.sdk, table);
+    let record = loop {
+        let runs = store.runs(&task_id, 1).await?;
+        if let Some(record) = runs.into_iter().find(|r| r.status != RunStatus::Running) {
+            break Some(record);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    let Some(record) = record else {
+        report.steps.push(step(
+            "run",
+            false,
+            format!(
+                "no run record within {} of its time: check the schedule in the group (sat describe {}), the runs queue and the runner's logs",
+                humantime::format_duration(args.wait),
+                task_id.as_str()
+            ),
+        ));
+        return Ok(());
+    };
+    let ran = record.status == RunStatus::Succeeded;
+    report.steps.push(step(
+        "run",
+        ran,
+        format!(
+            "run {} {} at {} (scheduled {}), {} attempt(s), {} input and {} output tokens, USD {:.6}{}",
+            record.run_id,
+            shared::domain::history::in_words(&record),
+            render::utc(record.finished_at),
+            record.scheduled_time,
+            record.attempts,
+            record.usage.input_tokens,
+            record.usage.output_tokens,
+            record.cost_usd,
+            record
+                .model_id
+                .as_deref()
+                .map(|m| format!(" on {m}"))
+                .unwrap_or_default()
+        ),
+    ));
+    if !ran {
+        return Ok(());
+    }
+
+    // 3. its event on the bus, through the subscription; 4. on RunFinishedQueue.
+    say(progress, "waiting for its event on the bus and on RunFinishedQueue");
+    let queues = Queues::new(&resources.sdk);
+    let ours = |body: &str| {
+        let event: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+        (event["detail"]["task_id"] == task_id.as_str()).then_some(event)
+    };
+    let (mut on_bus, mut on_queue) = (None, None);
+    // Once the bus has it, the queue has a little longer to show it.
+    let mut queue_deadline = deadline;
+    loop {
+        if on_bus.is_none() {
+            for message in queues.receive(&subscription.queue_url, 30, 1).await? {
+                if let Some(event) = ours(&message.body) {
+                    on_bus = Some(event);
+                    queue_deadline = queue_deadline.min(tokio::time::Instant::now() + Duration::from_secs(30));
+                }
+            }
+        }
+        if on_queue.is_none() {
+            for message in queues.receive(queue_url, 30, 1).await? {
+                match ours(&message.body) {
+                    Some(event) => {
+                        queues.delete(queue_url, &message.receipt_handle).await?;
+                        on_queue = Some(event);
+                    }
+                    // The platform's: back at once.
+                    None => queues.release(queue_url, &message.receipt_handle).await?,
+                }
+            }
+        }
+        let now = tokio::time::Instant::now();
+        if (on_bus.is_some() && on_queue.is_some()) || now >= deadline || (on_bus.is_some() && now >= queue_deadline) {
+            break;
+        }
+    }
+    let described = |event: &Value, place: &str| {
+        let detail = &event["detail"];
+        let content_free = detail.as_object().is_some_and(|d| {
+            d.keys()
+                .all(|k| ["workspace", "task_id", "run_id", "scheduled_time", "status"].contains(&k.as_str()))
+        });
+        let ok = content_free && detail["run_id"] == record.run_id.as_str();
+        let text = format!(
+            "`{}` event from {} {place}: run {} {}{}",
+            event["detail-type"].as_str().unwrap_or("?"),
+            event["source"].as_str().unwrap_or("?"),
+            detail["run_id"].as_str().unwrap_or("?"),
+            detail["status"].as_str().unwrap_or("?"),
+            if content_free {
+                ", ids and status only"
+            } else {
+                "; it carries more than ids and status"
+            }
+        );
+        (ok, text)
+    };
+    match &on_bus {
+        Some(event) => {
+            let (ok, text) = described(event, "on the bus");
+            report.steps.push(step("bus", ok, text));
+        }
+        None => report.steps.push(step(
+            "bus",
+            false,
+            "no event for it on the bus: check the notification pipe (RunFinishedPipe, RunFinishedDeadLetterAlarm)"
+                .to_owned(),
+        )),
+    }
+    match (&on_queue, &on_bus) {
+        (Some(event), _) => {
+            let (ok, text) = described(event, "on RunFinishedQueue");
+            report.steps.push(step("queue", ok, text));
+        }
+        (None, Some(_)) => report.steps.push(Step {
+            step: "queue",
+            verdict: "not seen",
+            detail: "not seen on RunFinishedQueue: a consumer of the queue (the platform's backend) took it first, \
+                     or RunFinishedRule did not deliver it (RunFinishedQueueDeadLetterAlarm)"
+                .to_owned(),
+            at: render::utc(Utc::now()),
+        }),
+        (None, None) => report.steps.push(step(
+            "queue",
+            false,
+            "no event for it on RunFinishedQueue either".to_owned(),
+        )),
+    }
+    Ok(())
+}
+
+impl Report for VerifyReport {
+    fn human(&self) -> String {
+        let mut table = render::table(&["step", "", "what was seen", "at (UTC)"]);
+        for s in &self.steps {
+            table.add_row(vec![
+                s.step.to_owned(),
+                s.verdict.to_owned(),
+                s.detail.clone(),
+                s.at.clone(),
+            ]);
+        }
+        let mut text = render::fields(&[
+            ("stack", self.stack.clone()),
+            (
+                "reminder",
+                self.task_id.clone().unwrap_or_else(|| "(none created)".into()),
+            ),
+            ("due at", self.due_at.clone()),
+        ]);
+        text.push_str(&format!("{table}\n"));
+        text.push_str(if self.verified {
+            "Verified end to end: create, schedule, run, record, notification.\n"
+        } else {
+            "NOT verified: see the failed step.\n"
+        });
+        if self.steps.iter().any(|s| s.verdict == "not seen") {
+            text.push_str("(Its event reached the bus; RunFinishedQueue's copy was not seen, as said above.)\n");
+        }
+        text
+    }
+
+    fn findings(&self) -> bool {
+        !self.verified
+    }
+}

@@ -1,0 +1,135 @@
+//! `sat describe` as an operator runs it against the local stack: the
+//! tasks the real runner ran or skipped, read back through the stack's
+//! environment file.
+
+use chrono::{Duration, Utc};
+use local::converse::Reply;
+use shared::domain::hold::HoldReason;
+use shared::domain::schedule::Schedule;
+use tests::{RunStack, connector_task, deadline, run_message};
+
+use crate::{EnvFile, sat, sat_with};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_reads_at_a_glance_with_its_runs_and_reasons() {
+    let s = RunStack::start().await.unwrap();
+    let env = EnvFile::write(&s.t.aws, &s.t.stack, &[]);
+
+    // A reminder that ran: completed, its run succeeded at a cost.
+    s.model.script([Reply::text("Time to call mom!", 1000, 100)]).await;
+    let (reminder, at) = s.due_reminder().await;
+    s.deliver_once(&reminder, at).await;
+
+    // A connector task held for approval, at 02:30 in Berlin (a time DST
+    // skips and repeats), with an occurrence delivered two days late.
+    let now = Utc::now();
+    let mut held = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
+    held.spec.schedule = Schedule::Cron {
+        cron: "30 2 * * *".into(),
+        timezone: "Europe/Berlin".into(),
+    };
+    held.hold.place(HoldReason::AwaitingApproval, now, "new declaration");
+    s.insert(&held).await;
+    let occurrence = shared::domain::schedule::preview::next_fires(&held.spec.schedule, now - Duration::days(2), 1)
+        .unwrap()[0]
+        .at
+        .unwrap();
+    s.runner()
+        .deliver("m2", &run_message(&held, occurrence, "e2"), Utc::now(), deadline())
+        .await
+        .unwrap();
+
+    let ran = sat_with(env.path(), &["describe", reminder.task_id.as_str()]).await;
+    assert_eq!(ran.status, 0, "{ran:?}");
+    let text = &ran.stdout;
+    assert!(text.contains("state       completed"), "{text}");
+    assert!(text.contains("succeeded"), "{text}");
+    assert!(
+        text.contains("none, as a finished task has none"),
+        "the schedule deleted itself: {text}"
+    );
+    // An admin's view: never the reminder's text.
+    assert!(!text.contains("Call mom") && !text.contains("call mom"), "{text}");
+
+    let ran = sat_with(env.path(), &["describe", held.task_id.as_str(), "--workspace", "ws_1"]).await;
+    assert_eq!(ran.status, 0, "{ran:?}");
+    let text = &ran.stdout;
+    assert!(
+        text.contains("waits for an admin to approve it before its first run"),
+        "{text}"
+    );
+    assert!(text.contains("at 02:30, every day (Europe/Berlin)"), "{text}");
+    assert!(
+        text.contains("does not exist as clocks go forward"),
+        "the DST skip: {text}"
+    );
+    assert!(
+        text.contains("happens twice as clocks go back"),
+        "the DST repeat: {text}"
+    );
+    assert!(
+        text.contains("skipped: it was delivered later than the catch-up window after its time"),
+        "the skip's reason in words: {text}"
+    );
+    assert!(text.contains("at most USD 5.00 a month"), "{text}");
+    assert!(text.contains("missing: the task has no Scheduler schedule"), "{text}");
+
+    let report = sat_with(env.path(), &["--json", "describe", held.task_id.as_str()])
+        .await
+        .json();
+    assert_eq!(report["workspace"], "ws_1");
+    assert_eq!(report["state"], "held");
+    assert_eq!(report["hold"][0]["reason"], "awaiting_approval");
+    assert_eq!(report["runs"][0]["status"], "skipped");
+    assert_eq!(
+        report["runs"][0]["scheduled_time"],
+        shared::domain::schedule::format_utc(occurrence)
+    );
+    assert_eq!(report["scheduler"]["exists"], false);
+    assert_eq!(report["cost"]["ceiling"]["runs_per_month"], 31);
+    assert_eq!(report["next_fires"].as_array().unwrap().len(), 5);
+    assert_eq!(report["dst"].as_array().unwrap().len(), 2, "{}", report["dst"]);
+    let reminder = sat_with(env.path(), &["--json", "describe", reminder.task_id.as_str()])
+        .await
+        .json();
+    assert!(reminder["title"].is_null());
+    assert_eq!(reminder["runs"][0]["status"], "succeeded");
+    assert!(
+        reminder["runs"][0]["output"].is_null(),
+        "an admin never reads a reminder's output"
+    );
+    assert!(reminder["runs"][0]["cost_usd"].as_f64().unwrap() > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_task_or_stack_is_a_clear_error() {
+    let s = tests::TestStack::start().await.unwrap();
+    let env = EnvFile::write(&s.aws, &s.stack, &[]);
+    let id = shared::domain::task::TaskId::for_connector("ws_1", "issues", "nothing");
+    let ran = sat_with(env.path(), &["describe", id.as_str()]).await;
+    assert_eq!(ran.status, 1, "{ran:?}");
+    assert!(ran.stderr.contains(&format!("no task {}", id.as_str())), "{ran:?}");
+    let ran = sat_with(env.path(), &["describe", "not-a-task"]).await;
+    assert_eq!(ran.status, 1);
+    assert!(ran.stderr.contains("rem_ or con_"), "{ran:?}");
+
+    // No stack named at all.
+    let ran = sat(&["describe", id.as_str()]).await;
+    assert_eq!(ran.status, 1);
+    assert!(
+        ran.stderr.contains("--stack") && ran.stderr.contains("--env-file"),
+        "{ran:?}"
+    );
+    // A file that is no local stack's environment.
+    let missing = std::env::temp_dir().join("sat-no-such.env");
+    let ran = sat(&["--env-file", missing.to_str().unwrap(), "describe", id.as_str()]).await;
+    assert_eq!(ran.status, 1);
+    assert!(ran.stderr.contains("sat-no-such.env"), "{ran:?}");
+    // A stack without its outputs: the output is named.
+    let bare = std::env::temp_dir().join(format!("sat-{}.env", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&bare, format!("AWS_ENDPOINT_URL='{}'\n", s.aws.moto.endpoint())).unwrap();
+    let ran = sat(&["--env-file", bare.to_str().unwrap(), "describe", id.as_str()]).await;
+    let _ = std::fs::remove_file(&bare);
+    assert_eq!(ran.status, 1);
+    assert!(ran.stderr.contains("TasksTableName"), "{ran:?}");
+}
