@@ -44,8 +44,7 @@ pub const DEFAULT_CEILINGS: Limits = shared::domain::limits::EXAMPLE_CEILINGS;
 /// The template's default `ModelId`.
 pub const DEFAULT_MODEL_ID: &str = "global.anthropic.claude-haiku-4-5-20251001-v1:0";
 /// The template's default `ModelPrices`.
-pub const DEFAULT_MODEL_PRICES: &str =
-    r#"{"global.anthropic.claude-haiku-4-5-20251001-v1:0": {"input_per_mtok": 1.0, "output_per_mtok": 5.0}}"#;
+pub const DEFAULT_MODEL_PRICES: &str = r#"{"global.anthropic.claude-haiku-4-5-20251001-v1:0": {"input_per_mtok": 1.0, "output_per_mtok": 5.0, "cache_write_per_mtok": 1.25, "cache_read_per_mtok": 0.1}}"#;
 
 /// The workspace and install a checked server is planned as.
 const CHECK_WORKSPACE: &str = "sat-check";

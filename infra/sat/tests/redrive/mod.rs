@@ -98,6 +98,10 @@ async fn each_dead_letter_goes_where_it_belongs_and_the_rest_is_left_and_said() 
             r#"{"type": "reconcile.all"}"#.to_owned(),
             Some("reconcile-all".to_owned()),
         ),
+        (
+            r#"{"type": "overdue.check"}"#.to_owned(),
+            Some("overdue-check".to_owned()),
+        ),
         (work.clone(), Some("ws_1/ins_1".to_owned())),
     ];
     want.sort();
