@@ -16,6 +16,7 @@ use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::admin::{Admin, AdminAnswer, AdminRefusal, AdminRequest, AdminSettings, DiffView, TaskDetail};
 use shared::domain::budget::{Budget, period};
 use shared::domain::ceiling::CostCeiling;
+use shared::domain::door::SkipReason;
 use shared::domain::history::RunView;
 use shared::domain::limits::Limits;
 use shared::domain::reminder::Principal;
@@ -77,6 +78,9 @@ pub struct DescribeReport {
     pub cost: CostView,
     /// The latest runs, newest first, each with its reason in words.
     pub runs: Vec<RunView>,
+    /// How many of those were missed: delivered too late, or found by the
+    /// missed-occurrence check never delivered or never finished.
+    pub missed: usize,
     pub read_at: String,
 }
 
@@ -324,6 +328,20 @@ fn report(
             ceiling: detail.cost_ceiling.approved.clone(),
             pending_ceiling: detail.cost_ceiling.pending.clone(),
         },
+        missed: runs
+            .iter()
+            .filter(|r| {
+                r.reason.as_deref().is_some_and(|reason| {
+                    [
+                        SkipReason::Missed,
+                        SkipReason::NeverDelivered,
+                        SkipReason::NeverFinished,
+                    ]
+                    .iter()
+                    .any(|missed| missed.code() == reason)
+                })
+            })
+            .count(),
         runs,
         read_at: render::utc(now),
     }
@@ -425,7 +443,11 @@ impl Report for DescribeReport {
                 fire.utc.as_ref().map(|u| format!(" ({u})")).unwrap_or_default()
             ));
         }
-        text.push_str(&render::heading(&format!("Recent runs (latest {})", self.runs.len())));
+        text.push_str(&render::heading(&format!(
+            "Recent runs (latest {}; missed: {})",
+            self.runs.len(),
+            self.missed
+        )));
         if self.runs.is_empty() {
             text.push_str("none yet\n");
         } else {

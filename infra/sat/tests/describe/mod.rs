@@ -89,6 +89,7 @@ async fn a_task_reads_at_a_glance_with_its_runs_and_reasons() {
         report["runs"][0]["scheduled_time"],
         shared::domain::schedule::format_utc(occurrence)
     );
+    assert_eq!(report["missed"], 1, "the late delivery counts as missed");
     assert_eq!(report["scheduler"]["exists"], false);
     assert_eq!(report["cost"]["ceiling"]["runs_per_month"], 31);
     assert_eq!(report["next_fires"].as_array().unwrap().len(), 5);
