@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes the parsers that take outside input (shared/fuzz, cargo-fuzz on
 # nightly): the instant parser, the create payload, the declaration parser,
-# cron conversion, webhook verification and the runs-queue message. The
+# cron conversion, webhook verification, the runs-queue message and the
+# owner's schedule input (daily to yearly, until). The
 # properties each checks are in shared/src/fuzzing.rs; `cargo test -p shared
 # --lib fuzzing` replays the committed corpus on stable (CI does).
 #   fuzz.sh                      every target, one after another, 10^7 runs each
@@ -17,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$PWD"
-targets=(instant create declaration cron webhook run_message)
+targets=(instant create declaration cron webhook run_message schedule)
 if [ "$#" -gt 0 ]; then targets=("$1"); fi
 runs="${2:-10000000}"
 # What a fresh machine lacks: the nightly toolchain and cargo-fuzz.
@@ -32,7 +33,7 @@ if [ -n "${FUZZ_SECONDS:-}" ]; then limit=(-max_total_time="$FUZZ_SECONDS"); run
 # parser reads.
 max_len() {
   case "$1" in
-    instant | cron) echo 256 ;;
+    instant | cron | schedule) echo 256 ;;
     webhook | run_message) echo 1024 ;;
     create) echo 8192 ;;
     *) echo 4096 ;;

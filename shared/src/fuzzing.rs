@@ -19,6 +19,7 @@ use chrono_tz::Tz;
 use crate::domain::declaration;
 use crate::domain::limits::Ceilings;
 use crate::domain::occurrence::{RunMessage, occurrence_key};
+use crate::domain::recurrence::Recurrence;
 use crate::domain::reminder::{self, CreateRequest, Rejection};
 use crate::domain::schedule::cron::Cron;
 use crate::domain::schedule::preview::{self, instants};
@@ -31,13 +32,14 @@ pub type Check = fn(&[u8]);
 
 /// The fuzz targets, by name (the names of `shared/fuzz/fuzz_targets/*.rs`
 /// and of the corpus directories).
-pub const TARGETS: [(&str, Check); 6] = [
+pub const TARGETS: [(&str, Check); 7] = [
     ("instant", instant),
     ("create", create),
     ("declaration", declaration),
     ("cron", cron),
     ("webhook", webhook),
     ("run_message", run_message),
+    ("schedule", schedule),
 ];
 
 /// The fixed clock of every target, so a corpus replays the same way forever.
@@ -322,6 +324,7 @@ pub fn declaration(data: &[u8]) {
         }
         Schedule::Rate { every, .. } => assert!(*every >= 1),
         Schedule::At { .. } => panic!("a declaration with a one-time schedule"),
+        Schedule::Calendar { .. } => panic!("a declaration with a reminder's calendar rule"),
     }
 }
 
@@ -351,10 +354,7 @@ pub fn cron(data: &[u8]) {
         .unwrap_or(DateTime::UNIX_EPOCH)
         + Duration::minutes(i64::from(u16::from_be_bytes([*hi, *lo])) * 16);
     let Ok(parsed) = Cron::parse(text) else { return };
-    let expression = Expression {
-        expression: parsed.to_eventbridge(),
-        timezone: zone_name.to_owned(),
-    };
+    let expression = Expression::new(parsed.to_eventbridge(), zone_name);
     let fires = preview::cron_fires(&expression, after, 5)
         .unwrap_or_else(|e| panic!("{text:?} -> {}: the preview refuses it: {e}", expression.expression));
     let ours = instants(&fires);
@@ -591,6 +591,180 @@ pub fn run_message(data: &[u8]) {
     let again = serde_json::to_string(&delivery.message).unwrap_or_else(|e| panic!("does not serialise: {e}"));
     let reparsed = RunMessage::parse(&again).unwrap_or_else(|e| panic!("{again} does not parse again: {e}"));
     assert_eq!(reparsed, delivery, "{body:?} re-serialised as {again}");
+}
+
+/// The schedule fields of the owner's surface (SPEC §11): `daily`,
+/// `weekly`, `monthly`, `yearly` (or `at`) and `until`, as create and
+/// update read them. An accepted recurring schedule is one Scheduler
+/// expression that Scheduler's cron rules allow (`preview::EbCron::parse`),
+/// reads back as the recurrence it was made from, and is stated again by
+/// its own view; it fires exactly at [`calendar_reference`]'s instants
+/// (its rule applied to local days, Scheduler's DST rule, its `until`),
+/// each an occurrence of it for the door, and never at or after its
+/// `EndDate`; a create with an `until` has a run left. A refused one has a
+/// code of §11. An update of a daily reminder with the same fields keeps
+/// the same promises.
+///
+/// Input: two bytes of days after 2000-01-01 (times 3, so a whole
+/// 400-year cycle is reached), then the JSON object of the fields.
+pub fn schedule(data: &[u8]) {
+    let [hi, lo, rest @ ..] = data else { return };
+    let Ok(serde_json::Value::Object(fields)) = serde_json::from_slice::<serde_json::Value>(rest) else {
+        return;
+    };
+    let now = Utc
+        .with_ymd_and_hms(2000, 1, 1, 10, 0, 0)
+        .single()
+        .unwrap_or(DateTime::UNIX_EPOCH)
+        + Duration::days(i64::from(u16::from_be_bytes([*hi, *lo])) * 3);
+    let codes = [
+        "invalid_schedule",
+        "invalid_request",
+        "naive_instant",
+        "invalid_instant",
+        "instant_in_past",
+        "instant_too_far",
+    ];
+    let mut input = serde_json::json!({"title": "t", "instruction": "i"});
+    if let Some(object) = input.as_object_mut() {
+        object.extend(fields.clone());
+    }
+    let request = serde_json::json!({
+        "principal": {"id": "usr_1", "workspace": "ws_1", "scopes": [reminder::WRITE_SCOPE]},
+        "idempotency_key": "k",
+        "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard"},
+        "input": input,
+    });
+    let Ok(request) = serde_json::from_value::<CreateRequest>(request) else {
+        return;
+    };
+    let created = request
+        .check(reminder::Surface::App)
+        .and_then(|c| c.into_task(now, &ceilings()));
+    match created {
+        Ok((task, _)) => {
+            if task.spec.schedule.until().is_some() {
+                assert!(
+                    !task.spec.schedule.is_over(now),
+                    "created with an until that leaves no run: {:?}",
+                    task.spec.schedule
+                );
+            }
+            check_schedule(&task.spec.schedule, now);
+        }
+        Err(rejection) => assert!(codes.contains(&rejection.code()), "code {}", rejection.code()),
+    }
+    // The same fields as an update of a daily reminder.
+    let Ok(update) = serde_json::from_value::<reminder::UpdateInput>(serde_json::Value::Object(fields)) else {
+        return;
+    };
+    let mut task = crate::domain::task::tests_fixture(Schedule::Cron {
+        cron: "0 9 * * *".into(),
+        timezone: "Europe/Berlin".into(),
+        until: None,
+    });
+    match update.check().and_then(|u| u.apply(&mut task, now)) {
+        Ok(()) => check_schedule(&task.spec.schedule, now),
+        Err(rejection) => assert!(codes.contains(&rejection.code()), "code {}", rejection.code()),
+    }
+}
+
+/// The promises of an accepted reminder schedule (see [`schedule`]).
+fn check_schedule(stored: &Schedule, now: DateTime<Utc>) {
+    if stored.is_one_time() {
+        return;
+    }
+    let recurrence = Recurrence::of(stored).unwrap_or_else(|| panic!("{stored:?} does not read back"));
+    assert_eq!(&recurrence.to_schedule(), stored);
+    let expression = stored
+        .expression()
+        .unwrap_or_else(|e| panic!("{stored:?} has no expression: {e}"));
+    assert!(
+        preview::EbCron::parse(&expression.expression).is_some(),
+        "{} breaks Scheduler's cron rules",
+        expression.expression
+    );
+    assert_eq!(
+        expression.end_date,
+        recurrence
+            .until
+            .map(|u| schedule::end_of_local_day(u, &recurrence.timezone))
+    );
+    // The view states the same schedule again.
+    let view = serde_json::to_value(recurrence.view()).unwrap_or_default();
+    let kind = ["daily", "weekly", "monthly", "yearly"]
+        .into_iter()
+        .find(|k| view.get(*k).is_some())
+        .unwrap_or_else(|| panic!("a view without its kind: {view}"));
+    let again = match kind {
+        "daily" => Recurrence::daily(&view[kind]),
+        "weekly" => Recurrence::weekly(&view[kind]),
+        "monthly" => Recurrence::monthly(&view[kind]),
+        _ => Recurrence::yearly(&view[kind]),
+    }
+    .unwrap_or_else(|e| panic!("its own view {view} is refused: {e}"));
+    let until = view
+        .get("until")
+        .map(|u| crate::domain::recurrence::parse_until(u).unwrap_or_else(|e| panic!("{e}")));
+    assert_eq!(Recurrence { until, ..again }, recurrence, "{view}");
+    let ours = preview::upcoming(stored, now, 4);
+    assert_eq!(ours, calendar_reference(&recurrence, now, 4), "{recurrence:?}");
+    for at in &ours {
+        assert!(crate::domain::door::is_occurrence(stored, *at), "{at} is not its own");
+        assert!(expression.end_date.is_none_or(|end| *at < end), "{at} after its end");
+    }
+}
+
+/// An independent reference for a recurrence's fire times: a walk over
+/// local days that applies the owner's rule as the calendar says it (not
+/// as a Scheduler expression), then Scheduler's DST rule (a local time that
+/// does not exist is skipped, one that happens twice fires at the first),
+/// and the `until` date. The fuzz target and `recurrence`'s property test
+/// hold the preview to it.
+pub fn calendar_reference(r: &Recurrence, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+    use crate::domain::recurrence::Rule;
+    use crate::domain::schedule::calendar::MonthDay;
+    use chrono::{Datelike, NaiveDate};
+    let zone = Tz::from_str(&r.timezone).unwrap_or(Tz::UTC);
+    let weekday_of = |date: NaiveDate| date.weekday().num_days_from_monday() as u8;
+    let same_weekday_so_far = |date: NaiveDate| {
+        (1..=date.day())
+            .filter_map(|d| NaiveDate::from_ymd_opt(date.year(), date.month(), d))
+            .filter(|d| d.weekday() == date.weekday())
+            .count() as u8
+    };
+    let month_of = |date: Option<NaiveDate>| date.map(|d| d.month());
+    let matches = |date: NaiveDate| match &r.rule {
+        Rule::Daily => true,
+        Rule::Weekly(days) => days.contains(&weekday_of(date)),
+        Rule::Monthly(MonthDay::Day(day)) => date.day() == u32::from(*day),
+        Rule::Monthly(MonthDay::Last) => month_of(date.succ_opt()) != Some(date.month()),
+        Rule::Monthly(MonthDay::Nth { weekday, nth }) => {
+            weekday_of(date) == *weekday && same_weekday_so_far(date) == *nth
+        }
+        Rule::Monthly(MonthDay::LastWeekday { weekday }) => {
+            weekday_of(date) == *weekday && month_of(date.checked_add_days(chrono::Days::new(7))) != Some(date.month())
+        }
+        Rule::Yearly { month, day } => date.month() == u32::from(*month) && date.day() == u32::from(*day),
+    };
+    let mut out = Vec::new();
+    let mut date = after.with_timezone(&zone).date_naive() - Duration::days(1);
+    let stop = date + Duration::days(366 * 45);
+    while out.len() < count && date < stop && r.until.is_none_or(|until| date <= until) {
+        if matches(date)
+            && let Some(local) = date.and_hms_opt(u32::from(r.hour), u32::from(r.minute), 0)
+        {
+            let at = match zone.from_local_datetime(&local) {
+                LocalResult::Single(t) | LocalResult::Ambiguous(t, _) => Some(t.with_timezone(&Utc)),
+                LocalResult::None => None,
+            };
+            if let Some(at) = at.filter(|at| *at > after) {
+                out.push(at);
+            }
+        }
+        date += Duration::days(1);
+    }
+    out
 }
 
 #[cfg(test)]

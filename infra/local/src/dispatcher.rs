@@ -27,7 +27,7 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use shared::domain::schedule::Expression;
-use shared::domain::schedule::preview::cron_fires;
+use shared::domain::schedule::preview::next_cron_fire;
 use shared::domain::webhook::WebhookSecret;
 
 use crate::Stack;
@@ -146,7 +146,10 @@ impl Dispatcher<'_> {
 
     /// Fast-forwards a recurring schedule: delivers its next occurrence
     /// after `after` now, whether or not its time has come. `None` when the
-    /// schedule is disabled (Scheduler would not fire it).
+    /// schedule is disabled (Scheduler would not fire it) or has no
+    /// occurrence left before its `EndDate`. A schedule with an `EndDate`
+    /// and `ActionAfterCompletion=DELETE` is deleted after its last
+    /// delivery, as Scheduler does.
     pub async fn fire_next(&self, name: &str, after: DateTime<Utc>) -> anyhow::Result<Option<Fired>> {
         let schedule = self.schedule(name).await?;
         if schedule.state().is_none_or(|s| s.as_str() != "ENABLED") {
@@ -155,12 +158,32 @@ impl Dispatcher<'_> {
         let expression = Expression {
             expression: schedule.schedule_expression().unwrap_or_default().to_owned(),
             timezone: schedule.schedule_expression_timezone().unwrap_or("UTC").to_owned(),
+            end_date: schedule
+                .end_date()
+                .and_then(|end| DateTime::from_timestamp(end.secs(), 0)),
         };
+        let deletes = schedule
+            .action_after_completion()
+            .is_some_and(|a| a.as_str() == "DELETE");
         let next = if expression.expression.starts_with("cron(") {
-            cron_fires(&expression, after, 1)?
-                .into_iter()
-                .find_map(|f| f.at)
-                .context("no next fire time")?
+            // Past any local time DST skips or day a month lacks.
+            let Some(next) = next_cron_fire(&expression, after)? else {
+                return Ok(None);
+            };
+            if deletes && expression.end_date.is_some() && next_cron_fire(&expression, next)?.is_none() {
+                self.deliver(name, next).await?;
+                self.scheduler()
+                    .delete_schedule()
+                    .group_name(&self.stack.names.schedule_group)
+                    .name(name)
+                    .send()
+                    .await?;
+                return Ok(Some(Fired {
+                    schedule: name.to_owned(),
+                    scheduled_time: next,
+                }));
+            }
+            next
         } else {
             let rate = expression
                 .expression

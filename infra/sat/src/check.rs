@@ -177,7 +177,14 @@ impl FireView {
             utc: fire.at.map(render::utc),
             local: match fire.at {
                 Some(at) => render::local(at, zone),
-                None => format!("{} {zone}", fire.local.format("%a %Y-%m-%d %H:%M")),
+                // A local time DST skips, or a day its month lacks (no weekday).
+                None => match chrono::NaiveDateTime::parse_from_str(&fire.local, "%Y-%m-%dT%H:%M:%S") {
+                    Ok(local) => format!("{} {zone}", local.format("%a %Y-%m-%d %H:%M")),
+                    Err(_) => format!(
+                        "{} {zone}",
+                        fire.local.replacen('T', " ", 1).get(..16).unwrap_or_default()
+                    ),
+                },
             },
             note: fire.note.clone(),
         }

@@ -261,22 +261,35 @@ impl DynamoStore {
             // The tombstone is `override.deleted` (`domain::overrides`),
             // written true by the admin's delete and the owner's cancel, and
             // removed with the whole map when no override is left; the
-            // instant is the one the owner may have moved meanwhile.
-            let at = serde_dynamo::to_attribute_value(completion.at).map_err(|e| StoreError::Corrupt {
-                what: "instant".into(),
+            // instant (a recurring task's whole schedule) is the one the
+            // owner may have moved meanwhile.
+            let corrupt = |e: serde_dynamo::Error| StoreError::Corrupt {
+                what: "schedule".into(),
                 source: Box::new(e),
-            })?;
+            };
+            let (fence, value) = match &completion.schedule {
+                None => (
+                    "spec.#schedule.#at = :at",
+                    serde_dynamo::to_attribute_value(completion.at).map_err(corrupt)?,
+                ),
+                Some(schedule) => (
+                    "spec.#schedule = :at",
+                    serde_dynamo::to_attribute_value(schedule).map_err(corrupt)?,
+                ),
+            };
             update = update
-                .condition_expression(
+                .condition_expression(format!(
                     "claims.#occ.execution_id = :exec AND claims.#occ.#status = :running \
                      AND (attribute_not_exists(#override.deleted) OR #override.deleted = :kept) \
-                     AND spec.#schedule.#at = :at",
-                )
+                     AND {fence}"
+                ))
                 .expression_attribute_names("#override", "override")
                 .expression_attribute_names("#schedule", "schedule")
-                .expression_attribute_names("#at", "at")
                 .expression_attribute_values(":kept", AttributeValue::Bool(false))
-                .expression_attribute_values(":at", at);
+                .expression_attribute_values(":at", value);
+            if completion.schedule.is_none() {
+                update = update.expression_attribute_names("#at", "at");
+            }
             set.push("completed_at = :finished".into());
             set.push("#state = :completed".into());
             set.push("updated_at = :finished".into());

@@ -92,8 +92,16 @@ fn state(schedule: &ScheduleDefinition) -> ScheduleState {
     }
 }
 
+/// Scheduler's `EndDate`, whole seconds.
+fn end_date(schedule: &ScheduleDefinition) -> Option<aws_smithy_types::DateTime> {
+    schedule
+        .expression
+        .end_date
+        .map(|end| aws_smithy_types::DateTime::from_secs(end.timestamp()))
+}
+
 fn after_completion(schedule: &ScheduleDefinition) -> ActionAfterCompletion {
-    if schedule.one_time {
+    if schedule.ends {
         ActionAfterCompletion::Delete
     } else {
         ActionAfterCompletion::None
@@ -117,6 +125,7 @@ impl Schedules for EventBridgeSchedules {
             .description(&schedule.description)
             .schedule_expression(&schedule.expression.expression)
             .schedule_expression_timezone(&schedule.expression.timezone)
+            .set_end_date(end_date(schedule))
             .flexible_time_window(window.clone())
             .target(target.clone())
             .state(state(schedule))
@@ -134,6 +143,8 @@ impl Schedules for EventBridgeSchedules {
                     .description(&schedule.description)
                     .schedule_expression(&schedule.expression.expression)
                     .schedule_expression_timezone(&schedule.expression.timezone)
+                    // Sent on every update: an update without it clears it.
+                    .set_end_date(end_date(schedule))
                     .flexible_time_window(window)
                     .target(target)
                     .state(state(schedule))
@@ -188,6 +199,9 @@ impl Schedules for EventBridgeSchedules {
                 expression: crate::domain::schedule::Expression {
                     expression: out.schedule_expression().unwrap_or_default().to_owned(),
                     timezone: out.schedule_expression_timezone().unwrap_or("UTC").to_owned(),
+                    end_date: out
+                        .end_date()
+                        .and_then(|end| chrono::DateTime::from_timestamp(end.secs(), 0)),
                 },
                 enabled: out.state() == Some(&ScheduleState::Enabled),
             })),
@@ -280,16 +294,42 @@ mod tests {
 
     /// Names (1-64 of `[0-9a-zA-Z-_.]`), descriptions (<= 512) and inputs
     /// (<= 8192) fit, whatever the workspace and principal; expressions have
-    /// Scheduler's forms.
+    /// Scheduler's forms (every kind's cron passes `preview::EbCron::parse`,
+    /// the project's check of Scheduler's cron rules), and a schedule with
+    /// an `until` sends its `EndDate` and deletes itself after its last
+    /// delivery.
     #[test]
     fn names_descriptions_inputs_and_expressions_fit() {
+        use crate::domain::schedule::calendar::{Calendar, MonthDay};
         let at = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
+        let until = chrono::NaiveDate::from_ymd_opt(2027, 6, 30);
+        let calendar = |month, day| Schedule::Calendar {
+            calendar: Calendar {
+                month,
+                day,
+                hour: 9,
+                minute: 0,
+            },
+            timezone: "Europe/Berlin".into(),
+            until,
+        };
         let schedules = [
             Schedule::At { at },
             Schedule::Cron {
                 cron: "0 9 * * MON-FRI".into(),
                 timezone: "Europe/Berlin".into(),
+                until: None,
             },
+            Schedule::Cron {
+                cron: "0 9 * * *".into(),
+                timezone: "Europe/Berlin".into(),
+                until,
+            },
+            calendar(None, MonthDay::Day(31)),
+            calendar(None, MonthDay::Last),
+            calendar(None, MonthDay::Nth { weekday: 0, nth: 1 }),
+            calendar(None, MonthDay::LastWeekday { weekday: 4 }),
+            calendar(Some(2), MonthDay::Day(29)),
         ];
         for schedule in schedules {
             let definition = ScheduleDefinition::for_task(&task(schedule)).unwrap();
@@ -302,7 +342,7 @@ mod tests {
             assert!(definition.description.len() <= 512);
             assert!(definition.input.len() <= 8192, "{} bytes", definition.input.len());
             let expression = &definition.expression.expression;
-            if definition.one_time {
+            if definition.expression.expression.starts_with("at(") {
                 assert_eq!(expression, "at(2026-12-24T18:00:00)");
                 assert_eq!(definition.expression.timezone, "UTC");
             } else {
@@ -311,7 +351,21 @@ mod tests {
                     .and_then(|e| e.strip_suffix(')'))
                     .unwrap();
                 assert_eq!(inner.split(' ').count(), 6, "{expression}");
-                assert_eq!(after_completion(&definition), ActionAfterCompletion::None);
+                assert!(
+                    crate::domain::schedule::preview::EbCron::parse(expression).is_some(),
+                    "{expression} breaks Scheduler's cron rules"
+                );
+                match definition.expression.end_date {
+                    Some(end) => {
+                        assert_eq!(end, Utc.with_ymd_and_hms(2027, 6, 30, 22, 0, 0).unwrap());
+                        assert_eq!(end_date(&definition).map(|e| e.secs()), Some(end.timestamp()));
+                        assert_eq!(after_completion(&definition), ActionAfterCompletion::Delete);
+                    }
+                    None => {
+                        assert_eq!(end_date(&definition), None);
+                        assert_eq!(after_completion(&definition), ActionAfterCompletion::None);
+                    }
+                }
             }
         }
     }
@@ -326,6 +380,7 @@ mod tests {
         let mut recurring = task(Schedule::Cron {
             cron: "0 9 * * *".into(),
             timezone: "UTC".into(),
+            until: None,
         });
         assert!(!ScheduleDefinition::for_task(&recurring).unwrap().retired);
         recurring.overrides = Some(crate::domain::overrides::Overrides {

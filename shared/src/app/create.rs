@@ -104,7 +104,7 @@ impl Answer {
 fn task_view(task: &Task) -> Value {
     let at = match &task.spec.schedule {
         Schedule::At { at } => Some(format_utc(*at)),
-        Schedule::Cron { .. } | Schedule::Rate { .. } => None,
+        Schedule::Cron { .. } | Schedule::Rate { .. } | Schedule::Calendar { .. } => None,
     };
     json!({
         "task_id": task.task_id,

@@ -547,8 +547,8 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
     /// back the schedule of each whose Scheduler schedule is missing or
     /// differs from its task (expression, zone or state), from a fresh read
     /// of the task, then queues the next page. A one-time schedule whose
-    /// instant passed deleted itself after firing: left alone. Returns how
-    /// many were put back.
+    /// instant passed, or one whose `until` leaves no fire, deleted itself
+    /// after firing: left alone. Returns how many were put back.
     pub async fn reminders_page(
         &self,
         pass: i64,
@@ -561,7 +561,8 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
         for task in &page.items {
             // A reminder written before it had a due time gets one.
             adopt(&self.store, task, now).await?;
-            let passed = matches!(task.spec.schedule, crate::domain::schedule::Schedule::At { at } if at <= now);
+            // A schedule with no fire left deleted itself after its last one.
+            let passed = task.spec.schedule.is_over(now);
             if task.kind != TaskKind::Reminder
                 || passed
                 || matches!(task.state(), TaskState::Deleted | TaskState::Completed)

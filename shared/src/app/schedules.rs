@@ -36,7 +36,7 @@ use crate::domain::recurrence::{Recurrence, ScheduleView};
 use crate::domain::reminder::{
     CreateRequest, ListCursor, Principal, Rejection, Surface, UpdateInput, WRITE_SCOPE, check_id,
 };
-use crate::domain::schedule::preview::next_fires;
+use crate::domain::schedule::preview::upcoming;
 use crate::domain::schedule::{Schedule, format_utc};
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
 use crate::ports::{ReminderStore, ScheduleError, Schedules, StateFilter, StoreError, TaskCatalog, TaskStore};
@@ -134,7 +134,7 @@ pub enum Request {
         task_id: String,
         expected_version: u64,
         idempotency_key: String,
-        input: UpdateInput,
+        input: Box<UpdateInput>,
     },
     Pause {
         principal: Principal,
@@ -401,7 +401,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                 input,
                 ..
             } => {
-                self.update(&principal, &task_id, expected_version, &idempotency_key, input, now)
+                self.update(&principal, &task_id, expected_version, &idempotency_key, *input, now)
                     .await
             }
             Request::Pause {
@@ -646,6 +646,15 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                     })
                     .into()));
                 }
+                if let Some(until) = task.spec.schedule.until()
+                    && task.spec.schedule.is_over(now)
+                {
+                    return Ok(Err(Rejection::InvalidSchedule(format!(
+                        "its last day, {}, has passed, so it cannot be resumed: move it with update",
+                        until.format("%Y-%m-%d")
+                    ))
+                    .into()));
+                }
                 OverrideEdit::Resume
             }
             Switch::Cancel if state == TaskState::Deleted => return Ok(Ok(unchanged(&task, now))),
@@ -706,11 +715,8 @@ fn next_runs(task: &Task, now: DateTime<Utc>, count: usize) -> Vec<String> {
     if task.state() != TaskState::Scheduled {
         return Vec::new();
     }
-    next_fires(&task.spec.schedule, now, count + 2)
-        .unwrap_or_default()
+    upcoming(&task.spec.schedule, now, count)
         .into_iter()
-        .filter_map(|f| f.at)
-        .take(count)
         .map(format_utc)
         .collect()
 }
@@ -743,27 +749,20 @@ pub fn explain(task: &Task, principal: &Principal, now: DateTime<Utc>) -> String
         format!("{by}{on}")
     };
     let recurrence = Recurrence::of(&task.spec.schedule);
-    let rhythm = match &recurrence {
-        None => String::new(),
-        Some(r) => match &r.days {
-            None => format!("every day at {} {}", r.time(), r.timezone),
-            Some(days) => format!(
-                "every {} at {} {}",
-                days.iter()
-                    .map(|d| crate::domain::recurrence::DAYS[usize::from(*d)])
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                r.time(),
-                r.timezone
-            ),
-        },
-    };
+    let rhythm = recurrence.as_ref().map(Recurrence::describe).unwrap_or_default();
     let mut text = match task.state() {
         TaskState::Deleted => format!("never runs: cancelled by {}", who(&overrides)),
-        TaskState::Completed => format!(
-            "ran on {}; a one-time reminder runs once",
-            task.completed_at.map(format_utc).unwrap_or_default()
-        ),
+        TaskState::Completed => match task.spec.schedule.until() {
+            Some(until) => format!(
+                "finished on {}: it ran until {}, its last day",
+                task.completed_at.map(format_utc).unwrap_or_default(),
+                until.format("%Y-%m-%d")
+            ),
+            None => format!(
+                "ran on {}; a one-time reminder runs once",
+                task.completed_at.map(format_utc).unwrap_or_default()
+            ),
+        },
         TaskState::Paused => {
             // Who paused it, whoever edited the overrides since.
             let pause = Overrides {
@@ -777,6 +776,14 @@ pub fn explain(task: &Task, principal: &Principal, now: DateTime<Utc>) -> String
                 text.push_str(&format!(
                     "; its time {} has passed, so it cannot be resumed: move it with update",
                     format_utc(at)
+                ));
+            }
+            if let Some(until) = task.spec.schedule.until()
+                && task.spec.schedule.is_over(now)
+            {
+                text.push_str(&format!(
+                    "; its last day, {}, has passed, so it cannot be resumed: move it with update",
+                    until.format("%Y-%m-%d")
                 ));
             }
             text
@@ -794,7 +801,7 @@ pub fn explain(task: &Task, principal: &Principal, now: DateTime<Utc>) -> String
     if let Some(r) = &recurrence
         && !matches!(task.state(), TaskState::Deleted | TaskState::Completed)
     {
-        for note in r.dst_notes(now) {
+        for note in r.notes(now) {
             text.push_str("; ");
             text.push_str(&note);
         }

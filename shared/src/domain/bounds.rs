@@ -5,7 +5,8 @@
 //! "Fires more often" has two measures, both year-independent: how many
 //! times a schedule fires in one Gregorian cycle (400 years, after which
 //! dates and weekdays repeat exactly), and the shortest time between two
-//! fires. DST is ignored: it moves fires, not their number.
+//! fires. DST is ignored: it moves fires, not their number; so is a
+//! reminder's `until` (connector schedules have none).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -13,6 +14,7 @@ use std::fmt;
 use chrono::{Datelike, NaiveDate};
 
 use super::schedule::cron::Cron;
+use super::schedule::preview::EbCron;
 use super::schedule::{RateUnit, Schedule};
 use super::task::Spec;
 
@@ -68,6 +70,10 @@ pub fn fires_per_cycle(schedule: &Schedule) -> u64 {
             }
             Err(_) => u64::MAX,
         },
+        Schedule::Calendar { calendar, .. } => match EbCron::parse(&calendar.to_eventbridge()) {
+            Some(cron) => cycle_days(0).filter(|date| cron.fires_on(*date)).count() as u64 * cron.times().len() as u64,
+            None => u64::MAX,
+        },
     }
 }
 
@@ -88,26 +94,40 @@ pub fn shortest_gap_minutes(schedule: &Schedule) -> u64 {
         Schedule::At { .. } => u64::MAX,
         Schedule::Rate { every, unit } => rate_minutes(*every, *unit),
         Schedule::Cron { cron, .. } => match Cron::parse(cron) {
-            Ok(cron) => cron_gap_minutes(&cron),
+            Ok(cron) => {
+                let times = cron
+                    .hours
+                    .iter()
+                    .flat_map(|h| cron.minutes.iter().map(move |m| u64::from(*h) * 60 + u64::from(*m)))
+                    .collect();
+                gap_minutes(times, |date| cron.fires_on(date))
+            }
             Err(_) => 0,
+        },
+        Schedule::Calendar { calendar, .. } => match EbCron::parse(&calendar.to_eventbridge()) {
+            Some(cron) => {
+                let times = cron
+                    .times()
+                    .into_iter()
+                    .map(|(h, m)| u64::from(h) * 60 + u64::from(m))
+                    .collect();
+                gap_minutes(times, |date| cron.fires_on(date))
+            }
+            None => 0,
         },
     }
 }
 
-fn cron_gap_minutes(cron: &Cron) -> u64 {
-    let times: Vec<u64> = cron
-        .hours
-        .iter()
-        .flat_map(|h| cron.minutes.iter().map(move |m| u64::from(*h) * 60 + u64::from(*m)))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+/// The shortest gap between two fires of a schedule that fires at `times`
+/// (minutes of the day) on the days `fires_on` names.
+fn gap_minutes(times: BTreeSet<u64>, fires_on: impl Fn(NaiveDate) -> bool) -> u64 {
+    let times: Vec<u64> = times.into_iter().collect();
     let (Some(first), Some(last)) = (times.first(), times.last()) else {
         return u64::MAX;
     };
     let within_a_day = times.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(u64::MAX);
     let days: Vec<u64> = cycle_days(LONGEST_CALENDAR_GAP_DAYS)
-        .filter(|date| cron.fires_on(*date))
+        .filter(|date| fires_on(*date))
         .map(|date| date.num_days_from_ce() as u64)
         .collect();
     let across_days = days
@@ -127,7 +147,8 @@ pub fn fires_more_often(old: &Schedule, new: &Schedule) -> bool {
 fn describe_schedule(schedule: &Schedule) -> String {
     match schedule {
         Schedule::At { at } => format!("once at {}", super::schedule::format_utc(*at)),
-        Schedule::Cron { cron, timezone } => format!("`{cron}` in {timezone}"),
+        Schedule::Cron { cron, timezone, .. } => format!("`{cron}` in {timezone}"),
+        Schedule::Calendar { calendar, timezone, .. } => format!("`{}` in {timezone}", calendar.to_eventbridge()),
         Schedule::Rate { every, unit } => format!("every {every} {unit:?}").to_lowercase(),
     }
 }
@@ -219,6 +240,7 @@ mod tests {
         Schedule::Cron {
             cron: expression.into(),
             timezone: "UTC".into(),
+            until: None,
         }
     }
 

@@ -43,7 +43,7 @@ pub fn most_fires_a_month(schedule: &Schedule, now: DateTime<Utc>) -> u64 {
             } * u64::from((*every).max(1));
             (31 * 86_400_u64).div_ceil(step)
         }
-        Schedule::Cron { .. } => {
+        Schedule::Cron { .. } | Schedule::Calendar { .. } => {
             let mut most = 0;
             let mut start = Utc
                 .with_ymd_and_hms(now.year(), now.month(), 1, 0, 0, 0)
@@ -106,6 +106,7 @@ mod tests {
         Schedule::Cron {
             cron: expr.into(),
             timezone: zone.into(),
+            until: None,
         }
     }
 
@@ -140,5 +141,35 @@ mod tests {
         );
         // The 31st: seven months of the year have one.
         assert_eq!(most_fires_a_month(&cron("0 8 31 * *", "UTC"), now()), 1);
+    }
+
+    #[test]
+    fn monthly_kinds_and_until_count_as_they_fire() {
+        use crate::domain::schedule::calendar::{Calendar, MonthDay};
+        let budget = Budget {
+            max_usd_per_run: 0.25,
+            max_usd_per_month: 5.0,
+        };
+        let first_monday = Schedule::Calendar {
+            calendar: Calendar {
+                month: None,
+                day: MonthDay::Nth { weekday: 0, nth: 1 },
+                hour: 9,
+                minute: 0,
+            },
+            timezone: "Europe/Berlin".into(),
+            until: None,
+        };
+        assert_eq!(
+            cost_ceiling(&first_monday, budget, now()).words,
+            "at most USD 0.25 a month: up to 1 run at USD 0.25"
+        );
+        // Daily, until ten days from now: ten runs at most in any month.
+        let until = Schedule::Cron {
+            cron: "0 13 * * *".into(),
+            timezone: "UTC".into(),
+            until: Some(now().date_naive() + Duration::days(9)),
+        };
+        assert_eq!(most_fires_a_month(&until, now()), 10);
     }
 }

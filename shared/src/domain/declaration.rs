@@ -135,7 +135,11 @@ fn schedule(raw: Option<RawSchedule>) -> Result<Schedule, DeclarationError> {
         }) => {
             Cron::parse(&cron)?;
             chrono_tz::Tz::from_str(&tz).map_err(|_| DeclarationError::Timezone(tz.clone()))?;
-            Ok(Schedule::Cron { cron, timezone: tz })
+            Ok(Schedule::Cron {
+                cron,
+                timezone: tz,
+                until: None,
+            })
         }
         Some(RawSchedule {
             cron: None,
@@ -278,7 +282,8 @@ mod tests {
             d.schedule,
             Schedule::Cron {
                 cron: "0 9 * * MON-FRI".into(),
-                timezone: "Europe/Berlin".into()
+                timezone: "Europe/Berlin".into(),
+                until: None,
             }
         );
         assert_eq!(d.limits.max_turns, 8);

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::hold::HoldReason;
 use super::install::Install;
 use super::schedule::Schedule;
-use super::schedule::preview::next_fires;
+use super::schedule::preview::next_fire;
 use super::task::{Task, TaskKind};
 
 /// Why an occurrence did not run.
@@ -182,8 +182,10 @@ pub fn is_occurrence(schedule: &Schedule, scheduled: DateTime<Utc>) -> bool {
     match schedule {
         Schedule::At { at } => *at == scheduled,
         Schedule::Rate { .. } => true,
-        Schedule::Cron { .. } => next_fires(schedule, scheduled - Duration::seconds(1), 1)
-            .map(|fires| fires.first().and_then(|f| f.at) == Some(scheduled))
+        // The first fire after the instant before it, past any local time
+        // DST skips or day a month lacks.
+        Schedule::Cron { .. } | Schedule::Calendar { .. } => next_fire(schedule, scheduled - Duration::seconds(1))
+            .map(|next| next == Some(scheduled))
             // An expression that cannot be read could not have been scheduled.
             .unwrap_or(true),
     }
@@ -244,6 +246,7 @@ mod tests {
         daily.spec.schedule = Schedule::Cron {
             cron: "0 19 * * *".into(),
             timezone: "Europe/Berlin".into(),
+            until: None,
         };
         let present = TaskFacts::Present {
             task: &daily,
@@ -254,6 +257,7 @@ mod tests {
         daily.spec.schedule = Schedule::Cron {
             cron: "30 7 * * *".into(),
             timezone: "Europe/Berlin".into(),
+            until: None,
         };
         let present = TaskFacts::Present {
             task: &daily,
@@ -401,5 +405,44 @@ mod tests {
         );
         assert_eq!(SkipReason::WorkerDisabled.describe(), "worker disabled");
         assert_eq!(SkipReason::BudgetExhausted.code(), "budget_exhausted");
+    }
+
+    #[test]
+    fn a_monthly_reminders_occurrences_are_its_own_and_none_after_its_until() {
+        let mut monthly = reminder_task(t0());
+        monthly.spec.schedule = Schedule::Calendar {
+            calendar: crate::domain::schedule::calendar::Calendar {
+                month: None,
+                day: crate::domain::schedule::calendar::MonthDay::Last,
+                hour: 19,
+                minute: 0,
+            },
+            timezone: "Europe/Berlin".into(),
+            until: None,
+        };
+        let last_of_december = Utc.with_ymd_and_hms(2026, 12, 31, 18, 0, 0).unwrap();
+        assert!(is_occurrence(&monthly.spec.schedule, last_of_december));
+        assert!(
+            !is_occurrence(&monthly.spec.schedule, t0()),
+            "the 24th is not the last day"
+        );
+        let present = TaskFacts::Present {
+            task: &monthly,
+            install: None,
+        };
+        let facts = Facts {
+            scheduled: last_of_december,
+            now: last_of_december,
+            ..facts(present)
+        };
+        assert_eq!(verdict(&facts), Verdict::Run);
+        let mut ended = monthly.clone();
+        if let Schedule::Calendar { until, .. } = &mut ended.spec.schedule {
+            *until = chrono::NaiveDate::from_ymd_opt(2026, 12, 30);
+        }
+        assert!(
+            !is_occurrence(&ended.spec.schedule, last_of_december),
+            "after its until, no occurrence is its own"
+        );
     }
 }

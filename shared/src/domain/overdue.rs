@@ -19,7 +19,7 @@
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 
 use super::claim::{Claim, RunStatus};
-use super::schedule::preview::next_fires;
+use super::schedule::preview::next_fire;
 use super::schedule::{RateUnit, Schedule};
 use super::task::Task;
 
@@ -59,10 +59,11 @@ pub fn first_due(task: &Task, from: DateTime<Utc>) -> Option<DateTime<Utc>> {
     match &task.spec.schedule {
         Schedule::At { at } => (*at >= from).then_some(*at),
         Schedule::Rate { every, unit } => Some((from + period(*every, *unit)).trunc_subsecs(0)),
-        Schedule::Cron { .. } => next_fires(&task.spec.schedule, from - Duration::seconds(1), 1)
-            .ok()?
-            .into_iter()
-            .find_map(|fire| fire.at),
+        // Past any local time DST skips or day a month lacks; nothing after
+        // an `until`.
+        Schedule::Cron { .. } | Schedule::Calendar { .. } => {
+            next_fire(&task.spec.schedule, from - Duration::seconds(1)).ok()?
+        }
     }
 }
 
@@ -190,6 +191,7 @@ mod tests {
         task.spec.schedule = Schedule::Cron {
             cron: cron.into(),
             timezone: "UTC".into(),
+            until: None,
         };
         task
     }

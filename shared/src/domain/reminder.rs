@@ -22,14 +22,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
 use serde_json::Value;
 
 use super::idempotency::{Fingerprint, IdempotencyRecord};
 use super::limits::{Ceilings, RequestedLimits};
-use super::recurrence::Recurrence;
+use super::recurrence::{self, Recurrence, RecurrenceError};
 use super::schedule::{self, InstantError, Schedule};
 use super::task::{AgentPin, Approval, Provenance, Spec, Task, TaskId, TaskKind};
 
@@ -72,8 +72,9 @@ pub struct ApprovalRequest {
 }
 
 /// What the model proposed and the user approved, or what the owner asked
-/// for in the app: exactly one of `at`, `daily`, `weekly` (the model's tool
-/// takes `at` only). `daily` and `weekly` are read by [`Recurrence`].
+/// for in the app: exactly one of `at`, `daily`, `weekly`, `monthly`,
+/// `yearly`, and for a recurring one an optional `until` (the model's tool
+/// takes `at` only). The recurring kinds are read by [`Recurrence`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReminderInput {
@@ -85,6 +86,25 @@ pub struct ReminderInput {
     pub daily: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weekly: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monthly: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yearly: Option<Value>,
+    /// The last local date a recurring reminder runs on (`YYYY-MM-DD`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Value>,
+}
+
+impl ReminderInput {
+    fn kinds(&self) -> Kinds<'_> {
+        Kinds {
+            at: self.at.as_deref(),
+            daily: self.daily.as_ref(),
+            weekly: self.weekly.as_ref(),
+            monthly: self.monthly.as_ref(),
+            yearly: self.yearly.as_ref(),
+        }
+    }
 }
 
 /// Which door a create comes through.
@@ -92,8 +112,8 @@ pub struct ReminderInput {
 pub enum Surface {
     /// The create function, the model's tool: one-time, approval required.
     Tool,
-    /// The schedules function, the owner's app: one-time, daily or weekly;
-    /// the owner's own request is the approval.
+    /// The schedules function, the owner's app: one-time, daily, weekly,
+    /// monthly or yearly; the owner's own request is the approval.
     App,
 }
 
@@ -104,20 +124,73 @@ pub enum When {
     Every(Recurrence),
 }
 
+/// The schedule fields of an input, as given.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Kinds<'a> {
+    pub at: Option<&'a str>,
+    pub daily: Option<&'a Value>,
+    pub weekly: Option<&'a Value>,
+    pub monthly: Option<&'a Value>,
+    pub yearly: Option<&'a Value>,
+}
+
+impl Kinds<'_> {
+    fn recurring(&self) -> bool {
+        self.daily.is_some() || self.weekly.is_some() || self.monthly.is_some() || self.yearly.is_some()
+    }
+}
+
+fn invalid_schedule(e: RecurrenceError) -> Rejection {
+    Rejection::InvalidSchedule(e.0)
+}
+
+/// `until` as given: a date, or `null` (an update removes it).
+pub fn read_until(value: &Value) -> Result<Option<NaiveDate>, Rejection> {
+    match value {
+        Value::Null => Ok(None),
+        other => recurrence::parse_until(other).map(Some).map_err(invalid_schedule),
+    }
+}
+
 impl When {
-    /// The one of `at`, `daily`, `weekly` that is given; `None` when none is.
-    fn read(at: Option<&str>, daily: Option<&Value>, weekly: Option<&Value>) -> Result<Option<Self>, Rejection> {
-        match (at, daily, weekly) {
-            (None, None, None) => Ok(None),
-            (Some(at), None, None) => Ok(Some(When::At(schedule::parse_instant_or_refuse(at)?))),
-            (None, Some(daily), None) => Ok(Some(When::Every(
-                Recurrence::daily(daily).map_err(|e| Rejection::InvalidSchedule(e.0))?,
-            ))),
-            (None, None, Some(weekly)) => Ok(Some(When::Every(
-                Recurrence::weekly(weekly).map_err(|e| Rejection::InvalidSchedule(e.0))?,
-            ))),
-            _ => Err(Rejection::invalid("give exactly one of `at`, `daily`, `weekly`")),
+    /// The one of `at`, `daily`, `weekly`, `monthly`, `yearly` that is
+    /// given, with `until` for a recurring one; `None` when none is.
+    fn read(kinds: Kinds<'_>, until: Option<&Value>) -> Result<Option<Self>, Rejection> {
+        let given = [
+            kinds.at.is_some(),
+            kinds.daily.is_some(),
+            kinds.weekly.is_some(),
+            kinds.monthly.is_some(),
+            kinds.yearly.is_some(),
+        ]
+        .iter()
+        .filter(|g| **g)
+        .count();
+        if given > 1 {
+            return Err(Rejection::invalid(
+                "give exactly one of `at`, `daily`, `weekly`, `monthly`, `yearly`",
+            ));
         }
+        if let Some(at) = kinds.at {
+            if until.is_some() {
+                return Err(Rejection::InvalidSchedule(
+                    "`until` ends a recurring reminder; a one-time reminder runs once".to_owned(),
+                ));
+            }
+            return Ok(Some(When::At(schedule::parse_instant_or_refuse(at)?)));
+        }
+        let mut recurrence = match kinds {
+            Kinds { daily: Some(v), .. } => Recurrence::daily(v),
+            Kinds { weekly: Some(v), .. } => Recurrence::weekly(v),
+            Kinds { monthly: Some(v), .. } => Recurrence::monthly(v),
+            Kinds { yearly: Some(v), .. } => Recurrence::yearly(v),
+            _ => return Ok(None),
+        }
+        .map_err(invalid_schedule)?;
+        if let Some(until) = until {
+            recurrence.until = read_until(until)?;
+        }
+        Ok(Some(When::Every(recurrence)))
     }
 
     /// The task schedule, once a one-time instant is known to lie in the
@@ -127,7 +200,7 @@ impl When {
             When::At(at) => Schedule::At {
                 at: schedule::check_window(*at, now)?,
             },
-            When::Every(recurrence) => recurrence.to_schedule(),
+            When::Every(recurrence) => recurring(recurrence.to_schedule(), now)?,
         })
     }
 
@@ -137,6 +210,18 @@ impl When {
             When::At(at) => (Some(*at), None),
             When::Every(r) => (None, Some(r.to_json().to_string())),
         }
+    }
+}
+
+/// A recurring schedule, once its `until` is known to leave a run after
+/// `now` (`invalid_schedule` otherwise).
+fn recurring(schedule: Schedule, now: DateTime<Utc>) -> Result<Schedule, Rejection> {
+    match schedule.until() {
+        Some(until) if schedule.is_over(now) => Err(Rejection::InvalidSchedule(format!(
+            "until {} leaves no run after now",
+            until.format("%Y-%m-%d")
+        ))),
+        _ => Ok(schedule),
     }
 }
 
@@ -348,19 +433,15 @@ impl CreateRequest {
         };
         check_text("input.title", &self.input.title, MAX_TITLE_CHARS)?;
         check_text("input.instruction", &self.input.instruction, MAX_INSTRUCTION_CHARS)?;
-        if surface == Surface::Tool && (self.input.daily.is_some() || self.input.weekly.is_some()) {
+        let kinds = self.input.kinds();
+        if surface == Surface::Tool && (kinds.recurring() || self.input.until.is_some()) {
             return Err(Rejection::invalid(
-                "this tool creates one-time reminders (`at`); daily and weekly ones are made in the app",
+                "this tool creates one-time reminders (`at`); recurring ones are made in the app",
             ));
         }
-        let when = When::read(
-            self.input.at.as_deref(),
-            self.input.daily.as_ref(),
-            self.input.weekly.as_ref(),
-        )?
-        .ok_or_else(|| match surface {
+        let when = When::read(kinds, self.input.until.as_ref())?.ok_or_else(|| match surface {
             Surface::Tool => Rejection::invalid("input.at is required"),
-            Surface::App => Rejection::invalid("give exactly one of `at`, `daily`, `weekly`"),
+            Surface::App => Rejection::invalid("give exactly one of `at`, `daily`, `weekly`, `monthly`, `yearly`"),
         })?;
         let (at, recurrence) = when.canonical();
         let fingerprint = Fingerprint::of(&Canonical {
@@ -495,7 +576,9 @@ impl ListCursor {
 }
 
 /// The `input` of the schedules function's `update`: any of the fields,
-/// at most one of `at`, `daily`, `weekly`; the same rules as create.
+/// at most one of `at`, `daily`, `weekly`, `monthly`, `yearly`, and
+/// `until` (a date, or `null` to remove it; absent: unchanged); the same
+/// rules as create.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateInput {
@@ -509,6 +592,19 @@ pub struct UpdateInput {
     pub daily: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weekly: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monthly: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yearly: Option<Value>,
+    /// `Some(Value::Null)`: remove it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub until: Option<Value>,
+}
+
+/// A field that is present, `null` included (serde reads a `null`
+/// `Option` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
 }
 
 /// An update whose fields passed the checks that need no clock.
@@ -517,6 +613,8 @@ pub struct CheckedUpdate {
     pub title: Option<String>,
     pub instruction: Option<String>,
     pub when: Option<When>,
+    /// `None`: unchanged; `Some(None)`: removed; `Some(Some(date))`: set.
+    pub until: Option<Option<NaiveDate>>,
 }
 
 #[derive(Serialize)]
@@ -530,6 +628,8 @@ struct UpdateCanonical<'a> {
     instruction: Option<&'a str>,
     at: Option<DateTime<Utc>>,
     recurrence: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    until: Option<Option<NaiveDate>>,
 }
 
 impl UpdateInput {
@@ -540,16 +640,30 @@ impl UpdateInput {
         if let Some(instruction) = &self.instruction {
             check_text("input.instruction", instruction, MAX_INSTRUCTION_CHARS)?;
         }
-        let when = When::read(self.at.as_deref(), self.daily.as_ref(), self.weekly.as_ref())?;
-        if self.title.is_none() && self.instruction.is_none() && when.is_none() {
+        let kinds = Kinds {
+            at: self.at.as_deref(),
+            daily: self.daily.as_ref(),
+            weekly: self.weekly.as_ref(),
+            monthly: self.monthly.as_ref(),
+            yearly: self.yearly.as_ref(),
+        };
+        let when = When::read(kinds, None)?;
+        let until = self.until.as_ref().map(read_until).transpose()?;
+        if matches!(when, Some(When::At(_))) && until.is_some_and(|u| u.is_some()) {
+            return Err(Rejection::InvalidSchedule(
+                "`until` ends a recurring reminder; a one-time reminder runs once".to_owned(),
+            ));
+        }
+        if self.title.is_none() && self.instruction.is_none() && when.is_none() && until.is_none() {
             return Err(Rejection::invalid(
-                "an update changes at least one of `title`, `instruction`, `at`, `daily`, `weekly`",
+                "an update changes at least one of `title`, `instruction`, `at`, `daily`, `weekly`, `monthly`, `yearly`, `until`",
             ));
         }
         Ok(CheckedUpdate {
             title: self.title,
             instruction: self.instruction,
             when,
+            until,
         })
     }
 }
@@ -569,14 +683,36 @@ impl CheckedUpdate {
             instruction: self.instruction.as_deref(),
             at,
             recurrence,
+            until: self.until,
         })
     }
 
     /// Applies the update to a reminder at `now`: a new one-time instant must
-    /// lie in the allowed window (SPEC §4's instant codes).
+    /// lie in the allowed window (SPEC §4's instant codes); a recurring
+    /// schedule keeps its `until` unless the update gives one (or `null`),
+    /// which must leave a run after `now`; a one-time one has none.
     pub fn apply(&self, task: &mut Task, now: DateTime<Utc>) -> Result<(), Rejection> {
-        if let Some(when) = &self.when {
-            task.spec.schedule = when.to_schedule(now)?;
+        let one_time_until = || {
+            Rejection::InvalidSchedule("`until` ends a recurring reminder; a one-time reminder runs once".to_owned())
+        };
+        let schedule = match (&self.when, self.until) {
+            (None, None) => None,
+            (Some(When::At(_)), Some(Some(_))) => return Err(one_time_until()),
+            (Some(when @ When::At(_)), _) => Some(when.to_schedule(now)),
+            (Some(When::Every(recurrence)), until) => Some(
+                When::Every(Recurrence {
+                    until: until.unwrap_or_else(|| task.spec.schedule.until()),
+                    ..recurrence.clone()
+                })
+                .to_schedule(now),
+            ),
+            (None, Some(until)) => match Recurrence::of(&task.spec.schedule) {
+                Some(recurrence) => Some(When::Every(Recurrence { until, ..recurrence }).to_schedule(now)),
+                None => return Err(one_time_until()),
+            },
+        };
+        if let Some(schedule) = schedule {
+            task.spec.schedule = schedule?;
         }
         if let Some(title) = &self.title {
             task.title = title.clone();
@@ -808,7 +944,8 @@ mod tests {
             task.spec.schedule,
             Schedule::Cron {
                 cron: "0 19 * * *".into(),
-                timezone: "Europe/Berlin".into()
+                timezone: "Europe/Berlin".into(),
+                until: None,
             }
         );
         assert_eq!(task.approval.as_ref().and_then(|a| a.by.as_deref()), Some("usr_123"));
@@ -884,5 +1021,166 @@ mod tests {
             past.apply(&mut task, now()).map_err(|e| e.code()),
             Err("instant_in_past")
         );
+    }
+
+    #[test]
+    fn monthly_yearly_and_until_are_made_in_the_app_only() {
+        let app = |mutate: &dyn Fn(&mut CreateRequest)| {
+            let mut req = request();
+            req.approval = None;
+            req.input.at = None;
+            mutate(&mut req);
+            match req.check(Surface::App).and_then(|c| c.into_task(now(), &ceilings())) {
+                Ok((task, _)) => Ok(task),
+                Err(e) => Err(e.code()),
+            }
+        };
+        let monthly = serde_json::json!({"weekday": "MON", "nth": 1, "time": "09:00", "timezone": "Europe/Berlin"});
+        let task = app(&|r| r.input.monthly = Some(monthly.clone())).unwrap();
+        assert_eq!(
+            task.spec.schedule.expression().unwrap().expression,
+            "cron(0 9 ? * 2#1 *)"
+        );
+        let task = app(&|r| {
+            r.input.daily = Some(serde_json::json!({"time": "07:00", "timezone": "UTC"}));
+            r.input.until = Some(serde_json::json!("2026-12-31"));
+        })
+        .unwrap();
+        assert_eq!(task.spec.schedule.until(), NaiveDate::from_ymd_opt(2026, 12, 31));
+        assert_eq!(
+            task.spec.schedule.end_date(),
+            Some(Utc.with_ymd_and_hms(2027, 1, 1, 0, 0, 0).unwrap())
+        );
+        assert_eq!(
+            app(&|r| r.input.yearly =
+                Some(serde_json::json!({"month": 4, "day": 31, "time": "09:00", "timezone": "UTC"})))
+            .err(),
+            Some("invalid_schedule")
+        );
+        assert_eq!(
+            app(&|r| {
+                r.input.at = Some("2026-12-24T19:00:00Z".into());
+                r.input.until = Some(serde_json::json!("2026-12-31"));
+            })
+            .err(),
+            Some("invalid_schedule"),
+            "a one-time reminder has no until"
+        );
+        assert_eq!(
+            app(&|r| {
+                r.input.daily = Some(serde_json::json!({"time": "07:00", "timezone": "UTC"}));
+                r.input.until = Some(serde_json::json!("2026-11-30"));
+            })
+            .err(),
+            Some("invalid_schedule"),
+            "07:00 on the until date has passed at 10:00: no run is left"
+        );
+        assert_eq!(
+            app(&|r| {
+                r.input.daily = Some(serde_json::json!({"time": "11:00", "timezone": "UTC"}));
+                r.input.until = Some(serde_json::json!("2026-11-30"));
+            })
+            .map(|t| t.spec.schedule.until()),
+            Ok(NaiveDate::from_ymd_opt(2026, 11, 30)),
+            "11:00 today is still to come"
+        );
+        assert_eq!(
+            app(&|r| {
+                r.input.daily = Some(serde_json::json!({"time": "07:00", "timezone": "UTC"}));
+                r.input.until = Some(serde_json::json!("tomorrow"));
+            })
+            .err(),
+            Some("invalid_schedule")
+        );
+        assert_eq!(
+            app(&|r| {
+                r.input.monthly = Some(monthly.clone());
+                r.input.yearly = Some(serde_json::json!({"month": 1, "day": 1, "time": "09:00", "timezone": "UTC"}));
+            })
+            .err(),
+            Some("invalid_request")
+        );
+        // The model's tool: one-time only.
+        assert_eq!(code_of(|r| r.input.monthly = Some(monthly.clone())), "invalid_request");
+        assert_eq!(
+            code_of(|r| r.input.until = Some(serde_json::json!("2026-12-31"))),
+            "invalid_request"
+        );
+        // The fingerprint covers until.
+        let fingerprint = |until: Option<&str>| {
+            let mut req = request();
+            req.approval = None;
+            req.input.at = None;
+            req.input.daily = Some(serde_json::json!({"time": "07:00", "timezone": "UTC"}));
+            req.input.until = until.map(|u| serde_json::json!(u));
+            req.check(Surface::App).unwrap().fingerprint().clone()
+        };
+        assert_ne!(fingerprint(None), fingerprint(Some("2026-12-31")));
+        assert_ne!(fingerprint(Some("2027-01-01")), fingerprint(Some("2026-12-31")));
+    }
+
+    #[test]
+    fn an_update_keeps_sets_or_removes_until() {
+        let check = |input: serde_json::Value| {
+            serde_json::from_value::<UpdateInput>(input)
+                .map_err(|_| "invalid_request")
+                .and_then(|i| i.check().map_err(|e| e.code()))
+        };
+        let mut task = request()
+            .check(Surface::Tool)
+            .unwrap()
+            .into_task(now(), &ceilings())
+            .unwrap()
+            .0;
+        let until = |t: &Task| t.spec.schedule.until().map(|d| d.to_string());
+        assert_eq!(
+            check(serde_json::json!({"until": "2027-01-31"}))
+                .unwrap()
+                .apply(&mut task.clone(), now())
+                .map_err(|e| e.code()),
+            Err("invalid_schedule"),
+            "a one-time reminder has no until"
+        );
+        check(serde_json::json!({"daily": {"time": "07:00", "timezone": "UTC"}, "until": "2027-01-31"}))
+            .unwrap()
+            .apply(&mut task, now())
+            .unwrap();
+        assert_eq!(until(&task).as_deref(), Some("2027-01-31"));
+        // A new rule keeps the until; `until` alone moves it; `null` removes it.
+        check(serde_json::json!({"monthly": {"day": "last", "time": "07:00", "timezone": "UTC"}}))
+            .unwrap()
+            .apply(&mut task, now())
+            .unwrap();
+        assert_eq!(task.spec.schedule.expression().unwrap().expression, "cron(0 7 L * ? *)");
+        assert_eq!(until(&task).as_deref(), Some("2027-01-31"));
+        check(serde_json::json!({"until": "2027-06-30"}))
+            .unwrap()
+            .apply(&mut task, now())
+            .unwrap();
+        assert_eq!(until(&task).as_deref(), Some("2027-06-30"));
+        assert_eq!(
+            check(serde_json::json!({"until": "2026-11-01"}))
+                .unwrap()
+                .apply(&mut task.clone(), now())
+                .map_err(|e| e.code()),
+            Err("invalid_schedule"),
+            "an until that leaves no run"
+        );
+        check(serde_json::json!({"until": null}))
+            .unwrap()
+            .apply(&mut task, now())
+            .unwrap();
+        assert_eq!(until(&task), None);
+        assert_eq!(
+            check(serde_json::json!({"at": "2026-12-24T19:00:00Z", "until": "2027-01-31"})).err(),
+            Some("invalid_schedule")
+        );
+        // The fingerprint tells absent, null and a date apart.
+        let principal = request().principal;
+        let fp = |input: serde_json::Value| check(input).unwrap().fingerprint(&principal, &task.task_id, 3);
+        let a = fp(serde_json::json!({"title": "x"}));
+        let b = fp(serde_json::json!({"title": "x", "until": null}));
+        let c = fp(serde_json::json!({"title": "x", "until": "2027-01-31"}));
+        assert!(a != b && b != c && a != c);
     }
 }

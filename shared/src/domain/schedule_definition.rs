@@ -20,8 +20,11 @@ pub struct ScheduleDefinition {
     /// The task id: one schedule per task, found again by name.
     pub name: String,
     pub expression: Expression,
-    /// One-time schedules delete themselves after their one delivery.
-    pub one_time: bool,
+    /// The schedule has a last delivery (a one-time instant, or an
+    /// `EndDate` from a reminder's `until`): it deletes itself after it
+    /// (`ActionAfterCompletion=DELETE`), holding no place in the account's
+    /// schedule quota once it is done.
+    pub ends: bool,
     pub enabled: bool,
     /// The runs-queue message template (see `domain::occurrence`).
     pub input: String,
@@ -45,7 +48,7 @@ impl ScheduleDefinition {
         Ok(Self {
             name: task.task_id.to_string(),
             expression,
-            one_time: task.spec.schedule.is_one_time(),
+            ends: task.spec.schedule.ends(),
             enabled: task.should_fire(),
             input: schedule_input(&task.task_id, &task.workspace),
             description: match task.kind {

@@ -9,6 +9,9 @@
 //!   finishes it: a run (succeeded or failed) or a skip other than a pause,
 //!   a move or a tombstone (`SkipReason::completes_one_time`). The store
 //!   fences the completion on the task still being so when it writes.
+//! - A recurring reminder with an `until` completes the same way on its
+//!   last occurrence (one of its schedule's, with none after it), fenced on
+//!   its whole schedule being unchanged.
 //! - A completed reminder expires `RETENTION_DAYS` after it finished, and
 //!   so does the record of the key it was created with; a connector task
 //!   never expires.
@@ -20,16 +23,21 @@
 use chrono::{DateTime, Duration, Utc};
 
 use super::claim::RunStatus;
-use super::door::SkipReason;
+use super::door::{SkipReason, is_occurrence};
 use super::occurrence::prunable;
 use super::schedule::Schedule;
+use super::schedule::preview::next_fire;
 use super::task::{Provenance, Task, TaskKind};
 
 /// A one-time task completed by this settle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
-    /// The task's instant, which the store checks is still the task's.
+    /// The task's instant, which the store checks is still the task's
+    /// (a recurring task's last occurrence).
     pub at: DateTime<Utc>,
+    /// A recurring task that ended (`until`): its schedule, which the store
+    /// checks is still the task's; `None` for a one-time task (fenced on `at`).
+    pub schedule: Option<Schedule>,
     /// Unix seconds the task expires at (a reminder), if it does.
     pub expires: Option<i64>,
     /// The create idempotency record that expires with it: (workspace,
@@ -73,27 +81,39 @@ pub fn plan(facts: &Facts<'_>) -> Plan {
         RunStatus::Succeeded | RunStatus::Failed => true,
     };
     let tombstoned = task.overrides.as_ref().is_some_and(|o| o.deleted);
-    let complete = match task.spec.schedule {
-        Schedule::At { at } if at == facts.scheduled && finishes && !tombstoned && task.completed_at.is_none() => {
-            let reminder = task.kind == TaskKind::Reminder;
-            Some(Completion {
-                at,
-                expires: reminder.then(|| (facts.finished + facts.retention).timestamp()),
-                record: match (&task.provenance, &task.created_with) {
-                    (Provenance::User { principal }, Some(key)) if reminder => {
-                        Some((task.workspace.clone(), principal.clone(), key.clone()))
-                    }
-                    _ => None,
-                },
-            })
+    let open = finishes && !tombstoned && task.completed_at.is_none();
+    let schedule = &task.spec.schedule;
+    let fence = match schedule {
+        Schedule::At { at } if *at == facts.scheduled && open => Some(None),
+        ended if open && ended.until().is_some() && is_last_occurrence(ended, facts.scheduled) => {
+            Some(Some(ended.clone()))
         }
         _ => None,
     };
+    let complete = fence.map(|schedule| {
+        let reminder = task.kind == TaskKind::Reminder;
+        Completion {
+            at: facts.scheduled,
+            schedule,
+            expires: reminder.then(|| (facts.finished + facts.retention).timestamp()),
+            record: match (&task.provenance, &task.created_with) {
+                (Provenance::User { principal }, Some(key)) if reminder => {
+                    Some((task.workspace.clone(), principal.clone(), key.clone()))
+                }
+                _ => None,
+            },
+        }
+    });
     Plan {
         complete,
         charge_account: facts.status != RunStatus::Skipped || facts.crashed_usd > 0.0,
         prune: prunable(task, facts.finished, facts.keep_claims),
     }
+}
+
+/// Whether `scheduled` is an occurrence of `schedule` with none after it.
+fn is_last_occurrence(schedule: &Schedule, scheduled: DateTime<Utc>) -> bool {
+    is_occurrence(schedule, scheduled) && matches!(next_fire(schedule, scheduled), Ok(None))
 }
 
 #[cfg(test)]
@@ -171,6 +191,7 @@ mod tests {
         daily.spec.schedule = Schedule::Cron {
             cron: "0 19 * * *".into(),
             timezone: "Europe/Berlin".into(),
+            until: None,
         };
         let ran = plan(&facts(&daily, t0(), RunStatus::Succeeded, None));
         assert_eq!(ran.complete, None);
@@ -185,5 +206,65 @@ mod tests {
             plan(&crashed).charge_account,
             "a crashed attempt's reservation is paid for"
         );
+    }
+
+    #[test]
+    fn a_recurring_reminder_completes_on_the_last_occurrence_before_its_until() {
+        let mut daily = reminder_task(t0());
+        daily.created_with = Some("k1".into());
+        // t0 is 19:00 in Berlin on 2026-12-24.
+        let last_day = chrono::NaiveDate::from_ymd_opt(2026, 12, 25).unwrap();
+        daily.spec.schedule = Schedule::Cron {
+            cron: "0 19 * * *".into(),
+            timezone: "Europe/Berlin".into(),
+            until: Some(last_day),
+        };
+        let last = t0() + Duration::days(1);
+        let missed = SkipReason::Missed;
+        let paused = SkipReason::Paused;
+        assert_eq!(
+            plan(&facts(&daily, t0(), RunStatus::Succeeded, None)).complete,
+            None,
+            "one more is to come"
+        );
+        let completion = plan(&facts(&daily, last, RunStatus::Succeeded, None)).complete.unwrap();
+        assert_eq!(completion.at, last);
+        assert_eq!(
+            completion.schedule.as_ref(),
+            Some(&daily.spec.schedule),
+            "fenced on the schedule"
+        );
+        assert_eq!(completion.record, Some(("ws_1".into(), "usr_1".into(), "k1".into())));
+        assert!(
+            plan(&facts(&daily, last, RunStatus::Skipped, Some(&missed)))
+                .complete
+                .is_some()
+        );
+        assert!(
+            plan(&facts(&daily, last, RunStatus::Skipped, Some(&paused)))
+                .complete
+                .is_none()
+        );
+        assert!(
+            plan(&facts(&daily, last + Duration::minutes(1), RunStatus::Succeeded, None))
+                .complete
+                .is_none(),
+            "not one of its occurrences (an extra run)"
+        );
+        let mut endless = daily.clone();
+        endless.spec.schedule = Schedule::Cron {
+            cron: "0 19 * * *".into(),
+            timezone: "Europe/Berlin".into(),
+            until: None,
+        };
+        assert!(
+            plan(&facts(&endless, last, RunStatus::Succeeded, None))
+                .complete
+                .is_none()
+        );
+        let one_time = plan(&facts(&reminder_task(t0()), t0(), RunStatus::Succeeded, None))
+            .complete
+            .unwrap();
+        assert_eq!(one_time.schedule, None, "a one-time task is fenced on its instant");
     }
 }

@@ -313,6 +313,38 @@ impl Task {
     }
 }
 
+/// A reminder with `schedule`, for the fuzz targets' checks.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn tests_fixture(schedule: Schedule) -> Task {
+    Task::new(
+        TaskId::for_reminder("ws_1", "usr_1", "k1"),
+        "ws_1".into(),
+        TaskKind::Reminder,
+        Provenance::User {
+            principal: "usr_1".into(),
+        },
+        "t".into(),
+        Some("i".into()),
+        Spec {
+            schedule,
+            tools: BTreeSet::new(),
+            limits: Limits {
+                max_turns: 1,
+                max_tool_calls: 0,
+                max_output_tokens: 10,
+                timeout_seconds: 10,
+            },
+            budget: None,
+            arguments: BTreeMap::new(),
+            needs: BTreeMap::new(),
+            bindings: BTreeMap::new(),
+            agent: None,
+            scopes: BTreeSet::new(),
+        },
+        DateTime::UNIX_EPOCH,
+    )
+}
+
 #[cfg(test)]
 pub(crate) mod tests_support {
     use super::*;

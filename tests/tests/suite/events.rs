@@ -93,3 +93,38 @@ async fn the_schedules_fixtures_walk_a_daily_reminder_through_its_life() {
     let admin = t.admin().handle(fixture("admin-runs.json"), Utc::now()).await.unwrap();
     assert_eq!(admin["error"]["code"], "not_found", "{admin}");
 }
+
+/// The recurring kinds' fixtures: each creates what the README shows.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_monthly_yearly_and_until_fixtures_create_what_the_readme_shows() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    for (name, schedule, next) in [
+        (
+            "schedules-create-monthly.json",
+            serde_json::json!({"monthly": {"day": 31, "time": "09:00", "timezone": "Europe/Berlin"}}),
+            "2026-12-31T08:00:00Z",
+        ),
+        (
+            "schedules-create-monthly-weekday.json",
+            serde_json::json!({"monthly": {"weekday": "MON", "nth": 1, "time": "12:30", "timezone": "America/New_York"}}),
+            "2026-12-07T17:30:00Z",
+        ),
+        (
+            "schedules-create-yearly.json",
+            serde_json::json!({"yearly": {"month": 2, "day": 29, "time": "08:00", "timezone": "Europe/London"}}),
+            "2028-02-29T08:00:00Z",
+        ),
+        (
+            "schedules-create-until.json",
+            serde_json::json!({"daily": {"time": "08:00", "timezone": "Europe/Berlin"}, "until": "2026-12-09"}),
+            "2026-12-01T07:00:00Z",
+        ),
+    ] {
+        let answer = app.handle(fixture(name), now).await.unwrap();
+        assert_eq!(code(&answer), "ok", "{name}: {answer}");
+        assert_eq!(answer["task"]["schedule"], schedule, "{name}");
+        assert_eq!(answer["task"]["next_run_at"], next, "{name}");
+    }
+}

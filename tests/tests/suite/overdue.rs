@@ -103,6 +103,7 @@ async fn each_missed_occurrence_is_reported_once_and_none_that_ran() {
         task.spec.schedule = Schedule::Cron {
             cron: format!("0 {} * * *", h.hour()),
             timezone: "UTC".into(),
+            until: None,
         };
         refresh_due(None, task, now);
         assert_eq!(task.due, Some(h), "a connector task is due at its first fire");

@@ -12,7 +12,7 @@ use shared::app::run::Disposition;
 use shared::config::Flags;
 use shared::domain::claim::RunStatus;
 use shared::domain::schedule::Expression;
-use shared::domain::schedule::preview::cron_fires;
+use shared::domain::schedule::preview::next_cron_fire;
 use shared::domain::task::TaskId;
 use tests::{ENABLED, RunStack, TestStack, code, owner, owner_in, schedules_create};
 
@@ -618,13 +618,15 @@ async fn fire_between(s: &RunStack, task_id: &str, from: DateTime<Utc>, to: Date
     let expression = Expression {
         expression: schedule.schedule_expression().unwrap().to_owned(),
         timezone: schedule.schedule_expression_timezone().unwrap().to_owned(),
+        end_date: schedule.end_date().and_then(|e| DateTime::from_timestamp(e.secs(), 0)),
     };
-    let fires: Vec<DateTime<Utc>> = cron_fires(&expression, from, 20)
-        .unwrap()
-        .into_iter()
-        .filter_map(|f| f.at)
-        .filter(|at| *at <= to)
-        .collect();
+    let mut fires: Vec<DateTime<Utc>> = Vec::new();
+    while let Some(at) = next_cron_fire(&expression, fires.last().copied().unwrap_or(from)).unwrap() {
+        if at > to {
+            break;
+        }
+        fires.push(at);
+    }
     let runner = s.runner();
     let id = TaskId::parse(task_id).unwrap();
     let task = s.store();
@@ -840,9 +842,15 @@ async fn a_daily_reminder_runs_every_occurrence_once_across_dst_changes() {
 /// (operation, ActionAfterCompletion) of one Scheduler request.
 type Seen = (&'static str, Option<String>);
 
+/// (operation, expression, EndDate in Unix seconds) of one Scheduler request.
+type SeenEnd = (&'static str, String, Option<i64>);
+
 /// The Scheduler requests a client sends.
 #[derive(Debug, Default, Clone)]
-struct SeenRequests(std::sync::Arc<std::sync::Mutex<Vec<Seen>>>);
+struct SeenRequests(
+    std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+    std::sync::Arc<std::sync::Mutex<Vec<SeenEnd>>>,
+);
 
 impl aws_sdk_scheduler::config::Intercept for SeenRequests {
     fn name(&self) -> &'static str {
@@ -859,38 +867,48 @@ impl aws_sdk_scheduler::config::Intercept for SeenRequests {
         let input = context.input();
         let seen = if let Some(create) = input.downcast_ref::<CreateScheduleInput>() {
             Some((
-                "create",
-                create.action_after_completion().map(|a| a.as_str().to_owned()),
+                (
+                    "create",
+                    create.action_after_completion().map(|a| a.as_str().to_owned()),
+                ),
+                (
+                    "create",
+                    create.schedule_expression().unwrap_or_default().to_owned(),
+                    create.end_date().map(|e| e.secs()),
+                ),
             ))
         } else {
             input.downcast_ref::<UpdateScheduleInput>().map(|update| {
                 (
-                    "update",
-                    update.action_after_completion().map(|a| a.as_str().to_owned()),
+                    (
+                        "update",
+                        update.action_after_completion().map(|a| a.as_str().to_owned()),
+                    ),
+                    (
+                        "update",
+                        update.schedule_expression().unwrap_or_default().to_owned(),
+                        update.end_date().map(|e| e.secs()),
+                    ),
                 )
             })
         };
-        if let (Some(seen), Ok(mut all)) = (seen, self.0.lock()) {
+        if let (Some((seen, end)), Ok(mut all), Ok(mut ends)) = (seen, self.0.lock(), self.1.lock()) {
             all.push(seen);
+            ends.push(end);
         }
         Ok(())
     }
 }
 
-/// moto keeps a schedule's ActionAfterCompletion from its creation
-/// (infra/FIDELITY.md); Scheduler takes it from every update. The request
-/// is pinned here: a move between one-time and recurring sends the new one.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_move_between_one_time_and_recurring_sends_the_new_action_after_completion() {
-    let t = TestStack::start().await.unwrap();
-    let seen = SeenRequests::default();
+/// The schedules app on a Scheduler client that records its requests.
+fn app_seeing(t: &TestStack, seen: &SeenRequests) -> schedules::App {
     let client = aws_sdk_scheduler::Client::from_conf(
         aws_sdk_scheduler::config::Builder::from(&t.aws.sdk)
             .interceptor(seen.clone())
             .build(),
     );
     let config = t.create_config(ENABLED);
-    let app = schedules::App(shared::app::schedules::OwnerSchedules::new(
+    schedules::App(shared::app::schedules::OwnerSchedules::new(
         t.admin_store(),
         shared::adapters::scheduler::EventBridgeSchedules::new(client, config.target),
         shared::app::schedules::SchedulesSettings {
@@ -901,7 +919,17 @@ async fn a_move_between_one_time_and_recurring_sends_the_new_action_after_comple
             max_active: 50,
             retention: chrono::Duration::days(90),
         },
-    ));
+    ))
+}
+
+/// moto keeps a schedule's ActionAfterCompletion from its creation
+/// (infra/FIDELITY.md); Scheduler takes it from every update. The request
+/// is pinned here: a move between one-time and recurring sends the new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_between_one_time_and_recurring_sends_the_new_action_after_completion() {
+    let t = TestStack::start().await.unwrap();
+    let seen = SeenRequests::default();
+    let app = app_seeing(&t, &seen);
     let me = owner("usr_1");
     let created = app
         .handle(schedules_create(&me, "k", "Stretch", daily("07:00", "UTC")), Utc::now())
@@ -946,4 +974,324 @@ async fn a_move_between_one_time_and_recurring_sends_the_new_action_after_comple
             ("update", some("NONE")),
         ]
     );
+}
+
+fn next_runs(answer: &Value) -> Vec<String> {
+    answer["task"]["next_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Monthly on the 31st and on the first Monday, yearly on 29 February:
+/// one Scheduler expression each (`L`/`#` where needed), next runs that
+/// skip the months without the day, an explanation that names the next
+/// such month, and the runner running exactly those occurrences.
+#[tokio::test(flavor = "multi_thread")]
+async fn monthly_and_yearly_reminders_run_on_their_days_and_name_the_months_without_them() {
+    let s = RunStack::start().await.unwrap();
+    let app = s.t.schedules_app();
+    let me = owner("usr_1");
+    let on_31st = create(
+        &app,
+        &me,
+        "m31",
+        "Pay rent",
+        json!({"monthly": {"day": 31, "time": "09:00", "timezone": "Europe/Berlin"}}),
+    )
+    .await;
+    let first_monday = create(
+        &app,
+        &me,
+        "m1",
+        "Team lunch",
+        json!({"monthly": {"weekday": "MON", "nth": 1, "time": "12:30", "timezone": "America/New_York"}}),
+    )
+    .await;
+    let last_friday = create(
+        &app,
+        &me,
+        "mlast",
+        "Timesheet",
+        json!({"monthly": {"weekday": "FRI", "nth": "last", "time": "16:00", "timezone": "UTC"}}),
+    )
+    .await;
+    let leap_day = create(
+        &app,
+        &me,
+        "y29",
+        "Leap birthday",
+        json!({"yearly": {"month": 2, "day": 29, "time": "08:00", "timezone": "UTC"}}),
+    )
+    .await;
+    assert_eq!(
+        on_31st["schedule"],
+        json!({"monthly": {"day": 31, "time": "09:00", "timezone": "Europe/Berlin"}})
+    );
+    assert_eq!(
+        last_friday["schedule"],
+        json!({"monthly": {"weekday": "FRI", "nth": "last", "time": "16:00", "timezone": "UTC"}})
+    );
+    for (task, want) in [
+        (&on_31st, "cron(0 9 31 * ? *)"),
+        (&first_monday, "cron(30 12 ? * 2#1 *)"),
+        (&last_friday, "cron(0 16 ? * 6L *)"),
+        (&leap_day, "cron(0 8 29 2 ? *)"),
+    ] {
+        let (expression, _, state) = schedule_of(&s.t, task).await.unwrap();
+        assert_eq!((expression.as_str(), state.as_str()), (want, "ENABLED"));
+    }
+
+    let get = |task: &Value, now| {
+        call_at(
+            &app,
+            json!({"op": "get", "principal": me, "task_id": task["task_id"]}),
+            now,
+        )
+    };
+    let rent = get(&on_31st, utc(2027, 1, 10, 0, 0)).await;
+    assert_eq!(
+        next_runs(&rent),
+        vec![
+            "2027-01-31T08:00:00Z",
+            "2027-03-31T07:00:00Z",
+            "2027-05-31T07:00:00Z",
+            "2027-07-31T07:00:00Z",
+            "2027-08-31T07:00:00Z"
+        ],
+        "February, April and June have no 31st; Berlin is on summer time from March"
+    );
+    let words = rent["task"]["explanation"].as_str().unwrap();
+    assert!(
+        words.contains("on day 31 of every month at 09:00 Europe/Berlin")
+            && words.contains("February 2027 has no day 31: that month's reminder is skipped"),
+        "{words}"
+    );
+    let lunch = get(&first_monday, utc(2027, 1, 10, 0, 0)).await;
+    assert_eq!(
+        next_runs(&lunch)[..3],
+        ["2027-02-01T17:30:00Z", "2027-03-01T17:30:00Z", "2027-04-05T16:30:00Z"]
+    );
+    assert!(
+        lunch["task"]["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("on the first Monday of every month at 12:30 America/New_York")
+    );
+    let birthday = get(&leap_day, utc(2027, 1, 10, 0, 0)).await;
+    assert_eq!(
+        next_runs(&birthday)[..3],
+        ["2028-02-29T08:00:00Z", "2032-02-29T08:00:00Z", "2036-02-29T08:00:00Z"]
+    );
+    let words = birthday["task"]["explanation"].as_str().unwrap();
+    assert!(
+        words.contains("every year on 29 February at 08:00 UTC")
+            && words.contains("February 2027 has no day 29: that month's reminder is skipped"),
+        "{words}"
+    );
+
+    for _ in 0..12 {
+        s.model.script([Reply::text("Time for it!", 100, 10)]).await;
+    }
+    let fired = fire_between(
+        &s,
+        on_31st["task_id"].as_str().unwrap(),
+        utc(2027, 1, 1, 0, 0),
+        utc(2027, 7, 1, 0, 0),
+    )
+    .await;
+    assert_eq!(
+        fired,
+        vec![utc(2027, 1, 31, 8, 0), utc(2027, 3, 31, 7, 0), utc(2027, 5, 31, 7, 0)]
+    );
+    let fired = fire_between(
+        &s,
+        leap_day["task_id"].as_str().unwrap(),
+        utc(2027, 1, 1, 0, 0),
+        utc(2029, 1, 1, 0, 0),
+    )
+    .await;
+    assert_eq!(fired, vec![utc(2028, 2, 29, 8, 0)]);
+    // A day the schedule does not name is not one of its occurrences.
+    let task = shared::ports::TaskStore::task(
+        &s.store(),
+        "ws_1",
+        &TaskId::parse(on_31st["task_id"].as_str().unwrap()).unwrap(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let stray = runner_deliver(&s, &task, utc(2027, 4, 30, 7, 0)).await;
+    assert_eq!(
+        stray,
+        Disposition::Skipped(shared::domain::door::SkipReason::Rescheduled)
+    );
+    let runs = call(
+        &app,
+        json!({"op": "runs", "principal": me, "task_id": on_31st["task_id"]}),
+    )
+    .await;
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 4, "three runs and the skip");
+}
+
+async fn runner_deliver(s: &RunStack, task: &shared::domain::task::Task, at: DateTime<Utc>) -> Disposition {
+    s.runner()
+        .deliver(
+            &format!("m-{at}"),
+            &tests::run_message(task, at, &format!("e-{at}")),
+            at + Duration::seconds(3),
+            Utc::now() + Duration::minutes(5),
+        )
+        .await
+        .unwrap()
+}
+
+/// A daily reminder until a date: its Scheduler schedule carries the
+/// `EndDate` (the first instant after that local day) and deletes itself
+/// after its last run; the last run completes the reminder, which frees
+/// its place under `MAX_ACTIVE_REMINDERS`; an update moves or removes the
+/// end, in the request too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daily_reminder_until_a_date_completes_after_its_last_run_and_frees_its_place() {
+    let s = RunStack::start().await.unwrap();
+    let seen = SeenRequests::default();
+    let app = app_seeing(&s.t, &seen);
+    let me = owner("usr_1");
+    let today = Utc::now().date_naive();
+    let until = today + Duration::days(2);
+    let created = create(
+        &app,
+        &me,
+        "until",
+        "Antibiotics",
+        json!({"daily": {"time": "23:30", "timezone": "UTC"}, "until": until.to_string()}),
+    )
+    .await;
+    assert_eq!(
+        created["schedule"],
+        json!({"daily": {"time": "23:30", "timezone": "UTC"}, "until": until.to_string()})
+    );
+    let id = created["task_id"].as_str().unwrap();
+    let end = shared::domain::schedule::end_of_local_day(until, "UTC");
+    let stored = s.t.schedule(id).await;
+    assert_eq!(stored.end_date().map(|e| e.secs()), Some(end.timestamp()));
+    assert_eq!(
+        stored.action_after_completion().map(|a| a.as_str()),
+        Some("DELETE"),
+        "it deletes itself after its last run"
+    );
+
+    // An update moves the end; `null` removes it; the requests say so.
+    let moved = call(
+        &app,
+        op(
+            "update",
+            &me,
+            &created,
+            json!({"idempotency_key": "u1", "input": {"until": (until + Duration::days(1)).to_string()}}),
+        ),
+    )
+    .await;
+    assert_eq!(moved["ok"], true, "{moved}");
+    let endless = call(
+        &app,
+        op(
+            "update",
+            &me,
+            &moved["task"],
+            json!({"idempotency_key": "u2", "input": {"until": null}}),
+        ),
+    )
+    .await;
+    assert_eq!(endless["ok"], true, "{endless}");
+    assert_eq!(endless["task"]["schedule"].get("until"), None);
+    assert_eq!(s.t.schedule(id).await.end_date(), None);
+    let back = call(
+        &app,
+        op(
+            "update",
+            &me,
+            &endless["task"],
+            json!({"idempotency_key": "u3", "input": {"until": until.to_string()}}),
+        ),
+    )
+    .await;
+    assert_eq!(back["ok"], true, "{back}");
+    let ends: Vec<SeenEnd> = seen.1.lock().unwrap().clone();
+    let moved_end = shared::domain::schedule::end_of_local_day(until + Duration::days(1), "UTC");
+    let sent: Vec<Option<i64>> = ends.iter().map(|(_, _, end)| *end).collect();
+    assert_eq!(
+        sent,
+        vec![
+            Some(end.timestamp()),
+            Some(moved_end.timestamp()),
+            Some(moved_end.timestamp()),
+            None,
+            None,
+            Some(end.timestamp()),
+            Some(end.timestamp()),
+        ],
+        "every update sends the EndDate it wants, none to remove it: {ends:?}"
+    );
+    assert!(ends.iter().all(|(_, e, _)| e == "cron(30 23 * * ? *)"));
+    let actions: Vec<Seen> = seen.0.lock().unwrap().clone();
+    assert_eq!(
+        actions.iter().map(|(_, a)| a.clone().unwrap()).collect::<Vec<_>>(),
+        vec!["DELETE", "DELETE", "DELETE", "NONE", "NONE", "DELETE", "DELETE"]
+    );
+
+    for _ in 0..4 {
+        s.model.script([Reply::text("Take it!", 100, 10)]).await;
+    }
+    let start = Utc::now();
+    let fired = fire_between(&s, id, start, end + Duration::days(3)).await;
+    let want: Vec<DateTime<Utc>> = (0..3)
+        .map(|d| (today + Duration::days(d)).and_hms_opt(23, 30, 0).unwrap().and_utc())
+        .filter(|at| *at > start)
+        .collect();
+    assert_eq!(fired, want, "every day at 23:30 up to the until date");
+    assert!(*fired.last().unwrap() < end);
+    let got = call(&app, json!({"op": "get", "principal": me, "task_id": id})).await;
+    assert_eq!(got["task"]["state"], "completed", "{got}");
+    assert_eq!(got["task"]["next_run_at"], Value::Null);
+    assert!(
+        got["task"]["explanation"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("it ran until {until}, its last day")),
+        "{got}"
+    );
+    // Scheduler deletes the schedule after its last delivery (the local
+    // dispatcher does it as Scheduler does); no writer puts it back.
+    let task = shared::ports::TaskStore::task(&s.store(), "ws_1", &TaskId::parse(id).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        shared::domain::schedule_definition::ScheduleDefinition::for_task(&task)
+            .unwrap()
+            .retired
+    );
+    let item = s.t.item_at(Key::task("ws_1", id)).await.unwrap();
+    assert!(item["ttl"].as_i64().is_some(), "a finished reminder expires");
+    assert_eq!(item.get("gsi3pk"), None, "it left the schedulable index");
+
+    // Its place is free: a principal at the cap can create one more.
+    let capped = s.t.schedules_app_with(ENABLED, 1);
+    let another = call(&capped, schedules_create(&me, "next", "x", daily("09:00", "UTC"))).await;
+    assert_eq!(another["ok"], true, "{another}");
+    // An until that leaves no run is refused, and leaves nothing behind.
+    let none_left = call(
+        &app,
+        schedules_create(
+            &me,
+            "past",
+            "x",
+            json!({"daily": {"time": "09:00", "timezone": "UTC"}, "until": "2026-01-01"}),
+        ),
+    )
+    .await;
+    assert_eq!(code(&none_left), "invalid_schedule");
 }

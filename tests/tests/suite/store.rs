@@ -23,6 +23,7 @@ fn connector_task() -> Task {
         schedule: Schedule::Cron {
             cron: "0 9 * * MON-FRI".into(),
             timezone: "Europe/Berlin".into(),
+            until: None,
         },
         tools: BTreeSet::from(["list_issues".to_owned(), "post_summary".to_owned()]),
         limits: Limits {

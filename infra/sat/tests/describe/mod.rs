@@ -27,6 +27,7 @@ async fn a_task_reads_at_a_glance_with_its_runs_and_reasons() {
     held.spec.schedule = Schedule::Cron {
         cron: "30 2 * * *".into(),
         timezone: "Europe/Berlin".into(),
+        until: None,
     };
     held.hold.place(HoldReason::AwaitingApproval, now, "new declaration");
     s.insert(&held).await;

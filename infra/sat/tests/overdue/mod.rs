@@ -36,6 +36,7 @@ async fn the_occurrences_that_never_ran_are_named_and_recorded_once() {
     lost.spec.schedule = Schedule::Cron {
         cron: "0 * * * *".into(),
         timezone: "Europe/Berlin".into(),
+        until: None,
     };
     refresh_due(None, &mut lost, Utc::now() - Duration::hours(4));
     s.insert(&lost).await;

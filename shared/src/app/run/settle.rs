@@ -215,6 +215,7 @@ pub(crate) async fn record_skip<S: RunStore>(
     if reason.completes_one_time() && occ.task_id.is_reminder() {
         let completion = settlement::Completion {
             at: occ.scheduled,
+            schedule: None,
             expires: Some((now + retention).timestamp()),
             record: None,
         };

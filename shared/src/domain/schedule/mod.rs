@@ -4,13 +4,25 @@
 //! Invariants: a one-time instant is always held in UTC, to the whole second,
 //! and was given with an explicit offset; nothing here guesses a zone. The
 //! EventBridge Scheduler expression of a one-time schedule is `at(...)` in UTC.
+//! A recurring reminder may end on a local date (`until`, inclusive, in its
+//! zone): its expression then carries Scheduler's `EndDate`, the first
+//! instant of the day after, and nothing fires at or after it.
 //! Called by `reminder` (create) and by the Scheduler adapter.
 
-use chrono::{DateTime, Datelike, Duration, FixedOffset, NaiveDate, NaiveDateTime, SecondsFormat, Timelike, Utc};
+use std::str::FromStr;
+
+use chrono::{
+    DateTime, Datelike, Duration, FixedOffset, LocalResult, NaiveDate, NaiveDateTime, SecondsFormat, TimeZone,
+    Timelike, Utc,
+};
+use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
+pub mod calendar;
 pub mod cron;
 pub mod preview;
+
+use calendar::Calendar;
 
 /// How far ahead a one-time instant may lie (SPEC §4 rule 3).
 pub const MAX_DAYS_AHEAD: i64 = 366;
@@ -21,10 +33,25 @@ pub const MAX_DAYS_AHEAD: i64 = 366;
 pub enum Schedule {
     /// Fires once, at this instant (UTC, whole seconds).
     At { at: DateTime<Utc> },
-    /// A 5-field Unix cron read in an IANA time zone, as a connector declares it.
-    Cron { cron: String, timezone: String },
+    /// A 5-field Unix cron read in an IANA time zone, as a connector
+    /// declares it (or a daily or weekly reminder's canonical one), until a
+    /// local date when one is set (reminders only).
+    Cron {
+        cron: String,
+        timezone: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until: Option<NaiveDate>,
+    },
     /// Every `every` units.
     Rate { every: u32, unit: RateUnit },
+    /// A reminder's monthly or yearly rule (`schedule::calendar`) in an
+    /// IANA time zone, until a local date when one is set.
+    Calendar {
+        calendar: Calendar,
+        timezone: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until: Option<NaiveDate>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +67,37 @@ pub enum RateUnit {
 pub struct Expression {
     pub expression: String,
     pub timezone: String,
+    /// Scheduler's `EndDate`: nothing fires at or after it.
+    pub end_date: Option<DateTime<Utc>>,
+}
+
+impl Expression {
+    /// An expression with no end.
+    pub fn new(expression: impl Into<String>, timezone: impl Into<String>) -> Self {
+        Self {
+            expression: expression.into(),
+            timezone: timezone.into(),
+            end_date: None,
+        }
+    }
+}
+
+/// The first instant of the day after `until` in `timezone`: Scheduler's
+/// `EndDate` for a schedule that runs until that local date, inclusive. A
+/// midnight that DST skips starts the day at the first local time that
+/// exists; one that happens twice, at the first.
+pub fn end_of_local_day(until: NaiveDate, timezone: &str) -> DateTime<Utc> {
+    let zone = Tz::from_str(timezone).unwrap_or(Tz::UTC);
+    let next = until.succ_opt().unwrap_or(until);
+    (0..=24 * 60)
+        .find_map(|minute| {
+            let local = next.and_hms_opt(0, 0, 0)? + Duration::minutes(minute);
+            match zone.from_local_datetime(&local) {
+                LocalResult::Single(t) | LocalResult::Ambiguous(t, _) => Some(t.with_timezone(&Utc)),
+                LocalResult::None => None,
+            }
+        })
+        .unwrap_or_else(|| next.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc())
 }
 
 impl Schedule {
@@ -47,13 +105,59 @@ impl Schedule {
         matches!(self, Schedule::At { .. })
     }
 
+    /// The local date a recurring reminder runs until, inclusive.
+    pub fn until(&self) -> Option<NaiveDate> {
+        match self {
+            Schedule::Cron { until, .. } | Schedule::Calendar { until, .. } => *until,
+            Schedule::At { .. } | Schedule::Rate { .. } => None,
+        }
+    }
+
+    /// Scheduler's `EndDate` of a schedule with an `until`.
+    pub fn end_date(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Schedule::Cron {
+                timezone,
+                until: Some(until),
+                ..
+            }
+            | Schedule::Calendar {
+                timezone,
+                until: Some(until),
+                ..
+            } => Some(end_of_local_day(*until, timezone)),
+            _ => None,
+        }
+    }
+
+    /// Whether the schedule has an end: a one-time instant or an `until`.
+    pub fn ends(&self) -> bool {
+        self.is_one_time() || self.until().is_some()
+    }
+
+    /// Whether it fires no more after `now`: a one-time instant that
+    /// passed, or a schedule whose `until` leaves no fire after `now`.
+    pub fn is_over(&self, now: DateTime<Utc>) -> bool {
+        match self {
+            Schedule::At { at } => *at <= now,
+            other if other.until().is_some() => matches!(preview::next_fire(other, now), Ok(None)),
+            _ => false,
+        }
+    }
+
     /// The EventBridge Scheduler expression and zone this schedule runs on.
     pub fn expression(&self) -> Result<Expression, cron::CronError> {
         Ok(match self {
             Schedule::At { at } => at_expression(*at),
-            Schedule::Cron { cron, timezone } => Expression {
+            Schedule::Cron { cron, timezone, .. } => Expression {
                 expression: cron::Cron::parse(cron)?.to_eventbridge(),
                 timezone: timezone.clone(),
+                end_date: self.end_date(),
+            },
+            Schedule::Calendar { calendar, timezone, .. } => Expression {
+                expression: calendar.to_eventbridge(),
+                timezone: timezone.clone(),
+                end_date: self.end_date(),
             },
             Schedule::Rate { every, unit } => {
                 let unit = match (unit, *every == 1) {
@@ -64,10 +168,7 @@ impl Schedule {
                     (RateUnit::Days, true) => "day",
                     (RateUnit::Days, false) => "days",
                 };
-                Expression {
-                    expression: format!("rate({every} {unit})"),
-                    timezone: "UTC".to_owned(),
-                }
+                Expression::new(format!("rate({every} {unit})"), "UTC")
             }
         })
     }
@@ -75,14 +176,21 @@ impl Schedule {
 
 impl Schedule {
     /// When it fires, in words: "once at <UTC>", a cron's times and days
-    /// in its zone (`cron::Cron::in_words`), "every 2 hours".
+    /// in its zone (`cron::Cron::in_words`), a reminder's monthly or yearly
+    /// rule (`calendar::Calendar::in_words`), "every 2 hours"; with the
+    /// last day it runs when it has an `until`.
     pub fn in_words(&self) -> String {
+        let until = self
+            .until()
+            .map(|u| format!(", until {}", u.format("%Y-%m-%d")))
+            .unwrap_or_default();
         match self {
             Schedule::At { at } => format!("once, at {}", format_utc(*at)),
-            Schedule::Cron { cron, timezone } => match cron::Cron::parse(cron) {
-                Ok(parsed) => format!("{} ({timezone})", parsed.in_words()),
+            Schedule::Cron { cron, timezone, .. } => match cron::Cron::parse(cron) {
+                Ok(parsed) => format!("{} ({timezone}){until}", parsed.in_words()),
                 Err(e) => format!("`{cron}` in {timezone}, which does not convert: {e}"),
             },
+            Schedule::Calendar { calendar, timezone, .. } => format!("{} ({timezone}){until}", calendar.in_words()),
             Schedule::Rate { every: 1, unit } => match unit {
                 RateUnit::Minutes => "every minute".to_owned(),
                 RateUnit::Hours => "every hour".to_owned(),
@@ -96,10 +204,7 @@ impl Schedule {
 /// The Scheduler expression of a one-time schedule: `at(yyyy-mm-ddThh:mm:ss)`
 /// read in UTC.
 pub fn at_expression(at: DateTime<Utc>) -> Expression {
-    Expression {
-        expression: format!("at({})", at.format("%Y-%m-%dT%H:%M:%S")),
-        timezone: "UTC".to_owned(),
-    }
+    Expression::new(format!("at({})", at.format("%Y-%m-%dT%H:%M:%S")), "UTC")
 }
 
 /// Formats an instant the way every response and key of the system does:
@@ -331,15 +436,42 @@ mod tests {
     }
 
     #[test]
+    fn an_until_ends_at_the_first_instant_of_the_next_local_day() {
+        let date = |y, m, d| NaiveDate::from_ymd_opt(y, m, d).unwrap();
+        assert_eq!(
+            end_of_local_day(date(2027, 1, 31), "Europe/Berlin"),
+            Utc.with_ymd_and_hms(2027, 1, 31, 23, 0, 0).unwrap()
+        );
+        assert_eq!(
+            end_of_local_day(date(2027, 6, 30), "America/New_York"),
+            Utc.with_ymd_and_hms(2027, 7, 1, 4, 0, 0).unwrap()
+        );
+        // Santiago springs forward at midnight on 2026-09-06: the day starts
+        // at 01:00 (-03), the instant midnight (-04) would have been.
+        assert_eq!(
+            end_of_local_day(date(2026, 9, 5), "America/Santiago"),
+            Utc.with_ymd_and_hms(2026, 9, 6, 4, 0, 0).unwrap()
+        );
+        // Santiago falls back at midnight on 2026-04-05 (23:00 to 24:00 of
+        // the 4th happens twice): the 5th starts once, at 00:00 (-04).
+        assert_eq!(
+            end_of_local_day(date(2026, 4, 4), "America/Santiago"),
+            Utc.with_ymd_and_hms(2026, 4, 5, 4, 0, 0).unwrap()
+        );
+        let daily = Schedule::Cron {
+            cron: "0 9 * * *".into(),
+            timezone: "UTC".into(),
+            until: Some(date(2027, 1, 31)),
+        };
+        assert!(daily.ends() && !daily.is_one_time());
+        assert!(daily.is_over(Utc.with_ymd_and_hms(2027, 1, 31, 9, 0, 0).unwrap()));
+        assert!(!daily.is_over(Utc.with_ymd_and_hms(2027, 1, 31, 8, 59, 0).unwrap()));
+    }
+
+    #[test]
     fn at_expression_is_utc_whole_seconds() {
         let at = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
-        assert_eq!(
-            at_expression(at),
-            Expression {
-                expression: "at(2026-12-24T18:00:00)".into(),
-                timezone: "UTC".into()
-            }
-        );
+        assert_eq!(at_expression(at), Expression::new("at(2026-12-24T18:00:00)", "UTC"));
         assert_eq!(format_utc(at), "2026-12-24T18:00:00Z");
     }
 
@@ -383,6 +515,7 @@ mod tests {
         let cron = Schedule::Cron {
             cron: "0 9 * * MON-FRI".into(),
             timezone: "Europe/Berlin".into(),
+            until: None,
         };
         assert_eq!(cron.in_words(), "at 09:00, on Monday to Friday (Europe/Berlin)");
         let hourly = Schedule::Rate {
