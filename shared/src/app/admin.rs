@@ -27,7 +27,8 @@ use crate::domain::install::Install;
 use crate::domain::overrides::{OverrideEdit, Overrides};
 use crate::domain::reminder::Principal;
 use crate::domain::schedule::format_utc;
-use crate::domain::schedule::preview::{Fire, next_fires};
+use crate::domain::schedule::preview::{Fire, next_fires, upcoming};
+use crate::domain::skip;
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
 use crate::ports::{ReminderStore, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore};
 
@@ -125,6 +126,18 @@ pub enum AdminRequest {
         task_id: String,
         expected_version: u64,
     },
+    /// An approved connector task skips its next occurrence (`domain::skip`).
+    SkipNext {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+    },
+    /// Takes a skip back before its occurrence comes.
+    Unskip {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+    },
     /// The latest run records of any task of the workspace, newest first.
     Runs {
         principal: Principal,
@@ -144,6 +157,8 @@ impl AdminRequest {
             | AdminRequest::Resume { principal, .. }
             | AdminRequest::Delete { principal, .. }
             | AdminRequest::Restore { principal, .. }
+            | AdminRequest::SkipNext { principal, .. }
+            | AdminRequest::Unskip { principal, .. }
             | AdminRequest::Runs { principal, .. } => principal,
         }
     }
@@ -262,17 +277,43 @@ pub fn explain(task: &Task, now: DateTime<Utc>) -> String {
                 .collect();
             format!("skipped: held, {}", reasons.join("; "))
         }
-        TaskState::Scheduled => match next_fires(&task.spec.schedule, now, 3)
-            .ok()
-            .and_then(|f| f.into_iter().find_map(|f| f.at))
+        TaskState::Scheduled => match upcoming(&task.spec.schedule, now, 2)
+            .into_iter()
+            .find(|at| !skip::skips(skip::pending(task.skip_next.as_ref(), now), *at))
         {
             Some(at) => format!("runs next at {}", format_utc(at)),
             None => "has no further fire time".to_owned(),
         },
     };
+    let base = match skip::pending(task.skip_next.as_ref(), now) {
+        Some(skipped) if !matches!(task.state(), TaskState::Deleted | TaskState::Completed) => {
+            format!("{base}; {}", skip::describe(skipped, &skipped.by))
+        }
+        _ => base,
+    };
     match pending {
         Some(widened) if !widened.is_empty() => format!("{base}; a release waits for an admin to approve: {widened}"),
         _ => base,
+    }
+}
+
+/// What a change whose edit leaves the task as it was does: write it
+/// anyway (a new version, as the overrides and approval always have), or
+/// answer without a write (a skip of the one already skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unchanged {
+    Write,
+    Answer,
+}
+
+/// An operation an admin runs on connector tasks only: a reminder's runs
+/// are its owner's to skip or run (SPEC §11).
+fn connector_only(task: &Task, op: &str) -> Result<(), AdminRefusal> {
+    match task.kind {
+        TaskKind::Connector => Ok(()),
+        TaskKind::Reminder => Err(AdminRefusal::InvalidRequest(format!(
+            "{op} is for connector tasks: a reminder's runs are its owner's"
+        ))),
     }
 }
 
@@ -378,13 +419,62 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
                 bindings,
                 ..
             } => {
-                self.change(&principal, &task_id, expected_version, now, |task, installs| {
-                    approval::approve(task, installs, &principal.id, arguments, bindings, now)
-                        .map_err(|e| AdminRefusal::InvalidRequest(e.0))
-                })
+                self.change(
+                    &principal,
+                    &task_id,
+                    expected_version,
+                    now,
+                    Unchanged::Write,
+                    |task, installs| {
+                        approval::approve(task, installs, &principal.id, arguments, bindings, now)
+                            .map_err(|e| AdminRefusal::InvalidRequest(e.0))
+                    },
+                )
                 .await
             }
             AdminRequest::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
+            AdminRequest::SkipNext {
+                task_id,
+                expected_version,
+                ..
+            } => {
+                self.change(
+                    &principal,
+                    &task_id,
+                    expected_version,
+                    now,
+                    Unchanged::Answer,
+                    |task, _| {
+                        connector_only(task, "skip_next")?;
+                        let skip = skip::skip_next(&task.spec.schedule, task.skip_next.as_ref(), &principal.id, now)
+                            .map_err(|e| AdminRefusal::InvalidRequest(e.to_string()))?;
+                        task.skip_next = Some(skip);
+                        Ok(())
+                    },
+                )
+                .await
+            }
+            AdminRequest::Unskip {
+                task_id,
+                expected_version,
+                ..
+            } => {
+                self.change(
+                    &principal,
+                    &task_id,
+                    expected_version,
+                    now,
+                    Unchanged::Answer,
+                    |task, _| {
+                        connector_only(task, "unskip")?;
+                        if skip::pending(task.skip_next.as_ref(), now).is_some() {
+                            task.skip_next = None;
+                        }
+                        Ok(())
+                    },
+                )
+                .await
+            }
             other => self.override_op(&principal, other, now).await,
         }
     }
@@ -417,6 +507,8 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
             AdminRequest::List { .. }
             | AdminRequest::Get { .. }
             | AdminRequest::Approve { .. }
+            | AdminRequest::SkipNext { .. }
+            | AdminRequest::Unskip { .. }
             | AdminRequest::Runs { .. } => {
                 return Ok(Err(AdminRefusal::InvalidRequest("not an override operation".into())));
             }
@@ -426,10 +518,17 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         {
             return Ok(Err(refusal));
         }
-        self.change(principal, &task_id, expected_version, now, |task, _| {
-            task.overrides = edit.apply(task.overrides.as_ref(), &principal.id, now);
-            Ok(())
-        })
+        self.change(
+            principal,
+            &task_id,
+            expected_version,
+            now,
+            Unchanged::Write,
+            |task, _| {
+                task.overrides = edit.apply(task.overrides.as_ref(), &principal.id, now);
+                Ok(())
+            },
+        )
         .await
     }
 
@@ -470,7 +569,20 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        let fires = next_fires(&task.spec.schedule, now, PREVIEW_COUNT).unwrap_or_default();
+        // The occurrence skipped next is listed as a skip, as DST's are.
+        let skipped = skip::pending(task.skip_next.as_ref(), now);
+        let fires: Vec<Fire> = next_fires(&task.spec.schedule, now, PREVIEW_COUNT)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|fire| match (fire.at, skipped) {
+                (Some(at), Some(skip)) if at == skip.occurrence => Fire {
+                    at: None,
+                    note: Some(format!("skipped by {}: it does not run", skip.by)),
+                    ..fire
+                },
+                _ => fire,
+            })
+            .collect();
         let diff: Vec<DiffView> = task
             .pending
             .as_ref()
@@ -510,6 +622,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         task_id: &str,
         expected_version: u64,
         now: DateTime<Utc>,
+        unchanged: Unchanged,
         edit: impl FnOnce(&mut Task, &BTreeMap<String, Install>) -> Result<(), AdminRefusal>,
     ) -> Outcome {
         let task = match self.load(principal, task_id).await? {
@@ -532,6 +645,13 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
         let mut updated = task.clone();
         if let Err(refusal) = edit(&mut updated, &installs) {
             return Ok(Err(refusal));
+        }
+        if updated == task && unchanged == Unchanged::Answer {
+            // Nothing to change (a skip of the one already skipped): no write.
+            return Ok(Ok(AdminAnswer::Changed {
+                task: view(&task),
+                explanation: explain(&task, now),
+            }));
         }
         let updated = match commit(
             &self.store,

@@ -5,7 +5,9 @@
 //! (`domain::overrides::OverrideEdit`, `domain::reminder`'s checked update,
 //! `domain::approval`); [`commit`] does the rest, the same way for all:
 //!
-//! 1. the new version and time;
+//! 1. the new version and time; a skip of the next occurrence moved to
+//!    the new schedule's next one, or forgotten once spent
+//!    (`domain::skip::carry`);
 //! 2. the order of the two writes (`domain::schedule_definition::Order`):
 //!    a schedule that must fire again, elsewhere or never is put first;
 //! 3. the task written conditionally on the version read, exactly the
@@ -26,6 +28,7 @@ use crate::app::reconcile::{StepError, put_in_step};
 use crate::domain::idempotency::IdempotencyRecord;
 use crate::domain::reconcile::Write;
 use crate::domain::schedule_definition::{Order, ScheduleDefinition};
+use crate::domain::skip;
 use crate::domain::task::{Provenance, Task};
 use crate::ports::{ReminderStore, Schedules, TaskCatalog, TaskStore, UpdateWritten, Versioned};
 
@@ -87,6 +90,13 @@ where
 {
     after.version = before.version + 1;
     after.updated_at = now;
+    // A skip of the next occurrence stays the next one across a move.
+    after.skip_next = skip::carry(
+        &before.spec.schedule,
+        &after.spec.schedule,
+        after.skip_next.as_ref(),
+        now,
+    );
     after.ttl = after.expiry_after_change(now, retention);
     let order = Order::of(before, &after).map_err(|e| unschedulable(&after, e))?;
     if order == Order::ScheduleFirst {

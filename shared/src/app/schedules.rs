@@ -38,6 +38,7 @@ use crate::domain::reminder::{
 };
 use crate::domain::schedule::preview::upcoming;
 use crate::domain::schedule::{Schedule, format_utc};
+use crate::domain::skip;
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
 use crate::ports::{ReminderStore, ScheduleError, Schedules, StateFilter, StoreError, TaskCatalog, TaskStore};
 
@@ -151,6 +152,18 @@ pub enum Request {
         task_id: String,
         expected_version: u64,
     },
+    /// A recurring reminder skips its next occurrence (`domain::skip`).
+    SkipNext {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+    },
+    /// Takes a skip back before its occurrence comes.
+    Unskip {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+    },
 }
 
 impl Request {
@@ -166,6 +179,8 @@ impl Request {
             Request::Pause { .. } => "pause",
             Request::Resume { .. } => "resume",
             Request::Cancel { .. } => "cancel",
+            Request::SkipNext { .. } => "skip_next",
+            Request::Unskip { .. } => "unskip",
         }
     }
 
@@ -179,12 +194,14 @@ impl Request {
             | Request::Update { principal, .. }
             | Request::Pause { principal, .. }
             | Request::Resume { principal, .. }
-            | Request::Cancel { principal, .. } => principal,
+            | Request::Cancel { principal, .. }
+            | Request::SkipNext { principal, .. }
+            | Request::Unskip { principal, .. } => principal,
         }
     }
 }
 
-const WRITES: [&str; 5] = ["create", "update", "pause", "resume", "cancel"];
+const WRITES: [&str; 7] = ["create", "update", "pause", "resume", "cancel", "skip_next", "unskip"];
 
 /// What schedules needs besides its ports.
 #[derive(Debug, Clone)]
@@ -251,12 +268,14 @@ pub enum OwnerAnswer {
     Run { run: RunView },
 }
 
-/// A pause, resume or cancel.
+/// A pause, resume, cancel, skip next or unskip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Switch {
     Pause,
     Resume,
     Cancel,
+    SkipNext,
+    Unskip,
 }
 
 impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S, G> {
@@ -314,7 +333,9 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
             | Request::Update { .. }
             | Request::Pause { .. }
             | Request::Resume { .. }
-            | Request::Cancel { .. } => WRITE_SCOPE,
+            | Request::Cancel { .. }
+            | Request::SkipNext { .. }
+            | Request::Unskip { .. } => WRITE_SCOPE,
         };
         if !principal.holds(scope) {
             return Ok(Err(Refusal::Forbidden(scope)));
@@ -426,6 +447,22 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                 ..
             } => {
                 self.switch(&principal, &task_id, expected_version, Switch::Cancel, now)
+                    .await
+            }
+            Request::SkipNext {
+                task_id,
+                expected_version,
+                ..
+            } => {
+                self.switch(&principal, &task_id, expected_version, Switch::SkipNext, now)
+                    .await
+            }
+            Request::Unskip {
+                task_id,
+                expected_version,
+                ..
+            } => {
+                self.switch(&principal, &task_id, expected_version, Switch::Unskip, now)
                     .await
             }
         }
@@ -626,9 +663,10 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
         {
             return Ok(Err(refusal));
         }
+        let mut updated = task.clone();
         let edit = match switch {
             Switch::Pause if state == TaskState::Paused => return Ok(Ok(unchanged(&task, now))),
-            Switch::Pause => OverrideEdit::Pause { note: None },
+            Switch::Pause => Some(OverrideEdit::Pause { note: None }),
             Switch::Resume if state != TaskState::Paused => return Ok(Ok(unchanged(&task, now))),
             Switch::Resume => {
                 let overrides = task.overrides.clone().unwrap_or_default();
@@ -655,13 +693,29 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                     ))
                     .into()));
                 }
-                OverrideEdit::Resume
+                Some(OverrideEdit::Resume)
             }
             Switch::Cancel if state == TaskState::Deleted => return Ok(Ok(unchanged(&task, now))),
-            Switch::Cancel => OverrideEdit::Delete { note: None },
+            Switch::Cancel => Some(OverrideEdit::Delete { note: None }),
+            Switch::SkipNext => {
+                match skip::skip_next(&task.spec.schedule, task.skip_next.as_ref(), &principal.id, now) {
+                    Ok(skip) if task.skip_next.as_ref() == Some(&skip) => return Ok(Ok(unchanged(&task, now))),
+                    Ok(skip) => updated.skip_next = Some(skip),
+                    Err(why) => return Ok(Err(Refusal::invalid(why.to_string()))),
+                }
+                None
+            }
+            Switch::Unskip if skip::pending(task.skip_next.as_ref(), now).is_none() => {
+                return Ok(Ok(unchanged(&task, now)));
+            }
+            Switch::Unskip => {
+                updated.skip_next = None;
+                None
+            }
         };
-        let mut updated = task.clone();
-        updated.overrides = edit.apply(task.overrides.as_ref(), &principal.id, now);
+        if let Some(edit) = edit {
+            updated.overrides = edit.apply(task.overrides.as_ref(), &principal.id, now);
+        }
         let updated = match commit(
             self.store(),
             self.schedules(),
@@ -715,8 +769,12 @@ fn next_runs(task: &Task, now: DateTime<Utc>, count: usize) -> Vec<String> {
     if task.state() != TaskState::Scheduled {
         return Vec::new();
     }
-    upcoming(&task.spec.schedule, now, count)
+    // The occurrence skipped next does not run.
+    let skipped = skip::pending(task.skip_next.as_ref(), now).map(|s| s.occurrence);
+    upcoming(&task.spec.schedule, now, count + 1)
         .into_iter()
+        .filter(|at| Some(*at) != skipped)
+        .take(count)
         .map(format_utc)
         .collect()
 }
@@ -798,6 +856,13 @@ pub fn explain(task: &Task, principal: &Principal, now: DateTime<Utc>) -> String
             (None, _) => "has no further run".to_owned(),
         },
     };
+    if let Some(skipped) = skip::pending(task.skip_next.as_ref(), now)
+        && !matches!(task.state(), TaskState::Deleted | TaskState::Completed)
+    {
+        let who = if skipped.by == principal.id { "you" } else { "an admin" };
+        text.push_str("; ");
+        text.push_str(&skip::describe(skipped, who));
+    }
     if let Some(r) = &recurrence
         && !matches!(task.state(), TaskState::Deleted | TaskState::Completed)
     {

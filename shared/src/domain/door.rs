@@ -13,6 +13,7 @@ use super::hold::HoldReason;
 use super::install::Install;
 use super::schedule::Schedule;
 use super::schedule::preview::next_fire;
+use super::skip::skips;
 use super::task::{Task, TaskKind};
 
 /// Why an occurrence did not run.
@@ -50,6 +51,10 @@ pub enum SkipReason {
     /// Recorded by the missed-occurrence check: its run was claimed, then
     /// stopped, and nothing recorded its outcome within the window.
     NeverFinished,
+    /// The next occurrence its owner asked to skip (a reminder).
+    SkippedByOwner,
+    /// The next occurrence a workspace admin asked to skip (a connector task).
+    SkippedByAdmin,
 }
 
 impl SkipReason {
@@ -83,6 +88,8 @@ impl SkipReason {
             SkipReason::BudgetExhausted => "budget_exhausted",
             SkipReason::NeverDelivered => "never_delivered",
             SkipReason::NeverFinished => "never_finished",
+            SkipReason::SkippedByOwner => "skipped_by_owner",
+            SkipReason::SkippedByAdmin => "skipped_by_admin",
         }
     }
 
@@ -99,6 +106,8 @@ impl SkipReason {
             SkipReason::NeverFinished => {
                 "never finished: its run stopped and no outcome was recorded within the catch-up window".to_owned()
             }
+            SkipReason::SkippedByOwner => "skipped by its owner".to_owned(),
+            SkipReason::SkippedByAdmin => "skipped by an admin".to_owned(),
             other => other.code().replace('_', " "),
         }
     }
@@ -133,7 +142,8 @@ pub struct Facts<'a> {
 }
 
 /// The door's verdict, checks in this order: worker flag, lateness, task
-/// missing, tombstone, pause, hold, install, completion, current schedule.
+/// missing, tombstone, pause, hold, install, completion, current schedule,
+/// skip next.
 pub fn verdict(facts: &Facts<'_>) -> Verdict {
     use SkipReason::*;
     if !facts.worker_enabled {
@@ -170,6 +180,12 @@ pub fn verdict(facts: &Facts<'_>) -> Verdict {
     }
     if !is_occurrence(&task.spec.schedule, facts.scheduled) {
         return Verdict::Skip(Rescheduled);
+    }
+    if skips(task.skip_next.as_ref(), facts.scheduled) {
+        return Verdict::Skip(match task.kind {
+            TaskKind::Reminder => SkippedByOwner,
+            TaskKind::Connector => SkippedByAdmin,
+        });
     }
     Verdict::Run
 }
@@ -444,5 +460,51 @@ mod tests {
             !is_occurrence(&ended.spec.schedule, last_of_december),
             "after its until, no occurrence is its own"
         );
+    }
+
+    #[test]
+    fn the_skipped_occurrence_is_skipped_with_who_asked_and_the_next_runs() {
+        let mut daily = reminder_task(t0());
+        daily.spec.schedule = Schedule::Cron {
+            cron: "0 19 * * *".into(),
+            timezone: "Europe/Berlin".into(),
+            until: None,
+        };
+        daily.skip_next = Some(crate::domain::skip::SkipNext {
+            occurrence: t0(),
+            by: "usr_1".into(),
+            at: t0() - Duration::days(1),
+        });
+        let present = TaskFacts::Present {
+            task: &daily,
+            install: None,
+        };
+        assert_eq!(verdict(&facts(present)), Verdict::Skip(SkipReason::SkippedByOwner));
+        assert_eq!(SkipReason::SkippedByOwner.describe(), "skipped by its owner");
+        let tomorrow = Facts {
+            scheduled: t0() + Duration::days(1),
+            now: t0() + Duration::days(1),
+            ..facts(present)
+        };
+        assert_eq!(verdict(&tomorrow), Verdict::Run);
+        let mut connector = daily.clone();
+        connector.kind = TaskKind::Connector;
+        let installed = install(InstallStatus::Installed);
+        let present = TaskFacts::Present {
+            task: &connector,
+            install: Some(&installed),
+        };
+        assert_eq!(verdict(&facts(present)), Verdict::Skip(SkipReason::SkippedByAdmin));
+        assert_eq!(SkipReason::SkippedByAdmin.describe(), "skipped by an admin");
+        // A pause speaks first.
+        daily.overrides = Some(Overrides {
+            paused: true,
+            ..Default::default()
+        });
+        let present = TaskFacts::Present {
+            task: &daily,
+            install: None,
+        };
+        assert_eq!(verdict(&facts(present)), Verdict::Skip(SkipReason::Paused));
     }
 }

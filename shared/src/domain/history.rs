@@ -43,6 +43,8 @@ pub fn in_words(record: &RunRecord) -> String {
                 "completed" => "it had already run".to_owned(),
                 "rescheduled" => "it was moved to another time since this run was planned".to_owned(),
                 "budget exhausted" => "its budget for the month was used up".to_owned(),
+                "skipped by its owner" => "its owner skipped this one; the next one runs".to_owned(),
+                "skipped by an admin" => "a workspace admin skipped this one; the next one runs".to_owned(),
                 held if held.starts_with("held: ") => format!("it was held ({})", &held["held: ".len()..]),
                 other => other.to_owned(),
             };

@@ -36,6 +36,7 @@ pub mod reminder;
 pub mod schedule;
 pub mod schedule_definition;
 pub mod settlement;
+pub mod skip;
 pub mod task;
 pub mod webhook;
 

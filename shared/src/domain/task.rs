@@ -26,6 +26,7 @@ use super::hold::Hold;
 use super::limits::Limits;
 use super::overrides::Overrides;
 use super::schedule::Schedule;
+use super::skip::SkipNext;
 
 /// A task's id: a kind prefix and 32 hex digits of a SHA-256 over its natural key.
 /// Also the name of the task's Scheduler schedule (at most 64 characters).
@@ -204,6 +205,10 @@ pub struct Task {
     /// When a one-time task's only occurrence finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<DateTime<Utc>>,
+    /// The next occurrence its owner (a reminder) or an admin (a connector
+    /// task) skips (`domain::skip`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_next: Option<SkipNext>,
     /// Reconcile's record of the prompt's arguments: name -> required.
     #[serde(default)]
     pub prompt_arguments: BTreeMap<String, bool>,
@@ -262,6 +267,7 @@ impl Task {
             overrides: None,
             approval: None,
             completed_at: None,
+            skip_next: None,
             prompt_arguments: BTreeMap::new(),
             declaration_error: None,
             claims: BTreeMap::new(),
@@ -381,6 +387,7 @@ pub(crate) mod tests_support {
             overrides: None,
             approval: None,
             completed_at: None,
+            skip_next: None,
             prompt_arguments: BTreeMap::new(),
             declaration_error: None,
             claims: BTreeMap::new(),

@@ -45,7 +45,13 @@ async fn the_reconcile_admin_and_runner_fixtures_are_what_the_functions_take() {
     // The admin fixtures name a task that does not exist here: they parse,
     // pass the scope check and answer not_found.
     let t = TestStack::start().await.unwrap();
-    for name in ["admin-get.json", "admin-approve.json", "admin-pause.json"] {
+    for name in [
+        "admin-get.json",
+        "admin-approve.json",
+        "admin-pause.json",
+        "admin-skip-next.json",
+        "admin-unskip.json",
+    ] {
         let answer = t.admin().handle(fixture(name), Utc::now()).await.unwrap();
         assert_eq!(answer["error"]["code"], "not_found", "{name}: {answer}");
     }
@@ -127,4 +133,28 @@ async fn the_monthly_yearly_and_until_fixtures_create_what_the_readme_shows() {
         assert_eq!(answer["task"]["schedule"], schedule, "{name}");
         assert_eq!(answer["task"]["next_run_at"], next, "{name}");
     }
+}
+
+/// The skip fixtures, after the daily reminder's create and update: the
+/// next run is skipped, then taken back.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_skip_fixtures_skip_the_next_run_and_take_it_back() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    let mut answers = Vec::new();
+    for name in [
+        "schedules-create-daily.json",
+        "schedules-update.json",
+        "schedules-skip-next.json",
+        "schedules-unskip.json",
+    ] {
+        let answer = app.handle(fixture(name), now).await.unwrap();
+        assert_eq!(code(&answer), "ok", "{name}: {answer}");
+        answers.push(answer);
+    }
+    // Daily at 20:00 in Berlin: the 30th's run is skipped, then runs again.
+    assert_eq!(answers[2]["task"]["next_run_at"], "2026-12-01T19:00:00Z");
+    assert_eq!(answers[3]["task"]["next_run_at"], "2026-11-30T19:00:00Z");
+    assert_eq!(answers[3]["task"]["version"], 4);
 }

@@ -1,6 +1,7 @@
 //! The lifecycle model check (issue: a reminder's whole life holds): random
-//! sequences of an owner's operations (create, update of each field, pause,
-//! resume, cancel), an admin's (pause, resume, delete, restore), deliveries
+//! sequences of an owner's operations (create one-time, daily or monthly on
+//! a late day, update of each field, pause, resume, cancel, skip next,
+//! unskip), an admin's (pause, resume, delete, restore), deliveries
 //! (on time, late, duplicate, stale, throttled and returned), the worker
 //! flag, clock moves and owner/admin races, driven through the real
 //! schedules app, admin and runner against moto and the Converse stand-in,
@@ -19,7 +20,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Duration, DurationRound, Timelike, Utc};
+use chrono::{DateTime, Datelike, Duration, DurationRound, Timelike, Utc};
 use local::converse::Window;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -45,6 +46,8 @@ enum When {
     At(i64),
     /// Daily at this hour, UTC.
     Daily(u32),
+    /// Monthly on this day (28 to 31: some months lack it), at this hour, UTC.
+    Monthly(u32, u32),
 }
 
 #[derive(Debug, Clone)]
@@ -73,10 +76,16 @@ enum Op {
     Advance(i64),
     /// The owner pauses while an admin resumes, both at the version read.
     Race(usize),
+    SkipNext(usize),
+    Unskip(usize),
 }
 
 fn when() -> impl Strategy<Value = When> {
-    prop_oneof![(10i64..600).prop_map(When::At), (0u32..24).prop_map(When::Daily)]
+    prop_oneof![
+        (10i64..600).prop_map(When::At),
+        (0u32..24).prop_map(When::Daily),
+        (28u32..=31, 0u32..24).prop_map(|(d, h)| When::Monthly(d, h)),
+    ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -99,7 +108,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => slot.clone().prop_map(Op::Throttled),
         1 => any::<bool>().prop_map(Op::Worker),
         1 => (1i64..1500).prop_map(Op::Advance),
-        1 => slot.prop_map(Op::Race),
+        1 => slot.clone().prop_map(Op::Race),
+        2 => slot.clone().prop_map(Op::SkipNext),
+        1 => slot.prop_map(Op::Unskip),
     ]
 }
 
@@ -107,6 +118,8 @@ fn op() -> impl Strategy<Value = Op> {
 enum Sched {
     At(DateTime<Utc>),
     Daily(u32),
+    /// Day of the month, hour.
+    Monthly(u32, u32),
 }
 
 impl Sched {
@@ -123,6 +136,13 @@ impl Sched {
                     today + Duration::days(1)
                 }
             }
+            Sched::Monthly(_, hour) => {
+                let mut day = from.duration_trunc(Duration::days(1)).unwrap() + Duration::hours(i64::from(hour));
+                while day < from || !self.occurs_at(day) {
+                    day += Duration::days(1);
+                }
+                day
+            }
         }
     }
 
@@ -130,6 +150,7 @@ impl Sched {
         match self {
             Sched::At(at) => at == t,
             Sched::Daily(hour) => t.hour() == hour && t.minute() == 0 && t.second() == 0,
+            Sched::Monthly(day, hour) => t.day() == day && t.hour() == hour && t.minute() == 0 && t.second() == 0,
         }
     }
 }
@@ -153,6 +174,8 @@ struct Rem {
     /// Delivered occurrences and their outcome (status, reason).
     outcomes: BTreeMap<DateTime<Utc>, (String, Option<String>)>,
     last: Option<DateTime<Utc>>,
+    /// The occurrence its owner skips next.
+    skip: Option<DateTime<Utc>>,
 }
 
 impl Rem {
@@ -186,10 +209,12 @@ impl Rem {
         }
     }
 
-    /// A write by a change: version, and its schedule put again.
-    fn wrote(&mut self) {
+    /// A write by a change at `now`: version, its schedule put again, and
+    /// a skip whose time has passed forgotten.
+    fn wrote(&mut self, now: DateTime<Utc>) {
         self.version += 1;
         self.fired = false;
+        self.skip = self.skip.filter(|s| *s > now);
     }
 }
 
@@ -249,6 +274,10 @@ impl World {
                 json!({"daily": {"time": format!("{hour:02}:00"), "timezone": "UTC"}}),
                 Sched::Daily(hour),
             ),
+            When::Monthly(day, hour) => (
+                json!({"monthly": {"day": day, "time": format!("{hour:02}:00"), "timezone": "UTC"}}),
+                Sched::Monthly(day, hour),
+            ),
         }
     }
 
@@ -295,6 +324,9 @@ impl World {
         }
         if !rem.sched.occurs_at(at) {
             return skip(SkipReason::Rescheduled);
+        }
+        if rem.skip == Some(at) {
+            return skip(SkipReason::SkippedByOwner);
         }
         ("succeeded".to_owned(), None)
     }
@@ -366,6 +398,7 @@ impl World {
                         old: Vec::new(),
                         outcomes: BTreeMap::new(),
                         last: None,
+                        skip: None,
                     },
                 );
             }
@@ -398,14 +431,20 @@ impl World {
                     Op::Instruction(_) => rem.instruction = text,
                     _ => {}
                 }
+                let now = self.now;
                 if let Some(sched) = sched
                     && sched != rem.sched
                 {
-                    let from = self.now - Duration::hours(1);
+                    let from = now - Duration::hours(1);
                     rem.old.push(rem.sched.next(from));
                     rem.sched = sched;
+                    // A skip still to come moves to the new schedule's next one.
+                    rem.skip = rem.skip.filter(|s| *s > now).and_then(|_| match sched {
+                        Sched::At(_) => None,
+                        other => Some(other.next(now + Duration::seconds(1))),
+                    });
                 }
-                rem.wrote();
+                rem.wrote(now);
             }
             Op::Pause(slot) | Op::Resume(slot) | Op::Cancel(slot) => {
                 let Some(rem) = self.rems.get(slot).cloned() else {
@@ -423,14 +462,14 @@ impl World {
                     "cancel" => {
                         prop_assert_eq!(&answer["ok"], true, "{}", answer);
                         rem_now.deleted = true;
-                        rem_now.wrote();
+                        rem_now.wrote(self.now);
                     }
                     _ if !rem.open() => prop_assert_eq!(tests::code(&answer), "invalid_request", "{}", answer),
                     "pause" if rem.paused.is_some() => prop_assert_eq!(&answer["ok"], true),
                     "pause" => {
                         prop_assert_eq!(&answer["ok"], true, "{}", answer);
                         rem_now.paused = Some(true);
-                        rem_now.wrote();
+                        rem_now.wrote(self.now);
                     }
                     _ if rem.paused.is_none() => prop_assert_eq!(&answer["ok"], true),
                     _ if rem.paused == Some(false) => {
@@ -442,7 +481,7 @@ impl World {
                     _ => {
                         prop_assert_eq!(&answer["ok"], true, "{}", answer);
                         rem_now.paused = None;
-                        rem_now.wrote();
+                        rem_now.wrote(self.now);
                     }
                 }
             }
@@ -470,7 +509,7 @@ impl World {
                     "delete" => rem.deleted = true,
                     _ => rem.deleted = false,
                 }
-                rem.wrote();
+                rem.wrote(self.now);
             }
             Op::Deliver(slot, late) => {
                 let Some(rem) = self.rems.get(slot).cloned() else {
@@ -529,6 +568,40 @@ impl World {
                 self.s.model.throttle(None).await;
                 prop_assert_eq!(got, Disposition::ReturnToQueue);
             }
+            Op::SkipNext(slot) | Op::Unskip(slot) => {
+                let Some(rem) = self.rems.get(slot).cloned() else {
+                    return Ok(());
+                };
+                let skip = matches!(op, Op::SkipNext(_));
+                let answer = self
+                    .owner_op(if skip { "skip_next" } else { "unskip" }, *slot, json!({}))
+                    .await;
+                if !rem.open() {
+                    prop_assert_eq!(tests::code(&answer), "invalid_request", "{}", answer);
+                    return Ok(());
+                }
+                let now = self.now;
+                let pending = rem.skip.filter(|s| *s > now);
+                let rem_now = self.rems.get_mut(slot).unwrap();
+                match (skip, rem.sched) {
+                    (true, Sched::At(_)) => prop_assert_eq!(tests::code(&answer), "invalid_request", "{}", answer),
+                    (true, sched) => {
+                        prop_assert_eq!(&answer["ok"], true, "{}", answer);
+                        let next = sched.next(now + Duration::seconds(1));
+                        if pending != Some(next) {
+                            rem_now.skip = Some(next);
+                            rem_now.wrote(now);
+                        }
+                    }
+                    (false, _) => {
+                        prop_assert_eq!(&answer["ok"], true, "{}", answer);
+                        if pending.is_some() {
+                            rem_now.skip = None;
+                            rem_now.wrote(now);
+                        }
+                    }
+                }
+            }
             Op::Worker(on) => self.worker = *on,
             Op::Advance(minutes) => self.now += Duration::minutes(*minutes),
             Op::Race(slot) => {
@@ -553,7 +626,7 @@ impl World {
                 } else {
                     prop_assert_eq!(tests::code(&paused), "version_conflict");
                 }
-                rem.wrote();
+                rem.wrote(self.now);
             }
         }
         Ok(())

@@ -802,3 +802,101 @@ async fn bound_workspace_connectors_lend_their_tools_and_credentials_come_from_s
     let auth = declaring.state().read().await.authorizations.clone();
     assert!(auth.iter().all(|a| a == "Bearer s3cr3t-token"), "{auth:?}");
 }
+
+/// An admin skips the next occurrence of an approved connector task (SPEC
+/// §8): that one is recorded `skipped` ("skipped by an admin"), the one
+/// after runs; unskip takes a skip back; a reminder's and a rate task's
+/// next run are not the admin's to skip.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admin_skips_and_unskips_the_next_run_of_a_connector_task() {
+    let s = RunStack::start().await.unwrap();
+    let _fixture = installed_fixture(&s).await;
+    let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
+    task.spec.schedule = shared::domain::schedule::Schedule::Cron {
+        cron: "0 9 * * *".into(),
+        timezone: "UTC".into(),
+        until: None,
+    };
+    s.insert(&task).await;
+    let admin = s.t.admin();
+    let at = |d: u32| chrono::TimeZone::with_ymd_and_hms(&Utc, 2027, 5, d, 9, 0, 0).unwrap();
+    let now = at(3) + Duration::hours(3);
+    let request = |op: &str, version: u64| json!({"op": op, "principal": tests::admin_principal(), "task_id": task.task_id, "expected_version": version});
+    let skipped = admin.handle(request("skip_next", 1), now).await.unwrap();
+    assert_eq!(skipped["ok"], true, "{skipped}");
+    assert!(
+        skipped["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("runs next at 2027-05-05T09:00:00Z; the run at 2027-05-04T09:00:00Z is skipped"),
+        "{skipped}"
+    );
+    let got = admin
+        .handle(
+            json!({"op": "get", "principal": tests::admin_principal(), "task_id": task.task_id}),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(got["next_fires"][0]["at"], Value::Null);
+    assert!(got["next_fires"][0]["note"].as_str().unwrap().starts_with("skipped by"));
+    assert_eq!(got["next_fires"][1]["at"], "2027-05-05T09:00:00Z");
+
+    let stored = shared::ports::TaskStore::task(&s.store(), "ws_1", &task.task_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        s.deliver_once(&stored, at(4)).await,
+        Disposition::Skipped(SkipReason::SkippedByAdmin)
+    );
+    let record = s.run_record(&task.task_id, &occurrence_key(at(4))).await.unwrap();
+    assert_eq!(record["reason"], "skipped by an admin");
+    s.model.script([Reply::text("Summary posted.", 100, 10)]).await;
+    assert_eq!(
+        s.deliver_once(&stored, at(5)).await,
+        Disposition::Ran(RunStatus::Succeeded),
+        "the one after runs"
+    );
+
+    // Unskip before it comes: it runs.
+    let later = at(5) + Duration::hours(3);
+    let skipped = admin.handle(request("skip_next", 2), later).await.unwrap();
+    assert_eq!(skipped["task"]["version"], 3, "{skipped}");
+    let unskipped = admin.handle(request("unskip", 3), later).await.unwrap();
+    assert_eq!(unskipped["task"]["version"], 4, "{unskipped}");
+    let nothing = admin.handle(request("unskip", 4), later).await.unwrap();
+    assert_eq!(nothing["task"]["version"], 4, "nothing to take back: no write");
+    let stored = shared::ports::TaskStore::task(&s.store(), "ws_1", &task.task_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.skip_next, None);
+    s.model.script([Reply::text("Summary posted.", 100, 10)]).await;
+    assert_eq!(
+        s.deliver_once(&stored, at(6)).await,
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+
+    // Not the admin's: a reminder's runs; not nameable: a rate's next one.
+    let reminder = reminder(Utc::now() + Duration::hours(1));
+    s.insert(&reminder).await;
+    let refused = admin
+        .handle(
+            json!({"op": "skip_next", "principal": tests::admin_principal(), "task_id": reminder.task_id, "expected_version": 1}),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+    let rate = connector_task("issues", "sweep", &[], &[]);
+    s.insert(&rate).await;
+    let refused = admin
+        .handle(
+            json!({"op": "skip_next", "principal": tests::admin_principal(), "task_id": rate.task_id, "expected_version": 1}),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+}

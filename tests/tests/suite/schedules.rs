@@ -1295,3 +1295,191 @@ async fn a_daily_reminder_until_a_date_completes_after_its_last_run_and_frees_it
     .await;
     assert_eq!(code(&none_left), "invalid_schedule");
 }
+
+async fn task_of(s: &RunStack, task: &Value) -> shared::domain::task::Task {
+    shared::ports::TaskStore::task(
+        &s.store(),
+        "ws_1",
+        &TaskId::parse(task["task_id"].as_str().unwrap()).unwrap(),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+}
+
+async fn get_at(app: &schedules::App, me: &Value, task: &Value, now: DateTime<Utc>) -> Value {
+    call_at(
+        app,
+        json!({"op": "get", "principal": me, "task_id": task["task_id"]}),
+        now,
+    )
+    .await["task"]
+        .clone()
+}
+
+/// Skip next and unskip (SPEC §11): exactly the next occurrence is
+/// recorded `skipped` with the reason in words and the one after runs; an
+/// unskip before it comes takes it back; asking twice changes nothing; a
+/// one-time reminder has no next one to skip.
+#[tokio::test(flavor = "multi_thread")]
+async fn skip_next_skips_exactly_the_next_occurrence_and_unskip_takes_it_back() {
+    let s = RunStack::start().await.unwrap();
+    let app = s.t.schedules_app();
+    let me = owner("usr_1");
+    let daily = create(&app, &me, "d", "Stretch", daily("07:00", "UTC")).await;
+    let now = utc(2027, 5, 3, 12, 0);
+    let skipped = call_at(&app, op("skip_next", &me, &daily, json!({})), now).await;
+    assert_eq!(skipped["ok"], true, "{skipped}");
+    assert_eq!(skipped["task"]["version"], 2);
+    assert_eq!(
+        skipped["task"]["next_run_at"], "2027-05-05T07:00:00Z",
+        "the 4th is skipped: the 5th is next"
+    );
+    let again = call_at(&app, op("skip_next", &me, &skipped["task"], json!({})), now).await;
+    assert_eq!(again["task"]["version"], 2, "the same next one: nothing changes");
+    let got = get_at(&app, &me, &daily, now).await;
+    assert_eq!(got["next_runs"][0], "2027-05-05T07:00:00Z");
+    assert!(
+        got["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("the run at 2027-05-04T07:00:00Z is skipped (you skipped it)"),
+        "{got}"
+    );
+
+    s.model.script([Reply::text("Stretch!", 100, 10)]).await;
+    let task = task_of(&s, &daily).await;
+    assert_eq!(
+        runner_deliver(&s, &task, utc(2027, 5, 4, 7, 0)).await,
+        Disposition::Skipped(shared::domain::door::SkipReason::SkippedByOwner)
+    );
+    assert_eq!(
+        runner_deliver(&s, &task, utc(2027, 5, 5, 7, 0)).await,
+        Disposition::Ran(RunStatus::Succeeded),
+        "the one after runs"
+    );
+    let runs = call(
+        &app,
+        json!({"op": "runs", "principal": me, "task_id": daily["task_id"]}),
+    )
+    .await;
+    assert_eq!(runs["runs"][1]["scheduled_time"], "2027-05-04T07:00:00Z");
+    assert_eq!(runs["runs"][1]["status"], "skipped");
+    assert_eq!(runs["runs"][1]["reason"], "skipped by its owner");
+    assert_eq!(
+        runs["runs"][1]["explanation"],
+        "skipped: its owner skipped this one; the next one runs"
+    );
+    assert!(
+        s.events().await.iter().all(|e| e["detail"]["status"] != "skipped"),
+        "a skip sends no event"
+    );
+
+    // Unskip before it comes: it runs.
+    let later = utc(2027, 5, 5, 12, 0);
+    let current = get_at(&app, &me, &daily, later).await;
+    let skipped = call_at(&app, op("skip_next", &me, &current, json!({})), later).await;
+    assert_eq!(skipped["task"]["next_run_at"], "2027-05-07T07:00:00Z");
+    let unskipped = call_at(&app, op("unskip", &me, &skipped["task"], json!({})), later).await;
+    assert_eq!(unskipped["ok"], true, "{unskipped}");
+    assert_eq!(unskipped["task"]["next_run_at"], "2027-05-06T07:00:00Z");
+    let nothing = call_at(&app, op("unskip", &me, &unskipped["task"], json!({})), later).await;
+    assert_eq!(
+        nothing["task"]["version"], unskipped["task"]["version"],
+        "nothing to take back"
+    );
+    s.model.script([Reply::text("Stretch!", 100, 10)]).await;
+    assert_eq!(
+        runner_deliver(&s, &task_of(&s, &daily).await, utc(2027, 5, 6, 7, 0)).await,
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+
+    // A one-time reminder, a stale version, another principal.
+    let once = create(&app, &me, "o", "Call", at_in(Duration::hours(3))).await;
+    assert_eq!(
+        code(&call(&app, op("skip_next", &me, &once, json!({}))).await),
+        "invalid_request"
+    );
+    assert_eq!(
+        code(&call(&app, op("skip_next", &me, &daily, json!({}))).await),
+        "version_conflict"
+    );
+    let current = get_at(&app, &me, &daily, later).await;
+    assert_eq!(
+        code(&call(&app, op("skip_next", &owner("usr_2"), &current, json!({}))).await),
+        "not_found"
+    );
+    let reader = json!({"id": "usr_1", "workspace": "ws_1", "scopes": ["schedule.read"]});
+    assert_eq!(
+        code(&call(&app, op("unskip", &reader, &current, json!({}))).await),
+        "forbidden"
+    );
+}
+
+/// Exactly the next one across a DST change (the day whose time does not
+/// exist is not "the next one") and across an update of the schedule (the
+/// skip moves to the new schedule's next occurrence; the old time is
+/// `rescheduled`, not skipped).
+#[tokio::test(flavor = "multi_thread")]
+async fn skip_next_stays_the_next_one_across_a_dst_change_and_an_update() {
+    let s = RunStack::start().await.unwrap();
+    let app = s.t.schedules_app();
+    let me = owner("usr_1");
+    // New York springs forward on 2027-03-14: 02:30 does not exist that day.
+    let night = create(&app, &me, "n", "Night pill", daily("02:30", "America/New_York")).await;
+    let now = utc(2027, 3, 13, 17, 0);
+    let skipped = call_at(&app, op("skip_next", &me, &night, json!({})), now).await;
+    assert_eq!(skipped["task"]["next_run_at"], "2027-03-16T06:30:00Z");
+    for _ in 0..2 {
+        s.model.script([Reply::text("Pill!", 100, 10)]).await;
+    }
+    let task = task_of(&s, &night).await;
+    assert_eq!(
+        runner_deliver(&s, &task, utc(2027, 3, 15, 6, 30)).await,
+        Disposition::Skipped(shared::domain::door::SkipReason::SkippedByOwner),
+        "the 15th is the next one: the 14th has no 02:30"
+    );
+    assert_eq!(
+        runner_deliver(&s, &task, utc(2027, 3, 16, 6, 30)).await,
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+
+    let morning = create(&app, &me, "m", "Stretch", daily("07:00", "UTC")).await;
+    let now = utc(2027, 5, 3, 12, 0);
+    let skipped = call_at(&app, op("skip_next", &me, &morning, json!({})), now).await;
+    let moved = call_at(
+        &app,
+        op(
+            "update",
+            &me,
+            &skipped["task"],
+            json!({"idempotency_key": "mv", "input": daily("08:00", "UTC")}),
+        ),
+        now + Duration::hours(1),
+    )
+    .await;
+    assert_eq!(moved["ok"], true, "{moved}");
+    assert_eq!(
+        moved["task"]["next_run_at"], "2027-05-05T08:00:00Z",
+        "the skip moved to the new time's next one, the 4th at 08:00"
+    );
+    let task = task_of(&s, &morning).await;
+    assert_eq!(
+        task.skip_next.as_ref().map(|s| s.occurrence),
+        Some(utc(2027, 5, 4, 8, 0))
+    );
+    assert_eq!(
+        runner_deliver(&s, &task, utc(2027, 5, 4, 7, 0)).await,
+        Disposition::Skipped(shared::domain::door::SkipReason::Rescheduled),
+        "the old time is no occurrence any more"
+    );
+    assert_eq!(
+        runner_deliver(&s, &task, utc(2027, 5, 4, 8, 0)).await,
+        Disposition::Skipped(shared::domain::door::SkipReason::SkippedByOwner)
+    );
+    s.model.script([Reply::text("Stretch!", 100, 10)]).await;
+    assert_eq!(
+        runner_deliver(&s, &task, utc(2027, 5, 5, 8, 0)).await,
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+}

@@ -81,6 +81,11 @@ fn connector_task() -> Task {
         }),
         approval: None,
         completed_at: None,
+        skip_next: Some(shared::domain::skip::SkipNext {
+            occurrence: t0 + chrono::Duration::days(1),
+            by: "adm_1".into(),
+            at: t0,
+        }),
         prompt_arguments: BTreeMap::new(),
         declaration_error: None,
         claims: BTreeMap::new(),
@@ -134,6 +139,10 @@ async fn a_full_task_round_trips_and_its_state_is_derived() {
         })
     );
     assert_eq!(item["override"]["paused"], true);
+    assert_eq!(
+        item["skip_next"],
+        json!({"occurrence": "2026-11-02T09:00:00Z", "by": "adm_1", "at": "2026-11-01T09:00:00Z"})
+    );
     assert_eq!(item["override"]["note"], "quiet week");
     assert_eq!(item["pending"]["spec"]["budget"]["max_usd_per_run"], 0.5);
     assert_eq!(
