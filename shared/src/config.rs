@@ -518,6 +518,8 @@ pub struct AdminConfig {
     /// `TABLE_NAME`
     pub table_name: String,
     pub target: ScheduleTarget,
+    /// `RUN_QUEUE_URL`: where a run now's message is sent.
+    pub run_queue_url: String,
     /// `MAX_ACTIVE_REMINDERS`: a restore never takes an owner past it.
     pub max_active: usize,
     /// `RETENTION_DAYS`
@@ -525,10 +527,11 @@ pub struct AdminConfig {
 }
 
 impl AdminConfig {
-    pub const VARIABLES: [&'static str; 7] = [
+    pub const VARIABLES: [&'static str; 8] = [
         "TABLE_NAME",
         "SCHEDULE_GROUP",
         "RUN_QUEUE_ARN",
+        "RUN_QUEUE_URL",
         "SCHEDULER_ROLE_ARN",
         "SCHEDULER_DLQ_ARN",
         "MAX_ACTIVE_REMINDERS",
@@ -543,6 +546,7 @@ impl AdminConfig {
         Ok(Self {
             table_name: env.required("TABLE_NAME")?,
             target: ScheduleTarget::from_env(env)?,
+            run_queue_url: env.required("RUN_QUEUE_URL")?,
             max_active: max_active(env)?,
             retention: retention(env)?,
         })
@@ -558,6 +562,8 @@ pub struct SchedulesConfig {
     /// `TABLE_NAME`
     pub table_name: String,
     pub target: ScheduleTarget,
+    /// `RUN_QUEUE_URL`: where a run now's message is sent.
+    pub run_queue_url: String,
     pub flags: Flags,
     pub ceilings: Ceilings,
     /// `MAX_ACTIVE_REMINDERS` (default [`DEFAULT_MAX_ACTIVE_REMINDERS`]):
@@ -568,10 +574,12 @@ pub struct SchedulesConfig {
 }
 
 impl SchedulesConfig {
-    /// Every variable schedules reads, create's and the cap;
-    /// `template.yaml` sets exactly these.
-    pub const VARIABLES: [&'static str; CREATE_VARIABLES.len() + 2] =
-        joined(CREATE_VARIABLES, ["MAX_ACTIVE_REMINDERS", "RETENTION_DAYS"]);
+    /// Every variable schedules reads, create's, the cap, the retention
+    /// and the runs queue's URL; `template.yaml` sets exactly these.
+    pub const VARIABLES: [&'static str; CREATE_VARIABLES.len() + 3] = joined(
+        CREATE_VARIABLES,
+        ["MAX_ACTIVE_REMINDERS", "RETENTION_DAYS", "RUN_QUEUE_URL"],
+    );
 
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from(&Env::process())
@@ -581,6 +589,7 @@ impl SchedulesConfig {
         Ok(Self {
             table_name: env.required("TABLE_NAME")?,
             target: ScheduleTarget::from_env(env)?,
+            run_queue_url: env.required("RUN_QUEUE_URL")?,
             flags: Flags::from_env(env)?,
             ceilings: ceilings(env)?,
             max_active: max_active(env)?,
@@ -836,9 +845,15 @@ mod tests {
 
     #[test]
     fn schedules_reads_create_s_variables_and_the_cap() {
-        let config = SchedulesConfig::from(&env(&FULL)).unwrap();
+        let mut base = FULL.to_vec();
+        base.push(("RUN_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/runs"));
+        let config = SchedulesConfig::from(&env(&base)).unwrap();
+        assert_eq!(
+            config.run_queue_url,
+            "https://sqs.us-east-1.amazonaws.com/123456789012/runs"
+        );
         assert_eq!(config.max_active, DEFAULT_MAX_ACTIVE_REMINDERS);
-        let mut capped = FULL.to_vec();
+        let mut capped = base.clone();
         capped.push(("MAX_ACTIVE_REMINDERS", "3"));
         assert_eq!(SchedulesConfig::from(&env(&capped)).unwrap().max_active, 3);
         assert_eq!(config.retention, chrono::Duration::days(DEFAULT_RETENTION_DAYS));
@@ -848,7 +863,7 @@ mod tests {
             chrono::Duration::days(30)
         );
         for bad in ["0", "3651", "soon"] {
-            let mut pairs = FULL.to_vec();
+            let mut pairs = base.clone();
             pairs.push(("RETENTION_DAYS", bad));
             assert!(matches!(
                 SchedulesConfig::from(&env(&pairs)),
@@ -859,7 +874,7 @@ mod tests {
             ));
         }
         for bad in ["0", "-1", "many"] {
-            let mut pairs = FULL.to_vec();
+            let mut pairs = base.clone();
             pairs.push(("MAX_ACTIVE_REMINDERS", bad));
             assert!(matches!(
                 SchedulesConfig::from(&env(&pairs)),
@@ -869,8 +884,13 @@ mod tests {
                 })
             ));
         }
-        let names: Vec<&str> = capped.iter().map(|(k, _)| *k).collect();
-        assert_eq!(names, SchedulesConfig::VARIABLES);
+        let names: std::collections::BTreeSet<&str> = capped.iter().map(|(k, _)| *k).collect();
+        assert_eq!(names, SchedulesConfig::VARIABLES.into_iter().collect());
+        assert_eq!(
+            SchedulesConfig::from(&env(&FULL)),
+            Err(ConfigError::Missing("RUN_QUEUE_URL")),
+            "a run now needs the runs queue"
+        );
     }
 
     #[test]

@@ -505,6 +505,16 @@ pub trait WorkQueue: Send + Sync {
     fn enqueue(&self, group: &str, dedup_id: &str, body: &str) -> impl Future<Output = Result<(), QueueError>> + Send;
 }
 
+/// The runs queue (SQS standard), for an occurrence sent outside the
+/// schedule: a run now (`domain::run_now`), in the message shape Scheduler
+/// delivers (`domain::occurrence::RunMessage`).
+pub trait RunQueue: Send + Sync {
+    fn send_run(
+        &self,
+        message: &crate::domain::occurrence::RunMessage,
+    ) -> impl Future<Output = Result<(), QueueError>> + Send;
+}
+
 // ---- The owner's schedules (SPEC §11) ----------------------------------------
 
 /// Where a page of an owner's reminders starts: after this task, in the

@@ -445,7 +445,7 @@ pub fn install(id: &str, server: &str, url: &str, scope: InstallScope) -> Instal
 
 // ---- Reconcile and admin -------------------------------------------------------
 
-use shared::adapters::queue::FifoQueue;
+use shared::adapters::queue::{FifoQueue, RunsQueue};
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::admin::Admin;
 use shared::app::reconcile::Reconciler;
@@ -488,13 +488,46 @@ impl TestStack {
         DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table)
     }
 
-    pub fn admin(&self) -> AdminFunction<DynamoStore, EventBridgeSchedules> {
+    pub fn admin(&self) -> AdminFunction<DynamoStore, EventBridgeSchedules, RunsQueue> {
         let config = self.create_config(ENABLED);
         AdminFunction(Admin::new(
             DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table),
             EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
+            self.runs_queue(),
             admin_settings(),
         ))
+    }
+
+    /// The runs queue, as the admin and schedules functions send a run now.
+    pub fn runs_queue(&self) -> RunsQueue {
+        RunsQueue::from_sdk(&self.aws.sdk, &self.stack.runs_queue_url)
+    }
+
+    /// Receives and deletes every message of the runs queue: their bodies.
+    pub async fn take_run_messages(&self) -> Vec<String> {
+        let sqs = aws_sdk_sqs::Client::new(&self.aws.sdk);
+        let mut bodies = Vec::new();
+        loop {
+            let got = sqs
+                .receive_message()
+                .queue_url(&self.stack.runs_queue_url)
+                .max_number_of_messages(10)
+                .send()
+                .await
+                .expect("receive");
+            if got.messages().is_empty() {
+                return bodies;
+            }
+            for message in got.messages() {
+                bodies.push(message.body().unwrap_or_default().to_owned());
+                sqs.delete_message()
+                    .queue_url(&self.stack.runs_queue_url)
+                    .receipt_handle(message.receipt_handle().unwrap_or_default())
+                    .send()
+                    .await
+                    .expect("delete");
+            }
+        }
     }
 
     /// Receives and deletes every message of the reconcile FIFO queue.
@@ -588,6 +621,7 @@ impl TestStack {
             shared::config::SchedulesConfig {
                 table_name: config.table_name,
                 target: config.target,
+                run_queue_url: self.stack.runs_queue_url.clone(),
                 flags: config.flags,
                 ceilings: config.ceilings,
                 max_active,
@@ -628,12 +662,13 @@ pub fn schedules_create(principal: &Value, key: &str, title: &str, when: Value) 
 
 /// The admin use case behind its function's handler: a payload is decoded
 /// as the admin function decodes it (`admin::decode`), then answered.
-pub struct AdminFunction<S, G>(pub Admin<S, G>);
+pub struct AdminFunction<S, G, Q>(pub Admin<S, G, Q>);
 
-impl<S, G> AdminFunction<S, G>
+impl<S, G, Q> AdminFunction<S, G, Q>
 where
     S: shared::ports::TaskCatalog + shared::ports::TaskStore + shared::ports::ReminderStore,
     G: shared::ports::Schedules,
+    Q: shared::ports::RunQueue,
 {
     pub async fn handle(
         &self,

@@ -7,18 +7,20 @@ use chrono::{DateTime, Utc};
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::Value;
 use shared::adapters::dynamo::DynamoStore;
+use shared::adapters::queue::RunsQueue;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::admin::{Admin, AdminError, AdminRefusal, AdminRequest, AdminSettings};
 use shared::config::AdminConfig;
 use shared::domain::payload::{self, Payload};
-use shared::ports::{ReminderStore, Schedules, TaskCatalog, TaskStore};
+use shared::ports::{ReminderStore, RunQueue, Schedules, TaskCatalog, TaskStore};
 
-pub type App = Admin<DynamoStore, EventBridgeSchedules>;
+pub type App = Admin<DynamoStore, EventBridgeSchedules, RunsQueue>;
 
 pub fn build(sdk: &aws_config::SdkConfig, config: AdminConfig) -> App {
     Admin::new(
         DynamoStore::from_sdk(sdk, config.table_name),
         EventBridgeSchedules::from_sdk(sdk, config.target),
+        RunsQueue::from_sdk(sdk, config.run_queue_url),
         AdminSettings {
             max_active: config.max_active,
             retention: config.retention,
@@ -45,10 +47,11 @@ pub fn decode(payload: Payload) -> Result<AdminRequest, AdminRefusal> {
 }
 
 /// Decodes a payload and answers it: what the function returns.
-pub async fn answer<S, G>(app: &Admin<S, G>, payload: Payload, now: DateTime<Utc>) -> Result<Value, AdminError>
+pub async fn answer<S, G, Q>(app: &Admin<S, G, Q>, payload: Payload, now: DateTime<Utc>) -> Result<Value, AdminError>
 where
     S: TaskCatalog + TaskStore + ReminderStore,
     G: Schedules,
+    Q: RunQueue,
 {
     let outcome = match decode(payload) {
         Ok(request) => app.handle(request, now).await?,

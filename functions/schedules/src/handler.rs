@@ -7,16 +7,17 @@ use chrono::{DateTime, Utc};
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::Value;
 use shared::adapters::dynamo::DynamoStore;
+use shared::adapters::queue::RunsQueue;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::create::{CreateSettings, duplicate_key};
 use shared::app::schedules::{OwnerSchedules, Refusal, Request, SchedulesError, SchedulesSettings};
 use shared::config::SchedulesConfig;
 use shared::domain::payload::{self, Payload};
 use shared::domain::reminder::Rejection;
-use shared::ports::{ReminderStore, Schedules, TaskCatalog, TaskStore};
+use shared::ports::{ReminderStore, RunQueue, Schedules, TaskCatalog, TaskStore};
 
 /// The schedules use case on the AWS adapters, answering invoke payloads.
-pub struct App(pub OwnerSchedules<DynamoStore, EventBridgeSchedules>);
+pub struct App(pub OwnerSchedules<DynamoStore, EventBridgeSchedules, RunsQueue>);
 
 impl App {
     /// Decodes a payload and answers it at `now`: what the function returns.
@@ -30,6 +31,7 @@ pub fn build(sdk: &aws_config::SdkConfig, config: SchedulesConfig) -> App {
     App(OwnerSchedules::new(
         DynamoStore::from_sdk(sdk, config.table_name),
         EventBridgeSchedules::from_sdk(sdk, config.target),
+        RunsQueue::from_sdk(sdk, config.run_queue_url),
         SchedulesSettings {
             create: CreateSettings {
                 flags: config.flags,
@@ -55,14 +57,15 @@ pub fn decode(payload: Payload) -> Result<Request, Refusal> {
 /// Decodes a payload, answers it and encodes the answer: `{"ok": true,
 /// ...answer}` or `{"ok": false, "error": {"code", "message"}}`. A
 /// disabled surface says so before anything else is read.
-pub async fn answer<S, G>(
-    app: &OwnerSchedules<S, G>,
+pub async fn answer<S, G, Q>(
+    app: &OwnerSchedules<S, G, Q>,
     payload: Payload,
     now: DateTime<Utc>,
 ) -> Result<Value, SchedulesError>
 where
     S: TaskStore + TaskCatalog + ReminderStore,
     G: Schedules,
+    Q: RunQueue,
 {
     let op = payload.value.get("op").and_then(Value::as_str).unwrap_or_default();
     let outcome = match app.gate(op).and_then(|()| decode(payload)) {

@@ -629,6 +629,7 @@ impl Stack {
             ("TABLE_NAME", self.names.table.clone()),
             ("SCHEDULE_GROUP", self.names.schedule_group.clone()),
             ("RUN_QUEUE_ARN", self.runs_queue_arn.clone()),
+            ("RUN_QUEUE_URL", self.runs_queue_url.clone()),
             ("SCHEDULER_ROLE_ARN", self.scheduler_role_arn.clone()),
             ("SCHEDULER_DLQ_ARN", self.scheduler_dlq_arn.clone()),
             ("WEBHOOK_SECRET_ARN", self.webhook_secret_arn.clone()),

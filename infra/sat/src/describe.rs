@@ -31,6 +31,22 @@ use crate::error::SatError;
 use crate::render::{self, Report};
 use crate::resources::Resources;
 
+/// The runs queue of the admin use case sat reads through: sat makes no
+/// writes, so it never sends a run (a run now is the admin function's).
+struct NoRuns;
+
+impl shared::ports::RunQueue for NoRuns {
+    async fn send_run(
+        &self,
+        _message: &shared::domain::occurrence::RunMessage,
+    ) -> Result<(), shared::ports::QueueError> {
+        Err(shared::ports::QueueError {
+            operation: "SendMessage",
+            source: "sat reads and never runs a task".into(),
+        })
+    }
+}
+
 /// Who `sat` reads as: an admin of the task's workspace, reading only.
 const OPERATOR: &str = "sat";
 
@@ -172,6 +188,7 @@ pub async fn run(args: &DescribeArgs, resources: &Resources) -> Result<DescribeR
     let admin = Admin::new(
         store,
         schedules.clone(),
+        NoRuns,
         AdminSettings {
             max_active: 0,
             retention: chrono::Duration::zero(),

@@ -1,8 +1,10 @@
-//! The reconcile work queue on SQS FIFO.
+//! The reconcile work queue on SQS FIFO, and the runs queue (SQS
+//! standard) for a run now's message.
 
 use aws_sdk_sqs::Client;
 
-use crate::ports::{QueueError, WorkQueue};
+use crate::domain::occurrence::RunMessage;
+use crate::ports::{QueueError, RunQueue, WorkQueue};
 
 #[derive(Clone)]
 pub struct FifoQueue {
@@ -38,6 +40,42 @@ impl WorkQueue for FifoQueue {
             .queue_url(&self.url)
             .message_group_id(sqs_id(group))
             .message_deduplication_id(sqs_id(dedup_id))
+            .message_body(body)
+            .send()
+            .await
+            .map_err(|e| QueueError {
+                operation: "SendMessage",
+                source: Box::new(e),
+            })?;
+        Ok(())
+    }
+}
+
+/// The runs queue, which Scheduler also sends every occurrence to.
+#[derive(Clone)]
+pub struct RunsQueue {
+    client: Client,
+    url: String,
+}
+
+impl RunsQueue {
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, url: impl Into<String>) -> Self {
+        Self {
+            client: Client::new(sdk),
+            url: url.into(),
+        }
+    }
+}
+
+impl RunQueue for RunsQueue {
+    async fn send_run(&self, message: &RunMessage) -> Result<(), QueueError> {
+        let body = serde_json::to_string(message).map_err(|e| QueueError {
+            operation: "SendMessage",
+            source: Box::new(e),
+        })?;
+        self.client
+            .send_message()
+            .queue_url(&self.url)
             .message_body(body)
             .send()
             .await

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::change::commit;
 use crate::app::reconcile::StepError;
+use crate::app::run_now::{self, Requested, RunNowFailure};
 use crate::domain::approval;
 use crate::domain::bounds::compare;
 use crate::domain::ceiling::{CostCeiling, cost_ceiling};
@@ -30,7 +31,7 @@ use crate::domain::schedule::format_utc;
 use crate::domain::schedule::preview::{Fire, next_fires, upcoming};
 use crate::domain::skip;
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
-use crate::ports::{ReminderStore, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore};
+use crate::ports::{QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore};
 
 pub const ADMIN_SCOPE: &str = "schedule.admin";
 
@@ -48,6 +49,8 @@ pub enum AdminRefusal {
     VersionConflict { expected: u64, current: u64 },
     #[error("{0}")]
     InvalidRequest(String),
+    #[error("this idempotency key was already used with a different input")]
+    IdempotencyConflict,
 }
 
 impl AdminRefusal {
@@ -57,6 +60,7 @@ impl AdminRefusal {
             AdminRefusal::NotFound(_) => "not_found",
             AdminRefusal::VersionConflict { .. } => "version_conflict",
             AdminRefusal::InvalidRequest(_) => "invalid_request",
+            AdminRefusal::IdempotencyConflict => "idempotency_conflict",
         }
     }
 }
@@ -79,6 +83,17 @@ pub enum AdminError {
     Schedule(#[from] ScheduleError),
     #[error("task {0}'s schedule cannot be expressed: {1}")]
     Unschedulable(String, String),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl From<RunNowFailure> for AdminError {
+    fn from(e: RunNowFailure) -> Self {
+        match e {
+            RunNowFailure::Step(e) => e.into(),
+            RunNowFailure::Queue(e) => AdminError::Queue(e),
+        }
+    }
 }
 
 /// An admin request, as the handler decodes it from the invoke payload
@@ -138,6 +153,14 @@ pub enum AdminRequest {
         task_id: String,
         expected_version: u64,
     },
+    /// One extra occurrence of an approved connector task now
+    /// (`app::run_now`), exactly once per key.
+    RunNow {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+        idempotency_key: String,
+    },
     /// The latest run records of any task of the workspace, newest first.
     Runs {
         principal: Principal,
@@ -159,14 +182,17 @@ impl AdminRequest {
             | AdminRequest::Restore { principal, .. }
             | AdminRequest::SkipNext { principal, .. }
             | AdminRequest::Unskip { principal, .. }
+            | AdminRequest::RunNow { principal, .. }
             | AdminRequest::Runs { principal, .. } => principal,
         }
     }
 }
 
-pub struct Admin<S, G> {
+pub struct Admin<S, G, Q> {
     store: S,
     schedules: G,
+    /// Where a run now's message goes (the runs queue).
+    queue: Q,
     settings: AdminSettings,
 }
 
@@ -230,10 +256,24 @@ pub struct CostCeilings {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum AdminAnswer {
-    List { tasks: Vec<TaskView> },
+    List {
+        tasks: Vec<TaskView>,
+    },
     Get(Box<TaskDetail>),
-    Changed { task: TaskView, explanation: String },
-    Runs { runs: Vec<RunView> },
+    Changed {
+        task: TaskView,
+        explanation: String,
+    },
+    /// `run_now`: the extra occurrence's run id, as its event will name it.
+    RunNow {
+        run_id: String,
+        replayed: bool,
+        task: TaskView,
+        explanation: String,
+    },
+    Runs {
+        runs: Vec<RunView>,
+    },
 }
 
 /// The door's verdict in words: whether and when the task runs next, and why.
@@ -343,7 +383,7 @@ fn admin_task(task: &Task) -> Task {
     shown
 }
 
-impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
+impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admin<S, G, Q> {
     /// `runs`: the task's latest run records, newest first, with the skip
     /// and failure reasons in words (`domain::history`).
     async fn runs(&self, principal: &Principal, task_id: &str, limit: Option<u64>) -> Outcome {
@@ -365,13 +405,66 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
     }
 }
 
-impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
-    pub fn new(store: S, schedules: G, settings: AdminSettings) -> Self {
+impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admin<S, G, Q> {
+    pub fn new(store: S, schedules: G, queue: Q, settings: AdminSettings) -> Self {
         Self {
             store,
             schedules,
+            queue,
             settings,
         }
+    }
+
+    /// `run_now`: one extra occurrence of an approved connector task now.
+    async fn run_now(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        expected_version: u64,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        if let Err(rejection) = crate::domain::reminder::check_id("idempotency_key", key) {
+            return Ok(Err(AdminRefusal::InvalidRequest(rejection.to_string())));
+        }
+        let task = match self.load(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if let Err(refusal) = connector_only(&task, "run_now") {
+            return Ok(Err(refusal));
+        }
+        let install = match &task.provenance {
+            Provenance::Connector { install_id, .. } => self.store.install(&task.workspace, install_id).await?,
+            Provenance::User { .. } => None,
+        };
+        let requested = run_now::request(
+            &self.store,
+            &self.schedules,
+            &self.queue,
+            principal,
+            &task,
+            install.as_ref(),
+            key,
+            expected_version,
+            now,
+            self.settings.retention,
+        )
+        .await?;
+        Ok(match requested {
+            Requested::Sent { run_id, task, replayed } => Ok(AdminAnswer::RunNow {
+                run_id,
+                replayed,
+                task: view(&task),
+                explanation: explain(&task, now),
+            }),
+            Requested::Refused(why) => Err(AdminRefusal::InvalidRequest(format!("run_now refused: {why}"))),
+            Requested::VersionMoved { current } => Err(AdminRefusal::VersionConflict {
+                expected: expected_version,
+                current,
+            }),
+            Requested::Conflict => Err(AdminRefusal::IdempotencyConflict),
+        })
     }
 
     /// Answers one decoded request: a typed answer, or a refusal (an
@@ -433,6 +526,15 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
                 .await
             }
             AdminRequest::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
+            AdminRequest::RunNow {
+                task_id,
+                expected_version,
+                idempotency_key,
+                ..
+            } => {
+                self.run_now(&principal, &task_id, expected_version, &idempotency_key, now)
+                    .await
+            }
             AdminRequest::SkipNext {
                 task_id,
                 expected_version,
@@ -509,6 +611,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules> Admin<S, G> {
             | AdminRequest::Approve { .. }
             | AdminRequest::SkipNext { .. }
             | AdminRequest::Unskip { .. }
+            | AdminRequest::RunNow { .. }
             | AdminRequest::Runs { .. } => {
                 return Ok(Err(AdminRefusal::InvalidRequest("not an override operation".into())));
             }

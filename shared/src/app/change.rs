@@ -7,7 +7,9 @@
 //!
 //! 1. the new version and time; a skip of the next occurrence moved to
 //!    the new schedule's next one, or forgotten once spent
-//!    (`domain::skip::carry`);
+//!    (`domain::skip::carry`); recorded run-now occurrences forgotten
+//!    when the schedule changed or the task stopped running
+//!    (`domain::run_now::carry`);
 //! 2. the order of the two writes (`domain::schedule_definition::Order`):
 //!    a schedule that must fire again, elsewhere or never is put first;
 //! 3. the task written conditionally on the version read, exactly the
@@ -28,8 +30,8 @@ use crate::app::reconcile::{StepError, put_in_step};
 use crate::domain::idempotency::IdempotencyRecord;
 use crate::domain::reconcile::Write;
 use crate::domain::schedule_definition::{Order, ScheduleDefinition};
-use crate::domain::skip;
 use crate::domain::task::{Provenance, Task};
+use crate::domain::{run_now, skip};
 use crate::ports::{ReminderStore, Schedules, TaskCatalog, TaskStore, UpdateWritten, Versioned};
 
 /// How a change ended.
@@ -90,12 +92,19 @@ where
 {
     after.version = before.version + 1;
     after.updated_at = now;
-    // A skip of the next occurrence stays the next one across a move.
+    // A skip of the next occurrence stays the next one across a move; a
+    // run now is stale once the task moved or stopped running.
     after.skip_next = skip::carry(
         &before.spec.schedule,
         &after.spec.schedule,
         after.skip_next.as_ref(),
         now,
+    );
+    after.run_now = run_now::carry(
+        &before.spec.schedule,
+        &after.spec.schedule,
+        after.should_fire(),
+        &after.run_now,
     );
     after.ttl = after.expiry_after_change(now, retention);
     let order = Order::of(before, &after).map_err(|e| unschedulable(&after, e))?;

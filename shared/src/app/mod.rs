@@ -7,6 +7,7 @@ pub mod create;
 pub mod overdue;
 pub mod reconcile;
 pub mod run;
+pub mod run_now;
 pub mod schedules;
 
 use crate::ports::McpError;

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::app::change::{Changed, commit, commit_with};
 use crate::app::create::{Answer, CreateError, CreateReminder, CreateSettings};
 use crate::app::reconcile::StepError;
+use crate::app::run_now::{self, Requested, RunNowFailure};
 use crate::domain::history::{self, RunView};
 use crate::domain::idempotency::{IdempotencyRecord, Replay};
 use crate::domain::overrides::{OverrideEdit, Overrides};
@@ -40,7 +41,9 @@ use crate::domain::schedule::preview::upcoming;
 use crate::domain::schedule::{Schedule, format_utc};
 use crate::domain::skip;
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
-use crate::ports::{ReminderStore, ScheduleError, Schedules, StateFilter, StoreError, TaskCatalog, TaskStore};
+use crate::ports::{
+    QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StateFilter, StoreError, TaskCatalog, TaskStore,
+};
 
 pub const READ_SCOPE: &str = "schedule.read";
 /// Next run instants `get` shows.
@@ -87,6 +90,17 @@ pub enum SchedulesError {
     Schedule(#[from] ScheduleError),
     #[error("task {0}'s schedule cannot be expressed: {1}")]
     Unschedulable(String, String),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl From<RunNowFailure> for SchedulesError {
+    fn from(e: RunNowFailure) -> Self {
+        match e {
+            RunNowFailure::Step(e) => e.into(),
+            RunNowFailure::Queue(e) => SchedulesError::Queue(e),
+        }
+    }
 }
 
 impl From<StepError> for SchedulesError {
@@ -164,6 +178,13 @@ pub enum Request {
         task_id: String,
         expected_version: u64,
     },
+    /// One extra occurrence of a recurring reminder now (`app::run_now`).
+    RunNow {
+        principal: Principal,
+        task_id: String,
+        expected_version: u64,
+        idempotency_key: String,
+    },
 }
 
 impl Request {
@@ -181,6 +202,7 @@ impl Request {
             Request::Cancel { .. } => "cancel",
             Request::SkipNext { .. } => "skip_next",
             Request::Unskip { .. } => "unskip",
+            Request::RunNow { .. } => "run_now",
         }
     }
 
@@ -196,12 +218,22 @@ impl Request {
             | Request::Resume { principal, .. }
             | Request::Cancel { principal, .. }
             | Request::SkipNext { principal, .. }
-            | Request::Unskip { principal, .. } => principal,
+            | Request::Unskip { principal, .. }
+            | Request::RunNow { principal, .. } => principal,
         }
     }
 }
 
-const WRITES: [&str; 7] = ["create", "update", "pause", "resume", "cancel", "skip_next", "unskip"];
+const WRITES: [&str; 8] = [
+    "create",
+    "update",
+    "pause",
+    "resume",
+    "cancel",
+    "skip_next",
+    "unskip",
+    "run_now",
+];
 
 /// What schedules needs besides its ports.
 #[derive(Debug, Clone)]
@@ -214,8 +246,10 @@ pub struct SchedulesSettings {
     pub retention: chrono::Duration,
 }
 
-pub struct OwnerSchedules<S, G> {
+pub struct OwnerSchedules<S, G, Q> {
     create: CreateReminder<S, G>,
+    /// Where a run now's message goes (the runs queue).
+    queue: Q,
     settings: SchedulesSettings,
 }
 
@@ -262,6 +296,13 @@ pub enum OwnerAnswer {
         replayed: Option<bool>,
         task: Summary,
     },
+    /// `run_now`: the extra occurrence's run id (as its `Scheduled run
+    /// finished` event will name it) and the reminder as it now is.
+    RunNow {
+        run_id: String,
+        replayed: bool,
+        task: Summary,
+    },
     /// `runs`, newest first.
     Runs { runs: Vec<RunView> },
     /// `run`.
@@ -278,10 +319,11 @@ enum Switch {
     Unskip,
 }
 
-impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S, G> {
-    pub fn new(store: S, schedules: G, settings: SchedulesSettings) -> Self {
+impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> OwnerSchedules<S, G, Q> {
+    pub fn new(store: S, schedules: G, queue: Q, settings: SchedulesSettings) -> Self {
         Self {
             create: CreateReminder::new(store, schedules, settings.create.clone()),
+            queue,
             settings,
         }
     }
@@ -335,7 +377,8 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
             | Request::Resume { .. }
             | Request::Cancel { .. }
             | Request::SkipNext { .. }
-            | Request::Unskip { .. } => WRITE_SCOPE,
+            | Request::Unskip { .. }
+            | Request::RunNow { .. } => WRITE_SCOPE,
         };
         if !principal.holds(scope) {
             return Ok(Err(Refusal::Forbidden(scope)));
@@ -465,6 +508,15 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                 self.switch(&principal, &task_id, expected_version, Switch::Unskip, now)
                     .await
             }
+            Request::RunNow {
+                task_id,
+                expected_version,
+                idempotency_key,
+                ..
+            } => {
+                self.run_now(&principal, &task_id, expected_version, &idempotency_key, now)
+                    .await
+            }
         }
     }
 
@@ -586,6 +638,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
             workspace: principal.workspace.clone(),
             created_at: now,
             ttl: Some((now + self.settings.retention).timestamp()),
+            occurrence: None,
         };
         match commit_with(
             self.store(),
@@ -637,6 +690,55 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules> OwnerSchedules<S,
                 Err(refusal) => Ok(Err(refusal)),
             },
         }
+    }
+
+    /// One extra occurrence of a recurring reminder now (`app::run_now`).
+    async fn run_now(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        expected_version: u64,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        if let Err(rejection) = check_id("idempotency_key", key) {
+            return Ok(Err(rejection.into()));
+        }
+        let task = match self.owned(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if task.spec.schedule.is_one_time() {
+            return Ok(Err(Refusal::invalid(
+                "run_now is for recurring reminders: a one-time reminder runs at its time (move it with update)",
+            )));
+        }
+        let requested = run_now::request(
+            self.store(),
+            self.schedules(),
+            &self.queue,
+            principal,
+            &task,
+            None,
+            key,
+            expected_version,
+            now,
+            self.settings.retention,
+        )
+        .await?;
+        Ok(match requested {
+            Requested::Sent { run_id, task, replayed } => Ok(OwnerAnswer::RunNow {
+                run_id,
+                replayed,
+                task: summary(&task, now),
+            }),
+            Requested::Refused(why) => Err(Refusal::invalid(format!("run_now refused: {why}"))),
+            Requested::VersionMoved { current } => Err(Refusal::VersionConflict {
+                expected: expected_version,
+                current,
+            }),
+            Requested::Conflict => Err(Refusal::Reminder(Rejection::IdempotencyConflict)),
+        })
     }
 
     async fn switch(

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::hold::HoldReason;
 use super::install::Install;
+use super::run_now::is_recorded;
 use super::schedule::Schedule;
 use super::schedule::preview::next_fire;
 use super::skip::skips;
@@ -40,8 +41,9 @@ pub enum SkipReason {
     /// A one-time task whose occurrence already finished.
     Completed,
     /// The scheduled time is not an occurrence of the task's current
-    /// schedule: its owner or a release moved it since the message was
-    /// sent. Never completes the task, never touches its schedule.
+    /// schedule, nor a run now it recorded: its owner or a release moved it
+    /// since the message was sent. Never completes the task, never touches
+    /// its schedule.
     Rescheduled,
     /// The run's maximum cost does not fit the task's period budget.
     BudgetExhausted,
@@ -178,7 +180,7 @@ pub fn verdict(facts: &Facts<'_>) -> Verdict {
     if task.completed_at.is_some() {
         return Verdict::Skip(Completed);
     }
-    if !is_occurrence(&task.spec.schedule, facts.scheduled) {
+    if !is_occurrence(&task.spec.schedule, facts.scheduled) && !is_recorded(&task.run_now, facts.scheduled) {
         return Verdict::Skip(Rescheduled);
     }
     if skips(task.skip_next.as_ref(), facts.scheduled) {
@@ -506,5 +508,34 @@ mod tests {
             install: None,
         };
         assert_eq!(verdict(&facts(present)), Verdict::Skip(SkipReason::Paused));
+    }
+
+    #[test]
+    fn a_recorded_run_now_is_one_of_the_tasks_own_and_an_unrecorded_one_is_not() {
+        let mut daily = reminder_task(t0());
+        daily.spec.schedule = Schedule::Cron {
+            cron: "0 7 * * *".into(),
+            timezone: "Europe/Berlin".into(),
+            until: None,
+        };
+        fn present(task: &Task) -> TaskFacts<'_> {
+            TaskFacts::Present { task, install: None }
+        }
+        // t0 (19:00 in Berlin) is no occurrence of a 07:00 reminder.
+        assert_eq!(verdict(&facts(present(&daily))), Verdict::Skip(SkipReason::Rescheduled));
+        daily.run_now.insert(
+            crate::domain::schedule::format_utc(t0()),
+            crate::domain::run_now::RunNow {
+                key: "now_1".into(),
+                by: "usr_1".into(),
+                requested_at: t0(),
+            },
+        );
+        assert_eq!(verdict(&facts(present(&daily))), Verdict::Run);
+        daily.overrides = Some(Overrides {
+            paused: true,
+            ..Default::default()
+        });
+        assert_eq!(verdict(&facts(present(&daily))), Verdict::Skip(SkipReason::Paused));
     }
 }

@@ -46,6 +46,10 @@ pub struct IdempotencyRecord {
     /// when it is written (it only guards that update's retries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<i64>,
+    /// A run now's occurrence: what a replay of its key answers (and sends
+    /// again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurrence: Option<DateTime<Utc>>,
 }
 
 /// What a second call with a recorded key gets.

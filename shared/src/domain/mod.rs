@@ -33,6 +33,7 @@ mod reconcile_model;
 pub mod recurrence;
 pub mod redelivery;
 pub mod reminder;
+pub mod run_now;
 pub mod schedule;
 pub mod schedule_definition;
 pub mod settlement;

@@ -537,6 +537,7 @@ impl CheckedRequest {
             workspace: principal.workspace,
             created_at: now,
             ttl: None,
+            occurrence: None,
         };
         Ok((task, record))
     }

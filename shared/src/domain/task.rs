@@ -25,6 +25,7 @@ use super::claim::Claim;
 use super::hold::Hold;
 use super::limits::Limits;
 use super::overrides::Overrides;
+use super::run_now::RunNow;
 use super::schedule::Schedule;
 use super::skip::SkipNext;
 
@@ -209,6 +210,10 @@ pub struct Task {
     /// task) skips (`domain::skip`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_next: Option<SkipNext>,
+    /// Extra occurrences requested with run now, by occurrence key
+    /// (`domain::run_now`): the door accepts them as the task's own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub run_now: BTreeMap<String, RunNow>,
     /// Reconcile's record of the prompt's arguments: name -> required.
     #[serde(default)]
     pub prompt_arguments: BTreeMap<String, bool>,
@@ -268,6 +273,7 @@ impl Task {
             approval: None,
             completed_at: None,
             skip_next: None,
+            run_now: BTreeMap::new(),
             prompt_arguments: BTreeMap::new(),
             declaration_error: None,
             claims: BTreeMap::new(),
@@ -388,6 +394,7 @@ pub(crate) mod tests_support {
             approval: None,
             completed_at: None,
             skip_next: None,
+            run_now: BTreeMap::new(),
             prompt_arguments: BTreeMap::new(),
             declaration_error: None,
             claims: BTreeMap::new(),

@@ -208,6 +208,7 @@ pub async fn measure() -> anyhow::Result<Vec<Requests>> {
     let admin = tests_admin(Admin::new(
         store.clone(),
         EventBridgeSchedules::from_sdk(&t.aws.sdk, t.create_config(ENABLED).target),
+        t.runs_queue(),
         crate::admin_settings(),
     ));
     let task_id = TaskId::for_connector("ws_1", "issues", "weekly_summary");

@@ -80,7 +80,7 @@ async fn an_admin_pause_and_resume_of_a_completed_reminder_creates_no_schedule()
 /// The admin deletes the task while its run is in progress: after the model
 /// answered, before the settle is sent.
 struct DeleteBeforeSettle {
-    admin: AdminFunction<DynamoStore, EventBridgeSchedules>,
+    admin: AdminFunction<DynamoStore, EventBridgeSchedules, shared::adapters::queue::RunsQueue>,
     task_id: String,
     version: u64,
 }

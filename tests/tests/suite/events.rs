@@ -51,6 +51,7 @@ async fn the_reconcile_admin_and_runner_fixtures_are_what_the_functions_take() {
         "admin-pause.json",
         "admin-skip-next.json",
         "admin-unskip.json",
+        "admin-run-now.json",
     ] {
         let answer = t.admin().handle(fixture(name), Utc::now()).await.unwrap();
         assert_eq!(answer["error"]["code"], "not_found", "{name}: {answer}");
@@ -135,8 +136,8 @@ async fn the_monthly_yearly_and_until_fixtures_create_what_the_readme_shows() {
     }
 }
 
-/// The skip fixtures, after the daily reminder's create and update: the
-/// next run is skipped, then taken back.
+/// The skip and run-now fixtures, after the daily reminder's create and
+/// update: the next run is skipped, then taken back, and one runs now.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_skip_fixtures_skip_the_next_run_and_take_it_back() {
     let t = TestStack::start().await.unwrap();
@@ -148,6 +149,7 @@ async fn the_skip_fixtures_skip_the_next_run_and_take_it_back() {
         "schedules-update.json",
         "schedules-skip-next.json",
         "schedules-unskip.json",
+        "schedules-run-now.json",
     ] {
         let answer = app.handle(fixture(name), now).await.unwrap();
         assert_eq!(code(&answer), "ok", "{name}: {answer}");
@@ -157,4 +159,13 @@ async fn the_skip_fixtures_skip_the_next_run_and_take_it_back() {
     assert_eq!(answers[2]["task"]["next_run_at"], "2026-12-01T19:00:00Z");
     assert_eq!(answers[3]["task"]["next_run_at"], "2026-11-30T19:00:00Z");
     assert_eq!(answers[3]["task"]["version"], 4);
+    assert_eq!(answers[4]["replayed"], false);
+    assert_eq!(
+        answers[4]["run_id"],
+        format!(
+            "{}@2026-11-30T12:00:00Z",
+            answers[0]["task"]["task_id"].as_str().unwrap()
+        )
+    );
+    assert_eq!(t.take_run_messages().await.len(), 1, "its message is on the runs queue");
 }

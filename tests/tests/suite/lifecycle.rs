@@ -1,7 +1,7 @@
 //! The lifecycle model check (issue: a reminder's whole life holds): random
 //! sequences of an owner's operations (create one-time, daily or monthly on
 //! a late day, update of each field, pause, resume, cancel, skip next,
-//! unskip), an admin's (pause, resume, delete, restore), deliveries
+//! unskip, run now and its replay), an admin's (pause, resume, delete, restore), deliveries
 //! (on time, late, duplicate, stale, throttled and returned), the worker
 //! flag, clock moves and owner/admin races, driven through the real
 //! schedules app, admin and runner against moto and the Converse stand-in,
@@ -78,6 +78,12 @@ enum Op {
     Race(usize),
     SkipNext(usize),
     Unskip(usize),
+    /// The owner asks for a run now with a new key.
+    RunNow(usize),
+    /// The last run now's key again, with the version it was asked at.
+    RunNowAgain(usize),
+    /// The last run now's message is delivered, this many seconds after it.
+    DeliverRunNow(usize, i64),
 }
 
 fn when() -> impl Strategy<Value = When> {
@@ -110,7 +116,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1i64..1500).prop_map(Op::Advance),
         1 => slot.clone().prop_map(Op::Race),
         2 => slot.clone().prop_map(Op::SkipNext),
-        1 => slot.prop_map(Op::Unskip),
+        1 => slot.clone().prop_map(Op::Unskip),
+        2 => slot.clone().prop_map(Op::RunNow),
+        1 => slot.clone().prop_map(Op::RunNowAgain),
+        2 => (slot, prop_oneof![Just(2i64), Just(5400)]).prop_map(|(s, late)| Op::DeliverRunNow(s, late)),
     ]
 }
 
@@ -176,6 +185,11 @@ struct Rem {
     last: Option<DateTime<Utc>>,
     /// The occurrence its owner skips next.
     skip: Option<DateTime<Utc>>,
+    /// Run-now occurrences the task still holds as its own.
+    extras: std::collections::BTreeSet<DateTime<Utc>>,
+    /// The last run now asked: its key, the version it was asked at, its
+    /// run id and occurrence.
+    run_now: Option<(String, u64, String, DateTime<Utc>)>,
 }
 
 impl Rem {
@@ -215,13 +229,18 @@ impl Rem {
         self.version += 1;
         self.fired = false;
         self.skip = self.skip.filter(|s| *s > now);
+        // A run now is stale once the task stopped running.
+        if self.state() != "scheduled" {
+            self.extras.clear();
+        }
     }
 }
 
 struct World {
     s: RunStack,
     app: schedules::App,
-    admin: AdminFunction<shared::adapters::dynamo::DynamoStore, EventBridgeSchedules>,
+    admin:
+        AdminFunction<shared::adapters::dynamo::DynamoStore, EventBridgeSchedules, shared::adapters::queue::RunsQueue>,
     workspace: String,
     now: DateTime<Utc>,
     worker: bool,
@@ -322,7 +341,7 @@ impl World {
         if rem.completed {
             return skip(SkipReason::Completed);
         }
-        if !rem.sched.occurs_at(at) {
+        if !rem.sched.occurs_at(at) && !rem.extras.contains(&at) {
             return skip(SkipReason::Rescheduled);
         }
         if rem.skip == Some(at) {
@@ -399,6 +418,8 @@ impl World {
                         outcomes: BTreeMap::new(),
                         last: None,
                         skip: None,
+                        extras: Default::default(),
+                        run_now: None,
                     },
                 );
             }
@@ -438,6 +459,8 @@ impl World {
                     let from = now - Duration::hours(1);
                     rem.old.push(rem.sched.next(from));
                     rem.sched = sched;
+                    // A run now is stale once its task moved.
+                    rem.extras.clear();
                     // A skip still to come moves to the new schedule's next one.
                     rem.skip = rem.skip.filter(|s| *s > now).and_then(|_| match sched {
                         Sched::At(_) => None,
@@ -602,6 +625,50 @@ impl World {
                     }
                 }
             }
+            Op::RunNow(slot) | Op::RunNowAgain(slot) => {
+                let Some(rem) = self.rems.get(slot).cloned() else {
+                    return Ok(());
+                };
+                let again = matches!(op, Op::RunNowAgain(_));
+                let (key, version) = match (&rem.run_now, again) {
+                    (Some((key, version, _, _)), true) => (key.clone(), *version),
+                    (None, true) => return Ok(()),
+                    (_, false) => (self.key(), rem.version),
+                };
+                let request = json!({"op": "run_now", "principal": self.owner(), "task_id": rem.task_id,
+                                     "expected_version": version, "idempotency_key": key});
+                let answer = self.app.handle(request, self.now).await.expect("schedules answers");
+                if again {
+                    let (_, _, run_id, _) = rem.run_now.clone().unwrap();
+                    prop_assert_eq!(&answer["ok"], true, "{}", answer);
+                    prop_assert_eq!(&answer["replayed"], true);
+                    prop_assert_eq!(&answer["run_id"], run_id.as_str());
+                    return Ok(());
+                }
+                if matches!(rem.sched, Sched::At(_)) || rem.state() != "scheduled" {
+                    prop_assert_eq!(tests::code(&answer), "invalid_request", "{}", answer);
+                    return Ok(());
+                }
+                prop_assert_eq!(&answer["ok"], true, "{}", answer);
+                prop_assert_eq!(&answer["replayed"], false);
+                let run_id = answer["run_id"].as_str().unwrap().to_owned();
+                let at = DateTime::parse_from_rfc3339(run_id.split_once('@').unwrap().1)
+                    .unwrap()
+                    .with_timezone(&Utc);
+                prop_assert!(at >= self.now && !rem.sched.occurs_at(at), "{}", run_id);
+                let rem = self.rems.get_mut(slot).unwrap();
+                rem.run_now = Some((key, version, run_id, at));
+                rem.extras.insert(at);
+                rem.wrote(self.now);
+            }
+            Op::DeliverRunNow(slot, late) => {
+                let Some(at) = self.rems.get(slot).and_then(|r| r.run_now.as_ref()).map(|r| r.3) else {
+                    return Ok(());
+                };
+                let now = self.now.max(at) + Duration::seconds(*late);
+                self.delivered(*slot, at, now).await?;
+                self.now = now;
+            }
             Op::Worker(on) => self.worker = *on,
             Op::Advance(minutes) => self.now += Duration::minutes(*minutes),
             Op::Race(slot) => {
@@ -690,6 +757,7 @@ async fn run_case(s: RunStack, case: usize, ops: Vec<Op>) -> (RunStack, Result<(
     let admin = AdminFunction(Admin::new(
         s.t.admin_store(),
         EventBridgeSchedules::from_sdk(&s.t.aws.sdk, config.target),
+        s.t.runs_queue(),
         AdminSettings {
             max_active: CAP,
             retention: Duration::days(90),

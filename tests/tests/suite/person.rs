@@ -570,6 +570,7 @@ async fn an_owners_pause_racing_an_admins_resume_leaves_the_schedule_in_step() {
     let slow = shared::app::schedules::OwnerSchedules::new(
         t.admin_store(),
         Intercepted::new(EventBridgeSchedules::from_sdk(&t.aws.sdk, config.target), gated),
+        t.runs_queue(),
         shared::app::schedules::SchedulesSettings {
             create: shared::app::create::CreateSettings {
                 flags: config.flags,

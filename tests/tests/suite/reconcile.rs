@@ -596,6 +596,7 @@ async fn concurrent_admin_writes_leave_the_schedule_in_step_with_the_task() {
             EventBridgeSchedules::from_sdk(&w.t.aws.sdk, w.t.create_config(tests::ENABLED).target),
             gated,
         ),
+        w.t.runs_queue(),
         tests::admin_settings(),
     ));
     let v = w.version().await;

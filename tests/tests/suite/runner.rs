@@ -900,3 +900,132 @@ async fn an_admin_skips_and_unskips_the_next_run_of_a_connector_task() {
         .unwrap();
     assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
 }
+
+/// An admin's run now of an approved connector task (SPEC §8): one extra
+/// occurrence through the door, the claim, the budget and the settle, its
+/// prompt fetched and its run recorded and notified; twice with one key is
+/// one run; a held task is refused with the door's reason; over budget, the
+/// occurrence is recorded `budget_exhausted` like any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admin_runs_a_connector_task_now_exactly_once_per_key_within_its_budget() {
+    let s = RunStack::start().await.unwrap();
+    let fixture = installed_fixture(&s).await;
+    let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
+    task.spec.schedule = shared::domain::schedule::Schedule::Cron {
+        cron: "0 9 * * MON".into(),
+        timezone: "Europe/Berlin".into(),
+        until: None,
+    };
+    s.insert(&task).await;
+    let admin = s.t.admin();
+    let request = |key: &str, version: u64| {
+        json!({"op": "run_now", "principal": tests::admin_principal(), "task_id": task.task_id,
+               "expected_version": version, "idempotency_key": key})
+    };
+    let now = Utc::now();
+    let first = admin.handle(request("run_1", 1), now).await.unwrap();
+    assert_eq!(first["ok"], true, "{first}");
+    let again = admin.handle(request("run_1", 1), now).await.unwrap();
+    assert_eq!(again["replayed"], true);
+    assert_eq!(again["run_id"], first["run_id"]);
+    let bodies = s.t.take_run_messages().await;
+    assert_eq!(bodies.len(), 2, "sent, then sent again by the replay");
+    s.model.script([Reply::text("Posted the summary.", 400, 40)]).await;
+    let runner = s.runner();
+    let mut got = Vec::new();
+    for (i, body) in bodies.iter().enumerate() {
+        got.push(
+            runner
+                .deliver(&format!("m{i}"), body, now + Duration::seconds(2), deadline())
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        got,
+        vec![Disposition::Ran(RunStatus::Succeeded), Disposition::Duplicate]
+    );
+    assert_eq!(
+        fixture.state().read().await.prompt_gets.len(),
+        1,
+        "one prompts/get: one run"
+    );
+    let occurrence = first["run_id"].as_str().unwrap().split_once('@').unwrap().1.to_owned();
+    let record = s.run_record(&task.task_id, &occurrence).await.unwrap();
+    assert_eq!(record["status"], "succeeded");
+    let runs = admin
+        .handle(
+            json!({"op": "runs", "principal": tests::admin_principal(), "task_id": task.task_id}),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(runs["runs"][0]["output"], "Posted the summary.");
+    assert_eq!(
+        s.events()
+            .await
+            .iter()
+            .filter(|e| e["detail"]["run_id"] == first["run_id"])
+            .count(),
+        1
+    );
+
+    // Over its monthly budget: asked, then skipped at the claim like any run.
+    let period = shared::domain::budget::period(now);
+    let mut broke = connector_task("issues", "expensive", &[], &[("repo", "acme/web")]);
+    broke.spec.schedule = task.spec.schedule.clone();
+    broke.budget_used.insert(period, 5.0);
+    s.insert(&broke).await;
+    let asked = admin
+        .handle(
+            json!({"op": "run_now", "principal": tests::admin_principal(), "task_id": broke.task_id,
+                   "expected_version": 1, "idempotency_key": "run_2"}),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(asked["ok"], true, "{asked}");
+    let body = s.t.take_run_messages().await.remove(0);
+    assert_eq!(
+        runner
+            .deliver("m-b", &body, now + Duration::seconds(2), deadline())
+            .await
+            .unwrap(),
+        Disposition::Skipped(SkipReason::BudgetExhausted)
+    );
+
+    // Held (awaiting approval): refused with the door's reason, nothing sent.
+    let mut held = connector_task("issues", "held", &[], &[]);
+    held.spec.schedule = task.spec.schedule.clone();
+    held.hold.place(HoldReason::AwaitingApproval, now, "new");
+    s.insert(&held).await;
+    let refused = admin
+        .handle(
+            json!({"op": "run_now", "principal": tests::admin_principal(), "task_id": held.task_id,
+                   "expected_version": 1, "idempotency_key": "run_3"}),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("held: awaiting_approval"),
+        "{refused}"
+    );
+    assert!(s.t.take_run_messages().await.is_empty());
+    // A reminder's runs are its owner's.
+    let reminder = reminder(now + Duration::hours(1));
+    s.insert(&reminder).await;
+    let refused = admin
+        .handle(
+            json!({"op": "run_now", "principal": tests::admin_principal(), "task_id": reminder.task_id,
+                   "expected_version": 1, "idempotency_key": "run_4"}),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+}

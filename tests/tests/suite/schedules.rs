@@ -911,6 +911,7 @@ fn app_seeing(t: &TestStack, seen: &SeenRequests) -> schedules::App {
     schedules::App(shared::app::schedules::OwnerSchedules::new(
         t.admin_store(),
         shared::adapters::scheduler::EventBridgeSchedules::new(client, config.target),
+        t.runs_queue(),
         shared::app::schedules::SchedulesSettings {
             create: shared::app::create::CreateSettings {
                 flags: config.flags,
@@ -1481,5 +1482,211 @@ async fn skip_next_stays_the_next_one_across_a_dst_change_and_an_update() {
     assert_eq!(
         runner_deliver(&s, &task, utc(2027, 5, 5, 8, 0)).await,
         Disposition::Ran(RunStatus::Succeeded)
+    );
+}
+
+/// Delivers a run message body as the runs queue's consumer would, at `now`.
+async fn deliver_body(s: &RunStack, body: &str, now: DateTime<Utc>) -> Disposition {
+    s.runner()
+        .deliver("m-now", body, now, Utc::now() + Duration::minutes(5))
+        .await
+        .unwrap()
+}
+
+/// Run now (SPEC §11): one extra occurrence now, exactly once per key,
+/// through the door, claim, budget and settle of any occurrence, with its
+/// run record and event; a replay of the key answers the same run and sends
+/// its message again until it has run; refused for a paused reminder with
+/// the door's reason, and for a one-time one; stale after a move or a pause.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_now_runs_one_extra_occurrence_exactly_once_per_key() {
+    let s = RunStack::start().await.unwrap();
+    let app = s.t.schedules_app();
+    let me = owner("usr_1");
+    let daily = create(&app, &me, "d", "Stretch", daily("07:00", "UTC")).await;
+    let now = Utc::now();
+    let first = call_at(
+        &app,
+        op("run_now", &me, &daily, json!({"idempotency_key": "now_1"})),
+        now,
+    )
+    .await;
+    assert_eq!(first["ok"], true, "{first}");
+    assert_eq!(first["replayed"], false);
+    assert_eq!(first["task"]["version"], 2);
+    let run_id = first["run_id"].as_str().unwrap().to_owned();
+    let occurrence = run_id.split_once('@').unwrap().1.to_owned();
+    assert!(run_id.starts_with(daily["task_id"].as_str().unwrap()));
+    let sent = s.t.take_run_messages().await;
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let message: Value = serde_json::from_str(&sent[0]).unwrap();
+    assert_eq!(message["scheduled_time"], occurrence);
+    assert_eq!(message["task_id"], daily["task_id"]);
+
+    // The same key again: the same run, its message sent again (not run yet).
+    let again = call_at(
+        &app,
+        op("run_now", &me, &daily, json!({"idempotency_key": "now_1"})),
+        now,
+    )
+    .await;
+    assert_eq!(
+        (again["replayed"].clone(), again["run_id"].clone()),
+        (json!(true), json!(run_id))
+    );
+    assert_eq!(again["task"]["version"], 2, "nothing written again");
+    let resent = s.t.take_run_messages().await;
+    assert_eq!(resent.len(), 1);
+    // Both deliveries: one run.
+    s.model.script([Reply::text("Stretch now!", 100, 10)]).await;
+    let at = DateTime::parse_from_rfc3339(&occurrence).unwrap().with_timezone(&Utc);
+    assert_eq!(
+        deliver_body(&s, &sent[0], at + Duration::seconds(1)).await,
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+    assert_eq!(
+        deliver_body(&s, &resent[0], at + Duration::seconds(2)).await,
+        Disposition::Duplicate
+    );
+    let run = call(
+        &app,
+        json!({"op": "run", "principal": me, "task_id": daily["task_id"], "run_id": run_id}),
+    )
+    .await;
+    assert_eq!(run["run"]["status"], "succeeded", "{run}");
+    assert_eq!(run["run"]["output"], "Stretch now!");
+    assert_eq!(
+        s.events()
+            .await
+            .iter()
+            .filter(|e| e["detail"]["run_id"] == json!(run_id))
+            .count(),
+        1,
+        "one event"
+    );
+    let account = s
+        .account(
+            &shared::domain::budget::Account::Principal("usr_1".into()),
+            &at.format("%Y-%m").to_string(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(account["runs"], 1, "charged like any other");
+    // Once it has run, a replay sends nothing.
+    let third = call_at(
+        &app,
+        op("run_now", &me, &daily, json!({"idempotency_key": "now_1"})),
+        now,
+    )
+    .await;
+    assert_eq!(third["replayed"], true);
+    assert!(s.t.take_run_messages().await.is_empty());
+    // The key with another input conflicts.
+    let current = get_at(&app, &me, &daily, now).await;
+    assert_eq!(
+        code(
+            &call_at(
+                &app,
+                op("run_now", &me, &current, json!({"idempotency_key": "now_1"})),
+                now
+            )
+            .await
+        ),
+        "idempotency_conflict"
+    );
+    // Another key is another run, at another instant.
+    let second = call_at(
+        &app,
+        op("run_now", &me, &current, json!({"idempotency_key": "now_2"})),
+        now,
+    )
+    .await;
+    assert_eq!(second["ok"], true, "{second}");
+    assert_ne!(second["run_id"], json!(run_id));
+    s.t.take_run_messages().await;
+
+    // A paused reminder: refused with the door's reason; nothing written or sent.
+    let paused = call(&app, op("pause", &me, &second["task"], json!({}))).await;
+    let refused = call(
+        &app,
+        op("run_now", &me, &paused["task"], json!({"idempotency_key": "now_3"})),
+    )
+    .await;
+    assert_eq!(code(&refused), "invalid_request", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the door skips it (paused)"),
+        "{refused}"
+    );
+    assert_eq!(
+        get_at(&app, &me, &daily, Utc::now()).await["version"],
+        paused["task"]["version"]
+    );
+    assert!(s.t.take_run_messages().await.is_empty());
+    assert!(
+        s.t.item(
+            &Key::idempotency("ws_1", "usr_1", "now_3").pk,
+            &Key::idempotency("ws_1", "usr_1", "now_3").sk
+        )
+        .await
+        .is_none(),
+        "a refused request leaves no record"
+    );
+    // A one-time reminder runs at its time.
+    let once = create(&app, &me, "o", "Call", at_in(Duration::hours(3))).await;
+    assert_eq!(
+        code(&call(&app, op("run_now", &me, &once, json!({"idempotency_key": "now_4"}))).await),
+        "invalid_request"
+    );
+}
+
+/// A run now whose reminder moved or was paused since it was asked is
+/// stale: skipped like any other occurrence, never run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_run_now_is_skipped_like_any_other() {
+    let s = RunStack::start().await.unwrap();
+    let app = s.t.schedules_app();
+    let me = owner("usr_1");
+    let stretch = create(&app, &me, "d", "Stretch", daily("07:00", "UTC")).await;
+    let now = Utc::now();
+    let asked = call_at(
+        &app,
+        op("run_now", &me, &stretch, json!({"idempotency_key": "n1"})),
+        now,
+    )
+    .await;
+    let moved = call_at(
+        &app,
+        op(
+            "update",
+            &me,
+            &asked["task"],
+            json!({"idempotency_key": "mv", "input": daily("08:00", "UTC")}),
+        ),
+        now,
+    )
+    .await;
+    assert_eq!(moved["ok"], true, "{moved}");
+    let body = s.t.take_run_messages().await.remove(0);
+    assert_eq!(
+        deliver_body(&s, &body, now + Duration::seconds(2)).await,
+        Disposition::Skipped(shared::domain::door::SkipReason::Rescheduled)
+    );
+    let asked = call_at(
+        &app,
+        op("run_now", &me, &moved["task"], json!({"idempotency_key": "n2"})),
+        now,
+    )
+    .await;
+    let paused = call_at(&app, op("pause", &me, &asked["task"], json!({})), now).await;
+    let resumed = call_at(&app, op("resume", &me, &paused["task"], json!({})), now).await;
+    assert_eq!(resumed["task"]["state"], "scheduled");
+    let body = s.t.take_run_messages().await.remove(0);
+    assert_eq!(
+        deliver_body(&s, &body, now + Duration::seconds(2)).await,
+        Disposition::Skipped(shared::domain::door::SkipReason::Rescheduled),
+        "paused since it was asked: stale even after the resume"
     );
 }

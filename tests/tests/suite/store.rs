@@ -86,6 +86,14 @@ fn connector_task() -> Task {
             by: "adm_1".into(),
             at: t0,
         }),
+        run_now: BTreeMap::from([(
+            "2026-11-01T09:30:00Z".to_owned(),
+            shared::domain::run_now::RunNow {
+                key: "now_1".into(),
+                by: "adm_1".into(),
+                requested_at: t0,
+            },
+        )]),
         prompt_arguments: BTreeMap::new(),
         declaration_error: None,
         claims: BTreeMap::new(),
@@ -112,6 +120,7 @@ async fn a_full_task_round_trips_and_its_state_is_derived() {
         workspace: task.workspace.clone(),
         created_at: task.created_at,
         ttl: None,
+        occurrence: None,
     };
     assert_eq!(
         store.insert_with_idempotency(&task, &record, None).await.unwrap(),
@@ -139,6 +148,10 @@ async fn a_full_task_round_trips_and_its_state_is_derived() {
         })
     );
     assert_eq!(item["override"]["paused"], true);
+    assert_eq!(
+        item["run_now"],
+        json!({"2026-11-01T09:30:00Z": {"key": "now_1", "by": "adm_1", "requested_at": "2026-11-01T09:00:00Z"}})
+    );
     assert_eq!(
         item["skip_next"],
         json!({"occurrence": "2026-11-02T09:00:00Z", "by": "adm_1", "at": "2026-11-01T09:00:00Z"})

@@ -1376,6 +1376,10 @@ fn the_schedules_function_is_configured_and_least_privileged() {
             Value::Tagged(r) if r.tag == "!GetAtt" && r.value == "SchedulerRole.Arn" => {
                 assert_eq!(these, vec!["iam:PassRole".to_owned()]);
             }
+            // A run now's message (SPEC section 11): sending, and no more.
+            Value::Tagged(r) if r.tag == "!GetAtt" && r.value == "RunsQueue.Arn" => {
+                assert_eq!(these, vec!["sqs:SendMessage".to_owned()]);
+            }
             Value::Tagged(r) if r.tag == "!GetAtt" => assert_eq!(r.value, "TasksTable.Arn"),
             Value::Tagged(r) if r.tag == "!Sub" && r.value.as_str() == Some(owner_index.as_str()) => {
                 assert_eq!(these, vec!["dynamodb:Query".to_owned()]);
@@ -1398,6 +1402,7 @@ fn the_schedules_function_is_configured_and_least_privileged() {
         "scheduler:UpdateSchedule",
         "scheduler:DeleteSchedule",
         "iam:PassRole",
+        "sqs:SendMessage",
     ]
     .into_iter()
     .map(str::to_owned)
