@@ -388,7 +388,52 @@ impl Walk<'_> {
         self.clock
             .step("Two days of the daily reminder, fast-forwarded: each occurrence runs once");
         self.two_days_of(&user, &water_id).await?;
+        self.clock
+            .step("A monthly reminder on the 31st: its next runs skip the months that have no 31st");
+        self.a_monthly_reminder(&user).await?;
         Ok(water_id)
+    }
+
+    /// A monthly reminder on the 31st: one Scheduler expression, next runs
+    /// that skip the months without the day, and the note that says so.
+    async fn a_monthly_reminder(&self, user: &Value) -> anyhow::Result<()> {
+        let created = invoke(
+            &self.functions.schedules,
+            json!({"op": "create", "principal": user, "idempotency_key": format!("app_rent_{}", Utc::now().timestamp()),
+                   "agent": {"id": "agt_1", "version": "7", "policy_profile": "standard", "limits": {"max_turns": 2}},
+                   "input": {"title": "Rent", "instruction": "Remind me: pay the rent.",
+                             "monthly": {"day": 31, "time": "09:00", "timezone": "Europe/Berlin"}}}),
+        )
+        .await?;
+        let task_id = created["task"]["task_id"].as_str().context("monthly task id")?;
+        self.backend.remember(task_id, user);
+        let scheduler = aws_sdk_scheduler::Client::new(&self.aws.sdk);
+        let schedule = scheduler
+            .get_schedule()
+            .group_name(&self.stack.names.schedule_group)
+            .name(task_id)
+            .send()
+            .await?;
+        say(format!(
+            "Rent: {} in {} on Scheduler",
+            schedule.schedule_expression().unwrap_or_default(),
+            schedule.schedule_expression_timezone().unwrap_or_default()
+        ));
+        let got = invoke(
+            &self.functions.schedules,
+            json!({"op": "get", "principal": user, "task_id": task_id}),
+        )
+        .await?;
+        let next: Vec<&str> = got["task"]["next_runs"]
+            .as_array()
+            .map(|runs| runs.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        say(format!("Rent next runs: {}", next.join(", ")));
+        say(format!(
+            "Rent: {}",
+            got["task"]["explanation"].as_str().unwrap_or_default()
+        ));
+        Ok(())
     }
 
     /// The dentist, the parcel and the daily water-plants reminder, then the list.
@@ -598,7 +643,54 @@ impl Walk<'_> {
         )
         .await?;
         say(format!("approved: {}", explanation(&approved)));
-        self.run_next("weekly_summary", weekly).await
+        self.run_next("weekly_summary", weekly).await?;
+
+        self.clock
+            .step("An admin runs weekly_summary now (run_now), asking twice with one key: it runs once");
+        self.run_now(weekly).await
+    }
+
+    /// An admin's run now of a connector task: asked twice with one key,
+    /// both messages delivered, one run through the door, claim and settle,
+    /// read back as any run.
+    async fn run_now(&self, weekly: &str) -> anyhow::Result<()> {
+        let got = invoke(&self.functions.admin, admin("get", weekly, json!({}))).await?;
+        let key = format!("admin_now_{}", Utc::now().timestamp());
+        let ask = admin(
+            "run_now",
+            weekly,
+            json!({"expected_version": got["version"], "idempotency_key": key}),
+        );
+        let first = invoke(&self.functions.admin, ask.clone()).await?;
+        let again = invoke(&self.functions.admin, ask).await?;
+        say(format!(
+            "run_now: {} (replayed: {}), then {} (replayed: {})",
+            first["run_id"].as_str().unwrap_or_default(),
+            first["replayed"],
+            again["run_id"].as_str().unwrap_or_default(),
+            again["replayed"]
+        ));
+        self.dispatch.drain_runs().await?;
+        self.results().await?;
+        // Runs are listed by their scheduled time: the fast-forwarded ones
+        // lie ahead of this one, asked for now.
+        let runs = invoke(&self.functions.admin, admin("runs", weekly, json!({"limit": 10}))).await?;
+        let asked: Vec<Value> = runs["runs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|run| run["run_id"] == first["run_id"])
+            .collect();
+        say(format!("runs recorded for that run id: {}", asked.len()));
+        for run in asked {
+            say(format!(
+                "weekly_summary run {}: {}",
+                run["run_id"].as_str().unwrap_or_default(),
+                run["explanation"].as_str().unwrap_or_default()
+            ));
+        }
+        Ok(())
     }
 
     /// Fast-forwards `task` to its next occurrence, delivers it, and shows

@@ -31,7 +31,15 @@ fn the_main_job_walks_the_whole_loop() {
         "cancelled: Parcel is deleted",
         ": ran and finished",
         "Water plants: runs every day at 08:00 Europe/Berlin; next at",
-        "\"Scheduled run finished\" events on the bus: 6",
+        "\"Scheduled run finished\" events on the bus: 7",
+        // A monthly reminder on the 31st: one expression, the months
+        // without a 31st skipped and named.
+        "Rent: cron(0 9 31 * ? *) in Europe/Berlin on Scheduler",
+        "has no day 31: that month's reminder is skipped",
+        // An admin's run now, asked twice with one key: one run.
+        "(replayed: false), then ",
+        "(replayed: true)",
+        "runs recorded for that run id: 1",
         // The chat backend (SPEC §12): the content-free event from the
         // queue, the result read back as its owner or a workspace admin.
         "RunFinishedQueue: {\"workspace\":\"ws_1\",\"task_id\":\"rem_",
@@ -42,7 +50,7 @@ fn the_main_job_walks_the_whole_loop() {
         assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
     }
     // Every event on the bus reached its person; none was dropped or left.
-    assert_eq!(text.matches(" -> shown to ").count(), 6, "{text}");
+    assert_eq!(text.matches(" -> shown to ").count(), 7, "{text}");
     for unexpected in ["dropped:", "left in the queue"] {
         assert!(!text.contains(unexpected), "`{unexpected}` in:\n{text}");
     }
