@@ -163,10 +163,7 @@ async fn judge_task<S: DueIndex + RunStore>(
                 TaskKind::Connector => "connector",
             },
             scheduled_time: *at,
-            timezone: match &task.spec.schedule {
-                Schedule::Cron { timezone, .. } => timezone.clone(),
-                _ => "UTC".to_owned(),
-            },
+            timezone: task.spec.schedule.timezone().to_owned(),
             reason: reason.code(),
             explanation: reason.describe(),
         });

@@ -105,6 +105,14 @@ impl Schedule {
         matches!(self, Schedule::At { .. })
     }
 
+    /// The zone its times are read in (UTC for a one-time instant or a rate).
+    pub fn timezone(&self) -> &str {
+        match self {
+            Schedule::Cron { timezone, .. } | Schedule::Calendar { timezone, .. } => timezone,
+            Schedule::At { .. } | Schedule::Rate { .. } => "UTC",
+        }
+    }
+
     /// The local date a recurring reminder runs until, inclusive.
     pub fn until(&self) -> Option<NaiveDate> {
         match self {
