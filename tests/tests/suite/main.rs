@@ -22,4 +22,5 @@ mod sim;
 mod store;
 mod template;
 mod traces;
+mod tls;
 mod webhooks;
