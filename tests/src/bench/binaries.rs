@@ -146,6 +146,12 @@ pub struct ColdStart {
     /// The same invocation answered by the warm process right after,
     /// median: what the services it calls (moto, the stand-ins) take.
     pub warm_ms: f64,
+    /// The first answer less the warm one, median over the starts: what
+    /// the cold process alone adds (init, and every first-use cost the
+    /// first request pays), without the services' own time.
+    pub cold_extra_ms: f64,
+    /// `cold_extra_ms` over the bare binary's in the same run.
+    pub cold_extra_ratio: f64,
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -301,11 +307,13 @@ pub async fn cold_starts(bench: &Bench, dir: &Path, starts: usize) -> anyhow::Re
     }
     let column = |t: &[(f64, f64, f64)], f: fn(&(f64, f64, f64)) -> f64| median(&t.iter().map(f).collect::<Vec<_>>());
     let bare = column(&times[0], |t| t.1);
+    let bare_extra = column(&times[0], |t| t.1 - t.2);
     Ok(DEPLOYED
         .iter()
         .zip(times)
         .map(|(deployed, t)| {
             let median_ms = column(&t, |t| t.1);
+            let cold_extra_ms = column(&t, |t| t.1 - t.2);
             ColdStart {
                 function: deployed.label.to_owned(),
                 invocation: deployed.invocation.to_owned(),
@@ -313,6 +321,12 @@ pub async fn cold_starts(bench: &Bench, dir: &Path, starts: usize) -> anyhow::Re
                 ratio: if bare > 0.0 { median_ms / bare } else { 0.0 },
                 init_ms: column(&t, |t| t.0),
                 warm_ms: column(&t, |t| t.2),
+                cold_extra_ms,
+                cold_extra_ratio: if bare_extra > 0.0 {
+                    cold_extra_ms / bare_extra
+                } else {
+                    0.0
+                },
                 starts_ms: t.iter().map(|t| t.1).collect(),
             }
         })
