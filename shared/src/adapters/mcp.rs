@@ -289,8 +289,8 @@ impl McpConnectors {
         token: Option<String>,
         tls: &Tls,
     ) -> Result<McpClient, McpError> {
-        let mut http = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls.client_config(&[b"http/1.1"]))
+        let mut http = tls
+            .reqwest()
             .pool_max_idle_per_host(0)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy();

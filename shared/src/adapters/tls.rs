@@ -4,7 +4,8 @@
 //! One `rustls::ClientConfig` (rustls 0.23 on aws-lc-rs, TLS 1.2 and 1.3,
 //! the provider's default suites) is built once per process, on first use,
 //! and shared: every pinned MCP client (`adapters::mcp`, through reqwest's
-//! preconfigured TLS) and every AWS SDK client ([`sdk_http_client`], through
+//! preconfigured TLS, [`Tls::reqwest`]), the traces' exporter and the reply
+//! to CloudFormation (the same), and every AWS SDK client ([`sdk_http_client`], through
 //! `SdkConfig::http_client`) verify with it. Each takes a clone (the
 //! verifier and its root store are behind one `Arc`) with its own ALPN: the
 //! SDK's client offers `h2` and `http/1.1`, reqwest here speaks HTTP/1.1
@@ -113,6 +114,13 @@ impl Tls {
     /// Whether `other` is this very configuration (the same allocation).
     pub fn same(&self, other: &Tls) -> bool {
         Arc::ptr_eq(&self.config, &other.config)
+    }
+
+    /// A reqwest client builder on this configuration (HTTP/1.1): the
+    /// pinned MCP clients, the traces' exporter, the reply to
+    /// CloudFormation.
+    pub fn reqwest(&self) -> reqwest::ClientBuilder {
+        reqwest::Client::builder().tls_backend_preconfigured(self.client_config(&[b"http/1.1"]))
     }
 
     /// A copy offering `alpn`, sharing the verifier and its roots.

@@ -21,6 +21,6 @@ mod security;
 mod sim;
 mod store;
 mod template;
-mod traces;
 mod tls;
+mod traces;
 mod webhooks;
