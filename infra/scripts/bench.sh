@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The benchmarks (README, "Benchmarks"): DynamoDB requests per operation,
-# the daily pass's requests and time per invocation, init time beside a
-# bare lambda_runtime binary, instructions per create, run and reconcile
-# pass under callgrind, and each function's release binary size. Prints
-# the tables and writes target/bench.json. Reports figures; asserts nothing.
+# the daily pass's requests and time per invocation, cold start (process
+# start to the first answered invocation) beside a bare lambda_runtime
+# binary, instructions per create, run and reconcile pass under callgrind,
+# and each function's release binary size. Prints the tables and writes
+# target/bench.json. Reports figures; asserts nothing.
 #
-#   bench.sh [--invocations N] [--starts K] [--only requests,passes,binaries]
+#   bench.sh [--invocations N] [--starts K]
+#            [--only requests,passes,cold,instructions,sizes]   (binaries: the last three)
 #
 # The pass figures alone need neither valgrind nor the release builds:
 #   cargo build -p tests --bin bench && target/debug/bench --only passes
@@ -14,7 +16,7 @@
 # cargo-lambda is on PATH or in .venv-lambda (`infra/scripts/venv.sh
 # lambda`), else of the host's bench-sym build stripped (the release code);
 # the table says which.
-# Callgrind and init time run the host build of the `bench-sym` profile
+# Callgrind and cold start run the host build of the `bench-sym` profile
 # (release with line tables and symbols). Needs valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -2,7 +2,7 @@
 //! asserted (README, "Benchmarks"). DynamoDB requests per operation come
 //! from the store adapter's counter with the use cases in process
 //! ([`requests`]); the daily pass per invocation, requests and time
-//! ([`pass`]); init time, instructions and size from the release function
+//! ([`pass`]); cold start, instructions and size from the release function
 //! binaries ([`binaries`]).
 
 pub mod binaries;
@@ -19,7 +19,7 @@ use serde::Serialize;
 #[derive(Debug, Clone)]
 pub struct Options {
     /// The function binaries built with symbols (`--profile bench-sym`),
-    /// and `bare_lambda`, for init time and callgrind.
+    /// and `bare_lambda`, for cold start and callgrind.
     pub functions: PathBuf,
     /// The release binaries whose sizes are reported, and their arch.
     pub sizes: PathBuf,
@@ -27,14 +27,16 @@ pub struct Options {
     pub out: PathBuf,
     pub invocations: usize,
     pub starts: usize,
-    /// Only these sections (`requests`, `passes`, `caching`, `binaries`); all when
+    /// Only these sections (`requests`, `passes`, `caching`, `cold`,
+    /// `instructions`, `sizes`; `binaries` is the last three); all when
     /// empty.
     pub only: Vec<String>,
 }
 
 impl Options {
     fn wants(&self, section: &str) -> bool {
-        self.only.is_empty() || self.only.iter().any(|s| s == section)
+        let binaries = ["cold", "instructions", "sizes"].contains(&section);
+        self.only.is_empty() || self.only.iter().any(|s| s == section || (binaries && s == "binaries"))
     }
 }
 
@@ -46,7 +48,8 @@ pub struct Report {
     pub passes: Vec<pass::PassRow>,
     /// A six-turn run's billed input with and without prompt caching.
     pub caching: Vec<caching::CacheRow>,
-    pub init: Vec<binaries::Init>,
+    /// Process start to the first answered invocation, beside the bare binary.
+    pub cold_start: Vec<binaries::ColdStart>,
     pub instructions: Vec<binaries::Instructions>,
     pub size_arch: String,
     pub sizes: Vec<binaries::Size>,
@@ -101,41 +104,40 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         skipped.push("prompt caching: not asked for (--only)".to_owned());
         Vec::new()
     };
-    if !options.wants("binaries") {
-        skipped.push("init, instructions and sizes: not asked for (--only)".to_owned());
-        return Ok(Report {
-            machine: machine(),
-            requests,
-            passes,
-            caching,
-            init: Vec::new(),
-            instructions: Vec::new(),
-            size_arch: options.arch.clone(),
-            sizes: Vec::new(),
-            skipped,
-        });
-    }
     let built = |dir: &std::path::Path, names: &[&str]| names.iter().all(|n| dir.join(n).exists());
     let mut names: Vec<&str> = binaries::FUNCTIONS.to_vec();
     names.push(binaries::BARE);
-    let (init, instructions) = if built(&options.functions, &names) {
-        let bench = binaries::Bench::start(options.out.with_file_name("bench-logs")).await?;
-        eprintln!("bench: init times ({} starts of each) ...", options.starts);
-        let init = binaries::init_times(&bench, &options.functions, options.starts).await?;
-        eprintln!(
-            "bench: instructions under callgrind ({} invocations each; slow) ...",
-            options.invocations
-        );
-        let instructions = binaries::instructions(&bench, &options.functions, options.invocations).await?;
-        (init, instructions)
-    } else {
+    let mut cold_start = Vec::new();
+    let mut instructions = Vec::new();
+    if !options.wants("cold") && !options.wants("instructions") {
+        skipped.push("cold start and instructions: not asked for (--only)".to_owned());
+    } else if !built(&options.functions, &names) {
         skipped.push(format!(
-            "init and instructions: the binaries are not built in {}",
+            "cold start and instructions: the binaries are not built in {}",
             options.functions.display()
         ));
-        (Vec::new(), Vec::new())
-    };
-    let sizes = if built(&options.sizes, &binaries::FUNCTIONS) {
+    } else {
+        // Each section on a stack of its own: what one writes (moto's query
+        // time grows with the table) does not weigh on the other.
+        let logs = options.out.with_file_name("bench-logs");
+        if options.wants("instructions") {
+            eprintln!(
+                "bench: instructions under callgrind ({} invocations each; slow) ...",
+                options.invocations
+            );
+            let bench = binaries::Bench::start(logs.clone()).await?;
+            instructions = binaries::instructions(&bench, &options.functions, options.invocations).await?;
+        }
+        if options.wants("cold") {
+            eprintln!("bench: cold starts ({} starts of each) ...", options.starts);
+            let bench = binaries::Bench::start(logs).await?;
+            cold_start = binaries::cold_starts(&bench, &options.functions, options.starts).await?;
+        }
+    }
+    let sizes = if !options.wants("sizes") {
+        skipped.push("sizes: not asked for (--only)".to_owned());
+        Vec::new()
+    } else if built(&options.sizes, &binaries::FUNCTIONS) {
         binaries::sizes(&options.sizes)?
     } else {
         skipped.push(format!(
@@ -149,7 +151,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         requests,
         passes,
         caching,
-        init,
+        cold_start,
         instructions,
         size_arch: options.arch.clone(),
         sizes,
@@ -213,18 +215,34 @@ pub fn markdown(report: &Report) -> String {
             );
         }
     }
-    if !report.init.is_empty() {
+    if !report.cold_start.is_empty() {
         let bare = report
-            .init
+            .cold_start
             .iter()
-            .find(|i| i.function == binaries::BARE)
-            .map_or(0.0, |i| i.median_ms);
+            .find(|c| c.function == binaries::BARE)
+            .map_or(0.0, |c| c.median_ms);
+        let bare_extra = report
+            .cold_start
+            .iter()
+            .find(|c| c.function == binaries::BARE)
+            .map_or(0.0, |c| c.cold_extra_ms);
         let _ = writeln!(
             out,
-            "\n| Function | Init, median (ms) | Ratio to bare `lambda_runtime` ({bare:.1} ms) |\n|---|---:|---:|"
+            "\n| Function | First invocation | Cold start, median (ms) | Ratio to bare ({bare:.1} ms) | Init alone (ms) | Same invocation warm (ms) | Cold start less warm (ms) | Ratio to bare's ({bare_extra:.1} ms) |\n|---|---|---:|---:|---:|---:|---:|---:|"
         );
-        for i in report.init.iter().filter(|i| i.function != binaries::BARE) {
-            let _ = writeln!(out, "| {} | {:.1} | {:.2} |", i.function, i.median_ms, i.ratio);
+        for c in report.cold_start.iter().filter(|c| c.function != binaries::BARE) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2} |",
+                c.function,
+                c.invocation,
+                c.median_ms,
+                c.ratio,
+                c.init_ms,
+                c.warm_ms,
+                c.cold_extra_ms,
+                c.cold_extra_ratio
+            );
         }
     }
     if !report.instructions.is_empty() {

@@ -313,6 +313,17 @@ impl RunStack {
         self.runner_on(self.store(), run_settings(true))
     }
 
+    /// The runner whose connectors verify certificates with `tls` (a test's
+    /// root: `shared::adapters::tls::Tls::trusting`).
+    pub fn runner_trusting(&self, tls: shared::adapters::tls::Tls) -> TestRunner {
+        Runner::new(
+            self.store(),
+            BedrockModel::from_sdk(&self.model_sdk),
+            McpConnectors::from_sdk(&self.t.aws.sdk, self.t.rules()).with_tls(tls),
+            run_settings(true),
+        )
+    }
+
     /// The notifications so far: the local pipe carries the settled runs
     /// from the table's stream to the bus, then the capture queue is read.
     pub async fn events(&self) -> Vec<Value> {
@@ -472,11 +483,21 @@ impl TestStack {
 
     /// The reconciler under the given install rules.
     pub fn reconciler_with(&self, rules: shared::app::reconcile::InstallRules) -> TestReconciler {
+        self.reconciler_over(McpConnectors::from_sdk(&self.aws.sdk, rules.clone()), rules)
+    }
+
+    /// The reconciler on these connectors (one verifying with a test's
+    /// root: `McpConnectors::with_tls`).
+    pub fn reconciler_over(
+        &self,
+        connectors: McpConnectors,
+        rules: shared::app::reconcile::InstallRules,
+    ) -> TestReconciler {
         let config = self.create_config(ENABLED);
         Reconciler::new(
             DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table),
             EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
-            McpConnectors::from_sdk(&self.aws.sdk, rules.clone()),
+            connectors,
             FifoQueue::from_sdk(&self.aws.sdk, &self.stack.reconcile_queue_url),
             config.ceilings,
             rules,

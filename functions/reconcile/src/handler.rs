@@ -308,7 +308,10 @@ async fn custom_resource(app: &App, request: &CloudFormationCustomResourceReques
     };
     let answer = custom_resource_reply(request, status.clone(), &reason);
     let url = response_url(request).ok_or("custom resource event of an unknown request type")?;
-    reqwest::Client::new()
+    // The process's one TLS configuration, as every client here.
+    shared::adapters::tls::Tls::process()
+        .reqwest()
+        .build()?
         .put(url)
         .body(answer)
         .send()

@@ -17,6 +17,7 @@ pub mod python_mcp;
 pub mod runtime;
 pub mod stack;
 pub mod strict;
+pub mod tls;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::Credentials;
@@ -68,6 +69,11 @@ pub async fn sdk_config(endpoint: &str) -> SdkConfig {
         .region(Region::new(REGION))
         .credentials_provider(Credentials::new("testing", "testing", None, None, "local"))
         .endpoint_url(endpoint)
+        // The functions' HTTP client (`shared::adapters::sdk_config`), so
+        // every test's SDK request goes through it.
+        .http_client(shared::adapters::tls::sdk_http_client(
+            &shared::adapters::tls::Tls::process(),
+        ))
         .load()
         .await
 }

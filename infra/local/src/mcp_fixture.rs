@@ -2,6 +2,11 @@
 //! declares prompts, some with the `ai.nimblebrain/scheduled-prompts` marker,
 //! and tools that echo their input and record every call. Tests change its
 //! declarations between calls through [`McpFixture::state`].
+//!
+//! [`McpFixture::start_https`] serves the same over TLS (rustls on
+//! aws-lc-rs) with a certificate from a [`crate::tls::TestCa`], a root and a server
+//! certificate made when the test runs; the client trusts that root only
+//! where a test gives it (`shared::adapters::tls::Tls::trusting`).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -22,6 +27,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::RwLock;
+
+use crate::tls::{TestCa, TlsListener};
 
 /// The `_meta` key a scheduled prompt carries (SPEC §5).
 pub const MARKER: &str = "ai.nimblebrain/scheduled-prompts";
@@ -225,12 +232,54 @@ impl ServerHandler for Handler {
 /// A running fixture server. Dropping it stops it.
 pub struct McpFixture {
     port: u16,
+    https: bool,
     state: Arc<RwLock<FixtureState>>,
     server: tokio::task::JoinHandle<()>,
+    refused: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl McpFixture {
     pub async fn start(initial: FixtureState) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let port = listener.local_addr()?.port();
+        let (state, app) = Self::app(initial);
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self {
+            port,
+            https: false,
+            state,
+            server,
+            refused: Arc::default(),
+        })
+    }
+
+    /// The same server over https, with `ca`'s server certificate.
+    pub async fn start_https(initial: FixtureState, ca: &TestCa) -> anyhow::Result<Self> {
+        let tcp = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let port = tcp.local_addr()?.port();
+        let listener = TlsListener::new(tcp, ca)?;
+        let refused = listener.refused.clone();
+        let (state, app) = Self::app(initial);
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self {
+            port,
+            https: true,
+            state,
+            server,
+            refused,
+        })
+    }
+
+    /// The TLS handshakes this server saw fail, with their errors.
+    pub fn refused_handshakes(&self) -> Vec<String> {
+        self.refused.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    fn app(initial: FixtureState) -> (Arc<RwLock<FixtureState>>, Router) {
         let state = Arc::new(RwLock::new(initial));
         let for_service = state.clone();
         let service = StreamableHttpService::new(
@@ -256,16 +305,17 @@ impl McpFixture {
         let app = Router::new()
             .nest_service("/mcp", service)
             .layer(axum::middleware::from_fn(record_auth));
-        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
-        let port = listener.local_addr()?.port();
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(Self { port, state, server })
+        (state, app)
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
+        self.url_at("127.0.0.1")
+    }
+
+    /// Its URL with `host` (a name that resolves to loopback, or an address).
+    pub fn url_at(&self, host: &str) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{host}:{}/mcp", self.port)
     }
 
     /// The declarations and the record of calls, to read or change.

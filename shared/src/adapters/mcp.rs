@@ -35,7 +35,9 @@
 //! checked (`domain::endpoint`), its host resolved here and every address it
 //! resolves to checked, and the HTTP client pinned to the checked address
 //! (`reqwest`'s `resolve`), with no proxy and no redirects, so DNS cannot
-//! swap the address after the check. The credential is read only if its ARN
+//! swap the address after the check. Each connection's client is built on
+//! the process's one TLS configuration (`adapters::tls`): no root is loaded
+//! per connection. The credential is read only if its ARN
 //! is the install's own (`<CONNECTOR_SECRET_PREFIX><workspace>/<install_id>`),
 //! after the address passed; a refused install costs no secret read.
 
@@ -57,6 +59,7 @@ use serde_json::Value;
 use base64::Engine;
 
 use crate::adapters::secrets::SecretsReader;
+use crate::adapters::tls::Tls;
 use crate::domain::agent::{Block, ImageFormat, Message, RUN_ID_META, Role};
 use crate::domain::declaration::MARKER;
 use crate::domain::endpoint::{Endpoint, EndpointPolicy, connect_endpoint};
@@ -156,6 +159,7 @@ pub struct McpConnectors {
     tokens: Arc<Mutex<HashMap<String, (String, Instant)>>>,
     reads: Arc<AtomicU64>,
     rules: InstallRules,
+    tls: Tls,
 }
 
 fn refused(message: String) -> McpError {
@@ -164,6 +168,27 @@ fn refused(message: String) -> McpError {
         code: None,
         message,
     }
+}
+
+/// A failed connection's error and what caused it: rmcp keeps the
+/// transport's error as a field, not as a source, and reqwest's text leaves
+/// out its cause, so a refused certificate is read from reqwest's sources.
+fn with_causes(error: &rmcp::service::ClientInitializeError) -> String {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut text = error.to_string();
+    if let rmcp::service::ClientInitializeError::TransportError { error, .. } = error
+        && let Some(StreamableHttpError::Client(client)) =
+            error.error.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    {
+        for cause in crate::adapters::tls::error_chain(client).skip(1) {
+            let cause = cause.to_string();
+            if !text.contains(&cause) {
+                text.push_str(": ");
+                text.push_str(&cause);
+            }
+        }
+    }
+    text
 }
 
 /// Resolves the endpoint's host (when it names one) and picks an address
@@ -192,7 +217,16 @@ impl McpConnectors {
             tokens: Arc::default(),
             reads: Arc::default(),
             rules,
+            tls: Tls::process(),
         }
+    }
+
+    /// Verifies connectors' certificates with `tls` instead of the
+    /// process's configuration (a test's server with a root made at test
+    /// time: `Tls::trusting`).
+    pub fn with_tls(mut self, tls: Tls) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Secrets Manager reads so far (tests count them).
@@ -233,9 +267,19 @@ impl McpConnectors {
     /// Connects to `url` with an optional bearer token, if the endpoint
     /// rule admits it (and the address its host resolves to).
     pub async fn open(url: &str, token: Option<String>, policy: EndpointPolicy) -> Result<McpClient, McpError> {
+        Self::open_with(url, token, policy, &Tls::process()).await
+    }
+
+    /// [`McpConnectors::open`], verifying the server's certificate with `tls`.
+    pub async fn open_with(
+        url: &str,
+        token: Option<String>,
+        policy: EndpointPolicy,
+        tls: &Tls,
+    ) -> Result<McpClient, McpError> {
         let endpoint = connect_endpoint(url, policy).map_err(|e| refused(e.to_string()))?;
         let address = Box::pin(checked_address(&endpoint)).await?;
-        Box::pin(Self::open_pinned(&endpoint, address, token)).await
+        Box::pin(Self::open_pinned(&endpoint, address, token, tls)).await
     }
 
     /// Connects to a checked endpoint at the checked address only.
@@ -243,8 +287,10 @@ impl McpConnectors {
         endpoint: &Endpoint,
         address: std::net::IpAddr,
         token: Option<String>,
+        tls: &Tls,
     ) -> Result<McpClient, McpError> {
-        let mut http = reqwest::Client::builder()
+        let mut http = tls
+            .reqwest()
             .pool_max_idle_per_host(0)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy();
@@ -276,7 +322,7 @@ impl McpConnectors {
         .map_err(|e| McpError {
             operation: "connect",
             code: None,
-            message: e.to_string(),
+            message: cap(&with_causes(&e), MAX_ERROR_CHARS),
         })?;
         client.set_response_cache_config(ClientCacheConfig::disabled()).await;
         let host = endpoint.url.host_str().unwrap_or_default().to_owned();
@@ -305,7 +351,7 @@ impl Connectors for McpConnectors {
             }
             None => None,
         };
-        Box::pin(Self::open_pinned(&endpoint, address, token)).await
+        Box::pin(Self::open_pinned(&endpoint, address, token, &self.tls)).await
     }
 }
 

@@ -15,11 +15,16 @@ pub mod runs;
 pub mod scheduler;
 pub mod secrets;
 pub mod telemetry;
+pub mod tls;
 
 /// The SDK configuration every client is built from: region, credentials and
 /// endpoints come from the environment (locally `AWS_ENDPOINT_URL` and the
 /// per-service variables). No endpoint is ever set in code, since that would
-/// silently override the per-service variables.
+/// silently override the per-service variables. Its HTTP client verifies
+/// with the process's one TLS configuration ([`tls`]).
 pub async fn sdk_config() -> aws_config::SdkConfig {
-    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(tls::sdk_http_client(&tls::Tls::process()))
+        .load()
+        .await
 }

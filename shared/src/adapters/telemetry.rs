@@ -154,12 +154,21 @@ pub fn tracer(sdk: &aws_config::SdkConfig, config: &TracesConfig) -> Tracer {
         .with_resource(resource.clone())
         .with_span_processor(Collect(buffer.clone()))
         .build();
+    // The process's one TLS configuration (`adapters::tls`): no root
+    // store is loaded for the exporter.
+    let http = match crate::adapters::tls::Tls::process().reqwest().build() {
+        Ok(http) => http,
+        Err(e) => {
+            tracing::warn!(error = %e, "no HTTP client for the traces' exporter: traces are off");
+            return Tracer::off();
+        }
+    };
     let export = OtlpExport {
         refused: std::sync::atomic::AtomicBool::new(false),
         buffer,
         resource: (&resource).into(),
         endpoint: endpoint.clone(),
-        http: reqwest::Client::new(),
+        http,
         credentials: sdk.credentials_provider(),
         region: sdk.region().map(ToString::to_string),
     };

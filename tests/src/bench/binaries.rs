@@ -1,7 +1,8 @@
 //! The function binaries themselves, under the Lambda Runtime API emulator
 //! (`local::runtime`) against moto, the Converse stand-in and the rmcp
-//! fixture: init time beside a bare `lambda_runtime` binary, instructions
-//! per invocation under callgrind, and file sizes.
+//! fixture: cold start (process start to the first answered invocation)
+//! beside a bare `lambda_runtime` binary, instructions per invocation under
+//! callgrind, and file sizes.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -70,35 +71,87 @@ impl Bench {
     }
 }
 
-// ---- Init ----------------------------------------------------------------------
+// ---- Cold start ---------------------------------------------------------------------
 
-#[derive(Debug, Clone, Serialize)]
-pub struct Init {
-    pub function: String,
-    /// Process start to its first `invocation/next`, median over the starts.
-    pub median_ms: f64,
-    pub starts_ms: Vec<f64>,
-    /// `median_ms` over the bare binary's median in the same run.
-    pub ratio: f64,
+/// A function as `template.yaml` deploys it: its binary, the variables its
+/// deployment leaves out, and the invocation its cold start answers.
+struct Deployed {
+    label: &'static str,
+    binary: &'static str,
+    unset: &'static [&'static str],
+    invocation: &'static str,
 }
 
-async fn start_once(bench: &Bench, dir: &Path, name: &str) -> anyhow::Result<Duration> {
-    let api = RuntimeApi::start(name, Duration::from_secs(60)).await?;
-    let binary = dir.join(name);
-    let log = bench.logs.join(format!("init-{name}.log"));
-    let started = Instant::now();
-    let _process = FunctionProcess::spawn(&binary, &api, name, &bench.env, Some(&log))?;
-    let deadline = started + Duration::from_secs(60);
-    loop {
-        if let Some(first) = api.first_poll() {
-            return Ok(first - started);
-        }
-        if let Some(error) = api.init_error().await {
-            bail!("{name} failed its init: {error}");
-        }
-        anyhow::ensure!(Instant::now() < deadline, "{name} did not poll for work");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+/// Reconcile is one binary deployed twice: the worker (`SCHEDULE_GROUP`,
+/// no webhook secret) and the webhook intake (`WEBHOOK_SECRET_ARN`, which
+/// it reads at start, and no worker variables).
+const DEPLOYED: [Deployed; 7] = [
+    Deployed {
+        label: BARE,
+        binary: BARE,
+        unset: &[],
+        invocation: "an echo",
+    },
+    Deployed {
+        label: "create",
+        binary: "create",
+        unset: &[],
+        invocation: "create a reminder",
+    },
+    Deployed {
+        label: "runner",
+        binary: "runner",
+        unset: &[],
+        invocation: "run a reminder (one model turn)",
+    },
+    Deployed {
+        label: "reconcile (worker)",
+        binary: "reconcile",
+        unset: &["WEBHOOK_SECRET_ARN"],
+        invocation: "reconcile pass, unchanged install",
+    },
+    Deployed {
+        label: "reconcile (intake)",
+        binary: "reconcile",
+        unset: &["SCHEDULE_GROUP"],
+        invocation: "a signed webhook, queued",
+    },
+    Deployed {
+        label: "admin",
+        binary: "admin",
+        unset: &[],
+        invocation: "admin list",
+    },
+    Deployed {
+        label: "schedules",
+        binary: "schedules",
+        unset: &[],
+        invocation: "an owner's list",
+    },
+];
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ColdStart {
+    pub function: String,
+    pub invocation: String,
+    /// Process start to its first answered invocation, median over the
+    /// starts: the cold start. Work moved from init to the first request
+    /// stays in it.
+    pub median_ms: f64,
+    pub starts_ms: Vec<f64>,
+    /// `median_ms` over the bare binary's in the same run.
+    pub ratio: f64,
+    /// Process start to its first `invocation/next` (init alone), median.
+    pub init_ms: f64,
+    /// The same invocation answered by the warm process right after,
+    /// median: what the services it calls (moto, the stand-ins) take.
+    pub warm_ms: f64,
+    /// The first answer less the warm one, median over the starts: what
+    /// the cold process alone adds (init, and every first-use cost the
+    /// first request pays), without the services' own time.
+    pub cold_extra_ms: f64,
+    /// `cold_extra_ms` over the bare binary's in the same run.
+    pub cold_extra_ratio: f64,
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -111,28 +164,170 @@ fn median(values: &[f64]) -> f64 {
     }
 }
 
-/// `starts` rounds, each starting the bare binary and every function once,
-/// so load on the machine falls on all of them alike.
-pub async fn init_times(bench: &Bench, dir: &Path, starts: usize) -> anyhow::Result<Vec<Init>> {
-    let names: Vec<&str> = std::iter::once(BARE).chain(FUNCTIONS).collect();
-    let mut times: HashMap<&str, Vec<f64>> = HashMap::new();
-    for _ in 0..starts {
-        for name in &names {
-            let took = start_once(bench, dir, name).await?;
-            times.entry(name).or_default().push(took.as_secs_f64() * 1000.0);
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// One start: (init, first answer, warm answer).
+async fn start_once(
+    bench: &Bench,
+    dir: &Path,
+    deployed: &Deployed,
+    first: &Value,
+    warm: &Value,
+) -> anyhow::Result<(f64, f64, f64)> {
+    let name = deployed.binary;
+    let api = RuntimeApi::start(name, Duration::from_secs(60)).await?;
+    let binary = dir.join(name);
+    let log = bench
+        .logs
+        .join(format!("cold-{}.log", deployed.label.replace([' ', '(', ')'], "")));
+    let env: Vec<(String, String)> = bench
+        .env
+        .iter()
+        .filter(|(k, _)| !deployed.unset.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    let started = Instant::now();
+    let _process = FunctionProcess::spawn(&binary, &api, name, &env, Some(&log))?;
+    // Queued before the process polls: it is handed over at the first poll.
+    let answer = match tokio::time::timeout(Duration::from_secs(60), api.invoke(first)).await {
+        Ok(answer) => answer?,
+        Err(_) => match api.init_error().await {
+            Some(error) => bail!("{} failed its init: {error}", deployed.label),
+            None => bail!("{} did not answer", deployed.label),
+        },
+    };
+    let answered = started.elapsed();
+    match answer {
+        Outcome::Response(answer) => check(deployed.label, &answer)?,
+        Outcome::Error(error) => bail!("{} failed its first invocation: {error}", deployed.label),
+    }
+    let init = api.first_poll().context("answered without polling")? - started;
+    let again = Instant::now();
+    match api.invoke(warm).await? {
+        Outcome::Response(answer) => check(deployed.label, &answer)?,
+        Outcome::Error(error) => bail!("{} failed a warm invocation: {error}", deployed.label),
+    }
+    Ok((ms(init), ms(answered), ms(again.elapsed())))
+}
+
+/// Each deployment's invocations: two for each start (the first answer,
+/// then a warm one), each able to succeed in its turn.
+async fn cold_payloads(bench: &Bench, deployed: &Deployed, n: usize) -> anyhow::Result<Vec<Value>> {
+    let now = Utc::now();
+    Ok(match deployed.label {
+        BARE => (0..n).map(|i| json!({"echo": i})).collect(),
+        "create" => (0..n)
+            .map(|i| {
+                crate::create_request(
+                    &format!("bench-cold-{}-{i}", uuid::Uuid::new_v4()),
+                    now,
+                    chrono::Duration::hours(1),
+                )
+            })
+            .collect(),
+        "runner" => {
+            let mut runs = Vec::new();
+            for i in 0..n {
+                let at = now - chrono::Duration::seconds(5 + i as i64);
+                let task = reminder(at);
+                bench.s.store().insert_task(&task).await?;
+                runs.push(sqs_event(&[(
+                    format!("c{i}"),
+                    run_message(&task, at, &format!("cold-{i}")),
+                    "",
+                )]));
+            }
+            runs
+        }
+        "reconcile (worker)" => {
+            let pass =
+                json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_1"}}).to_string();
+            (0..n)
+                .map(|i| sqs_event(&[(format!("cw{i}"), pass.clone(), "ws_1/ins_1")]))
+                .collect()
+        }
+        "reconcile (intake)" => {
+            let secret = shared::domain::webhook::WebhookSecret::parse(&bench.s.t.stack.webhook_secret)
+                .context("the stack's webhook secret")?;
+            let body =
+                json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_1"}}).to_string();
+            (0..n)
+                .map(|_| {
+                    let id = format!("wh_{}", uuid::Uuid::new_v4().simple());
+                    let at = Utc::now().timestamp();
+                    json!({
+                        "version": "2.0", "routeKey": "$default", "rawPath": "/", "rawQueryString": "",
+                        "headers": {"content-type": "application/json", "webhook-id": id,
+                                    "webhook-timestamp": at.to_string(),
+                                    "webhook-signature": secret.sign(&id, at, body.as_bytes())},
+                        "requestContext": {"accountId": "anonymous", "apiId": "local", "domainName": "localhost",
+                                           "domainPrefix": "local", "requestId": id, "routeKey": "$default",
+                                           "stage": "$default", "time": "", "timeEpoch": at * 1000,
+                                           "http": {"method": "POST", "path": "/", "protocol": "HTTP/1.1",
+                                                    "sourceIp": "127.0.0.1", "userAgent": "platform"}},
+                        "body": body, "isBase64Encoded": false
+                    })
+                })
+                .collect()
+        }
+        "admin" => (0..n)
+            .map(|_| json!({"op": "list", "principal": crate::admin_principal()}))
+            .collect(),
+        "schedules" => (0..n)
+            .map(|_| json!({"op": "list", "principal": crate::owner("u_bench")}))
+            .collect(),
+        other => bail!("no invocation for {other}"),
+    })
+}
+
+/// `starts` rounds, each starting the bare binary and every deployment
+/// once, so load on the machine falls on all of them alike.
+pub async fn cold_starts(bench: &Bench, dir: &Path, starts: usize) -> anyhow::Result<Vec<ColdStart>> {
+    bench
+        .s
+        .t
+        .reconciler()
+        .apply(
+            &installed("ins_1", "issues", &bench.fixture.url(), "workspace"),
+            Utc::now(),
+        )
+        .await?;
+    let mut payloads = Vec::new();
+    for deployed in &DEPLOYED {
+        payloads.push(cold_payloads(bench, deployed, 2 * starts).await?);
+    }
+    let mut times: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); DEPLOYED.len()];
+    for round in 0..starts {
+        for (k, deployed) in DEPLOYED.iter().enumerate() {
+            let (first, warm) = (&payloads[k][2 * round], &payloads[k][2 * round + 1]);
+            times[k].push(start_once(bench, dir, deployed, first, warm).await?);
         }
     }
-    let bare = median(times.get(BARE).map(Vec::as_slice).unwrap_or_default());
-    Ok(names
+    let column = |t: &[(f64, f64, f64)], f: fn(&(f64, f64, f64)) -> f64| median(&t.iter().map(f).collect::<Vec<_>>());
+    let bare = column(&times[0], |t| t.1);
+    let bare_extra = column(&times[0], |t| t.1 - t.2);
+    Ok(DEPLOYED
         .iter()
-        .map(|name| {
-            let starts_ms = times.remove(name).unwrap_or_default();
-            let median_ms = median(&starts_ms);
-            Init {
-                function: (*name).to_owned(),
+        .zip(times)
+        .map(|(deployed, t)| {
+            let median_ms = column(&t, |t| t.1);
+            let cold_extra_ms = column(&t, |t| t.1 - t.2);
+            ColdStart {
+                function: deployed.label.to_owned(),
+                invocation: deployed.invocation.to_owned(),
                 median_ms,
                 ratio: if bare > 0.0 { median_ms / bare } else { 0.0 },
-                starts_ms,
+                init_ms: column(&t, |t| t.0),
+                warm_ms: column(&t, |t| t.2),
+                cold_extra_ms,
+                cold_extra_ratio: if bare_extra > 0.0 {
+                    cold_extra_ms / bare_extra
+                } else {
+                    0.0
+                },
+                starts_ms: t.iter().map(|t| t.1).collect(),
             }
         })
         .collect())

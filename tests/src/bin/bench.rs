@@ -2,7 +2,7 @@
 //! README's tables and writes them as JSON. Reports; asserts nothing.
 //!
 //! `bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--invocations N] [--starts K]
-//! [--only requests,passes,caching,binaries]`
+//! [--only requests,passes,caching,cold,instructions,sizes]` (`binaries`: the last three)
 
 // The SDK futures nest deeply; their layout needs more than the default depth.
 #![recursion_limit = "256"]

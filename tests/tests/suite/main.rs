@@ -21,5 +21,6 @@ mod security;
 mod sim;
 mod store;
 mod template;
+mod tls;
 mod traces;
 mod webhooks;

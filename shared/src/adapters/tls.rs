@@ -1,0 +1,326 @@
+//! The process's one TLS client configuration, and the AWS SDK's HTTPS
+//! client built on it.
+//!
+//! One `rustls::ClientConfig` (rustls 0.23 on aws-lc-rs, TLS 1.2 and 1.3,
+//! the provider's default suites) is built once per process, on first use,
+//! and shared: every pinned MCP client (`adapters::mcp`, through reqwest's
+//! preconfigured TLS, [`Tls::reqwest`]), the traces' exporter and the reply
+//! to CloudFormation (the same), and every AWS SDK client ([`sdk_http_client`], through
+//! `SdkConfig::http_client`) verify with it. Each takes a clone (the
+//! verifier and its root store are behind one `Arc`) with its own ALPN: the
+//! SDK's client offers `h2` and `http/1.1`, reqwest here speaks HTTP/1.1
+//! only.
+//!
+//! The roots are Mozilla's, compiled in (`webpki-roots`), not read from the
+//! system's bundle at start. Reading and decoding that bundle (220 KB of PEM
+//! here; Lambda's image has the same Mozilla set) costs about 16 M
+//! instructions, the largest single part of a function's cold start, and
+//! before this module every pinned MCP client paid it again. Compiled in,
+//! the trust anchors are already parsed: building the root store copies
+//! references. A root store change arrives with a `webpki-roots` release
+//! (`cargo update -p webpki-roots`), not with the runtime image.
+//!
+//! The SDK's own HTTPS client (`aws-smithy-http-client` 1.5) cannot take a
+//! `ClientConfig`: its public options are a trust store of native roots and
+//! PEM certificates, decoded again for every connector it builds, and a
+//! crypto mode; the connector wrapper that would accept our own TLS
+//! connector is crate-private. So [`sdk_http_client`] is the same stack the
+//! SDK's default client is (hyper 1's pooled client, hyper-rustls) over this
+//! configuration, with the connector settings the SDK passes (connect and
+//! read timeouts), the SDK's error classes for retries, and connection
+//! poisoning.
+//!
+//! Production trusts exactly these roots. [`Tls::trusting`] adds one more,
+//! for a test's server whose root was made at test time; no environment
+//! variable, file or configuration value reaches it, and every function
+//! binary builds its clients from [`Tls::process`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, LazyLock, RwLock};
+use std::time::Duration;
+
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::connection::{CaptureSmithyConnection, ConnectionMetadata};
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_runtime_api::client::runtime_components::{RuntimeComponents, RuntimeComponentsBuilder};
+use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::config_bag::ConfigBag;
+use aws_smithy_types::retry::ErrorKind;
+use hyper_util::client::legacy::connect::{HttpConnector as TcpConnector, capture_connection};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::RootCertStore;
+use rustls::pki_types::CertificateDer;
+
+/// The TLS client configuration: roots, verifier, crypto provider.
+#[derive(Clone)]
+pub struct Tls {
+    config: Arc<rustls::ClientConfig>,
+    anchors: usize,
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls").finish_non_exhaustive()
+    }
+}
+
+static PROCESS: LazyLock<Tls> = LazyLock::new(|| Tls::with_roots(mozilla_roots()));
+
+fn mozilla_roots() -> RootCertStore {
+    RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    }
+}
+
+impl Tls {
+    /// The process's configuration, built on first use and shared after.
+    pub fn process() -> Tls {
+        PROCESS.clone()
+    }
+
+    /// Mozilla's roots and `root` (DER): a test's server, whose root the
+    /// test made. Production never calls this.
+    pub fn trusting(root: CertificateDer<'static>) -> Result<Tls, rustls::Error> {
+        let mut roots = mozilla_roots();
+        roots.add(root)?;
+        Ok(Tls::with_roots(roots))
+    }
+
+    fn with_roots(roots: RootCertStore) -> Tls {
+        let anchors = roots.len();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            // aws-lc-rs supports TLS 1.2 and 1.3: the safe defaults cannot be refused.
+            .unwrap_or_else(|_| unreachable!("aws-lc-rs supports the default protocol versions"))
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Tls {
+            config: Arc::new(config),
+            anchors,
+        }
+    }
+
+    /// How many trust anchors it has.
+    pub fn anchors(&self) -> usize {
+        self.anchors
+    }
+
+    /// Whether `other` is this very configuration (the same allocation).
+    pub fn same(&self, other: &Tls) -> bool {
+        Arc::ptr_eq(&self.config, &other.config)
+    }
+
+    /// A reqwest client builder on this configuration (HTTP/1.1): the
+    /// pinned MCP clients, the traces' exporter, the reply to
+    /// CloudFormation.
+    pub fn reqwest(&self) -> reqwest::ClientBuilder {
+        reqwest::Client::builder().tls_backend_preconfigured(self.client_config(&[b"http/1.1"]))
+    }
+
+    /// A copy offering `alpn`, sharing the verifier and its roots.
+    pub fn client_config(&self, alpn: &[&[u8]]) -> rustls::ClientConfig {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        config
+    }
+}
+
+/// The AWS SDK's HTTP client over `tls`: give it to `SdkConfig` once, and
+/// every SDK client of the process uses it (and its connection pool).
+pub fn sdk_http_client(tls: &Tls) -> SharedHttpClient {
+    SharedHttpClient::new(SdkHttpClient {
+        tls: Arc::new(tls.client_config(&[b"h2", b"http/1.1"])),
+        connectors: RwLock::default(),
+    })
+}
+
+/// A connector's settings: (connect timeout, read timeout).
+type Timeouts = (Option<Duration>, Option<Duration>);
+
+/// One connector per [`Timeouts`], as the SDK's own client keeps them.
+struct SdkHttpClient {
+    tls: Arc<rustls::ClientConfig>,
+    connectors: RwLock<HashMap<Timeouts, SharedHttpConnector>>,
+}
+
+impl fmt::Debug for SdkHttpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SdkHttpClient").finish_non_exhaustive()
+    }
+}
+
+impl HttpClient for SdkHttpClient {
+    fn http_connector(&self, settings: &HttpConnectorSettings, _: &RuntimeComponents) -> SharedHttpConnector {
+        let key = (settings.connect_timeout(), settings.read_timeout());
+        if let Some(connector) = self.connectors.read().ok().and_then(|c| c.get(&key).cloned()) {
+            return connector;
+        }
+        let connector = SharedHttpConnector::new(SdkConnector::new(self.tls.clone(), key.0, key.1));
+        match self.connectors.write() {
+            Ok(mut connectors) => connectors.entry(key).or_insert(connector).clone(),
+            Err(_) => connector,
+        }
+    }
+
+    // The SDK's own client builds a connector here (to load the system's
+    // roots at start); this one has nothing to load.
+    fn validate_base_client_config(&self, _: &RuntimeComponentsBuilder, _: &ConfigBag) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+type Https = hyper_rustls::HttpsConnector<TcpConnector>;
+
+struct SdkConnector {
+    client: hyper_util::client::legacy::Client<Https, SdkBody>,
+    read_timeout: Option<Duration>,
+}
+
+impl fmt::Debug for SdkConnector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SdkConnector").finish_non_exhaustive()
+    }
+}
+
+impl SdkConnector {
+    fn new(tls: Arc<rustls::ClientConfig>, connect_timeout: Option<Duration>, read_timeout: Option<Duration>) -> Self {
+        let mut tcp = TcpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(connect_timeout);
+        // http or https by the endpoint's scheme (moto on loopback is http);
+        // HTTP/2 where the server picks `h2` by ALPN.
+        let https = hyper_rustls::HttpsConnector::from((tcp, tls));
+        let mut builder = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+        // The pool's idle timer needs a timer to run.
+        builder.pool_timer(TokioTimer::new());
+        Self {
+            client: builder.build(https),
+            read_timeout,
+        }
+    }
+}
+
+impl HttpConnector for SdkConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let mut request = match request.try_into_http1x() {
+            Ok(request) => request,
+            Err(e) => return HttpConnectorFuture::ready(Err(ConnectorError::user(e.into()))),
+        };
+        // What the orchestrator poisons after a transient failure, so the
+        // pool does not hand the connection out again.
+        let captured = capture_connection(&mut request);
+        if let Some(capture) = request.extensions().get::<CaptureSmithyConnection>() {
+            capture.set_connection_retriever(move || {
+                captured.connection_metadata().as_ref()?;
+                let for_poison = captured.clone();
+                Some(
+                    ConnectionMetadata::builder()
+                        .proxied(false)
+                        .poison_fn(move || {
+                            if let Some(connection) = for_poison.connection_metadata().as_ref() {
+                                connection.poison();
+                            }
+                        })
+                        .build(),
+                )
+            });
+        }
+        let response = self.client.request(request);
+        let read_timeout = self.read_timeout;
+        HttpConnectorFuture::new(async move {
+            let answered = match read_timeout {
+                Some(limit) => match tokio::time::timeout(limit, response).await {
+                    Ok(answered) => answered,
+                    Err(elapsed) => return Err(ConnectorError::timeout(elapsed.into())),
+                },
+                None => response.await,
+            };
+            match answered {
+                Ok(response) => HttpResponse::try_from(response.map(SdkBody::from_body_1_x))
+                    .map_err(|e| ConnectorError::other(e.into(), None)),
+                Err(e) => Err(classify(e)),
+            }
+        })
+    }
+}
+
+/// The SDK's classes: a failed or closed connection is I/O (retried), a
+/// refused certificate or other TLS failure is not retried, a request the
+/// client could not send is the caller's.
+fn classify(error: hyper_util::client::legacy::Error) -> ConnectorError {
+    #[derive(Clone, Copy)]
+    enum Class {
+        Timeout,
+        User,
+        Io,
+        Transient,
+        Other,
+    }
+    let class = {
+        let chain = || error_chain(&error);
+        let hyper = chain().find_map(|e| e.downcast_ref::<hyper::Error>());
+        if chain().any(|e| e.is::<rustls::Error>()) {
+            Class::Other
+        } else if hyper.is_some_and(hyper::Error::is_timeout) {
+            Class::Timeout
+        } else if hyper.is_some_and(hyper::Error::is_user) {
+            Class::User
+        } else if hyper.is_some_and(hyper::Error::is_incomplete_message) {
+            Class::Transient
+        } else if hyper.is_some_and(|h| h.is_closed() || h.is_canceled())
+            || error.is_connect()
+            || chain().any(|e| e.is::<std::io::Error>())
+        {
+            Class::Io
+        } else {
+            Class::Other
+        }
+    };
+    let error: BoxError = error.into();
+    match class {
+        Class::Timeout => ConnectorError::timeout(error),
+        Class::User => ConnectorError::user(error),
+        Class::Io => ConnectorError::io(error),
+        Class::Transient => ConnectorError::other(error, Some(ErrorKind::TransientError)),
+        Class::Other => ConnectorError::other(error, None),
+    }
+}
+
+/// `error` and its causes; after an `io::Error` its payload (hyper-rustls
+/// wraps the rustls error in one).
+pub(crate) fn error_chain<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(error), |&e| match e.downcast_ref::<std::io::Error>() {
+        Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+        None => e.source(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_process_has_one_configuration_with_mozillas_roots() {
+        let tls = Tls::process();
+        assert!(tls.same(&Tls::process()), "built once, shared after");
+        assert_eq!(tls.anchors(), webpki_roots::TLS_SERVER_ROOTS.len());
+        assert!(tls.anchors() > 100, "{}", tls.anchors());
+        let http1 = tls.client_config(&[b"http/1.1"]);
+        assert_eq!(http1.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        assert!(tls.config.alpn_protocols.is_empty(), "a copy's ALPN is its own");
+    }
+
+    #[test]
+    fn a_root_that_is_not_a_certificate_is_refused() {
+        assert!(Tls::trusting(CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01])).is_err());
+    }
+}
