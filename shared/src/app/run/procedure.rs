@@ -222,7 +222,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 outcome.usage
             }
             Ended::Requeue(requeue) => {
-                span.set(key::OUTCOME, if requeue.room_at.is_some() { "paced" } else { "returned" });
+                span.set(
+                    key::OUTCOME,
+                    if requeue.room_at.is_some() { "paced" } else { "returned" },
+                );
                 requeue.usage
             }
         };
