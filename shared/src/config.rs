@@ -278,6 +278,29 @@ pub fn retention<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<chrono::
     }
 }
 
+/// The highest `MODEL_REQUESTS_PER_MINUTE`: far above any account's quota.
+pub const MAX_MODEL_REQUESTS_PER_MINUTE: u32 = 1_000_000;
+
+/// `MODEL_REQUESTS_PER_MINUTE` (0 to [`MAX_MODEL_REQUESTS_PER_MINUTE`]):
+/// the runner fleet's pace of model requests, at or under the account's
+/// Bedrock quota for the model; unset, blank or 0, no pace (a throttled run
+/// backs off on its own).
+pub fn pace<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Option<crate::domain::pace::Pace>, ConfigError> {
+    const NAME: &str = "MODEL_REQUESTS_PER_MINUTE";
+    let Some(text) = env.optional(NAME) else {
+        return Ok(None);
+    };
+    match text.trim().parse::<u32>() {
+        Ok(requests) if requests <= MAX_MODEL_REQUESTS_PER_MINUTE => {
+            Ok(crate::domain::pace::Pace::per_minute(requests))
+        }
+        _ => Err(ConfigError::Malformed {
+            name: NAME,
+            reason: format!("`{text}` is not a number of requests a minute from 0 to {MAX_MODEL_REQUESTS_PER_MINUTE}"),
+        }),
+    }
+}
+
 /// `MAX_ACTIVE_REMINDERS` (default [`DEFAULT_MAX_ACTIVE_REMINDERS`]).
 pub fn max_active<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<usize, ConfigError> {
     const NAME: &str = "MAX_ACTIVE_REMINDERS";
@@ -318,6 +341,9 @@ pub struct RunnerConfig {
     pub retention: chrono::Duration,
     /// `TRACES_ENDPOINT`
     pub traces: TracesConfig,
+    /// `MODEL_REQUESTS_PER_MINUTE`: the fleet's pace of model requests
+    /// (`domain::pace`); unset or 0, no pace.
+    pub pace: Option<crate::domain::pace::Pace>,
 }
 
 /// The longest catch-up window: it bounds how long an occurrence's claim
@@ -328,7 +354,7 @@ pub const MAX_CATCH_UP_SECONDS: i64 = 21_600;
 impl RunnerConfig {
     /// No `EVENT_BUS_NAME`: the runner sends no event; the table's stream
     /// carries each settled run to the bus (`domain::notification`).
-    pub const VARIABLES: [&'static str; 9] = [
+    pub const VARIABLES: [&'static str; 10] = [
         "TABLE_NAME",
         "AGENT_SCHEDULE_WORKER_ENABLED",
         "MODEL_ID",
@@ -338,6 +364,7 @@ impl RunnerConfig {
         "SCHEDULE_CEILINGS",
         "RETENTION_DAYS",
         TRACES_ENDPOINT,
+        "MODEL_REQUESTS_PER_MINUTE",
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -366,6 +393,7 @@ impl RunnerConfig {
             ceilings: ceilings(env)?,
             retention: retention(env)?,
             traces: traces(env, "runner")?,
+            pace: pace(env)?,
         })
     }
 }
@@ -703,6 +731,16 @@ mod tests {
         let config = RunnerConfig::from(&env(&base)).unwrap();
         assert_eq!(config.ceilings.limits().max_turns, 3);
         assert_eq!(config.catch_up_seconds, DEFAULT_CATCH_UP_SECONDS);
+        assert_eq!(config.pace, None, "no pace unless set");
+        for (value, pace) in [
+            ("0", None),
+            (" ", None),
+            ("200", crate::domain::pace::Pace::per_minute(200)),
+        ] {
+            let mut paced = base.to_vec();
+            paced.push(("MODEL_REQUESTS_PER_MINUTE", value));
+            assert_eq!(RunnerConfig::from(&env(&paced)).unwrap().pace, pace, "{value:?}");
+        }
         assert!(config.prices.of("anthropic.m-v1:0").is_ok());
         let mut late = base.to_vec();
         late.push(("CATCH_UP_SECONDS", "900"));
@@ -717,6 +755,9 @@ mod tests {
             ("CATCH_UP_SECONDS", "21601"),
             ("MODEL_PRICES", r#"{"m": {"input_per_mtok": 3.0}}"#),
             ("SCHEDULE_CEILINGS", r#"{"max_turns": 3}"#),
+            ("MODEL_REQUESTS_PER_MINUTE", "-1"),
+            ("MODEL_REQUESTS_PER_MINUTE", "1000001"),
+            ("MODEL_REQUESTS_PER_MINUTE", "fast"),
         ] {
             let mut bad: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
             bad.push((name, value));

@@ -10,6 +10,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 
 use crate::domain::idempotency::IdempotencyRecord;
+use crate::domain::pace::Slots;
 use crate::domain::schedule_definition::{ScheduleDefinition, ScheduleStatus};
 use crate::domain::task::{Task, TaskId};
 
@@ -287,6 +288,40 @@ pub trait RunStore: Send + Sync {
         reason: &str,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Books the next slot of `model_id`'s pace (`pace::Slots::book`) when
+    /// it comes from `now_ms` to `latest_ms`: one conditional write.
+    fn pace_book(
+        &self,
+        model_id: &str,
+        now_ms: i64,
+        latest_ms: i64,
+    ) -> impl Future<Output = Result<PaceAnswer, StoreError>> + Send;
+    /// Starts the pace again at `now_ms` when nothing is booked ahead
+    /// (`pace::Slots::start`; `gap_ms` when there is no pace item yet).
+    fn pace_start(
+        &self,
+        model_id: &str,
+        now_ms: i64,
+        gap_ms: i64,
+    ) -> impl Future<Output = Result<PaceAnswer, StoreError>> + Send;
+    /// Sets the pace's gap to `gap_ms` (changed at `now_ms`) if gap and
+    /// change are still as `seen`; `false` when they moved on.
+    fn pace_gap(
+        &self,
+        model_id: &str,
+        seen: &Slots,
+        gap_ms: i64,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// What a write on a model pace's item came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaceAnswer {
+    /// A slot taken (`Slots::taken_ms`); the slots after it.
+    Taken(Slots),
+    /// The condition failed; the item as it was (`None`: no item yet).
+    Refused(Option<Slots>),
 }
 
 /// What kind of failure a model call had.

@@ -6,17 +6,19 @@
 //! the real adapters: DynamoDB, SQS and the account through moto (behind
 //! `moto_serial.py`, as the stack runs it), `prompts/get` on the project's
 //! rmcp fixture server, `Converse` on the strict stand-in throttling above
-//! R requests per minute. `concurrency` pollers each take a batch of
+//! R requests per minute, the runner pacing its model requests at P a
+//! minute (`domain::pace`, its slots on the table; P = R unless told, 0 for
+//! no pace). `concurrency` pollers each take a batch of
 //! `batch` records, deliver them concurrently and acknowledge or return
 //! them as the runner's handler does (a returned record's visibility
-//! shortened to `domain::redelivery::return_delay` through the real
+//! shortened as `app::run::Disposition::comes_back` says through the real
 //! `adapters::redelivery::Returns`), like Lambda's SQS poller under
 //! `ScalingConfig.MaximumConcurrency` (the template: 20 pollers of 5).
 //!
 //! **The clock is compressed** by `compression` (simulated seconds per real
 //! second; 60 by default: a minute of model quota passes in one real
 //! second). Compressed: the stand-in's quota window (60 s / compression),
-//! SQS's clock (moved forward so a returned record's 30-600 s visibility
+//! the pace's window (the same), SQS's clock (moved forward so a returned record's 30-600 s visibility
 //! passes in 30-600 / compression real seconds), the catch-up window the
 //! door applies (3600 s / compression) and the time a run may wait for the
 //! model (its 60 s limit / compression, after the runner's 10 s settle
@@ -48,6 +50,7 @@ use serde_json::{Value, json};
 use shared::adapters::redelivery::Returns;
 use shared::app::run::{Disposition, RunSettings, SETTLE_RESERVE_SECONDS};
 use shared::domain::install::InstallScope;
+use shared::domain::pace::Pace;
 use shared::domain::redelivery::return_delay;
 use tokio::sync::Mutex;
 
@@ -77,6 +80,16 @@ pub struct HerdConfig {
     pub batch: usize,
     /// Every n-th occurrence is delivered twice; 0 for none.
     pub duplicate_every: usize,
+    /// The runner's model pace, requests per (simulated) minute; `None`:
+    /// at the quota, `Some(0)`: no pace.
+    pub pace: Option<usize>,
+}
+
+impl HerdConfig {
+    /// The runner's pace in requests per simulated minute; 0 for none.
+    pub fn pace_rpm(&self) -> usize {
+        self.pace.unwrap_or(self.rpm)
+    }
 }
 
 impl Default for HerdConfig {
@@ -88,6 +101,7 @@ impl Default for HerdConfig {
             concurrency: 20,
             batch: 5,
             duplicate_every: 10,
+            pace: None,
         }
     }
 }
@@ -104,8 +118,11 @@ pub struct HerdReport {
     pub skipped: BTreeMap<String, usize>,
     /// Tasks with no run record at the end.
     pub unrecorded: usize,
-    /// Deliveries returned to the queue (throttled before any tool, busy, errors).
+    /// Deliveries returned to the queue (throttled before any tool, turned
+    /// away by the pace, busy, errors).
     pub returned: usize,
+    /// Of those, turned away by the pace before any model call.
+    pub paced: usize,
     /// Of those, returned by a delivery error.
     pub errors: usize,
     /// Duplicate deliveries sent, and absorbed (acknowledged doing nothing).
@@ -144,6 +161,11 @@ impl HerdReport {
         c.tasks as f64 / c.rpm.max(1) as f64
     }
 
+    /// Throttled model requests per answered one.
+    pub fn throttled_per_answer(&self) -> f64 {
+        self.model_throttled as f64 / self.model_answered.max(1) as f64
+    }
+
     pub fn missed(&self) -> usize {
         self.skipped.get("missed").copied().unwrap_or_default() + self.unrecorded
     }
@@ -171,6 +193,12 @@ impl HerdReport {
             out.push(format!(
                 "{} model answers for {} runs of one request each",
                 self.model_answered, self.succeeded
+            ));
+        }
+        if c.pace_rpm() > 0 && self.model_throttled > self.model_answered {
+            out.push(format!(
+                "{} throttled model requests for {} answered: more than one each, under a pace",
+                self.model_throttled, self.model_answered
             ));
         }
         if self.duplicates_absorbed < self.duplicates_sent {
@@ -222,6 +250,13 @@ impl HerdReport {
             ("tasks due at one instant", c.tasks.to_string()),
             ("model quota R (requests per minute)", c.rpm.to_string()),
             (
+                "runner's model pace (requests per minute)",
+                match c.pace_rpm() {
+                    0 => "none".to_owned(),
+                    p => p.to_string(),
+                },
+            ),
+            (
                 "clock compression",
                 format!(
                     "{}x (a simulated minute = {:.2} s real)",
@@ -259,11 +294,18 @@ impl HerdReport {
             ("occurrences skipped", by(&self.skipped)),
             (
                 "returned and retried",
-                format!("{} ({} by errors)", self.returned, self.errors),
+                format!(
+                    "{} ({} by the pace, {} by errors)",
+                    self.returned, self.paced, self.errors
+                ),
             ),
             (
                 "model requests answered / throttled",
                 format!("{} / {}", self.model_answered, self.model_throttled),
+            ),
+            (
+                "throttled per answered request",
+                format!("{:.3}", self.throttled_per_answer()),
             ),
             (
                 "duplicates absorbed",
@@ -286,6 +328,7 @@ impl HerdReport {
 #[derive(Default)]
 struct Seen {
     returned: usize,
+    paced: usize,
     errors: usize,
     duplicates: usize,
     settled: usize,
@@ -331,14 +374,15 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
     }
 
     let catch_up = Duration::milliseconds((CATCH_UP_SECONDS as f64 * 1000.0 / compression) as i64);
+    let window = StdDuration::from_secs_f64(60.0 / compression);
     let runner = Arc::new(s.runner_on(
         s.store(),
         RunSettings {
             catch_up,
+            pace: Pace::new(u32::try_from(config.pace_rpm())?, window),
             ..crate::run_settings(true)
         },
     ));
-    let window = StdDuration::from_secs_f64(60.0 / compression);
     s.model.throttle(Some((config.rpm, Window::Every(window)))).await;
 
     // Scheduler delivers every occurrence (some twice) at the due instant.
@@ -468,44 +512,54 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
                 });
                 for (m, answer) in futures::future::join_all(deliveries).await {
                     let handle = m.receipt_handle().unwrap_or_default();
-                    let back = {
+                    {
                         let mut seen = seen.lock().await;
                         match &answer {
+                            Ok(Disposition::Paced(_)) => {
+                                seen.returned += 1;
+                                seen.paced += 1;
+                            }
                             Ok(Disposition::Ran(_) | Disposition::Skipped(_)) => {
                                 let now = Instant::now();
                                 seen.first.get_or_insert(now);
                                 seen.last = Some(now);
                                 seen.settled += 1;
                                 settled.fetch_add(1, Ordering::Relaxed);
-                                false
                             }
-                            Ok(Disposition::Duplicate) => {
-                                seen.duplicates += 1;
-                                false
-                            }
-                            Ok(Disposition::Malformed(_)) => false,
-                            Ok(Disposition::Busy | Disposition::ReturnToQueue) => {
-                                seen.returned += 1;
-                                true
-                            }
+                            Ok(Disposition::Duplicate) => seen.duplicates += 1,
+                            Ok(Disposition::Malformed(_)) => {}
+                            Ok(Disposition::Busy | Disposition::ReturnToQueue) => seen.returned += 1,
                             Err(_) => {
                                 seen.returned += 1;
                                 seen.errors += 1;
-                                true
                             }
                         }
+                    }
+                    let receives = m
+                        .attributes()
+                        .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                        .and_then(|n| n.parse::<u32>().ok())
+                        .unwrap_or(1);
+                    // As the runner's handler decides, on SQS's compressed
+                    // clock: the pace's room is real time, SQS's simulated.
+                    let back = match &answer {
+                        Ok(disposition) => {
+                            let now = Utc::now();
+                            let compressed = match disposition {
+                                Disposition::Paced(room_at) => {
+                                    let real = (*room_at - now).num_milliseconds() as f64;
+                                    Disposition::Paced(now + Duration::milliseconds((real * compression) as i64))
+                                }
+                                other => other.clone(),
+                            };
+                            compressed.comes_back(receives, now, fastrand::f64())
+                        }
+                        Err(_) => Some(return_delay(receives, fastrand::f64())),
                     };
-                    if back {
-                        let receives = m
-                            .attributes()
-                            .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                            .and_then(|n| n.parse::<u32>().ok())
-                            .unwrap_or(1);
+                    if let Some(seconds) = back {
                         // Best effort, as in the runner's handler: a refused
                         // shortening leaves the record to the queue's timeout.
-                        let _ = returns
-                            .return_after(&queue_arn, handle, return_delay(receives, fastrand::f64()))
-                            .await;
+                        let _ = returns.return_after(&queue_arn, handle, seconds).await;
                     } else {
                         sqs.delete_message()
                             .queue_url(&queue_url)

@@ -11,11 +11,12 @@ use chrono::{DateTime, Utc};
 use shared::domain::idempotency::IdempotencyRecord;
 use shared::domain::install::Install;
 use shared::domain::occurrence::RunRecord;
+use shared::domain::pace::Slots;
 use shared::domain::schedule_definition::{ScheduleDefinition, ScheduleStatus};
 use shared::domain::task::{Task, TaskId};
 use shared::ports::{
-    ClaimAnswer, ClaimRequest, OwnerReminders, Release, ReminderInserted, RunStore, ScheduleError, Schedules, Settled,
-    Settlement, StoreError, TaskStore,
+    ClaimAnswer, ClaimRequest, OwnerReminders, PaceAnswer, Release, ReminderInserted, RunStore, ScheduleError,
+    Schedules, Settled, Settlement, StoreError, TaskStore,
 };
 
 /// A port `inner` with `hook` in front of it.
@@ -109,6 +110,15 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
         n: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.hook.record_malformed(&self.inner, m, b, r, n)
+    }
+    fn pace_book(&self, m: &str, n: i64, l: i64) -> impl Future<Output = Result<PaceAnswer, StoreError>> + Send {
+        self.inner.pace_book(m, n, l)
+    }
+    fn pace_start(&self, m: &str, n: i64, g: i64) -> impl Future<Output = Result<PaceAnswer, StoreError>> + Send {
+        self.inner.pace_start(m, n, g)
+    }
+    fn pace_gap(&self, m: &str, s: &Slots, g: i64, n: i64) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.inner.pace_gap(m, s, g, n)
     }
 }
 

@@ -246,6 +246,7 @@ pub fn run_settings(worker_enabled: bool) -> RunSettings {
         prices: prices(),
         ceilings: Ceilings::new(CEILINGS).expect("test ceilings are valid"),
         retention: Duration::days(shared::config::DEFAULT_RETENTION_DAYS),
+        pace: None,
     }
 }
 

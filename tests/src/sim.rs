@@ -80,11 +80,12 @@ use shared::domain::agent::{Message, ModelReply, ModelRequest};
 use shared::domain::budget;
 use shared::domain::install::{Install, InstallScope};
 use shared::domain::occurrence::{RunRecord, occurrence_key, run_id};
+use shared::domain::pace::Slots;
 use shared::domain::schedule::Schedule;
 use shared::domain::task::{Task, TaskId};
 use shared::ports::{
-    ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, ModelError, Release, RunStore, ServerTool,
-    Settled, Settlement, StoreError, ToolOutput,
+    ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, ModelError, PaceAnswer, Release, RunStore,
+    ServerTool, Settled, Settlement, StoreError, ToolOutput,
 };
 
 use crate::{RunStack, connector_task, install, reminder, run_message};
@@ -579,6 +580,15 @@ async fn at_unmeasured<T>(point: Point, call: impl Future<Output = T>) -> T {
 pub struct SimStore<S>(pub S);
 
 impl<S: RunStore> RunStore for SimStore<S> {
+    async fn pace_book(&self, model_id: &str, now_ms: i64, latest_ms: i64) -> Result<PaceAnswer, StoreError> {
+        self.0.pace_book(model_id, now_ms, latest_ms).await
+    }
+    async fn pace_start(&self, model_id: &str, now_ms: i64, gap_ms: i64) -> Result<PaceAnswer, StoreError> {
+        self.0.pace_start(model_id, now_ms, gap_ms).await
+    }
+    async fn pace_gap(&self, model_id: &str, seen: &Slots, gap_ms: i64, now_ms: i64) -> Result<bool, StoreError> {
+        self.0.pace_gap(model_id, seen, gap_ms, now_ms).await
+    }
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
         at(Point::Claim, self.0.claim(request)).await
     }
@@ -733,6 +743,7 @@ impl Answer {
             Answer::Back(Disposition::ReturnToQueue) | Answer::Done(Disposition::ReturnToQueue) => {
                 "throttled, returned"
             }
+            Answer::Back(Disposition::Paced(_)) | Answer::Done(Disposition::Paced(_)) => "paced, returned",
             Answer::Back(_) | Answer::Done(Disposition::Busy) => "busy, returned",
             Answer::Error => "store error, returned",
             Answer::Crashed => "crashed",
@@ -1005,7 +1016,9 @@ async fn run_occurrence(
                 );
                 let answer = tokio::select! {
                     answer = fut => match answer {
-                        Ok(d @ (Disposition::Busy | Disposition::ReturnToQueue)) => Answer::Back(d),
+                        Ok(d @ (Disposition::Busy | Disposition::ReturnToQueue | Disposition::Paced(_))) => {
+                            Answer::Back(d)
+                        }
                         Ok(d) => Answer::Done(d),
                         Err(_) => Answer::Error,
                     },

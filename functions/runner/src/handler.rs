@@ -4,8 +4,9 @@
 //! (a live lease elsewhere, a transient failure, a throttled model) is
 //! returned in the partial batch response; nothing is logged and dropped.
 //! Every returned record, whatever the reason, gets a short visibility
-//! (`domain::redelivery`), so it comes back within the catch-up window
-//! instead of after the queue's visibility timeout.
+//! (`domain::redelivery`: the growing return, or for a run the model pace
+//! turned away the time until the pace has room), so it comes back within
+//! the catch-up window instead of after the queue's visibility timeout.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
@@ -44,23 +45,32 @@ fn runner(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> Runner<DynamoSto
             prices: config.prices,
             ceilings: config.ceilings,
             retention: config.retention,
+            pace: config.pace,
         },
     )
     .with_tracer(tracer)
 }
 
-/// Delivers one record; `Some(id)` when it must come back.
-async fn deliver(app: &App, record: &SqsMessage, deadline: DateTime<Utc>) -> Option<String> {
+/// Delivers one record; `Some((id, seconds))` when it must come back, after
+/// that many seconds.
+async fn deliver(app: &App, record: &SqsMessage, deadline: DateTime<Utc>) -> Option<(String, i32)> {
     let id = record.message_id.clone().unwrap_or_default();
     let body = record.body.as_deref().unwrap_or_default();
+    let receives = record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(1);
     match app.runner.deliver(&id, body, Utc::now(), deadline).await {
         Ok(disposition) => {
             emit(&disposition);
-            matches!(disposition, Disposition::Busy | Disposition::ReturnToQueue).then_some(id)
+            disposition
+                .comes_back(receives, Utc::now(), fastrand::f64())
+                .map(|seconds| (id, seconds))
         }
         Err(error) => {
             tracing::error!(message_id = %id, error = %shared::error_chain(&error), "delivery failed; returned to the queue");
-            Some(id)
+            Some((id, shared::domain::redelivery::return_delay(receives, fastrand::f64())))
         }
     }
 }
@@ -86,18 +96,14 @@ fn emit(disposition: &Disposition) {
         Disposition::Duplicate | Disposition::Busy => metrics::count("DuplicatesAbsorbed", 1, None),
         Disposition::Malformed(_) => metrics::count("MalformedMessages", 1, None),
         Disposition::ReturnToQueue => metrics::count("RunsReturnedThrottled", 1, None),
+        Disposition::Paced(_) => metrics::count("RunsReturnedPaced", 1, None),
     }
 }
 
-/// Shortens a returned record's visibility. A failure is logged and
-/// otherwise ignored: the record still comes back, at the queue's timeout.
-async fn return_sooner(app: &App, record: &SqsMessage) {
-    let receives = record
-        .attributes
-        .get("ApproximateReceiveCount")
-        .and_then(|n| n.parse::<u32>().ok())
-        .unwrap_or(1);
-    let seconds = shared::domain::redelivery::return_delay(receives, fastrand::f64());
+/// Shortens a returned record's visibility to `seconds`. A failure is
+/// logged and otherwise ignored: the record still comes back, at the
+/// queue's timeout.
+async fn return_sooner(app: &App, record: &SqsMessage, seconds: i32) {
     let (Some(arn), Some(handle)) = (record.event_source_arn.as_deref(), record.receipt_handle.as_deref()) else {
         return;
     };
@@ -115,13 +121,13 @@ pub async fn handle(app: &App, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchR
     let outcomes = futures::future::join_all(records.iter().map(|r| deliver(app, r, deadline))).await;
     let mut response = SqsBatchResponse::default();
     let mut returned = Vec::new();
-    for (record, id) in records.iter().zip(outcomes) {
-        if let Some(id) = id {
-            returned.push(record);
+    for (record, back) in records.iter().zip(outcomes) {
+        if let Some((id, seconds)) = back {
+            returned.push((record, seconds));
             response.add_failure(id);
         }
     }
-    futures::future::join_all(returned.into_iter().map(|r| return_sooner(app, r))).await;
+    futures::future::join_all(returned.into_iter().map(|(r, seconds)| return_sooner(app, r, seconds))).await;
     // The batch's traces leave before the answer (a Lambda is frozen after
     // it), within a bound that keeps the answer inside the deadline.
     let left = (deadline - Utc::now()).to_std().unwrap_or_default();

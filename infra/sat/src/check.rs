@@ -499,6 +499,8 @@ async fn dry_run(
         prices: settings.prices.clone(),
         ceilings: settings.ceilings,
         retention: chrono::Duration::days(90),
+        // A rendering sends no request: nothing to pace.
+        pace: None,
     };
     match shared::app::run::first_request(&task, server, messages, own, &run, now) {
         Ok(first) => {

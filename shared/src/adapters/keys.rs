@@ -11,6 +11,7 @@
 //! | malformed   | `MALFORMED#<YYYY-MM-DD>` | `MSG#<message id>`        |
 //! | webhook id  | `WEBHOOK#<id>`        | `WEBHOOK`                    |
 //! | owner       | `OWNER#<workspace>#<principal>` | `REMINDERS`        |
+//! | model pace  | `PACE#<model id>`     | `PACE`                       |
 //!
 //! One global secondary index, `gsi1` (keys only, sparse: only the items
 //! below carry its keys), for the two lookups the primary key cannot do:
@@ -160,6 +161,14 @@ impl Key {
         Self {
             pk: owner_partition(workspace, principal),
             sk: "REMINDERS".to_owned(),
+        }
+    }
+
+    /// The fleet's pace of requests to one model (`domain::pace`).
+    pub fn pace(model_id: &str) -> Self {
+        Self {
+            pk: format!("PACE#{model_id}"),
+            sk: "PACE".to_owned(),
         }
     }
 
@@ -423,6 +432,13 @@ mod tests {
             Key {
                 pk: "IDEM#ws_1#usr_1".into(),
                 sk: "KEY#k".into()
+            }
+        );
+        assert_eq!(
+            Key::pace("global.anthropic.claude-haiku-4-5-20251001-v1:0"),
+            Key {
+                pk: "PACE#global.anthropic.claude-haiku-4-5-20251001-v1:0".into(),
+                sk: "PACE".into()
             }
         );
     }

@@ -4,7 +4,8 @@
 //!
 //! Namespace `ScheduledAgentTasks`. Runner: `RunsStarted`, `RunsSucceeded`,
 //! `RunsFailed`, `RunsSkipped` (dimension `Reason`), `DuplicatesAbsorbed`,
-//! `BudgetRefusals`. Reconcile: `ReconcileChanges` (dimension `Kind`),
+//! `BudgetRefusals`, `RunsReturned`, `RunsReturnedThrottled`,
+//! `RunsReturnedPaced`. Reconcile: `ReconcileChanges` (dimension `Kind`),
 //! `OccurrencesOverdue` (the missed-occurrence check, every run),
 //! `DeclarationsRefused`.
 

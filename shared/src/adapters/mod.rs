@@ -8,6 +8,7 @@ pub mod dynamo;
 pub mod keys;
 pub mod mcp;
 pub mod metrics;
+pub mod pace;
 pub mod queue;
 pub mod redelivery;
 pub mod reminders;

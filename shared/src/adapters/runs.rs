@@ -37,9 +37,10 @@ use super::keys::{GSI3PK, GSI3SK, Key, PK, SK};
 use crate::domain::claim::{Claim, RunStatus};
 use crate::domain::install::Install;
 use crate::domain::occurrence::{RunRecord, cap_output, occurrence_key};
+use crate::domain::pace::Slots;
 use crate::domain::settlement::Completion;
 use crate::domain::task::Task;
-use crate::ports::{ClaimAnswer, ClaimRequest, Release, RunStore, Settled, Settlement, StoreError};
+use crate::ports::{ClaimAnswer, ClaimRequest, PaceAnswer, Release, RunStore, Settled, Settlement, StoreError};
 
 /// Malformed messages are kept this long.
 const MALFORMED_DAYS: i64 = 14;
@@ -672,6 +673,18 @@ impl RunStore for DynamoStore {
             .await
             .map_err(|e| request_error("PutItem", e))?;
         Ok(())
+    }
+
+    async fn pace_book(&self, model_id: &str, now_ms: i64, latest_ms: i64) -> Result<PaceAnswer, StoreError> {
+        self.book_pace(model_id, now_ms, latest_ms).await
+    }
+
+    async fn pace_start(&self, model_id: &str, now_ms: i64, gap_ms: i64) -> Result<PaceAnswer, StoreError> {
+        self.start_pace(model_id, now_ms, gap_ms).await
+    }
+
+    async fn pace_gap(&self, model_id: &str, seen: &Slots, gap_ms: i64, now_ms: i64) -> Result<bool, StoreError> {
+        self.set_pace_gap(model_id, seen, gap_ms, now_ms).await
     }
 }
 

@@ -14,8 +14,9 @@
 //! reaches: turns, tool calls, output tokens (what is left is the next call's
 //! `max_tokens`), wall time, and the per-run budget (the next call's input,
 //! estimated high, is paid for before its output is allowed). A run the
-//! model kept throttled before any tool call goes back to the queue
-//! ([`Ended::Requeue`]); after one it fails as [`MODEL_THROTTLED`].
+//! model kept throttled, or the model pace had no slot for in its time,
+//! before any tool call goes back to the queue ([`Ended::Requeue`]); after
+//! one it fails as [`MODEL_THROTTLED`].
 
 use std::collections::BTreeMap;
 use std::time::Duration as StdDuration;
@@ -175,6 +176,10 @@ pub fn time_left(deadline: DateTime<Utc>, now: DateTime<Utc>) -> StdDuration {
 pub struct Requeue {
     pub usage: Usage,
     pub cost: f64,
+    /// When the model pace has room for the run again (`domain::pace`):
+    /// it goes back until then. `None`: back after the growing return of
+    /// `domain::redelivery`.
+    pub room_at: Option<DateTime<Utc>>,
 }
 
 /// How the loop ended.
@@ -384,13 +389,28 @@ impl AgentLoop {
         if in_time {
             return None;
         }
+        Some(self.no_answer_in_time(None))
+    }
+
+    /// The model pace has no slot for the next call within the run's reach
+    /// (`pace::Refusal::Full`; room from `room_at`): as a run throttled to
+    /// its end, it goes back to the queue until then if it called no tool
+    /// yet, and fails as [`MODEL_THROTTLED`] after one.
+    pub fn paced(&self, room_at: DateTime<Utc>) -> Ended {
+        self.no_answer_in_time(Some(room_at))
+    }
+
+    /// No model answer within the run's time: back to the queue before any
+    /// tool call, failed after one.
+    fn no_answer_in_time(&self, room_at: Option<DateTime<Utc>>) -> Ended {
         if self.usage.tool_calls == 0 {
-            return Some(Ended::Requeue(Requeue {
+            return Ended::Requeue(Requeue {
                 usage: self.usage,
                 cost: self.cost(),
-            }));
+                room_at,
+            });
         }
-        Some(self.fail(MODEL_THROTTLED.to_owned()))
+        self.fail(MODEL_THROTTLED.to_owned())
     }
 
     /// The model call failed otherwise: the run fails with its message.
@@ -788,8 +808,19 @@ mod tests {
             late,
             Some(Ended::Requeue(Requeue {
                 usage: Usage::default(),
-                cost: 0.0
+                cost: 0.0,
+                room_at: None,
             }))
+        );
+        let room = now() + Duration::seconds(90);
+        assert_eq!(
+            run.paced(room),
+            Ended::Requeue(Requeue {
+                usage: Usage::default(),
+                cost: 0.0,
+                room_at: Some(room),
+            }),
+            "no slot within reach: back until the pace has room"
         );
         let turn = run.next_turn().unwrap();
         let _ = run.answered(
@@ -801,6 +832,7 @@ mod tests {
             reason(&run.throttled(now(), StdDuration::from_secs(60)).unwrap()),
             Some(MODEL_THROTTLED)
         );
+        assert_eq!(reason(&run.paced(room)), Some(MODEL_THROTTLED));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod notification;
 pub mod occurrence;
 pub mod overdue;
 pub mod overrides;
+pub mod pace;
 pub mod payload;
 pub mod reconcile;
 // Test-only: the reconcile model check (no test executable of its own:

@@ -13,6 +13,7 @@ mod interop;
 mod lifecycle;
 mod operations;
 mod overdue;
+mod pace;
 mod person;
 mod reconcile;
 mod runner;

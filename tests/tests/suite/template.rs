@@ -1091,6 +1091,27 @@ fn the_default_model_is_current_reached_through_a_global_profile_and_priced() {
     );
 }
 
+/// The model pace's parameter is what the runner reads: its default paces,
+/// its least turns the pace off, its most is the runner's.
+#[test]
+fn the_model_pace_parameter_is_what_the_runner_accepts() {
+    let t = template();
+    let parameter = &t["Parameters"]["ModelRequestsPerMinute"];
+    let read = |value: &str| {
+        shared::config::pace(&shared::config::Env::from_lookup(|k: &str| {
+            (k == "MODEL_REQUESTS_PER_MINUTE").then(|| value.to_owned())
+        }))
+    };
+    let default = parameter["Default"].as_u64().unwrap().to_string();
+    assert!(read(&default).unwrap().is_some(), "paced by default");
+    assert_eq!(parameter["MinValue"].as_u64(), Some(0));
+    assert_eq!(read("0"), Ok(None), "0 turns it off");
+    let most = parameter["MaxValue"].as_u64().unwrap();
+    assert_eq!(most, u64::from(shared::config::MAX_MODEL_REQUESTS_PER_MINUTE));
+    assert!(read(&most.to_string()).unwrap().is_some());
+    assert!(read(&(most + 1).to_string()).is_err());
+}
+
 #[test]
 fn the_runner_may_converse_through_a_global_profile_in_every_region_it_routes_to() {
     let t = json_form(&template());

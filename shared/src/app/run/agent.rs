@@ -1,15 +1,32 @@
 //! Step 5, the agent loop's I/O: each model call and each tool call, around
 //! the decisions of `domain::agent_loop::AgentLoop` (what may be called,
-//! when the loop stops, what the run used).
+//! when the loop stops, what the run used) and, with a model pace, of
+//! `domain::pace` (the slot a call waits for, how a throttle slows the pace).
 
-use chrono::Utc;
+use std::sync::atomic::Ordering;
+
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{Runner, backoff};
 use crate::domain::agent::{Block, ModelReply, tool_result};
 use crate::domain::agent_loop::{AgentLoop, Ended, Next, ToolCall, Turn};
-use crate::ports::{Connectors, McpSession, Model, ModelErrorKind, RunStore};
+use crate::domain::pace::{self, Pace, Refusal, Slots, Try};
+use crate::ports::{Connectors, McpSession, Model, ModelError, ModelErrorKind, PaceAnswer, RunStore, StoreError};
 use crate::trace::key;
+
+/// Writes one booking may take (a start and a booking that raced others).
+const PACE_ATTEMPTS: usize = 3;
+
+/// What a booking came to.
+enum Slot {
+    /// This slot is the call's (`Slots::taken_ms`).
+    At(Slots),
+    /// No slot within the run's reach; room from then.
+    Full(DateTime<Utc>),
+    /// Every write raced another: the call goes on without the pace.
+    Unbooked,
+}
 
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// Turns until the loop ends: a model call, then the tool calls it asks
@@ -51,11 +68,122 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         }
     }
 
-    /// One model call (`Model::converse`) within the run's wall time,
-    /// retried with jittered backoff while it is throttled and a retry
-    /// still fits.
+    /// One model call (`Model::converse`) within the run's wall time: at a
+    /// slot of the fleet's pace when there is one, else retried with backoff.
     async fn model_call(&self, turns: &AgentLoop, turn: &Turn) -> Result<ModelReply, Ended> {
+        match &self.settings.pace {
+            Some(pace) => self.paced_call(pace, turns, turn).await,
+            None => self.backoff_call(turns, turn, 0).await,
+        }
+    }
+
+    /// One model call at a slot the fleet's pace gave it (`domain::pace`):
+    /// booked, waited for, then sent; throttled, the pace slows and the call
+    /// books another slot. No slot within the run's reach: the run ends as
+    /// `AgentLoop::paced` says, before the call. The pace unreachable (a
+    /// store error), the call goes on as without one.
+    async fn paced_call(&self, pace: &Pace, turns: &AgentLoop, turn: &Turn) -> Result<ModelReply, Ended> {
         let mut throttled = 0u32;
+        loop {
+            let now = Utc::now();
+            if throttled > 0 && turns.time_left(now).as_millis() < pace::MIN_CALL_MS.unsigned_abs().into() {
+                return Err(turns.paced(now));
+            }
+            let slots = match self.slot(pace, turns).await {
+                Ok(Slot::At(slots)) => slots,
+                Ok(Slot::Full(room_at)) => return Err(turns.paced(room_at)),
+                Ok(Slot::Unbooked) => return self.backoff_call(turns, turn, throttled).await,
+                Err(error) => {
+                    tracing::warn!(error = %crate::error_chain(&error), "the model pace could not be booked; calling without it");
+                    return self.backoff_call(turns, turn, throttled).await;
+                }
+            };
+            let wait = slots.taken_ms().saturating_sub(Utc::now().timestamp_millis()).max(0);
+            tokio::time::sleep(std::time::Duration::from_millis(wait.unsigned_abs())).await;
+            let remaining = turns.time_left(Utc::now());
+            if remaining.is_zero() {
+                return Err(turns.out_of_time());
+            }
+            match self.converse(turn, remaining).await {
+                Err(_) => return Err(turns.out_of_time()),
+                Ok(Ok(reply)) => return Ok(reply),
+                Ok(Err(e)) if e.kind == ModelErrorKind::Throttled => {
+                    throttled += 1;
+                    tracing::info!(attempt = throttled, error = %e, "model throttled at its paced slot; booking another");
+                    self.slow_pace(pace, &slots).await;
+                }
+                Ok(Err(e)) => return Err(turns.model_failed(e.to_string())),
+            }
+        }
+    }
+
+    /// Books the next call's slot: the write `pace::first_try` says, then
+    /// what a refusal says (`pace::refusal`); a booking also eases the pace
+    /// after a window without a throttle.
+    async fn slot(&self, pace: &Pace, turns: &AgentLoop) -> Result<Slot, StoreError> {
+        let model = &self.settings.model_id;
+        let now = Utc::now();
+        let now_ms = now.timestamp_millis();
+        let left_ms = i64::try_from(turns.time_left(now).as_millis()).unwrap_or(i64::MAX);
+        let latest_ms = pace::latest_slot(now_ms, left_ms);
+        let seen = self.pace_seen.load(Ordering::Relaxed);
+        let mut attempt = pace::first_try((seen > 0).then_some(seen), now_ms);
+        for _ in 0..PACE_ATTEMPTS {
+            let answer = match attempt {
+                Try::Book => self.store.pace_book(model, now_ms, latest_ms).await?,
+                Try::Start => self.store.pace_start(model, now_ms, pace.gap_ms()).await?,
+            };
+            let old = match answer {
+                PaceAnswer::Taken(slots) => {
+                    self.pace_seen.store(slots.next_ms, Ordering::Relaxed);
+                    if let Some(gap) = pace::eased(pace, &slots, now_ms) {
+                        self.set_gap(&slots, gap, now_ms, "eased").await;
+                    }
+                    return Ok(Slot::At(slots));
+                }
+                PaceAnswer::Refused(old) => old,
+            };
+            if let Some(old) = &old {
+                self.pace_seen.store(old.next_ms, Ordering::Relaxed);
+            }
+            attempt = match pace::refusal(old.as_ref(), now_ms, latest_ms) {
+                Refusal::Idle => Try::Start,
+                Refusal::Moved => Try::Book,
+                Refusal::Full { room_at_ms } => {
+                    let room_at = DateTime::<Utc>::from_timestamp_millis(room_at_ms).unwrap_or(now);
+                    return Ok(Slot::Full(room_at));
+                }
+            };
+        }
+        tracing::warn!("the model pace moved under every booking; calling without it");
+        Ok(Slot::Unbooked)
+    }
+
+    /// After a throttle at a slot booked under `slots`: the pace slows
+    /// (`pace::slowed`), once for the round that booked under that gap.
+    async fn slow_pace(&self, pace: &Pace, slots: &Slots) {
+        if let Some(gap) = pace::slowed(pace, slots) {
+            self.set_gap(slots, gap, Utc::now().timestamp_millis(), "slowed").await;
+        }
+    }
+
+    /// Sets the pace's gap if it is still as `seen` (`RunStore::pace_gap`);
+    /// best effort: a failure leaves the pace as it was.
+    async fn set_gap(&self, seen: &Slots, gap_ms: i64, now_ms: i64, how: &'static str) {
+        match self.store.pace_gap(&self.settings.model_id, seen, gap_ms, now_ms).await {
+            Ok(true) => tracing::info!(gap_ms, was_ms = seen.gap_ms, "the model pace {how}"),
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(error = %crate::error_chain(&error), "the model pace's gap could not be changed");
+            }
+        }
+    }
+
+    /// One model call within the run's wall time, retried with jittered
+    /// backoff while it is throttled and a retry still fits (`throttled`:
+    /// the throttles this call already had).
+    async fn backoff_call(&self, turns: &AgentLoop, turn: &Turn, throttled: u32) -> Result<ModelReply, Ended> {
+        let mut throttled = throttled;
         loop {
             let remaining = turns.time_left(Utc::now());
             if remaining.is_zero() {
@@ -68,20 +196,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 }
                 return Err(turns.out_of_time());
             }
-            let call = self.model.converse(&self.settings.model_id, &turn.request);
-            let span = self.tracer.chat(&self.settings.model_id, turn.request.max_tokens);
-            let answered = span.run(tokio::time::timeout(remaining, call)).await;
-            match &answered {
-                Err(_) => span.fail("timeout"),
-                Ok(Ok(reply)) => {
-                    span.set(key::INPUT_TOKENS, reply.input_tokens as i64);
-                    span.set(key::OUTPUT_TOKENS, reply.output_tokens as i64);
-                    span.set_list(key::FINISH_REASONS, [reply.stop.code().to_owned()]);
-                }
-                Ok(Err(e)) => span.fail(e.code.clone().unwrap_or_else(|| "model_error".to_owned())),
-            }
-            span.end();
-            match answered {
+            match self.converse(turn, remaining).await {
                 Err(_) => return Err(turns.out_of_time()),
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(e)) if e.kind == ModelErrorKind::Throttled => {
@@ -96,6 +211,29 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 Ok(Err(e)) => return Err(turns.model_failed(e.to_string())),
             }
         }
+    }
+
+    /// The model call itself (`Model::converse`), within `remaining`, in
+    /// its `chat` span; `Err` when the time ran out first.
+    async fn converse(
+        &self,
+        turn: &Turn,
+        remaining: std::time::Duration,
+    ) -> Result<Result<ModelReply, ModelError>, tokio::time::error::Elapsed> {
+        let call = self.model.converse(&self.settings.model_id, &turn.request);
+        let span = self.tracer.chat(&self.settings.model_id, turn.request.max_tokens);
+        let answered = span.run(tokio::time::timeout(remaining, call)).await;
+        match &answered {
+            Err(_) => span.fail("timeout"),
+            Ok(Ok(reply)) => {
+                span.set(key::INPUT_TOKENS, reply.input_tokens as i64);
+                span.set(key::OUTPUT_TOKENS, reply.output_tokens as i64);
+                span.set_list(key::FINISH_REASONS, [reply.stop.code().to_owned()]);
+            }
+            Ok(Err(e)) => span.fail(e.code.clone().unwrap_or_else(|| "model_error".to_owned())),
+        }
+        span.end();
+        answered
     }
 
     /// One tool call (`McpSession::call_tool`, carrying the run id) within

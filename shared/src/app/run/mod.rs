@@ -22,16 +22,19 @@
 //!    (then, per bound need, `RunStore::install`, connect, `list_tools`).
 //!    Any MCP error fails the run; it never withdraws the task.
 //! 5. **Agent loop** (`agent_loop`): each model call (`model_call`:
-//!    `Model::converse`, retried while throttled) and each tool call
+//!    `Model::converse`; with a model pace, at a slot the fleet booked
+//!    with `RunStore::pace_book`, `domain::pace`; retried while throttled)
+//!    and each tool call
 //!    (`tool_call`: `McpSession::call_tool`) is one step; what is offered,
 //!    whether a call is allowed and when the loop stops are decided by
 //!    `domain::agent_loop`.
 //! 6. **Settle** (`settle`: `RunStore::settle`): one transaction writes the
 //!    run record, finishes the claim, settles the budget to the actual cost
 //!    and charges the account; it is fenced on this execution still holding
-//!    the claim. A run the model kept throttled before any tool call is
-//!    released instead (`release`: `RunStore::release`: claim removed,
-//!    reservation returned) and its message goes back to the queue.
+//!    the claim. A run the model kept throttled, or the pace had no slot
+//!    for in its time, before any tool call is released instead (`release`:
+//!    `RunStore::release`: claim removed, reservation returned) and its
+//!    message goes back to the queue.
 //! 7. **Notify**: the settle's run record is the outbox. The table's stream
 //!    carries a succeeded or failed record to the bus through an EventBridge
 //!    Pipe (`domain::notification`): after accounting by construction, one
@@ -44,7 +47,8 @@
 //! claim and for a settle.
 //!
 //! DynamoDB requests: 2 for a run (claim, settle; a connector task adds its
-//! install read), 1 for a duplicate, 1 for a skip at the first door (2 for a
+//! install read; with a model pace, one pace write per model call, and one
+//! more after a throttle or to start or ease the pace), 1 for a duplicate, 1 for a skip at the first door (2 for a
 //! one-time reminder: its completion), 2 for a
 //! skip after the claim.
 
@@ -66,6 +70,7 @@ use crate::domain::claim::RunStatus;
 use crate::domain::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
 use crate::domain::limits::Ceilings;
 use crate::domain::occurrence::{Delivery, Outcome, RunMessage};
+use crate::domain::pace::Pace;
 use crate::ports::{Connectors, Model, RunStore, StoreError};
 use crate::trace::{self, Tracer, key};
 
@@ -86,6 +91,9 @@ pub struct RunSettings {
     /// `RETENTION_DAYS`: run records, and a completed reminder, expire this
     /// long after they finish.
     pub retention: Duration,
+    /// `MODEL_REQUESTS_PER_MINUTE`: the fleet's pace of model requests
+    /// (`domain::pace`); `None`, each run only backs off when throttled.
+    pub pace: Option<Pace>,
 }
 
 /// Kept past the function's deadline on a lease, so a slow settle after the
@@ -110,6 +118,30 @@ pub enum Disposition {
     /// and the reservation are released, nothing is recorded, and the
     /// message goes back to the queue to run again within the catch-up window.
     ReturnToQueue,
+    /// As [`Disposition::ReturnToQueue`], for a run the model pace had no
+    /// slot for within its time: it goes back until the pace has room, from
+    /// this instant (`redelivery::paced_return`).
+    Paced(DateTime<Utc>),
+}
+
+impl Disposition {
+    /// Whether the message goes back to the queue, and after how many
+    /// seconds, on its `receive_count`-th receive at `now`: busy or
+    /// throttled, after the growing return (`redelivery::return_delay`);
+    /// paced, when the pace has room (`redelivery::paced_return`); anything
+    /// else is acknowledged (`None`). `jitter` in `[0, 1)` spreads returns.
+    pub fn comes_back(&self, receive_count: u32, now: DateTime<Utc>, jitter: f64) -> Option<i32> {
+        use crate::domain::redelivery::{paced_return, return_delay};
+        match self {
+            Disposition::Busy | Disposition::ReturnToQueue => Some(return_delay(receive_count, jitter)),
+            Disposition::Paced(room_at) => {
+                // Rounded up: a return never comes back before the room.
+                let room_in = (*room_at - now).num_milliseconds().saturating_add(999) / 1000;
+                Some(paced_return(receive_count, room_in, jitter))
+            }
+            Disposition::Ran(_) | Disposition::Skipped(_) | Disposition::Duplicate | Disposition::Malformed(_) => None,
+        }
+    }
 }
 
 /// The first wait after a throttled model call; it doubles up to
@@ -146,6 +178,7 @@ impl Disposition {
             Disposition::Malformed(_) => "malformed".into(),
             Disposition::Busy => "busy".into(),
             Disposition::ReturnToQueue => "returned".into(),
+            Disposition::Paced(_) => "paced".into(),
         }
     }
 }
@@ -156,6 +189,9 @@ pub struct Runner<S, M, C> {
     connectors: C,
     settings: RunSettings,
     tracer: Tracer,
+    /// The pace's next free slot as this process last saw it (ms; 0 for
+    /// never): which write a booking tries first (`pace::first_try`).
+    pace_seen: std::sync::atomic::AtomicI64,
 }
 
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
@@ -166,6 +202,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             connectors,
             settings,
             tracer: Tracer::off(),
+            pace_seen: std::sync::atomic::AtomicI64::new(0),
         }
     }
 

@@ -169,6 +169,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 return Ended::Requeue(agent_loop::Requeue {
                     usage: Usage::default(),
                     cost: 0.0,
+                    room_at: None,
                 });
             }
             Err(SetupError::Mcp(e)) => return failed(e.to_string()),
@@ -221,7 +222,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 outcome.usage
             }
             Ended::Requeue(requeue) => {
-                span.set(key::OUTCOME, "returned");
+                span.set(
+                    key::OUTCOME,
+                    if requeue.room_at.is_some() { "paced" } else { "returned" },
+                );
                 requeue.usage
             }
         };

@@ -159,11 +159,20 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             }
             Settled::Done => {}
         }
-        tracing::warn!(
-            turns = requeue.usage.turns,
-            "the model stayed throttled before any tool call; returned to the queue"
-        );
-        Ok(Disposition::ReturnToQueue)
+        match requeue.room_at {
+            Some(room_at) => {
+                tracing::info!(turns = requeue.usage.turns, room_at = %room_at,
+                    "the model pace has no slot for this run in its time; returned to the queue until it has room");
+                Ok(Disposition::Paced(room_at))
+            }
+            None => {
+                tracing::warn!(
+                    turns = requeue.usage.turns,
+                    "the model stayed throttled before any tool call; returned to the queue"
+                );
+                Ok(Disposition::ReturnToQueue)
+            }
+        }
     }
 
     /// Records a skip that holds no claim (`RunStore::record_unclaimed`):

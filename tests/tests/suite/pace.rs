@@ -1,0 +1,197 @@
+//! The model pace (`domain::pace`): its item on the real table does what the
+//! domain's slots say, one conditional write each, under concurrent
+//! bookings too; a run the pace has no slot for goes back before any model
+//! call, whole, until the pace has room; a throttle at a paced slot slows
+//! the pace and the call books again.
+
+use chrono::{Duration, Utc};
+use local::converse::Window;
+use shared::adapters::keys::Key;
+use shared::app::run::{Disposition, RunSettings};
+use shared::domain::occurrence::occurrence_key;
+use shared::domain::pace::{Pace, Slots, latest_slot};
+use shared::ports::{PaceAnswer, RunStore};
+use tests::{MODEL, RunStack, run_message};
+
+fn pace(requests: u32, window_ms: u64) -> Pace {
+    Pace::new(requests, std::time::Duration::from_millis(window_ms)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pace_item_books_starts_and_changes_its_gap_as_the_domain_says() {
+    let s = RunStack::start().await.unwrap();
+    let store = s.store();
+    let p = pace(200, 60_000);
+    // No item: a booking is refused with nothing to read, and the pace starts.
+    assert_eq!(
+        store.pace_book(MODEL, 1_000, 2_000).await.unwrap(),
+        PaceAnswer::Refused(None)
+    );
+    let started = Slots::start(None, 1_000, &p).unwrap();
+    assert_eq!(
+        store.pace_start(MODEL, 1_000, p.gap_ms()).await.unwrap(),
+        PaceAnswer::Taken(started)
+    );
+    assert_eq!(
+        store.pace_start(MODEL, 1_100, p.gap_ms()).await.unwrap(),
+        PaceAnswer::Refused(Some(started)),
+        "not idle: no second start"
+    );
+    // The next slot when it is within reach, refused with the item past it.
+    let booked = started.book(1_100, 2_000).unwrap();
+    assert_eq!(
+        store.pace_book(MODEL, 1_100, 2_000).await.unwrap(),
+        PaceAnswer::Taken(booked)
+    );
+    assert_eq!(
+        store.pace_book(MODEL, 1_100, 1_500).await.unwrap(),
+        PaceAnswer::Refused(Some(booked))
+    );
+    // The gap changes only from the gap and change a writer saw.
+    assert!(store.pace_gap(MODEL, &booked, 375, 1_200).await.unwrap());
+    assert!(
+        !store.pace_gap(MODEL, &booked, 500, 1_300).await.unwrap(),
+        "a second throttle of the same round does not slow it again"
+    );
+    let slowed = Slots {
+        gap_ms: 375,
+        changed_ms: 1_200,
+        ..booked
+    };
+    assert_eq!(
+        store.pace_book(MODEL, 1_500, 9_000).await.unwrap(),
+        PaceAnswer::Taken(slowed.book(1_500, 9_000).unwrap())
+    );
+    // Idle again later: the start keeps the slowed gap.
+    assert_eq!(
+        store.pace_start(MODEL, 50_000, p.gap_ms()).await.unwrap(),
+        PaceAnswer::Taken(Slots {
+            next_ms: 50_375,
+            ..slowed
+        })
+    );
+    let item = s.t.item_at(Key::pace(MODEL)).await.unwrap();
+    assert_eq!(item["entity"], "pace");
+    assert_eq!(item["next_ms"], 50_375);
+}
+
+/// Many instances booking at once each get their own slot, a gap apart:
+/// DynamoDB applies each conditional update whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_bookings_take_distinct_slots_a_gap_apart() {
+    let s = RunStack::start().await.unwrap();
+    let store = s.store();
+    let now = Utc::now().timestamp_millis();
+    let p = pace(600, 60_000);
+    store.pace_start(MODEL, now, p.gap_ms()).await.unwrap();
+    let latest = latest_slot(now, 600_000);
+    let answers = futures::future::join_all((0..40).map(|_| store.pace_book(MODEL, now, latest))).await;
+    let mut taken: Vec<i64> = answers
+        .into_iter()
+        .map(|a| match a.unwrap() {
+            PaceAnswer::Taken(slots) => slots.taken_ms(),
+            refused => panic!("{refused:?}"),
+        })
+        .collect();
+    taken.sort_unstable();
+    let want: Vec<i64> = (1..=40).map(|i| now + i * p.gap_ms()).collect();
+    assert_eq!(taken, want);
+}
+
+fn paced(s: &RunStack, pace: Pace) -> tests::TestRunner {
+    s.runner_on(
+        s.store(),
+        RunSettings {
+            pace: Some(pace),
+            ..tests::run_settings(true)
+        },
+    )
+}
+
+/// A pace of one request an hour: the first run takes the slot and runs;
+/// the second has none within its reach and goes back before it calls the
+/// model, its claim and reservation released, nothing recorded, for as
+/// long as the pace needs, no longer than the longest return.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paced_run_with_no_slot_in_its_time_goes_back_whole_before_calling_the_model() {
+    let s = RunStack::start().await.unwrap();
+    let runner = paced(&s, pace(1, 3_600_000));
+    let (first, at) = s.due_reminder().await;
+    let got = runner
+        .deliver(
+            "m1",
+            &run_message(&first, at, "e1"),
+            Utc::now(),
+            Utc::now() + Duration::minutes(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(shared::domain::claim::RunStatus::Succeeded));
+
+    let at = at - Duration::seconds(1);
+    let second = tests::reminder(at);
+    s.insert(&second).await;
+    let now = Utc::now();
+    let got = runner
+        .deliver("m2", &run_message(&second, at, "e1"), now, now + Duration::minutes(5))
+        .await
+        .unwrap();
+    let Disposition::Paced(room_at) = got else {
+        panic!("{got:?}")
+    };
+    // The next slot is an hour after the first; this run would wait half its
+    // time left at most, so there is room for it from about then.
+    assert!(
+        room_at > now + Duration::minutes(55) && room_at < now + Duration::minutes(61),
+        "{room_at}"
+    );
+    assert_eq!(
+        s.model.requests().await.len(),
+        1,
+        "the second run never called the model"
+    );
+    assert_eq!(s.model.faulted().await, 0);
+    assert!(s.run_record(&second.task_id, &occurrence_key(at)).await.is_none());
+    let item = s.task_item(&second).await;
+    assert!(item["claims"].get(occurrence_key(at)).is_none(), "{item}");
+    let used = item["budget_used"][at.format("%Y-%m").to_string()]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(used.abs() < 1e-12, "the reservation is released: {used}");
+    assert_eq!(
+        got.comes_back(1, now, 0.0),
+        Some(shared::domain::redelivery::LONGEST_RETURN_SECONDS),
+        "an hour away: back after the longest return, to be turned away again or run"
+    );
+}
+
+/// Every request throttled: each throttle at a paced slot slows the pace a
+/// quarter and the call books another slot, until none is within the run's
+/// reach; the run then goes back whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throttle_at_a_paced_slot_slows_the_pace_and_the_call_books_again() {
+    let s = RunStack::start().await.unwrap();
+    let p = pace(600, 60_000);
+    let runner = paced(&s, p);
+    s.model.throttle(Some((0, Window::Manual))).await;
+    let (task, at) = s.due_reminder().await;
+    let now = Utc::now();
+    let deadline = now + Duration::seconds(shared::app::run::SETTLE_RESERVE_SECONDS + 4);
+    let got = runner
+        .deliver("m1", &run_message(&task, at, "e1"), now, deadline)
+        .await
+        .unwrap();
+    assert!(matches!(got, Disposition::Paced(_)), "{got:?}");
+    let throttled = s.model.faulted().await;
+    assert!(throttled >= 2, "booked again after a throttle: {throttled} calls");
+    assert!(s.model.requests().await.is_empty());
+    let item = s.t.item_at(Key::pace(MODEL)).await.unwrap();
+    let gap = item["gap_ms"].as_i64().unwrap();
+    assert!(
+        gap > p.gap_ms() && gap <= p.slowest_gap_ms(),
+        "slowed from {} ms to {gap} ms",
+        p.gap_ms()
+    );
+    assert!(s.run_record(&task.task_id, &occurrence_key(at)).await.is_none());
+    assert!(s.task_item(&task).await["claims"].get(occurrence_key(at)).is_none());
+}
