@@ -267,11 +267,22 @@ pub trait RunStore: Send + Sync {
     /// and writes none while the occurrence has a claim on its task (a run
     /// of it, still running or settled, records its own outcome).
     fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Completes a one-time task whose only occurrence was skipped by
-    /// `execution_id` without running (SPEC §3): if `completion.at` is still
-    /// its instant, it is neither paused, tombstoned nor completed, and the
-    /// occurrence's claim is that skip's (`record_unclaimed`); otherwise
-    /// nothing. The record of the key it was created with expires with it.
+    /// The task as it is now (a strongly consistent read): what a skip that
+    /// held no claim and read nothing before decides its completion from
+    /// (`app::run::record_skip`).
+    fn current_task(
+        &self,
+        workspace: &str,
+        task_id: &crate::domain::task::TaskId,
+    ) -> impl Future<Output = Result<Option<Task>, StoreError>> + Send;
+    /// Completes a task whose occurrence at `completion.at` was skipped by
+    /// `execution_id` without running and finishes it (SPEC §3,
+    /// `settlement::completion`): if its schedule is still the one the
+    /// completion was decided on (a one-time task's instant, a recurring
+    /// one's whole schedule), it is neither paused, tombstoned nor
+    /// completed, and the occurrence's claim is that skip's
+    /// (`record_unclaimed`); otherwise nothing. `completion.record`, the
+    /// key it was created with, expires with it.
     fn complete_unclaimed(
         &self,
         workspace: &str,

@@ -92,6 +92,9 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
     fn record_unclaimed(&self, r: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.hook.record_unclaimed(&self.inner, r)
     }
+    fn current_task(&self, w: &str, t: &TaskId) -> impl Future<Output = Result<Option<Task>, StoreError>> + Send {
+        self.inner.current_task(w, t)
+    }
     fn complete_unclaimed(
         &self,
         w: &str,

@@ -611,6 +611,9 @@ impl<S: RunStore> RunStore for SimStore<S> {
     async fn record_unclaimed(&self, record: &RunRecord) -> Result<(), StoreError> {
         at(Point::RecordUnclaimed, self.0.record_unclaimed(record)).await
     }
+    async fn current_task(&self, workspace: &str, task_id: &TaskId) -> Result<Option<Task>, StoreError> {
+        self.0.current_task(workspace, task_id).await
+    }
     async fn complete_unclaimed(
         &self,
         workspace: &str,

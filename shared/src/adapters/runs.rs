@@ -576,6 +576,14 @@ impl RunStore for DynamoStore {
         }
     }
 
+    async fn current_task(
+        &self,
+        workspace: &str,
+        task_id: &crate::domain::task::TaskId,
+    ) -> Result<Option<Task>, StoreError> {
+        self.get_item(Key::task(workspace, task_id.as_str()), "task").await
+    }
+
     async fn complete_unclaimed(
         &self,
         workspace: &str,
@@ -584,10 +592,23 @@ impl RunStore for DynamoStore {
         completion: &Completion,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let at = serde_dynamo::to_attribute_value(completion.at).map_err(|e| StoreError::Corrupt {
-            what: "instant".into(),
+        let corrupt = |what: &str, e: serde_dynamo::Error| StoreError::Corrupt {
+            what: what.into(),
             source: Box::new(e),
-        })?;
+        };
+        // The schedule the completion was decided on: a one-time task's
+        // instant, or a recurring one's whole schedule (its `until` and
+        // rule), which its owner may have changed since.
+        let (fence, value) = match &completion.schedule {
+            None => (
+                "spec.#schedule.#at = :fence",
+                serde_dynamo::to_attribute_value(completion.at).map_err(|e| corrupt("instant", e))?,
+            ),
+            Some(schedule) => (
+                "spec.#schedule = :fence",
+                serde_dynamo::to_attribute_value(schedule).map_err(|e| corrupt("schedule", e))?,
+            ),
+        };
         let mut update = self
             .client()
             .update_item()
@@ -604,11 +625,11 @@ impl RunStore for DynamoStore {
             ))
             .expression_attribute_names("#gsi3pk", GSI3PK)
             .expression_attribute_names("#gsi3sk", GSI3SK)
-            .condition_expression(
-                "attribute_exists(#pk) AND spec.#schedule.#at = :at AND attribute_not_exists(completed_at) \
+            .condition_expression(format!(
+                "attribute_exists(#pk) AND {fence} AND attribute_not_exists(completed_at) \
                  AND NOT (#override.deleted = :yes) AND NOT (#override.paused = :yes) \
                  AND claims.#occ.execution_id = :exec AND claims.#occ.#status = :skipped",
-            )
+            ))
             .expression_attribute_names("#occ", occurrence_key(completion.at))
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":exec", s(execution_id))
@@ -616,32 +637,30 @@ impl RunStore for DynamoStore {
             .expression_attribute_names("#pk", PK)
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#schedule", "schedule")
-            .expression_attribute_names("#at", "at")
             .expression_attribute_names("#override", "override")
             .expression_attribute_values(":now", s(&crate::domain::schedule::format_utc(now)))
             .expression_attribute_values(":completed", s("completed"))
             .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":at", at)
-            .expression_attribute_values(":yes", AttributeValue::Bool(true))
-            .return_values(ReturnValue::AllNew);
+            .expression_attribute_values(":fence", value)
+            .expression_attribute_values(":yes", AttributeValue::Bool(true));
+        if completion.schedule.is_none() {
+            update = update.expression_attribute_names("#at", "at");
+        }
         if let Some(ttl) = completion.expires {
             update = update
                 .expression_attribute_names("#ttl", "ttl")
                 .expression_attribute_values(":ttl", n(ttl));
         }
         self.counted();
-        let task = match update.send().await {
-            Ok(out) => task_from(out.attributes)?,
+        match update.send().await {
+            Ok(_) => {}
             Err(err) => match err.into_service_error() {
                 // Moved, paused, cancelled, completed or gone: not finished by this skip.
                 UpdateItemError::ConditionalCheckFailedException(_) => return Ok(()),
                 other => return Err(request_error("UpdateItem", other)),
             },
-        };
-        if let (Some(task), Some(ttl)) = (task, completion.expires)
-            && let (crate::domain::task::Provenance::User { principal }, Some(key)) =
-                (&task.provenance, &task.created_with)
-        {
+        }
+        if let (Some((workspace, principal, key)), Some(ttl)) = (&completion.record, completion.expires) {
             crate::ports::TaskStore::expire_idempotency(self, workspace, principal, key, ttl).await?;
         }
         Ok(())

@@ -153,7 +153,7 @@ async fn judge_task<S: DueIndex + RunStore>(
                 scheduled: *at,
                 key,
             };
-            record_skip(store, &occ, &reason, 0, now, settings.retention).await?;
+            record_skip(store, &occ, &reason, 0, now, settings.retention, Some(task)).await?;
         }
         missed.push(Missed {
             workspace: task.workspace.clone(),

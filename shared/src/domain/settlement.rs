@@ -29,7 +29,8 @@ use super::schedule::Schedule;
 use super::schedule::preview::next_fire;
 use super::task::{Provenance, Task, TaskKind};
 
-/// A one-time task completed by this settle.
+/// A task completed by this outcome: a one-time task, or a recurring one
+/// on the last occurrence before its `until`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
     /// The task's instant, which the store checks is still the task's
@@ -74,41 +75,56 @@ pub struct Facts<'a> {
 }
 
 pub fn plan(facts: &Facts<'_>) -> Plan {
-    let task = facts.task;
-    let finishes = match facts.status {
-        RunStatus::Skipped => facts.skip.is_some_and(SkipReason::completes_one_time),
+    Plan {
+        complete: completion(
+            facts.task,
+            facts.scheduled,
+            facts.status,
+            facts.skip,
+            facts.finished,
+            facts.retention,
+        ),
+        charge_account: facts.status != RunStatus::Skipped || facts.crashed_usd > 0.0,
+        prune: prunable(facts.task, facts.finished, facts.keep_claims),
+    }
+}
+
+/// Whether this outcome of `task`'s occurrence at `scheduled` completes
+/// it (the module's first two invariants), and how the store fences and
+/// expires the completion. The one rule, for a settle and for a skip that
+/// held no claim (`app::run::record_skip`) alike.
+pub fn completion(
+    task: &Task,
+    scheduled: DateTime<Utc>,
+    status: RunStatus,
+    skip: Option<&SkipReason>,
+    finished: DateTime<Utc>,
+    retention: Duration,
+) -> Option<Completion> {
+    let finishes = match status {
+        RunStatus::Skipped => skip.is_some_and(SkipReason::completes_one_time),
         RunStatus::Running => false,
         RunStatus::Succeeded | RunStatus::Failed => true,
     };
     let tombstoned = task.overrides.as_ref().is_some_and(|o| o.deleted);
     let open = finishes && !tombstoned && task.completed_at.is_none();
-    let schedule = &task.spec.schedule;
-    let fence = match schedule {
-        Schedule::At { at } if *at == facts.scheduled && open => Some(None),
-        ended if open && ended.until().is_some() && is_last_occurrence(ended, facts.scheduled) => {
-            Some(Some(ended.clone()))
-        }
-        _ => None,
+    let fence = match &task.spec.schedule {
+        Schedule::At { at } if *at == scheduled && open => None,
+        ended if open && ended.until().is_some() && is_last_occurrence(ended, scheduled) => Some(ended.clone()),
+        _ => return None,
     };
-    let complete = fence.map(|schedule| {
-        let reminder = task.kind == TaskKind::Reminder;
-        Completion {
-            at: facts.scheduled,
-            schedule,
-            expires: reminder.then(|| (facts.finished + facts.retention).timestamp()),
-            record: match (&task.provenance, &task.created_with) {
-                (Provenance::User { principal }, Some(key)) if reminder => {
-                    Some((task.workspace.clone(), principal.clone(), key.clone()))
-                }
-                _ => None,
-            },
-        }
-    });
-    Plan {
-        complete,
-        charge_account: facts.status != RunStatus::Skipped || facts.crashed_usd > 0.0,
-        prune: prunable(task, facts.finished, facts.keep_claims),
-    }
+    let reminder = task.kind == TaskKind::Reminder;
+    Some(Completion {
+        at: scheduled,
+        schedule: fence,
+        expires: reminder.then(|| (finished + retention).timestamp()),
+        record: match (&task.provenance, &task.created_with) {
+            (Provenance::User { principal }, Some(key)) if reminder => {
+                Some((task.workspace.clone(), principal.clone(), key.clone()))
+            }
+            _ => None,
+        },
+    })
 }
 
 /// Whether `scheduled` is an occurrence of `schedule` with none after it.

@@ -265,3 +265,107 @@ async fn a_reminder_written_before_due_times_is_adopted_by_the_daily_pass() {
         vec![(task.task_id.to_string(), at, "never_delivered")]
     );
 }
+
+/// A reminder that ends on a date (`until`) is finished by its last
+/// occurrence whatever became of it (SPEC §3): skipped late at the door,
+/// skipped with the worker off, or never delivered and recorded by the
+/// check. Each completes it through the one rule a settle uses
+/// (`settlement::completion`), which frees its place; an occurrence before
+/// the last does not.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reminder_until_a_date_completes_on_its_last_occurrence_however_it_was_missed() {
+    let s = RunStack::start().await.unwrap();
+    let now = Utc::now();
+    let h = (now + Duration::minutes(65))
+        .duration_trunc(Duration::hours(1))
+        .unwrap();
+    let ending = |last: chrono::NaiveDate| json!({"daily": {"time": format!("{:02}:00", h.hour()), "timezone": "UTC"}, "until": last.to_string()});
+    let today = h.date_naive();
+    let late = id(&create(&s, "late", ending(today), now).await);
+    let off = id(&create(&s, "worker-off", ending(today), now).await);
+    let lost = id(&create(&s, "never-delivered", ending(today), now).await);
+    let runs_on = id(&create(&s, "one-more-day", ending(today + Duration::days(1)), now).await);
+
+    let after_window = h + CATCH_UP + Duration::minutes(1);
+    let late_body = |task_id: &TaskId| {
+        json!({
+            "task_id": task_id.as_str(), "workspace": "ws_1",
+            "scheduled_time": occurrence_key(h), "execution_id": format!("e-{}", task_id.as_str()), "attempt": "1",
+        })
+        .to_string()
+    };
+    for task in [&late, &runs_on] {
+        let answer = s
+            .runner_on(s.store(), run_settings(true))
+            .deliver(
+                "m-late",
+                &late_body(task),
+                after_window,
+                after_window + Duration::minutes(5),
+            )
+            .await
+            .expect("the delivery answers");
+        assert_eq!(
+            answer,
+            Disposition::Skipped(shared::domain::door::SkipReason::Missed),
+            "delivered after the catch-up window"
+        );
+    }
+    assert!(matches!(
+        deliver(&s, &off, h, false).await,
+        Disposition::Skipped(shared::domain::door::SkipReason::WorkerDisabled)
+    ));
+    let r = s.t.reconciler();
+    let checked_at = h + CATCH_UP + Duration::minutes(MARGIN_MINUTES) + Duration::minutes(1);
+    let summary = r
+        .work(r#"{"type": "overdue.check"}"#, checked_at)
+        .await
+        .expect("the check runs");
+    assert_eq!(summary.overdue, Some(1), "the never-delivered one alone is missed");
+
+    let state = |task: &TaskId| {
+        let key = shared::adapters::keys::Key::task("ws_1", task.as_str());
+        let t = &s.t;
+        async move { t.item_at(key).await.unwrap() }
+    };
+    for task in [&late, &off, &lost] {
+        let item = state(task).await;
+        assert_eq!(item["state"], "completed", "{item}");
+        assert!(item.get("ttl").is_some(), "a finished reminder expires: {item}");
+        let record = s
+            .run_record(task, &occurrence_key(h))
+            .await
+            .expect("its skip is recorded");
+        assert_eq!(record["status"], "skipped");
+    }
+    let item = state(&runs_on).await;
+    assert_eq!(item["state"], "scheduled", "its last occurrence is tomorrow: {item}");
+
+    // Its place is free: the owner's list holds the one still scheduled.
+    let listed =
+        s.t.schedules_app()
+            .handle(json!({"op": "list", "principal": owner("usr_1")}), checked_at)
+            .await
+            .expect("the list answers");
+    let states: Vec<(String, String)> = listed["tasks"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|t| {
+            (
+                t["task_id"].as_str().unwrap().to_owned(),
+                t["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        states.contains(&(runs_on.to_string(), "scheduled".to_owned())),
+        "{listed}"
+    );
+    for task in [&late, &off, &lost] {
+        assert!(
+            !states.contains(&(task.to_string(), "scheduled".to_owned())),
+            "{listed}"
+        );
+    }
+}

@@ -103,10 +103,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 }
                 ClaimAnswer::Refused(_) => answered(Disposition::Busy),
             },
-            ClaimOutcome::Missing => answered(self.skip_unclaimed(occ, SkipReason::Missing, now, 1).await?),
+            ClaimOutcome::Missing => answered(self.skip_unclaimed(occ, SkipReason::Missing, now, 1, None).await?),
             ClaimOutcome::BudgetExhausted => {
                 let reason = self.over_budget(occ, old.as_deref(), now).await?;
-                answered(self.skip_unclaimed(occ, reason, now, 1).await?)
+                answered(self.skip_unclaimed(occ, reason, now, 1, old.as_deref()).await?)
             }
         }
     }

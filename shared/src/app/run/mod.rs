@@ -268,7 +268,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
 
         // 1. Door, before any read.
         if let Verdict::Skip(reason) = verdict(&self.facts(&occ, now, TaskFacts::Unknown)) {
-            return self.skip_unclaimed(&occ, reason, now, 0).await;
+            return self.skip_unclaimed(&occ, reason, now, 0, None).await;
         }
         // 2. Claim: also the task read.
         let claimed = match self.claim(&occ, now, deadline).await? {

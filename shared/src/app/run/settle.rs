@@ -177,15 +177,16 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
 
     /// Records a skip that holds no claim (`RunStore::record_unclaimed`):
     /// at the first door (`attempts` 0), or for a claim refused as missing
-    /// or over budget (1).
+    /// or over budget (1), with the task when the claim's refusal returned it.
     pub(super) async fn skip_unclaimed(
         &self,
         occ: &Delivery,
         reason: SkipReason,
         now: DateTime<Utc>,
         attempts: u32,
+        task: Option<&Task>,
     ) -> Result<Disposition, RunError> {
-        record_skip(&self.store, occ, &reason, attempts, now, self.settings.retention).await?;
+        record_skip(&self.store, occ, &reason, attempts, now, self.settings.retention, task).await?;
         tracing::info!(reason = reason.code(), "skipped at the door");
         Ok(Disposition::Skipped(reason))
     }
@@ -206,9 +207,13 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
 }
 
 /// Records a skip that holds no claim (`RunStore::record_unclaimed`) and,
-/// when it finishes a one-time reminder (SPEC §3), completes it if this is
-/// still its occurrence. The one way a skip is recorded: at the runner's
-/// door and by the missed-occurrence check alike.
+/// when it finishes the reminder (SPEC §3: a one-time reminder's
+/// occurrence, or a recurring one's last before its `until`), completes it
+/// if this is still its schedule, as `settlement::completion` decides for
+/// a settle. The one way a skip is recorded: at the runner's door and by
+/// the missed-occurrence check alike. `task` is the task as the caller
+/// read it; without one (the first door reads nothing), a skip that could
+/// finish a reminder reads it (`RunStore::current_task`).
 pub(crate) async fn record_skip<S: RunStore>(
     store: &S,
     occ: &Delivery,
@@ -216,18 +221,28 @@ pub(crate) async fn record_skip<S: RunStore>(
     attempts: u32,
     now: DateTime<Utc>,
     retention: chrono::Duration,
+    task: Option<&Task>,
 ) -> Result<(), crate::ports::StoreError> {
     let skipped = Outcome::skipped(reason.describe());
     // A skip names no model.
     let record = RunRecord::new(occ, &skipped, attempts, 0.0, "", now, now, retention);
     store.record_unclaimed(&record).await?;
-    if reason.completes_one_time() && occ.task_id.is_reminder() {
-        let completion = settlement::Completion {
-            at: occ.scheduled,
-            schedule: None,
-            expires: Some((now + retention).timestamp()),
-            record: None,
-        };
+    if !(reason.completes_one_time() && occ.task_id.is_reminder()) {
+        return Ok(());
+    }
+    let read;
+    let task = match task {
+        Some(task) => task,
+        None => match store.current_task(&occ.message.workspace, &occ.task_id).await? {
+            Some(task) => {
+                read = task;
+                &read
+            }
+            None => return Ok(()),
+        },
+    };
+    let completion = settlement::completion(task, occ.scheduled, RunStatus::Skipped, Some(reason), now, retention);
+    if let Some(completion) = completion {
         store
             .complete_unclaimed(
                 &occ.message.workspace,
