@@ -177,8 +177,43 @@ impl HttpClient for SdkHttpClient {
 
 type Https = hyper_rustls::HttpsConnector<TcpConnector>;
 
+/// The connect timeout over the whole connection, DNS, TCP and the TLS
+/// handshake alike, as the SDK's own client bounds it: a server that
+/// accepts and then says nothing is a timeout (retried), not a call held
+/// until the function's own limit. (hyper-util's TCP timeout alone would
+/// bound the TCP connect only, split across the resolved addresses.)
+#[derive(Clone)]
+struct Connect {
+    https: Https,
+    limit: Option<Duration>,
+}
+
+type Connecting = <Https as tower_service::Service<hyper::Uri>>::Response;
+
+impl tower_service::Service<hyper::Uri> for Connect {
+    type Response = Connecting;
+    type Error = BoxError;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Connecting, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), BoxError>> {
+        self.https.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: hyper::Uri) -> Self::Future {
+        let connecting = self.https.call(uri);
+        let limit = self.limit;
+        Box::pin(async move {
+            match limit {
+                // `Elapsed` in the error's chain: `classify` says timeout.
+                Some(limit) => tokio::time::timeout(limit, connecting).await?,
+                None => connecting.await,
+            }
+        })
+    }
+}
+
 struct SdkConnector {
-    client: hyper_util::client::legacy::Client<Https, SdkBody>,
+    client: hyper_util::client::legacy::Client<Connect, SdkBody>,
     read_timeout: Option<Duration>,
 }
 
@@ -193,10 +228,12 @@ impl SdkConnector {
         let mut tcp = TcpConnector::new();
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
-        tcp.set_connect_timeout(connect_timeout);
         // http or https by the endpoint's scheme (moto on loopback is http);
         // HTTP/2 where the server picks `h2` by ALPN.
-        let https = hyper_rustls::HttpsConnector::from((tcp, tls));
+        let https = Connect {
+            https: hyper_rustls::HttpsConnector::from((tcp, tls)),
+            limit: connect_timeout,
+        };
         let mut builder = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
         // The pool's idle timer needs a timer to run.
         builder.pool_timer(TokioTimer::new());
@@ -251,9 +288,13 @@ impl HttpConnector for SdkConnector {
     }
 }
 
-/// The SDK's classes: a failed or closed connection is I/O (retried), a
-/// refused certificate or other TLS failure is not retried, a request the
-/// client could not send is the caller's.
+/// The SDK's classes: a failed or closed connection is I/O (retried), and
+/// so is an HTTP/2 connection going away or a stream it refused; a connect
+/// that ran out of time is a timeout (retried). A refused certificate or
+/// other TLS failure is not retried, where the SDK's legacy client retries
+/// it as I/O (its newer pool does not): a certificate that failed once
+/// fails again (`tests/suite/tls.rs`). A request the client could not
+/// send is the caller's.
 fn classify(error: hyper_util::client::legacy::Error) -> ConnectorError {
     #[derive(Clone, Copy)]
     enum Class {
@@ -266,9 +307,11 @@ fn classify(error: hyper_util::client::legacy::Error) -> ConnectorError {
     let class = {
         let chain = || error_chain(&error);
         let hyper = chain().find_map(|e| e.downcast_ref::<hyper::Error>());
+        let h2 = chain().find_map(|e| e.downcast_ref::<h2::Error>());
         if chain().any(|e| e.is::<rustls::Error>()) {
             Class::Other
-        } else if hyper.is_some_and(hyper::Error::is_timeout) {
+        } else if hyper.is_some_and(hyper::Error::is_timeout) || chain().any(|e| e.is::<tokio::time::error::Elapsed>())
+        {
             Class::Timeout
         } else if hyper.is_some_and(hyper::Error::is_user) {
             Class::User
@@ -277,6 +320,8 @@ fn classify(error: hyper_util::client::legacy::Error) -> ConnectorError {
         } else if hyper.is_some_and(|h| h.is_closed() || h.is_canceled())
             || error.is_connect()
             || chain().any(|e| e.is::<std::io::Error>())
+            || h2
+                .is_some_and(|h2| h2.is_go_away() || (h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM)))
         {
             Class::Io
         } else {
@@ -317,6 +362,37 @@ mod tests {
         let http1 = tls.client_config(&[b"http/1.1"]);
         assert_eq!(http1.alpn_protocols, vec![b"http/1.1".to_vec()]);
         assert!(tls.config.alpn_protocols.is_empty(), "a copy's ALPN is its own");
+    }
+
+    /// A server that accepts the TCP connection and never answers the TLS
+    /// handshake: the connect timeout bounds it, and the SDK is told it
+    /// timed out (retried). No read timeout is set, so nothing else could
+    /// end the call.
+    #[tokio::test]
+    async fn a_handshake_that_never_comes_is_a_connect_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let port = listener.local_addr().expect("its address").port();
+        let held = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                kept.push(stream);
+            }
+        });
+        let connector = SdkConnector::new(
+            Arc::new(Tls::process().client_config(&[b"http/1.1"])),
+            Some(Duration::from_millis(200)),
+            None,
+        );
+        let mut request = HttpRequest::empty();
+        request.set_uri(format!("https://127.0.0.1:{port}/")).expect("a URI");
+        let answered = tokio::time::timeout(Duration::from_secs(30), connector.call(request))
+            .await
+            .expect("the connect timeout ends the call");
+        let error = answered.expect_err("nothing answered");
+        assert!(error.is_timeout(), "{error:?}");
+        held.abort();
     }
 
     #[test]
