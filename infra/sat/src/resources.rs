@@ -133,7 +133,11 @@ impl Resources {
                     .into(),
             )
         })?;
-        let mut loader = aws_config::defaults(BehaviorVersion::latest()).endpoint_url(endpoint);
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(shared::adapters::tls::sdk_http_client(
+                &shared::adapters::tls::Tls::process(),
+            ))
+            .endpoint_url(endpoint);
         let region = values
             .get("AWS_REGION")
             .cloned()
@@ -165,7 +169,9 @@ impl Resources {
     /// A deployed stack: its outputs and parameters from CloudFormation,
     /// through the standard credential chain.
     pub async fn from_stack(stack: &str, place: &Where) -> Result<Self, SatError> {
-        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(
+            shared::adapters::tls::sdk_http_client(&shared::adapters::tls::Tls::process()),
+        );
         if let Some(profile) = &place.profile {
             loader = loader.profile_name(profile);
         }

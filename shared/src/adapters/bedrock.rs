@@ -284,6 +284,9 @@ pub async fn render(model_id: &str, request: &ModelRequest) -> Result<Value, Mod
     let config = aws_sdk_bedrockruntime::Config::builder()
         .behavior_version(aws_sdk_bedrockruntime::config::BehaviorVersion::latest())
         .region(aws_sdk_bedrockruntime::config::Region::new("us-east-1"))
+        // Never used (the request stops before it is sent), but a client
+        // has no default one: the SDK's is not linked.
+        .http_client(super::tls::sdk_http_client(&super::tls::Tls::process()))
         .build();
     let model = BedrockModel {
         client: Client::from_conf(config),

@@ -234,6 +234,9 @@ mod tests {
         let config = aws_sdk_scheduler::Config::builder()
             .behavior_version(aws_sdk_scheduler::config::BehaviorVersion::latest())
             .region(aws_sdk_scheduler::config::Region::new("us-east-1"))
+            .http_client(crate::adapters::tls::sdk_http_client(
+                &crate::adapters::tls::Tls::process(),
+            ))
             .build();
         EventBridgeSchedules::new(
             Client::from_conf(config),
