@@ -265,39 +265,8 @@ impl TaskCatalog for DynamoStore {
         after: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page<Task>, StoreError> {
-        // A cursor from before the index sorted by due names the id alone.
-        let start = after.map(|c| {
-            SchedulableKey::start_after(
-                Family::Reminders,
-                &c.workspace,
-                &c.id,
-                c.sort.as_deref().unwrap_or(&c.id),
-            )
-        });
-        self.counted();
-        let out = self
-            .index_query(
-                SCHEDULABLE_INDEX,
-                GSI3PK,
-                &SchedulableKey::partition(Family::Reminders, shard),
-            )
-            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
-            .set_exclusive_start_key(start)
-            .send()
+        self.schedulable_index_page(Family::Reminders, shard, None, after, limit)
             .await
-            .map_err(|e| request_error("Query", e))?;
-        let items: Vec<Task> = out
-            .items
-            .unwrap_or_default()
-            .into_iter()
-            .map(|i| read_item(i, "task"))
-            .collect::<Result<_, _>>()?;
-        let next = out.last_evaluated_key.and(items.last()).map(|t| Cursor {
-            workspace: t.workspace.clone(),
-            id: t.task_id.to_string(),
-            sort: Some(SchedulableKey::sort(t.due, t.task_id.as_str())),
-        });
-        Ok(Page { items, next })
     }
 
     async fn seen_delivery(&self, webhook_id: &str) -> Result<bool, StoreError> {
@@ -348,36 +317,8 @@ impl DueIndex for DynamoStore {
         after: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page<Task>, StoreError> {
-        let start =
-            after.map(|c| SchedulableKey::start_after(family, &c.workspace, &c.id, c.sort.as_deref().unwrap_or(&c.id)));
-        self.counted();
-        let out = self
-            .client()
-            .query()
-            .table_name(self.table())
-            .index_name(SCHEDULABLE_INDEX)
-            .key_condition_expression("#pk = :pk AND #sk < :before")
-            .expression_attribute_names("#pk", GSI3PK)
-            .expression_attribute_names("#sk", GSI3SK)
-            .expression_attribute_values(":pk", AttributeValue::S(SchedulableKey::partition(family, shard)))
-            .expression_attribute_values(":before", AttributeValue::S(SchedulableKey::due_before(before)))
-            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
-            .set_exclusive_start_key(start)
-            .send()
+        self.schedulable_index_page(family, shard, Some(before), after, limit)
             .await
-            .map_err(|e| request_error("Query", e))?;
-        let items: Vec<Task> = out
-            .items
-            .unwrap_or_default()
-            .into_iter()
-            .map(|i| read_item(i, "task"))
-            .collect::<Result<_, _>>()?;
-        let next = out.last_evaluated_key.and(items.last()).map(|t| Cursor {
-            workspace: t.workspace.clone(),
-            id: t.task_id.to_string(),
-            sort: Some(SchedulableKey::sort(t.due, t.task_id.as_str())),
-        });
-        Ok(Page { items, next })
     }
 
     async fn recorded_times(
@@ -484,4 +425,53 @@ fn instant(at: DateTime<Utc>) -> Result<AttributeValue, StoreError> {
         what: "instant".into(),
         source: Box::new(e),
     })
+}
+
+impl DynamoStore {
+    /// One page of one shard of the schedulable index (`gsi3`, sorted by
+    /// `<due or ~>#<task_id>`), in `family`, due before `before` when given,
+    /// after `after`: the daily pass's reminder pages and the
+    /// missed-occurrence check's alike.
+    async fn schedulable_index_page(
+        &self,
+        family: Family,
+        shard: u8,
+        before: Option<DateTime<Utc>>,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page<Task>, StoreError> {
+        // A cursor from before the index sorted by due names the id alone.
+        let start =
+            after.map(|c| SchedulableKey::start_after(family, &c.workspace, &c.id, c.sort.as_deref().unwrap_or(&c.id)));
+        let mut query = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .index_name(SCHEDULABLE_INDEX)
+            .expression_attribute_names("#pk", GSI3PK)
+            .expression_attribute_values(":pk", AttributeValue::S(SchedulableKey::partition(family, shard)))
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .set_exclusive_start_key(start);
+        query = match before {
+            Some(before) => query
+                .key_condition_expression("#pk = :pk AND #sk < :before")
+                .expression_attribute_names("#sk", GSI3SK)
+                .expression_attribute_values(":before", AttributeValue::S(SchedulableKey::due_before(before))),
+            None => query.key_condition_expression("#pk = :pk"),
+        };
+        self.counted();
+        let out = query.send().await.map_err(|e| request_error("Query", e))?;
+        let items: Vec<Task> = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| read_item(i, "task"))
+            .collect::<Result<_, _>>()?;
+        let next = out.last_evaluated_key.and(items.last()).map(|t| Cursor {
+            workspace: t.workspace.clone(),
+            id: t.task_id.to_string(),
+            sort: Some(SchedulableKey::sort(t.due, t.task_id.as_str())),
+        });
+        Ok(Page { items, next })
+    }
 }
