@@ -22,7 +22,10 @@ async fn bodies(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
 }
 
 /// SQS's DLQ redrive cannot return the Scheduler DLQ's messages (it is no
-/// queue's DLQ); the runbook's script moves them to the runs queue.
+/// queue's DLQ); the runbook's script moves them to the runs queue, and the
+/// reconcile schedules' inputs (the daily pass's, in either form, and the
+/// missed-occurrence check's) to the reconcile queue in their schedules'
+/// message groups, when it is given that queue.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_scheduler_dlq_runbook_moves_its_messages_to_the_runs_queue() {
     let t = TestStack::start().await.unwrap();
@@ -32,9 +35,16 @@ async fn the_scheduler_dlq_runbook_moves_its_messages_to_the_runs_queue() {
             format!(r#"{{"task_id": "rem_{i}", "workspace": "ws_1", "scheduled_time": "2026-12-24T18:00:00Z", "execution_id": "e{i}", "attempt": "185"}}"#)
         })
         .collect();
-    // The daily reconcile schedule shares the DLQ: its input is no run.
-    let daily = r#"{"op": "reconcile_all"}"#;
-    for body in sent.iter().map(String::as_str).chain([daily]) {
+    // The reconcile schedules share the DLQ: their inputs are no runs.
+    let daily = r#"{"type": "reconcile.all"}"#;
+    let older_daily = r#"{"op": "reconcile_all"}"#;
+    let check = r#"{"type": "overdue.check"}"#;
+    let stray = r#"{"hello": "world"}"#;
+    for body in sent
+        .iter()
+        .map(String::as_str)
+        .chain([daily, older_daily, check, stray])
+    {
         sqs.send_message()
             .queue_url(&t.stack.scheduler_dlq_url)
             .message_body(body)
@@ -43,24 +53,74 @@ async fn the_scheduler_dlq_runbook_moves_its_messages_to_the_runs_queue() {
             .unwrap();
     }
     let root = local::moto::repo_root();
-    let out = std::process::Command::new(local::moto::python_path())
-        .arg(root.join("infra/python/redrive_scheduler_dlq.py"))
-        .args(["--from", &t.stack.scheduler_dlq_url, "--to", &t.stack.runs_queue_url])
-        .envs(t.aws.sdk_env())
-        .env("AWS_DEFAULT_REGION", local::REGION)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let redrive = |extra: &[&str]| {
+        let out = std::process::Command::new(local::moto::python_path())
+            .arg(root.join("infra/python/redrive_scheduler_dlq.py"))
+            .args(["--from", &t.stack.scheduler_dlq_url, "--to", &t.stack.runs_queue_url])
+            .args(extra)
+            .envs(t.aws.sdk_env())
+            .env("AWS_DEFAULT_REGION", local::REGION)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let answer = redrive(&[]);
     assert_eq!(answer["moved"], 13);
-    assert_eq!(answer["left"], 1, "the daily pass's input stays in the DLQ: {answer}");
+    assert_eq!(
+        answer["left"], 4,
+        "without the reconcile queue, the schedules' inputs stay in the DLQ: {answer}"
+    );
     let moved: BTreeSet<String> = bodies(&sqs, &t.stack.runs_queue_url).await.into_iter().collect();
     assert_eq!(moved, sent, "every run message, once, body unchanged, and nothing else");
     t.advance_sqs_clock(121);
+
+    let answer = redrive(&["--reconcile-queue", &t.stack.reconcile_queue_url]);
+    assert_eq!(answer["reconciled"], 3, "{answer}");
+    assert_eq!(answer["left"], 1, "{answer}");
+    let mut reconciled = Vec::new();
+    loop {
+        let got = sqs
+            .receive_message()
+            .queue_url(&t.stack.reconcile_queue_url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
+            .send()
+            .await
+            .unwrap();
+        if got.messages().is_empty() {
+            break;
+        }
+        for m in got.messages() {
+            let group = m
+                .attributes()
+                .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId))
+                .cloned()
+                .unwrap_or_default();
+            reconciled.push((m.body().unwrap_or_default().to_owned(), group));
+            sqs.delete_message()
+                .queue_url(&t.stack.reconcile_queue_url)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    reconciled.sort();
+    assert_eq!(
+        reconciled,
+        vec![
+            (check.to_owned(), "overdue-check".to_owned()),
+            (daily.to_owned(), "reconcile-all".to_owned()),
+            (daily.to_owned(), "reconcile-all".to_owned()),
+        ],
+        "as the schedules send them, the older daily form as today's"
+    );
+    t.advance_sqs_clock(121);
     assert_eq!(
         bodies(&sqs, &t.stack.scheduler_dlq_url).await,
-        vec![daily.to_owned()],
-        "only the reconcile input is left"
+        vec![stray.to_owned()],
+        "only what no schedule sends is left"
     );
 
     let same = std::process::Command::new(local::moto::python_path())
