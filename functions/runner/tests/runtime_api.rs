@@ -201,7 +201,12 @@ async fn a_server_flooding_images_cannot_exhaust_the_runners_memory() {
     /// and the process itself.
     const PEAK_BOUND: u64 = 160 * 1024 * 1024;
     let s = RunStack::start().await.unwrap();
-    let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+    // A PNG header (1,000 x 1,000 pixels, within Converse's 8,000 a side)
+    // and a megabyte that does not compress.
+    let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13];
+    png.extend(b"IHDR");
+    png.extend(1000u32.to_be_bytes());
+    png.extend(1000u32.to_be_bytes());
     png.extend((0..1024 * 1024).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
     let image = base64::engine::general_purpose::STANDARD.encode(&png);
     let images: Vec<ContentBlock> = (0..8)

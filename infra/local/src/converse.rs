@@ -496,6 +496,8 @@ pub fn valid_tool_name(name: &str) -> bool {
 pub const IMAGE_FORMATS: [&str; 4] = ["png", "jpeg", "gif", "webp"];
 /// Converse's largest image: 3.75 MB.
 pub const MAX_IMAGE_BYTES: usize = 3_932_160;
+/// Converse's largest image side, in pixels.
+pub const MAX_IMAGE_SIDE: usize = 8_000;
 
 fn blank(text: &Value) -> bool {
     text.as_str().is_none_or(|t| t.trim().is_empty())
@@ -520,7 +522,27 @@ fn check_image(image: &Value, at: &str) -> Result<(), String> {
     if bytes.len() > MAX_IMAGE_BYTES {
         return Err(format!("{at}.image is larger than 3.75 MB"));
     }
-    Ok(())
+    // The model reads the bytes as the format named: bytes of another
+    // format, or of none, are refused, and so is a side above 8,000 px.
+    let actual = match imagesize::image_type(&bytes) {
+        Ok(imagesize::ImageType::Png) => "png",
+        Ok(imagesize::ImageType::Jpeg) => "jpeg",
+        Ok(imagesize::ImageType::Gif) => "gif",
+        Ok(imagesize::ImageType::Webp) => "webp",
+        _ => "",
+    };
+    if actual != format {
+        return Err(format!(
+            "{at}.image.source.bytes: Image does not match the provided media type image/{format}"
+        ));
+    }
+    match imagesize::blob_size(&bytes) {
+        Ok(size) if size.width <= MAX_IMAGE_SIDE && size.height <= MAX_IMAGE_SIDE => Ok(()),
+        Ok(_) => Err(format!(
+            "{at}.image.source.bytes: image dimensions exceed max allowed size: {MAX_IMAGE_SIDE} pixels"
+        )),
+        Err(_) => Err(format!("{at}.image.source.bytes: Could not process image")),
+    }
 }
 
 /// Image blocks anywhere in the messages, tool results included.

@@ -17,8 +17,10 @@
 //! bounded"): every text block is cut to [`MAX_TEXT_CHARS`], a prompt or a
 //! result to [`MAX_TOTAL_CHARS`] of text, [`MAX_IMAGES`] images and (a prompt)
 //! [`MAX_MESSAGES`] messages, a message or a
-//! result keeps [`MAX_BLOCKS`] blocks, an image above Converse's 3.75 MB is
-//! named instead, an error message is cut to [`MAX_ERROR_CHARS`], a
+//! result keeps [`MAX_BLOCKS`] blocks, an image above Converse's 3.75 MB or
+//! [`MAX_IMAGE_SIDE`] pixels a side, or whose bytes are no image of the four
+//! formats, is named instead (one of the four is sent in the format its
+//! header names), an error message is cut to [`MAX_ERROR_CHARS`], a
 //! `tools/list` reads at most [`MAX_PAGES`] pages and [`MAX_TOOLS_READ`]
 //! tools and keeps the approved ones among them (or, with no approval to
 //! filter by, the first [`MAX_TOOLS`]), each description cut to
@@ -104,6 +106,8 @@ pub const MAX_DESCRIPTION_CHARS: usize = 2_048;
 pub const MAX_SCHEMA_BYTES: usize = 16_384;
 /// Converse's largest image.
 pub const MAX_IMAGE_BYTES: usize = 3_932_160;
+/// Converse's largest image side, in pixels (each of width and height).
+pub const MAX_IMAGE_SIDE: usize = 8_000;
 
 fn cap(text: &str, max: usize) -> String {
     crate::domain::occurrence::cap_chars(text, max)
@@ -499,8 +503,46 @@ fn image_block(data: &str, mime: &str, what: &str) -> Block {
         Ok(bytes) if bytes.len() > MAX_IMAGE_BYTES => {
             Block::Text(format!("[{what} of type {mime} left out: larger than 3.75 MB]"))
         }
-        Ok(bytes) if !bytes.is_empty() => Block::Image { format, data: bytes },
+        Ok(bytes) if !bytes.is_empty() => checked_image(bytes, format, mime, what),
         _ => Block::Text(format!("[{what} of type {mime} left out: its data is not base64]")),
+    }
+}
+
+/// An image's decoded bytes as Converse takes them, or a text that says
+/// why not: its format read from its own header (Bedrock refuses an image
+/// whose bytes are not of the format it is sent as, and a server's MIME
+/// type may be wrong: the header's format is sent when it is one of the
+/// four), and at most [`MAX_IMAGE_SIDE`] pixels a side.
+fn checked_image(bytes: Vec<u8>, declared: ImageFormat, mime: &str, what: &str) -> Block {
+    let format = match imagesize::image_type(&bytes) {
+        Ok(imagesize::ImageType::Png) => ImageFormat::Png,
+        Ok(imagesize::ImageType::Jpeg) => ImageFormat::Jpeg,
+        Ok(imagesize::ImageType::Gif) => ImageFormat::Gif,
+        Ok(imagesize::ImageType::Webp) => ImageFormat::Webp,
+        _ => {
+            return Block::Text(format!(
+                "[{what} of type {mime} left out: its data is not a png, jpeg, gif or webp image]"
+            ));
+        }
+    };
+    if format != declared {
+        tracing::info!(
+            declared = declared.as_str(),
+            format = format.as_str(),
+            "an image sent in the format its header names"
+        );
+    }
+    match imagesize::blob_size(&bytes) {
+        Ok(size) if (1..=MAX_IMAGE_SIDE).contains(&size.width) && (1..=MAX_IMAGE_SIDE).contains(&size.height) => {
+            Block::Image { format, data: bytes }
+        }
+        Ok(size) => Block::Text(format!(
+            "[{what} of type {mime} left out: {} x {} pixels; the model takes at most {MAX_IMAGE_SIDE} a side]",
+            size.width, size.height
+        )),
+        Err(_) => Block::Text(format!(
+            "[{what} of type {mime} left out: its size in pixels could not be read]"
+        )),
     }
 }
 
@@ -720,5 +762,61 @@ mod tests {
         let kept = out.iter().filter(|b| matches!(b, Block::Image { .. })).count();
         assert_eq!(kept, MAX_IMAGES);
         assert!(matches!(out.last(), Some(Block::Text(t)) if t.contains("5 more")));
+    }
+
+    /// A PNG's signature and header chunk, `width` x `height` pixels: what
+    /// a reader of its size reads.
+    fn png_header(width: u32, height: u32) -> Vec<u8> {
+        let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13];
+        png.extend(b"IHDR");
+        png.extend(width.to_be_bytes());
+        png.extend(height.to_be_bytes());
+        png.extend([8, 6, 0, 0, 0, 0, 0, 0, 0]);
+        png
+    }
+
+    fn block_of(bytes: &[u8], mime: &str) -> Block {
+        use base64::Engine;
+        let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+        image_block(&data, mime, "an image")
+    }
+
+    #[test]
+    fn an_image_is_sent_only_as_converse_takes_it() {
+        // At most 8,000 pixels a side.
+        assert!(matches!(
+            block_of(&png_header(8_000, 8_000), "image/png"),
+            Block::Image {
+                format: ImageFormat::Png,
+                ..
+            }
+        ));
+        for (w, h) in [(8_001, 10), (10, 9_000)] {
+            let Block::Text(note) = block_of(&png_header(w, h), "image/png") else {
+                panic!("{w} x {h} is left out")
+            };
+            assert!(note.contains(&format!("{w} x {h} pixels")), "{note}");
+            assert!(note.contains("at most 8000 a side"), "{note}");
+        }
+        // Sent in the format its own header names, whatever the server said.
+        let mut gif = b"GIF89a".to_vec();
+        gif.extend(20u16.to_le_bytes());
+        gif.extend(10u16.to_le_bytes());
+        gif.extend([0u8; 8]);
+        assert!(matches!(
+            block_of(&gif, "image/png"),
+            Block::Image {
+                format: ImageFormat::Gif,
+                ..
+            }
+        ));
+        // Bytes that are no image of the four: named, not sent.
+        let Block::Text(note) = block_of(b"<svg xmlns='http://www.w3.org/2000/svg'/>", "image/png") else {
+            panic!("not an image")
+        };
+        assert!(note.contains("not a png, jpeg, gif or webp image"), "{note}");
+        let mut bmp = b"BM".to_vec();
+        bmp.extend([0u8; 40]);
+        assert!(matches!(block_of(&bmp, "image/png"), Block::Text(_)));
     }
 }

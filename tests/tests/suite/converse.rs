@@ -203,6 +203,32 @@ async fn the_stand_in_refuses_what_bedrock_refuses_with_its_error() {
                 vec![],
             ),
         ),
+        (
+            "an image 8,001 pixels wide",
+            request(
+                vec![Message {
+                    role: Role::User,
+                    content: vec![Block::Image {
+                        format: shared::domain::agent::ImageFormat::Png,
+                        data: png_header(8_001, 100),
+                    }],
+                }],
+                vec![],
+            ),
+        ),
+        (
+            "png bytes sent as jpeg",
+            request(
+                vec![Message {
+                    role: Role::User,
+                    content: vec![Block::Image {
+                        format: shared::domain::agent::ImageFormat::Jpeg,
+                        data: base64_png(),
+                    }],
+                }],
+                vec![],
+            ),
+        ),
     ];
     for (i, (what, bad)) in cases.iter().enumerate() {
         let err = model.converse(tests::MODEL, bad).await.expect_err(what);
@@ -257,6 +283,16 @@ async fn the_stand_in_refuses_what_bedrock_refuses_with_its_error() {
 fn base64_png() -> Vec<u8> {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.decode(PNG_1X1).unwrap()
+}
+
+/// A PNG's signature and header chunk: what Bedrock reads an image's size from.
+fn png_header(width: u32, height: u32) -> Vec<u8> {
+    let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13];
+    png.extend(b"IHDR");
+    png.extend(width.to_be_bytes());
+    png.extend(height.to_be_bytes());
+    png.extend([8, 6, 0, 0, 0, 0, 0, 0, 0]);
+    png
 }
 
 #[tokio::test(flavor = "multi_thread")]
