@@ -24,35 +24,11 @@ use chrono_tz::Tz;
 use serde_json::{Value, json};
 
 use super::schedule::Schedule;
-use super::schedule::calendar::{Calendar, MonthDay};
+use super::schedule::calendar::{self, Calendar, MonthDay, month_name, weekday_name};
 use super::schedule::preview::{dst_changes, missing_day};
 
 /// Days as the schedules surface spells them, Monday first.
 pub const DAYS: [&str; 7] = ["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"];
-const DAY_NAMES: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
-const MONTH_NAMES: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-const ORDINALS: [&str; 4] = ["first", "second", "third", "fourth"];
 
 /// Which days a recurrence fires on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -406,17 +382,13 @@ impl Recurrence {
             Rule::Monthly(MonthDay::Last) => format!("on the last day of every month {at}"),
             Rule::Monthly(MonthDay::Nth { weekday, nth }) => format!(
                 "on the {} {} of every month {at}",
-                ORDINALS[usize::from(nth.saturating_sub(1)).min(3)],
-                DAY_NAMES[usize::from(*weekday).min(6)]
+                calendar::ordinal(*nth),
+                weekday_name(*weekday)
             ),
-            Rule::Monthly(MonthDay::LastWeekday { weekday }) => format!(
-                "on the last {} of every month {at}",
-                DAY_NAMES[usize::from(*weekday).min(6)]
-            ),
-            Rule::Yearly { month, day } => format!(
-                "every year on {day} {} {at}",
-                MONTH_NAMES[usize::from(month.saturating_sub(1)).min(11)]
-            ),
+            Rule::Monthly(MonthDay::LastWeekday { weekday }) => {
+                format!("on the last {} of every month {at}", weekday_name(*weekday))
+            }
+            Rule::Yearly { month, day } => format!("every year on {day} {} {at}", month_name(*month)),
         };
         if let Some(until) = self.until {
             text.push_str(&format!(", until {}", until.format("%Y-%m-%d")));

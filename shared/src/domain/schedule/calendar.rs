@@ -133,16 +133,31 @@ const MONTH_NAMES: [&str; 12] = [
 ];
 const ORDINALS: [&str; 4] = ["first", "second", "third", "fourth"];
 
+/// A weekday's name, Monday 0 to Sunday 6 (clamped): the one spelling every
+/// schedule in words uses.
+pub(in crate::domain) fn weekday_name(weekday: u8) -> &'static str {
+    DAY_NAMES[usize::from(weekday).min(6)]
+}
+
+/// A month's name, 1 to 12 (clamped).
+pub(in crate::domain) fn month_name(month: u8) -> &'static str {
+    MONTH_NAMES[usize::from(month.clamp(1, 12) - 1)]
+}
+
+/// "first" to "fourth", for 1 to 4 (clamped).
+pub(in crate::domain) fn ordinal(nth: u8) -> &'static str {
+    ORDINALS[usize::from(nth.clamp(1, 4) - 1)]
+}
+
 impl Calendar {
     /// When it fires, in words ("at 09:00, on the first Monday of every
     /// month"), a 24-hour local time; a day some months lack is said to be
     /// skipped there.
     pub fn in_words(&self) -> String {
         let at = format!("at {:02}:{:02}", self.hour, self.minute);
-        let weekday = |w: u8| DAY_NAMES[usize::from(w).min(6)];
         match (self.month, self.day) {
             (Some(month), MonthDay::Day(day)) => {
-                let name = MONTH_NAMES[usize::from(month.clamp(1, 12) - 1)];
+                let name = month_name(month);
                 let leap = if month == 2 && day == 29 {
                     " (leap years only)"
                 } else {
@@ -155,12 +170,12 @@ impl Calendar {
             }
             (_, MonthDay::Day(day)) => format!("{at}, on day {day} of every month"),
             (_, MonthDay::Last) => format!("{at}, on the last day of every month"),
-            (_, MonthDay::Nth { weekday: w, nth }) => format!(
-                "{at}, on the {} {} of every month",
-                ORDINALS[usize::from(nth.clamp(1, 4) - 1)],
-                weekday(w)
-            ),
-            (_, MonthDay::LastWeekday { weekday: w }) => format!("{at}, on the last {} of every month", weekday(w)),
+            (_, MonthDay::Nth { weekday: w, nth }) => {
+                format!("{at}, on the {} {} of every month", ordinal(nth), weekday_name(w))
+            }
+            (_, MonthDay::LastWeekday { weekday: w }) => {
+                format!("{at}, on the last {} of every month", weekday_name(w))
+            }
         }
     }
 }

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 
+use super::calendar::{month_name, weekday_name};
 use chrono::{Datelike, NaiveDateTime, Timelike};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -252,30 +253,6 @@ impl Cron {
 }
 
 /// Day names for words, 0 = Sunday as cron counts.
-const DAY_NAMES: [&str; 7] = [
-    "Sunday",
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-];
-const MONTH_NAMES: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-
 /// `a, b and c`.
 fn and_list(items: &[String]) -> String {
     match items {
@@ -355,10 +332,7 @@ impl Cron {
         };
         let days = match &self.days {
             Days::Every => "every day".to_owned(),
-            Days::OfWeek(days) => format!(
-                "on {}",
-                runs_in_words(days, |d| DAY_NAMES[usize::from(d % 7)].to_owned())
-            ),
+            Days::OfWeek(days) => format!("on {}", runs_in_words(days, |d| weekday_name((d + 6) % 7).to_owned())),
             Days::OfMonth(days) => {
                 let listed = runs_in_words(days, |d| d.to_string());
                 let plural = if days.len() == 1 { "day" } else { "days" };
@@ -373,10 +347,7 @@ impl Cron {
                         .filter(|m| month_length(*m) < *last)
                         .collect();
                     if !lacking.is_empty() {
-                        let names: Vec<String> = lacking
-                            .iter()
-                            .map(|m| MONTH_NAMES[usize::from(m - 1)].to_owned())
-                            .collect();
+                        let names: Vec<String> = lacking.iter().map(|m| month_name(*m).to_owned()).collect();
                         text.push_str(&format!(
                             " (day {last} is skipped in {}, which {} fewer days)",
                             and_list(&names),
@@ -390,10 +361,7 @@ impl Cron {
         let months = if self.months.len() == 12 {
             String::new()
         } else {
-            format!(
-                ", in {}",
-                runs_in_words(&self.months, |m| MONTH_NAMES[usize::from(m - 1)].to_owned())
-            )
+            format!(", in {}", runs_in_words(&self.months, |m| month_name(m).to_owned()))
         };
         format!("{times}, {days}{months}")
     }
