@@ -360,52 +360,14 @@ pub fn tests_fixture(schedule: Schedule) -> Task {
 #[cfg(test)]
 pub(crate) mod tests_support {
     use super::*;
-    use crate::domain::limits::Limits;
 
     pub fn reminder_task(at: DateTime<Utc>) -> Task {
-        Task {
-            task_id: TaskId::for_reminder("ws_1", "usr_1", "k1"),
-            workspace: "ws_1".into(),
-            kind: TaskKind::Reminder,
-            provenance: Provenance::User {
-                principal: "usr_1".into(),
-            },
-            title: "Call mom".into(),
-            instruction: Some("Remind me".into()),
-            spec: Spec {
-                schedule: Schedule::At { at },
-                tools: BTreeSet::new(),
-                limits: Limits {
-                    max_turns: 1,
-                    max_tool_calls: 0,
-                    max_output_tokens: 10,
-                    timeout_seconds: 10,
-                },
-                budget: None,
-                arguments: BTreeMap::new(),
-                needs: BTreeMap::new(),
-                bindings: BTreeMap::new(),
-                agent: None,
-                scopes: BTreeSet::new(),
-            },
-            pending: None,
-            hold: Hold::default(),
-            overrides: None,
-            approval: None,
-            completed_at: None,
-            skip_next: None,
-            run_now: BTreeMap::new(),
-            prompt_arguments: BTreeMap::new(),
-            declaration_error: None,
-            claims: BTreeMap::new(),
-            budget_used: BTreeMap::new(),
-            version: 1,
-            created_at: at,
-            updated_at: at,
-            created_with: None,
-            ttl: None,
-            due: None,
-        }
+        let mut task = super::tests_fixture(Schedule::At { at });
+        task.title = "Call mom".into();
+        task.instruction = Some("Remind me".into());
+        task.created_at = at;
+        task.updated_at = at;
+        task
     }
 
     pub fn connector_task(at: DateTime<Utc>) -> Task {
