@@ -230,6 +230,12 @@ async fn batch(app: &App, event: SqsEvent, deadline_ms: u64) -> Result<Value, Er
 /// and the deploy then waits for the resource's `ServiceTimeout`.
 pub const CUSTOM_RESOURCE_REPLY_LIMIT: usize = 4096;
 
+/// The longest the reply to CloudFormation may take (an S3 presigned PUT,
+/// normally well under a second): a response URL that hangs fails the
+/// invocation, which Lambda's asynchronous retry sends again, rather than
+/// holding the function to its own limit.
+pub const CUSTOM_RESOURCE_REPLY_SECONDS: u64 = 10;
+
 /// The physical id of the pass at deploy, until CloudFormation names one.
 const PHYSICAL_RESOURCE_ID: &str = "reconcile-at-deploy";
 
@@ -311,12 +317,14 @@ async fn custom_resource(app: &App, request: &CloudFormationCustomResourceReques
     // The process's one TLS configuration, as every client here.
     shared::adapters::tls::Tls::process()
         .reqwest()
+        .timeout(std::time::Duration::from_secs(CUSTOM_RESOURCE_REPLY_SECONDS))
         .build()?
         .put(url)
         .body(answer)
         .send()
-        .await?
-        .error_for_status()?;
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("the reply to CloudFormation failed: {e}"))?;
     Ok(json!({"status": status}))
 }
 

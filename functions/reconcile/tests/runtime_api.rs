@@ -165,6 +165,30 @@ async fn the_binary_takes_webhooks_works_its_queue_and_answers_cloudformation() 
         json!([{"itemIdentifier": "d1"}, {"itemIdentifier": "d2"}]),
         "{batch}"
     );
+
+    // A response URL that accepts and never answers: the reply gives up
+    // after its bound (`CUSTOM_RESOURCE_REPLY_SECONDS`) and the invocation
+    // fails, for Lambda's retry to send again, instead of holding the
+    // function to its own limit.
+    let hung = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hung_port = hung.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut kept = Vec::new();
+        while let Ok((stream, _)) = hung.accept().await {
+            kept.push(stream);
+        }
+    });
+    let mut stuck = deploy.clone();
+    stuck["ResponseURL"] = json!(format!("http://127.0.0.1:{hung_port}/cfn"));
+    stuck["RequestId"] = json!("req-2");
+    match api.invoke(&stuck).await.expect("the invocation ends") {
+        local::runtime::Outcome::Error(error) => assert!(
+            error.to_string().contains("the reply to CloudFormation failed"),
+            "{error}"
+        ),
+        answered => panic!("a reply that never completes fails the invocation: {answered:?}"),
+    }
+    held.abort();
 }
 
 /// The custom resource reply (`reconcile::custom_resource_reply`), built
