@@ -72,6 +72,50 @@ impl DynamoStore {
     }
 }
 
+/// Why DynamoDB cancelled a transaction: each item's reason, in the
+/// transaction's order (code `None` for an item that did not cause it),
+/// with the item as it was where the request asked for it (`ALL_OLD` on a
+/// condition failure). Empty when the error is no cancellation. The one
+/// reader of a cancelled transaction's reasons.
+pub(crate) struct Cancellation(Vec<aws_sdk_dynamodb::types::CancellationReason>);
+
+impl Cancellation {
+    pub(crate) fn of<R>(err: &SdkError<TransactWriteItemsError, R>) -> Self {
+        Self(match err.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(e)) => e.cancellation_reasons().to_vec(),
+            _ => Vec::new(),
+        })
+    }
+
+    /// Each item's code, `None` where it had none.
+    pub(crate) fn codes(&self) -> Vec<&str> {
+        self.0.iter().map(|r| r.code().unwrap_or("None")).collect()
+    }
+
+    /// Whether item `i`'s condition failed.
+    pub(crate) fn condition_failed(&self, i: usize) -> bool {
+        self.0.get(i).and_then(|r| r.code()) == Some("ConditionalCheckFailed")
+    }
+
+    /// Whether the conditions alone cancelled it: at least one failed, and
+    /// no item had another reason.
+    pub(crate) fn by_conditions_alone(&self) -> bool {
+        let codes = self.codes();
+        codes.contains(&"ConditionalCheckFailed")
+            && codes.iter().all(|c| matches!(*c, "None" | "ConditionalCheckFailed"))
+    }
+
+    /// Item `i` as it was, when the request asked for it and it existed.
+    pub(crate) fn item(&self, i: usize) -> Option<&Item> {
+        self.0.get(i).and_then(|r| r.item())
+    }
+
+    /// Item `i` as it was, taken out.
+    pub(crate) fn take_item(mut self, i: usize) -> Option<Item> {
+        (i < self.0.len()).then(|| self.0.swap_remove(i)).and_then(|r| r.item)
+    }
+}
+
 pub(crate) fn request_error<E: std::error::Error + Send + Sync + 'static>(
     operation: &'static str,
     source: E,
@@ -271,18 +315,10 @@ impl TaskStore for DynamoStore {
         match result {
             Ok(_) => Ok(ReminderInserted::Created),
             Err(err) => {
-                let reasons: Vec<Option<String>> = match err.as_service_error() {
-                    Some(TransactWriteItemsError::TransactionCanceledException(e)) => e
-                        .cancellation_reasons()
-                        .iter()
-                        .map(|r| r.code().map(str::to_owned))
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                let failed = |i: usize| reasons.get(i).and_then(Option::as_deref) == Some("ConditionalCheckFailed");
-                if failed(0) || failed(1) {
+                let cancelled = Cancellation::of(&err);
+                if cancelled.condition_failed(0) || cancelled.condition_failed(1) {
                     Ok(ReminderInserted::KeyTaken)
-                } else if failed(2) {
+                } else if cancelled.condition_failed(2) {
                     Ok(ReminderInserted::OwnerMoved)
                 } else {
                     Err(request_error("TransactWriteItems", err))

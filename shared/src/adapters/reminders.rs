@@ -8,7 +8,6 @@
 //! consistent; the versioned write sends what `catalog::TaskChange` finds
 //! changed (never the runner's `claims`/`budget_used`).
 
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 
 use super::catalog::TaskChange;
@@ -156,18 +155,10 @@ impl ReminderStore for DynamoStore {
             Ok(_) => return Ok(UpdateWritten::Written),
             Err(err) => err,
         };
-        let reasons: Vec<Option<String>> = match err.as_service_error() {
-            Some(TransactWriteItemsError::TransactionCanceledException(e)) => e
-                .cancellation_reasons()
-                .iter()
-                .map(|r| r.code().map(str::to_owned))
-                .collect(),
-            _ => Vec::new(),
-        };
-        let failed = |i: usize| reasons.get(i).and_then(Option::as_deref) == Some("ConditionalCheckFailed");
-        if failed(1) {
+        let cancelled = super::dynamo::Cancellation::of(&err);
+        if cancelled.condition_failed(1) {
             Ok(UpdateWritten::KeyTaken)
-        } else if failed(0) {
+        } else if cancelled.condition_failed(0) {
             Ok(UpdateWritten::VersionMoved)
         } else {
             Err(request_error("TransactWriteItems", err))

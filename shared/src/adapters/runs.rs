@@ -25,14 +25,13 @@
 //! (`domain::notification`), so the runner sends no event itself.
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use chrono::{DateTime, Duration, Utc};
 
-use super::dynamo::{DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
+use super::dynamo::{Cancellation, DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
 use super::keys::{GSI3PK, GSI3SK, Key, PK, SK};
 use crate::domain::claim::{Claim, RunStatus};
 use crate::domain::install::Install;
@@ -157,24 +156,11 @@ impl DynamoStore {
                 Ok(_) => return Ok(Sent::Done),
                 Err(err) => err,
             };
-            let reasons: Vec<&str> = match err.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(e)) => e
-                    .cancellation_reasons()
-                    .iter()
-                    .map(|r| r.code().unwrap_or("None"))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            if reasons.get(fenced) == Some(&"ConditionalCheckFailed") {
-                let old = match err.into_service_error() {
-                    TransactWriteItemsError::TransactionCanceledException(e) => e
-                        .cancellation_reasons
-                        .and_then(|mut r| (fenced < r.len()).then(|| r.swap_remove(fenced)))
-                        .and_then(|r| r.item),
-                    _ => None,
-                };
-                return Ok(Sent::Refused(old));
+            let cancelled = Cancellation::of(&err);
+            if cancelled.condition_failed(fenced) {
+                return Ok(Sent::Refused(cancelled.take_item(fenced)));
             }
+            let reasons = cancelled.codes();
             let code = err.as_service_error().and_then(|e| e.code());
             attempt += 1;
             if code == Some("ValidationException") || reasons.contains(&"ValidationError") {
@@ -539,16 +525,12 @@ impl RunStore for DynamoStore {
             Ok(_) => return Ok(()),
             Err(err) => err,
         };
-        if !cancelled_by_conditions(&err) {
+        let cancelled = Cancellation::of(&err);
+        if !cancelled.by_conditions_alone() {
             return Err(request_error("TransactWriteItems", err));
         }
-        let reasons = match err.into_service_error() {
-            TransactWriteItemsError::TransactionCanceledException(e) => e.cancellation_reasons.unwrap_or_default(),
-            _ => Vec::new(),
-        };
-        let refused = |i: usize| reasons.get(i).and_then(|r| r.code()) == Some("ConditionalCheckFailed");
-        let task_gone = refused(1) && reasons.get(1).is_some_and(|r| r.item.is_none());
-        if refused(0) || !task_gone {
+        let task_gone = cancelled.condition_failed(1) && cancelled.item(1).is_none();
+        if cancelled.condition_failed(0) || !task_gone {
             // The occurrence has a record already (a real run's is never
             // overwritten), or a claim: nothing to record.
             return Ok(());
@@ -718,22 +700,6 @@ fn completion_refused(old: Option<Item>, settlement: &Settlement<'_>) -> Result<
         .claims
         .get(settlement.occurrence)
         .is_some_and(|claim| claim.execution_id == settlement.execution_id && claim.status == RunStatus::Running))
-}
-
-/// Whether a transaction was cancelled by its conditions alone.
-fn cancelled_by_conditions<R>(err: &aws_sdk_dynamodb::error::SdkError<TransactWriteItemsError, R>) -> bool {
-    match err.as_service_error() {
-        Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
-            let reasons: Vec<&str> = e
-                .cancellation_reasons()
-                .iter()
-                .map(|r| r.code().unwrap_or("None"))
-                .collect();
-            reasons.contains(&"ConditionalCheckFailed")
-                && reasons.iter().all(|r| matches!(*r, "None" | "ConditionalCheckFailed"))
-        }
-        _ => false,
-    }
 }
 
 #[cfg(test)]
