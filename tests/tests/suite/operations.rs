@@ -78,34 +78,12 @@ async fn the_scheduler_dlq_runbook_moves_its_messages_to_the_runs_queue() {
     let answer = redrive(&["--reconcile-queue", &t.stack.reconcile_queue_url]);
     assert_eq!(answer["reconciled"], 3, "{answer}");
     assert_eq!(answer["left"], 1, "{answer}");
-    let mut reconciled = Vec::new();
-    loop {
-        let got = sqs
-            .receive_message()
-            .queue_url(&t.stack.reconcile_queue_url)
-            .max_number_of_messages(10)
-            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
-            .send()
-            .await
-            .unwrap();
-        if got.messages().is_empty() {
-            break;
-        }
-        for m in got.messages() {
-            let group = m
-                .attributes()
-                .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId))
-                .cloned()
-                .unwrap_or_default();
-            reconciled.push((m.body().unwrap_or_default().to_owned(), group));
-            sqs.delete_message()
-                .queue_url(&t.stack.reconcile_queue_url)
-                .receipt_handle(m.receipt_handle().unwrap_or_default())
-                .send()
-                .await
-                .unwrap();
-        }
-    }
+    let mut reconciled: Vec<(String, String)> = t
+        .take_work()
+        .await
+        .into_iter()
+        .map(|(group, body)| (body, group))
+        .collect();
     reconciled.sort();
     assert_eq!(
         reconciled,
