@@ -56,15 +56,22 @@ pub struct App {
 pub async fn build(sdk: &aws_config::SdkConfig, config: ReconcileConfig) -> Result<App, Error> {
     let intake = match &config.webhook_secret_arn {
         Some(arn) => {
-            let secret_text = SecretsReader::from_sdk(sdk)
-                .read(arn)
-                .await
-                .map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
+            // The intake's other clients are built (each parses its SDK
+            // crate's endpoint partitions: CPU) while the secret's request
+            // is in flight, rather than after it.
+            let reader = SecretsReader::from_sdk(sdk);
+            let (secret_text, (store, queue)) = tokio::join!(reader.read(arn), async {
+                (
+                    DynamoStore::from_sdk(sdk, config.table_name.clone()),
+                    FifoQueue::from_sdk(sdk, config.queue_url.clone()),
+                )
+            });
+            let secret_text = secret_text.map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
             let secret =
                 WebhookSecret::parse(&secret_text).ok_or("WEBHOOK_SECRET_ARN does not hold a whsec_ secret")?;
             Some(Intake {
-                store: DynamoStore::from_sdk(sdk, config.table_name.clone()),
-                queue: FifoQueue::from_sdk(sdk, config.queue_url.clone()),
+                store,
+                queue,
                 secret,
                 rules: config.rules.clone(),
             })
