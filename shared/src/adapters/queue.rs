@@ -43,11 +43,16 @@ impl WorkQueue for FifoQueue {
             .message_body(body)
             .send()
             .await
-            .map_err(|e| QueueError {
-                operation: "SendMessage",
-                source: Box::new(e),
-            })?;
+            .map_err(send_failed)?;
         Ok(())
+    }
+}
+
+/// A message that could not be sent (or, for a run, serialized to send).
+fn send_failed<E: std::error::Error + Send + Sync + 'static>(error: E) -> QueueError {
+    QueueError {
+        operation: "SendMessage",
+        source: Box::new(error),
     }
 }
 
@@ -69,20 +74,14 @@ impl RunsQueue {
 
 impl RunQueue for RunsQueue {
     async fn send_run(&self, message: &RunMessage) -> Result<(), QueueError> {
-        let body = serde_json::to_string(message).map_err(|e| QueueError {
-            operation: "SendMessage",
-            source: Box::new(e),
-        })?;
+        let body = serde_json::to_string(message).map_err(send_failed)?;
         self.client
             .send_message()
             .queue_url(&self.url)
             .message_body(body)
             .send()
             .await
-            .map_err(|e| QueueError {
-                operation: "SendMessage",
-                source: Box::new(e),
-            })?;
+            .map_err(send_failed)?;
         Ok(())
     }
 }
