@@ -367,5 +367,16 @@ async fn a_reminder_until_a_date_completes_on_its_last_occurrence_however_it_was
             !states.contains(&(task.to_string(), "scheduled".to_owned())),
             "{listed}"
         );
+        // What its owner reads back: finished, nothing more to run.
+        let got =
+            s.t.schedules_app()
+                .handle(
+                    json!({"op": "get", "principal": owner("usr_1"), "task_id": task.as_str()}),
+                    checked_at,
+                )
+                .await
+                .expect("the get answers");
+        assert_eq!(got["task"]["state"], "completed", "{got}");
+        assert_eq!(got["task"]["next_run_at"], Value::Null, "{got}");
     }
 }
