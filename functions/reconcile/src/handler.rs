@@ -33,7 +33,7 @@ use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::mcp::McpConnectors;
 use shared::adapters::queue::FifoQueue;
 use shared::adapters::scheduler::EventBridgeSchedules;
-use shared::adapters::secrets::SecretsReader;
+use shared::adapters::secrets::{SecretError, SecretsReader};
 use shared::app::reconcile::{Delivery, InstallRules, Reconciler, intake};
 use shared::config::ReconcileConfig;
 use shared::domain::webhook::WebhookSecret;
@@ -42,7 +42,7 @@ use shared::domain::webhook::WebhookSecret;
 pub struct Intake {
     pub store: DynamoStore,
     pub queue: FifoQueue,
-    pub secret: WebhookSecret,
+    pub secret: WebhookKey,
     pub rules: InstallRules,
 }
 
@@ -51,33 +51,67 @@ pub struct App {
     pub reconciler: Option<Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>>,
 }
 
-/// Wires the use cases to the AWS adapters; the intake reads the webhook
-/// secret at start, the worker never reads it.
-pub async fn build(sdk: &aws_config::SdkConfig, config: ReconcileConfig) -> Result<App, Error> {
-    let intake = match &config.webhook_secret_arn {
-        Some(arn) => {
-            // The intake's other clients are built (each parses its SDK
-            // crate's endpoint partitions: CPU) while the secret's request
-            // is in flight, rather than after it.
-            let reader = SecretsReader::from_sdk(sdk);
-            let (secret_text, (store, queue)) = tokio::join!(reader.read(arn), async {
-                (
-                    DynamoStore::from_sdk(sdk, config.table_name.clone()),
-                    FifoQueue::from_sdk(sdk, config.queue_url.clone()),
-                )
-            });
-            let secret_text = secret_text.map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
-            let secret =
-                WebhookSecret::parse(&secret_text).ok_or("WEBHOOK_SECRET_ARN does not hold a whsec_ secret")?;
-            Some(Intake {
-                store,
-                queue,
-                secret,
-                rules: config.rules.clone(),
-            })
+/// The intake's webhook secret (SPEC section 6: a `whsec_` secret named by
+/// `WEBHOOK_SECRET_ARN`). Its read starts with the process, as a task of its
+/// own, so Secrets Manager answers while the rest of init (the other
+/// clients) and the first poll for work go on; the first webhook waits for
+/// it, none is verified without it. A read that fails, or a secret that is
+/// no `whsec_` one, fails that webhook (the sender retries it, as it would
+/// a failed init) and the next webhook reads the secret again.
+pub struct WebhookKey {
+    reader: SecretsReader,
+    arn: String,
+    first: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<String, SecretError>>>>,
+    secret: tokio::sync::OnceCell<WebhookSecret>,
+}
+
+impl WebhookKey {
+    /// Starts the read. Call it inside the runtime, before other init.
+    pub fn read(reader: SecretsReader, arn: String) -> Self {
+        let first = tokio::spawn({
+            let (reader, arn) = (reader.clone(), arn.clone());
+            async move { reader.read(&arn).await }
+        });
+        Self {
+            reader,
+            arn,
+            first: std::sync::Mutex::new(Some(first)),
+            secret: tokio::sync::OnceCell::new(),
         }
-        None => None,
-    };
+    }
+
+    /// The secret: the read started at start, or a new one if that failed.
+    pub async fn get(&self) -> Result<&WebhookSecret, Error> {
+        self.secret
+            .get_or_try_init(|| async {
+                let first = self.first.lock().map_or(None, |mut first| first.take());
+                let text = match first {
+                    // A task that panicked (where panics unwind) is a read that failed.
+                    Some(read) => read.await.unwrap_or_else(|e| {
+                        Err(SecretError {
+                            no_string: false,
+                            message: e.to_string(),
+                        })
+                    }),
+                    None => self.reader.read(&self.arn).await,
+                };
+                let text = text.map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
+                WebhookSecret::parse(&text)
+                    .ok_or_else(|| Error::from("WEBHOOK_SECRET_ARN does not hold a whsec_ secret"))
+            })
+            .await
+    }
+}
+
+/// Wires the use cases to the AWS adapters. The intake's secret read
+/// starts first ([`WebhookKey`]); the worker never reads it.
+pub fn build(sdk: &aws_config::SdkConfig, config: ReconcileConfig) -> App {
+    let intake = config.webhook_secret_arn.as_ref().map(|arn| Intake {
+        secret: WebhookKey::read(SecretsReader::from_sdk(sdk), arn.clone()),
+        store: DynamoStore::from_sdk(sdk, config.table_name.clone()),
+        queue: FifoQueue::from_sdk(sdk, config.queue_url.clone()),
+        rules: config.rules.clone(),
+    });
     let reconciler = config.worker.map(|worker| {
         Reconciler::new(
             DynamoStore::from_sdk(sdk, config.table_name.clone()),
@@ -93,7 +127,7 @@ pub async fn build(sdk: &aws_config::SdkConfig, config: ReconcileConfig) -> Resu
         )
         .with_tracer(shared::adapters::telemetry::tracer(sdk, &worker.traces))
     });
-    Ok(App { intake, reconciler })
+    App { intake, reconciler }
 }
 
 fn worker(app: &App) -> Result<&Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>, Error> {
@@ -126,10 +160,11 @@ async fn webhook(app: &App, request: LambdaFunctionUrlRequest) -> Result<Value, 
         signature: header("webhook-signature"),
         body: &body,
     };
+    let secret = intake_app.secret.get().await?;
     let answer = intake(
         &intake_app.store,
         &intake_app.queue,
-        &intake_app.secret,
+        secret,
         &intake_app.rules,
         &delivery,
         Utc::now(),

@@ -1,7 +1,7 @@
 //! The reconcile Lambda: signed webhooks (function URL), the FIFO work
 //! queue, the daily pass and the pass at deploy (SPEC §6). Start-up parses the
-//! configuration, reads the webhook secret (the intake only) and builds the
-//! clients once.
+//! configuration, starts the webhook secret's read (the intake only) and
+//! builds the clients once.
 
 // The SDK futures nest deeply; their layout needs more than the default depth.
 #![recursion_limit = "256"]
@@ -14,6 +14,6 @@ use shared::config::ReconcileConfig;
 async fn main() -> Result<(), Error> {
     telemetry::init(shared::config::log_directives(&shared::config::Env::process()));
     let config = ReconcileConfig::from_env()?;
-    let app = reconcile::build(&sdk_config().await, config).await?;
+    let app = reconcile::build(&sdk_config().await, config);
     run(service_fn(|event| reconcile::handle(&app, event))).await
 }

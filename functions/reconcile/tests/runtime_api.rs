@@ -326,3 +326,53 @@ async fn a_sleeping_server_fails_its_own_message_and_a_healthy_install_in_the_ba
         .unwrap();
     assert!(healthy.get("last_error").is_none(), "{healthy}");
 }
+
+/// The webhook intake (deployed without the worker's variables) starts its
+/// secret's read as it starts, and the first webhook waits for it. A secret
+/// it cannot read fails that webhook, which queues nothing and leaves no
+/// webhook id behind (the sender retries it), not the process; the next
+/// webhook reads the secret again. Here the secret is created between two
+/// deliveries of the same webhook.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_webhook_secret_that_cannot_be_read_fails_its_webhook_and_the_next_one_reads_it_again() {
+    use local::runtime::Outcome;
+    let t = TestStack::start().await.unwrap();
+    let name = format!("webhook-later-{}", uuid::Uuid::new_v4().simple());
+    let api = Launch::new("reconcile", &t.aws, &t.stack)
+        .unwrap()
+        .unset("SCHEDULE_GROUP")
+        .set("WEBHOOK_SECRET_ARN", name.clone())
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let secret = WebhookSecret::parse(&t.stack.webhook_secret).unwrap();
+    let body = json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_1"}}).to_string();
+    let now = Utc::now().timestamp();
+    let webhook = url_event(
+        json!({"content-type": "application/json", "webhook-id": "wh_later", "webhook-timestamp": now.to_string(),
+               "webhook-signature": secret.sign("wh_later", now, body.as_bytes())}),
+        &body,
+    );
+
+    match api.invoke(&webhook).await.unwrap() {
+        Outcome::Error(error) => assert!(
+            error.to_string().contains("WEBHOOK_SECRET_ARN could not be read"),
+            "{error}"
+        ),
+        Outcome::Response(answer) => panic!("a webhook was answered without its secret: {answer}"),
+    }
+    assert!(t.take_work().await.is_empty(), "nothing queued");
+    assert!(t.items_of("webhook").await.is_empty(), "no webhook id kept");
+
+    aws_sdk_secretsmanager::Client::new(&t.aws.sdk)
+        .create_secret()
+        .name(&name)
+        .secret_string(&t.stack.webhook_secret)
+        .send()
+        .await
+        .unwrap();
+    let again = api.invoke_ok(&webhook).await.unwrap();
+    assert_eq!(again["statusCode"], 202, "{again}");
+    assert_eq!(t.take_work().await.len(), 1);
+}
