@@ -1,0 +1,35 @@
+//! The function binaries as `infra/build/lambda_binary.rs` links them:
+//! position-dependent executables, so a cold start relocates nothing
+//! (README, Benchmarks; ARCHITECTURE, "Start"). The test suite's binaries
+//! are built by the same build script as the deployed ones.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Read;
+use std::path::Path;
+
+/// ELF's `e_type` (bytes 16 and 17, little-endian on x86_64 and arm64).
+fn elf_type(path: &Path) -> u16 {
+    let mut header = [0u8; 18];
+    std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut header))
+        .unwrap_or_else(|e| panic!("{}: {e} (built by `cargo test --workspace`)", path.display()));
+    assert_eq!(&header[..4], b"\x7fELF", "{} is not an ELF file", path.display());
+    u16::from_le_bytes([header[16], header[17]])
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn every_function_binary_is_linked_position_dependent() {
+    const ET_EXEC: u16 = 2;
+    const ET_DYN: u16 = 3;
+    let dir = Path::new(env!("CARGO_BIN_EXE_local")).parent().unwrap();
+    for name in ["create", "runner", "reconcile", "admin", "schedules"] {
+        let kind = elf_type(&dir.join(name));
+        assert_ne!(
+            kind, ET_DYN,
+            "{name} is a position-independent executable: relocated at every start"
+        );
+        assert_eq!(kind, ET_EXEC, "{name}: ELF type {kind}");
+    }
+}
