@@ -83,8 +83,9 @@ struct Deployed {
 }
 
 /// Reconcile is one binary deployed twice: the worker (`SCHEDULE_GROUP`,
-/// no webhook secret) and the webhook intake (`WEBHOOK_SECRET_ARN`, which
-/// it reads at start, and no worker variables).
+/// no webhook secret) and the webhook intake (`WEBHOOK_SECRET_ARN`, whose
+/// read starts with the process and which the first webhook waits for,
+/// and no worker variables).
 const DEPLOYED: [Deployed; 7] = [
     Deployed {
         label: BARE,
@@ -147,8 +148,9 @@ pub struct ColdStart {
     /// median: what the services it calls (moto, the stand-ins) take.
     pub warm_ms: f64,
     /// The first answer less the warm one, median over the starts: what
-    /// the cold process alone adds (init, and every first-use cost the
-    /// first request pays), without the services' own time.
+    /// the cold process adds (init, and every first-use cost the first
+    /// request pays), without the services' time for the requests the warm
+    /// answer makes too (the intake's secret read stays in).
     pub cold_extra_ms: f64,
     /// `cold_extra_ms` over the bare binary's in the same run.
     pub cold_extra_ratio: f64,
