@@ -11,19 +11,30 @@
 //! read from a package whose page cache is cold. Position-dependent, the
 //! linker resolves them once and the pages are read only where used.
 //!
-//! What it gives up: the executable's own load address is fixed; the
-//! heap, the stacks, the mappings and the shared libraries (libc) are still
-//! placed at random. The code is Rust, whose safety rules out the memory
-//! corruption that address randomisation mitigates, except in unsafe code
-//! and in the C of aws-lc (the crypto under rustls); Go's toolchain links
-//! Lambda functions this way by default. ARCHITECTURE.md, "Start".
+//! What it gives up: the executable's load address is fixed, and in a
+//! Rust binary the executable is nearly all of the code (std, tokio, hyper,
+//! rustls, aws-lc's C and assembly) and its GOT; anyone can learn those
+//! addresses by building this repository at its `Cargo.lock`, which is what
+//! a return-oriented exploit needs. Only libc, the stacks, the heap and
+//! other mappings stay at random addresses. What that mitigation guards
+//! against is memory corruption, which Rust's rules make unlikely but do not
+//! rule out: unsafe code in tokio, hyper, bytes and the like, and the C of
+//! aws-lc. The functions that meet hostile input are the webhook intake (a
+//! public URL, signature checked before anything else) and the runner and
+//! reconcile worker (TLS to connector servers). Go's toolchain links Lambda
+//! functions this way by default. To take the trade back, delete the
+//! `println!` below: the functions then pay the relocations at each start.
+//! ARCHITECTURE.md, "Start".
 //!
 //! The objects stay position-independent (rustc's default); only the link
 //! changes, and `-no-pie` after rustc's own `-pie` wins with gcc, clang and
 //! `zig cc` (cargo-lambda's linker) alike.
 
 fn main() {
-    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+    // glibc targets only: on a static (musl) target, `-no-pie` would undo
+    // rustc's `-static-pie` rather than its `-pie`.
+    let target = |key: &str| std::env::var(key).unwrap_or_default();
+    if target("CARGO_CFG_TARGET_OS") == "linux" && target("CARGO_CFG_TARGET_ENV") == "gnu" {
         println!("cargo::rustc-link-arg-bins=-no-pie");
     }
     println!("cargo::rerun-if-changed=../../infra/build/lambda_binary.rs");

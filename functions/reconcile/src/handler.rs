@@ -51,13 +51,21 @@ pub struct App {
     pub reconciler: Option<Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>>,
 }
 
+/// The longest the intake waits on one read of its webhook secret.
+/// Lambda may start an environment before any invocation and freeze it
+/// once it polls for work, which can leave the read begun at start hanging
+/// (the SDK bounds a connect, not an answer); the first webhook waits this
+/// long for that read, then reads again, as long.
+pub const SECRET_READ_SECONDS: u64 = 3;
+
 /// The intake's webhook secret (SPEC section 6: a `whsec_` secret named by
 /// `WEBHOOK_SECRET_ARN`). Its read starts with the process, as a task of its
 /// own, so Secrets Manager answers while the rest of init (the other
 /// clients) and the first poll for work go on; the first webhook waits for
-/// it, none is verified without it. A read that fails, or a secret that is
-/// no `whsec_` one, fails that webhook (the sender retries it, as it would
-/// a failed init) and the next webhook reads the secret again.
+/// it ([`SECRET_READ_SECONDS`]), none is verified without it. A read that
+/// fails, or a secret that is no `whsec_` one, fails that webhook (the
+/// sender retries it, as it would a failed init) and the next webhook reads
+/// the secret again.
 pub struct WebhookKey {
     reader: SecretsReader,
     arn: String,
@@ -80,20 +88,41 @@ impl WebhookKey {
         }
     }
 
-    /// The secret: the read started at start, or a new one if that failed.
+    /// The secret: the read begun at start, or a new one if that failed or
+    /// has not answered within [`SECRET_READ_SECONDS`].
     pub async fn get(&self) -> Result<&WebhookSecret, Error> {
         self.secret
             .get_or_try_init(|| async {
+                let bound = std::time::Duration::from_secs(SECRET_READ_SECONDS);
+                let unanswered = || SecretError {
+                    no_string: false,
+                    message: format!("Secrets Manager did not answer within {SECRET_READ_SECONDS} s"),
+                };
+                let again = || async {
+                    tokio::time::timeout(bound, self.reader.read(&self.arn))
+                        .await
+                        .unwrap_or_else(|_| Err(unanswered()))
+                };
                 let first = self.first.lock().map_or(None, |mut first| first.take());
                 let text = match first {
-                    // A task that panicked (where panics unwind) is a read that failed.
-                    Some(read) => read.await.unwrap_or_else(|e| {
-                        Err(SecretError {
-                            no_string: false,
-                            message: e.to_string(),
-                        })
-                    }),
-                    None => self.reader.read(&self.arn).await,
+                    Some(mut first) => match tokio::time::timeout(bound, &mut first).await {
+                        // A task that panicked (where panics unwind) is a read that failed.
+                        Ok(joined) => joined.unwrap_or_else(|e| {
+                            Err(SecretError {
+                                no_string: false,
+                                message: e.to_string(),
+                            })
+                        }),
+                        Err(_) => {
+                            tracing::warn!(
+                                seconds = SECRET_READ_SECONDS,
+                                "the webhook secret's read begun at start has not answered: reading it again"
+                            );
+                            first.abort();
+                            again().await
+                        }
+                    },
+                    None => again().await,
                 };
                 let text = text.map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
                 WebhookSecret::parse(&text)

@@ -327,6 +327,17 @@ async fn a_sleeping_server_fails_its_own_message_and_a_healthy_install_in_the_ba
     assert!(healthy.get("last_error").is_none(), "{healthy}");
 }
 
+/// A signed `prompts.list_changed` webhook, as the platform sends it.
+fn list_changed(secret: &WebhookSecret, id: &str) -> Value {
+    let body = json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_1"}}).to_string();
+    let now = Utc::now().timestamp();
+    url_event(
+        json!({"content-type": "application/json", "webhook-id": id, "webhook-timestamp": now.to_string(),
+               "webhook-signature": secret.sign(id, now, body.as_bytes())}),
+        &body,
+    )
+}
+
 /// The webhook intake (deployed without the worker's variables) starts its
 /// secret's read as it starts, and the first webhook waits for it. A secret
 /// it cannot read fails that webhook, which queues nothing and leaves no
@@ -346,14 +357,7 @@ async fn a_webhook_secret_that_cannot_be_read_fails_its_webhook_and_the_next_one
         .start(Path::new(BINARY))
         .await
         .unwrap();
-    let secret = WebhookSecret::parse(&t.stack.webhook_secret).unwrap();
-    let body = json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_1"}}).to_string();
-    let now = Utc::now().timestamp();
-    let webhook = url_event(
-        json!({"content-type": "application/json", "webhook-id": "wh_later", "webhook-timestamp": now.to_string(),
-               "webhook-signature": secret.sign("wh_later", now, body.as_bytes())}),
-        &body,
-    );
+    let webhook = list_changed(&WebhookSecret::parse(&t.stack.webhook_secret).unwrap(), "wh_later");
 
     match api.invoke(&webhook).await.unwrap() {
         Outcome::Error(error) => assert!(
@@ -375,4 +379,63 @@ async fn a_webhook_secret_that_cannot_be_read_fails_its_webhook_and_the_next_one
     let again = api.invoke_ok(&webhook).await.unwrap();
     assert_eq!(again["statusCode"], 202, "{again}");
     assert_eq!(t.take_work().await.len(), 1);
+}
+
+/// A TCP relay on loopback to `upstream` (`http://127.0.0.1:<port>`) that
+/// holds its first connection open and never answers it, as a read begun
+/// before Lambda froze the process can be left; later connections are
+/// relayed. Answers its URL and how many connections it took.
+async fn first_connection_hangs(upstream: &str) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let upstream = upstream.trim_start_matches("http://").to_owned();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = taken.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            if count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                held.push(inbound);
+                continue;
+            }
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (format!("http://127.0.0.1:{port}"), taken)
+}
+
+/// The read begun at start never answers (a process frozen between its
+/// start and its first webhook): the first webhook waits
+/// `SECRET_READ_SECONDS` for it, reads the secret again, and is answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secret_read_begun_at_start_that_never_answers_is_read_again_for_the_first_webhook() {
+    let t = TestStack::start().await.unwrap();
+    let (relay, connections) = first_connection_hangs(&t.aws.moto.endpoint()).await;
+    let api = Launch::new("reconcile", &t.aws, &t.stack)
+        .unwrap()
+        .unset("SCHEDULE_GROUP")
+        .set("AWS_ENDPOINT_URL_SECRETS_MANAGER", relay)
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let webhook = list_changed(&WebhookSecret::parse(&t.stack.webhook_secret).unwrap(), "wh_thawed");
+    let answer = api.invoke_ok(&webhook).await.unwrap();
+    assert_eq!(answer["statusCode"], 202, "{answer}");
+    assert_eq!(t.take_work().await.len(), 1);
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the read begun at start, held; the second, answered"
+    );
+    assert!(
+        api.logs().unwrap().contains("has not answered: reading it again"),
+        "{}",
+        api.logs().unwrap()
+    );
 }

@@ -5,10 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(target_os = "linux")]
 use std::io::Read;
+#[cfg(target_os = "linux")]
 use std::path::Path;
 
 /// ELF's `e_type` (bytes 16 and 17, little-endian on x86_64 and arm64).
+#[cfg(target_os = "linux")]
 fn elf_type(path: &Path) -> u16 {
     let mut header = [0u8; 18];
     std::fs::File::open(path)
