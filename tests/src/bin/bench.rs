@@ -19,7 +19,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
         arch: std::env::consts::ARCH.to_owned(),
         out: PathBuf::from("target/bench.json"),
         invocations: 5,
-        starts: 9,
+        starts: 31,
         only: Vec::new(),
     };
     let mut args = args.iter();
