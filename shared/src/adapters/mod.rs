@@ -40,3 +40,31 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
         .load()
         .await
 }
+
+/// An SDK client built at its first use and shared by the clones: for a
+/// client a function may never call (a secret's read, which a reminder's run
+/// never makes; a run's early return), so a start does not parse that SDK
+/// crate's endpoint partitions (about 0.7 M instructions, README
+/// "Benchmarks") for nothing.
+#[derive(Clone)]
+pub struct FirstUse<C> {
+    sdk: aws_config::SdkConfig,
+    build: fn(&aws_config::SdkConfig) -> C,
+    client: std::sync::Arc<std::sync::OnceLock<C>>,
+}
+
+impl<C> FirstUse<C> {
+    /// `build`: the client's `Client::new`.
+    pub fn new(sdk: &aws_config::SdkConfig, build: fn(&aws_config::SdkConfig) -> C) -> Self {
+        Self {
+            sdk: sdk.clone(),
+            build,
+            client: std::sync::Arc::default(),
+        }
+    }
+
+    /// The client, built now if it was not.
+    pub fn get(&self) -> &C {
+        self.client.get_or_init(|| (self.build)(&self.sdk))
+    }
+}

@@ -7,11 +7,14 @@
 
 use aws_sdk_sqs::Client;
 
+use super::FirstUse;
 use crate::ports::BoxError;
 
+/// Its client is built at its first return ([`FirstUse`]): most runs
+/// return nothing.
 #[derive(Clone)]
 pub struct Returns {
-    client: Client,
+    client: FirstUse<Client>,
 }
 
 /// A return that could not be shortened.
@@ -26,7 +29,7 @@ pub enum ReturnError {
 impl Returns {
     pub fn from_sdk(sdk: &aws_config::SdkConfig) -> Self {
         Self {
-            client: Client::new(sdk),
+            client: FirstUse::new(sdk, Client::new),
         }
     }
 
@@ -35,6 +38,7 @@ impl Returns {
         let url = crate::domain::redelivery::queue_url_of_arn(queue_arn)
             .ok_or_else(|| ReturnError::NotAQueue(queue_arn.to_owned()))?;
         self.client
+            .get()
             .change_message_visibility()
             .queue_url(url)
             .receipt_handle(receipt_handle)

@@ -2,10 +2,10 @@
 //! secrets (the webhook intake's signing secret at start-up, a connector's
 //! credential when the runner opens it).
 
-use std::sync::{Arc, OnceLock};
-
 use aws_sdk_secretsmanager::Client;
 use aws_sdk_secretsmanager::error::DisplayErrorContext;
+
+use super::FirstUse;
 
 /// Why a secret could not be read. `message` says which; the secret's
 /// value never appears in it.
@@ -17,33 +17,26 @@ pub struct SecretError {
     pub message: String,
 }
 
-/// Its client is built at its first read, and shared by its clones: a
-/// function that may never read a secret (the runner delivering a
-/// reminder, the reconcile worker for installs without a credential) does
-/// not parse the Secrets Manager crate's endpoint partitions at start
-/// (about 0.7 M instructions, README "Benchmarks").
+/// Its client is built at its first read ([`FirstUse`]): the runner
+/// delivering a reminder and the reconcile worker for installs without a
+/// credential never read a secret.
 #[derive(Clone)]
 pub struct SecretsReader {
-    sdk: aws_config::SdkConfig,
-    client: Arc<OnceLock<Client>>,
+    client: FirstUse<Client>,
 }
 
 impl SecretsReader {
     pub fn from_sdk(sdk: &aws_config::SdkConfig) -> Self {
         Self {
-            sdk: sdk.clone(),
-            client: Arc::default(),
+            client: FirstUse::new(sdk, Client::new),
         }
-    }
-
-    fn client(&self) -> &Client {
-        self.client.get_or_init(|| Client::new(&self.sdk))
     }
 
     /// The secret's string value.
     pub async fn read(&self, arn: &str) -> Result<String, SecretError> {
         let out = self
-            .client()
+            .client
+            .get()
             .get_secret_value()
             .secret_id(arn)
             .send()
