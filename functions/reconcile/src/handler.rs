@@ -94,25 +94,20 @@ impl WebhookKey {
         self.secret
             .get_or_try_init(|| async {
                 let bound = std::time::Duration::from_secs(SECRET_READ_SECONDS);
-                let unanswered = || SecretError {
-                    no_string: false,
-                    message: format!("Secrets Manager did not answer within {SECRET_READ_SECONDS} s"),
-                };
                 let again = || async {
                     tokio::time::timeout(bound, self.reader.read(&self.arn))
                         .await
-                        .unwrap_or_else(|_| Err(unanswered()))
+                        .unwrap_or_else(|_| {
+                            Err(SecretError::failed(format!(
+                                "Secrets Manager did not answer within {SECRET_READ_SECONDS} s"
+                            )))
+                        })
                 };
                 let first = self.first.lock().map_or(None, |mut first| first.take());
                 let text = match first {
                     Some(mut first) => match tokio::time::timeout(bound, &mut first).await {
                         // A task that panicked (where panics unwind) is a read that failed.
-                        Ok(joined) => joined.unwrap_or_else(|e| {
-                            Err(SecretError {
-                                no_string: false,
-                                message: e.to_string(),
-                            })
-                        }),
+                        Ok(joined) => joined.unwrap_or_else(|e| Err(SecretError::failed(e.to_string()))),
                         Err(_) => {
                             tracing::warn!(
                                 seconds = SECRET_READ_SECONDS,

@@ -17,6 +17,16 @@ pub struct SecretError {
     pub message: String,
 }
 
+impl SecretError {
+    /// A read that failed (not a secret without a string value).
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self {
+            no_string: false,
+            message: message.into(),
+        }
+    }
+}
+
 /// Its client is built at its first read ([`FirstUse`]): the runner
 /// delivering a reminder and the reconcile worker for installs without a
 /// credential never read a secret.
@@ -41,10 +51,7 @@ impl SecretsReader {
             .secret_id(arn)
             .send()
             .await
-            .map_err(|e| SecretError {
-                no_string: false,
-                message: DisplayErrorContext(&e).to_string(),
-            })?;
+            .map_err(|e| SecretError::failed(DisplayErrorContext(&e).to_string()))?;
         out.secret_string().map(str::to_owned).ok_or_else(|| SecretError {
             no_string: true,
             message: format!("secret {arn} has no string value"),
