@@ -67,6 +67,11 @@ SAM_CLI_TELEMETRY=0 .venv-sam/bin/sam validate --lint
 # Every skipped check carries its reason in the template's Metadata.
 .venv-checkov/bin/checkov --skip-download --quiet --compact -f template.yaml
 echo "== tests"
+# The simulation's slice explores seeds of this commit too (tests/tests/suite/sim.rs):
+# printed here and with the slice's table, replayable with the line printed.
+SIM_COMMIT="$(git rev-parse HEAD 2>/dev/null || echo 000000000000)"
+export SIM_COMMIT
+echo "sim: this commit's seeds derive from ${SIM_COMMIT}; a failure prints its replay command"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0

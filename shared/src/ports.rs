@@ -220,9 +220,11 @@ pub struct Settlement<'a> {
     pub prune: Vec<String>,
 }
 
-/// A claimed occurrence given back unrecorded (the model stayed throttled
-/// before any tool call), atomically: the claim removed, the reservation
-/// released, what was spent charged.
+/// A claimed occurrence given back unrecorded (the model stayed throttled,
+/// or the pace had no slot, before any tool call), atomically: the
+/// reservation released and the claim removed; what its attempts committed (crashed attempts' reservations,
+/// what this one spent) stays on the claim, marked released, for the
+/// occurrence's one record to carry.
 #[derive(Debug, Clone)]
 pub struct Release<'a> {
     pub task: &'a Task,
@@ -231,9 +233,28 @@ pub struct Release<'a> {
     pub execution_id: &'a str,
     pub period: &'a str,
     pub reserved_usd: f64,
-    pub spent_usd: f64,
-    /// Charged `spent_usd` when something was spent.
-    pub account: Option<&'a crate::domain::budget::Account>,
+    /// What stays committed: crashed attempts' reservations and what this
+    /// attempt spent. Zero, the claim goes whole.
+    pub carried_usd: f64,
+}
+
+/// What `RunStore::record_unclaimed` came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unclaimed {
+    /// Recorded, or nothing to record (a record or a live claim is there).
+    Done,
+    /// The occurrence holds a claim no execution holds any more: the task
+    /// as it was, for the skip to pay what that claim committed.
+    Dead(Box<Task>),
+}
+
+/// The claim a take-over takes (`RunStore::take_over`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakeOver {
+    /// A running claim whose lease expired: a crash, paid for.
+    Crashed,
+    /// A claim released before it ran (`RunStatus::Released`).
+    Released,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,8 +271,15 @@ pub enum Settled {
 pub trait RunStore: Send + Sync {
     /// Claims a fresh occurrence and reserves its budget in one write.
     fn claim(&self, request: &ClaimRequest<'_>) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send;
-    /// Takes over a running claim whose lease expired.
-    fn take_over(&self, request: &ClaimRequest<'_>) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send;
+    /// Takes over a claim no execution holds: a running one whose lease
+    /// expired (its reservation committed as a crash), or a released one
+    /// (what it carries kept); either way the new attempt reserves again,
+    /// within the period budget for a released one.
+    fn take_over(
+        &self,
+        request: &ClaimRequest<'_>,
+        from: TakeOver,
+    ) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send;
     fn install(
         &self,
         workspace: &str,
@@ -265,8 +293,23 @@ pub trait RunStore: Send + Sync {
     /// claim), and takes the occurrence's claim, finished, with it: a later
     /// delivery of it is a duplicate. Never overwrites an existing record,
     /// and writes none while the occurrence has a claim on its task (a run
-    /// of it, still running or settled, records its own outcome).
-    fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// of it, still running or settled, records its own outcome). A claim
+    /// no execution holds any more (`Claim::is_dead`) is answered
+    /// [`Unclaimed::Dead`] with the task as it was: what it committed is
+    /// the skip's to pay ([`RunStore::record_over_dead`]).
+    fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send;
+    /// Records a skip over a dead claim, which `record` (its cost what the
+    /// claim committed) pays for: the record, the claim finished as the
+    /// skip's, fenced on the claim being still `dead` as read, and the
+    /// account charged `record.cost_usd` for `period`, in one transaction.
+    /// Nothing when the record exists or the claim moved on.
+    fn record_over_dead(
+        &self,
+        record: &RunRecord,
+        dead: &crate::domain::claim::Claim,
+        account: Option<&crate::domain::budget::Account>,
+        period: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// The task as it is now (a strongly consistent read): what a skip that
     /// held no claim and read nothing before decides its completion from
     /// (`app::run::record_skip`).

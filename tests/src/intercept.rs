@@ -16,7 +16,7 @@ use shared::domain::schedule_definition::{ScheduleDefinition, ScheduleStatus};
 use shared::domain::task::{Task, TaskId};
 use shared::ports::{
     ClaimAnswer, ClaimRequest, OwnerReminders, PaceAnswer, Release, ReminderInserted, RunStore, ScheduleError,
-    Schedules, Settled, Settlement, StoreError, TaskStore,
+    Schedules, Settled, Settlement, StoreError, TakeOver, TaskStore, Unclaimed,
 };
 
 /// A port `inner` with `hook` in front of it.
@@ -41,8 +41,9 @@ pub trait RunStoreHook<P: RunStore>: Send + Sync {
         &self,
         inner: &P,
         r: &ClaimRequest<'_>,
+        from: TakeOver,
     ) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send {
-        inner.take_over(r)
+        inner.take_over(r, from)
     }
     fn install(
         &self,
@@ -58,7 +59,7 @@ pub trait RunStoreHook<P: RunStore>: Send + Sync {
     fn release(&self, inner: &P, r: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         inner.release(r)
     }
-    fn record_unclaimed(&self, inner: &P, r: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn record_unclaimed(&self, inner: &P, r: &RunRecord) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send {
         inner.record_unclaimed(r)
     }
     fn record_malformed(
@@ -77,8 +78,12 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
     fn claim(&self, r: &ClaimRequest<'_>) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send {
         self.hook.claim(&self.inner, r)
     }
-    fn take_over(&self, r: &ClaimRequest<'_>) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send {
-        self.hook.take_over(&self.inner, r)
+    fn take_over(
+        &self,
+        r: &ClaimRequest<'_>,
+        from: TakeOver,
+    ) -> impl Future<Output = Result<ClaimAnswer, StoreError>> + Send {
+        self.hook.take_over(&self.inner, r, from)
     }
     fn install(&self, w: &str, i: &str) -> impl Future<Output = Result<Option<Install>, StoreError>> + Send {
         self.hook.install(&self.inner, w, i)
@@ -89,8 +94,17 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
     fn release(&self, r: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         self.hook.release(&self.inner, r)
     }
-    fn record_unclaimed(&self, r: &RunRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn record_unclaimed(&self, r: &RunRecord) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send {
         self.hook.record_unclaimed(&self.inner, r)
+    }
+    fn record_over_dead(
+        &self,
+        r: &RunRecord,
+        dead: &shared::domain::claim::Claim,
+        account: Option<&shared::domain::budget::Account>,
+        period: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.record_over_dead(r, dead, account, period)
     }
     fn current_task(&self, w: &str, t: &TaskId) -> impl Future<Output = Result<Option<Task>, StoreError>> + Send {
         self.inner.current_task(w, t)

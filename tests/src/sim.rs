@@ -85,7 +85,7 @@ use shared::domain::schedule::Schedule;
 use shared::domain::task::{Task, TaskId};
 use shared::ports::{
     ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, ModelError, PaceAnswer, Release, RunStore,
-    ServerTool, Settled, Settlement, StoreError, ToolOutput,
+    ServerTool, Settled, Settlement, StoreError, TakeOver, ToolOutput, Unclaimed,
 };
 
 use crate::{RunStack, connector_task, install, reminder, run_message};
@@ -592,8 +592,8 @@ impl<S: RunStore> RunStore for SimStore<S> {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
         at(Point::Claim, self.0.claim(request)).await
     }
-    async fn take_over(&self, request: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
-        let answer = at(Point::TakeOver, self.0.take_over(request)).await;
+    async fn take_over(&self, request: &ClaimRequest<'_>, from: TakeOver) -> Result<ClaimAnswer, StoreError> {
+        let answer = at(Point::TakeOver, self.0.take_over(request, from)).await;
         if let (Ok(ClaimAnswer::Claimed(_)), Some(d)) = (&answer, Delivery::current()) {
             d.took_over.store(true, Ordering::Relaxed);
         }
@@ -608,8 +608,17 @@ impl<S: RunStore> RunStore for SimStore<S> {
     async fn release(&self, release: &Release<'_>) -> Result<Settled, StoreError> {
         at(Point::Release, self.0.release(release)).await
     }
-    async fn record_unclaimed(&self, record: &RunRecord) -> Result<(), StoreError> {
+    async fn record_unclaimed(&self, record: &RunRecord) -> Result<Unclaimed, StoreError> {
         at(Point::RecordUnclaimed, self.0.record_unclaimed(record)).await
+    }
+    async fn record_over_dead(
+        &self,
+        record: &RunRecord,
+        dead: &shared::domain::claim::Claim,
+        account: Option<&budget::Account>,
+        period: &str,
+    ) -> Result<(), StoreError> {
+        self.0.record_over_dead(record, dead, account, period).await
     }
     async fn current_task(&self, workspace: &str, task_id: &TaskId) -> Result<Option<Task>, StoreError> {
         self.0.current_task(workspace, task_id).await
@@ -920,6 +929,16 @@ impl Default for SimConfig {
             tamper: false,
         }
     }
+}
+
+/// Seeds a commit explores: `count` seeds from the first 12 hex digits of
+/// its id, far above the fixed seeds any test names, so every commit CI
+/// tests runs seeds nobody tuned to, and anyone replays them from the id.
+pub fn seeds_of_commit(commit: &str, count: u64) -> anyhow::Result<(u64, u64)> {
+    let hex = commit.get(..12).filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+    let hex = hex.with_context(|| format!("{commit:?} is no commit id (12 hex digits at least)"))?;
+    let first = 1_000_000 + u64::from_str_radix(hex, 16)? % 1_000_000_000_000;
+    Ok((first, first + count.max(1) - 1))
 }
 
 /// Runs every seed of the range, `parallel` at once, each on its own stack.
@@ -1334,6 +1353,8 @@ async fn check(
     // Keyed by the account item's (pk, sk).
     let mut account_expected: BTreeMap<(String, String), (f64, i64)> = BTreeMap::new();
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+    // Each task's occurrences as the table left them, for a violation's line.
+    let mut traces: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for r in ran {
         let task = &tasks[r.task];
         let id = task.task_id.as_str();
@@ -1344,6 +1365,16 @@ async fn check(
         // Every task's budget is checked, whatever its occurrences left.
         budget_expected.entry((id.to_owned(), period.clone())).or_default();
         let what = format!("{} {} ({})", task.task_id, r.key, describe(&r.faults));
+        traces.entry(id.to_owned()).or_default().push(format!(
+            "{} [{}]: record {} ${:.6}, claim {} ${:.6}; {}",
+            r.key,
+            task.title,
+            if status.is_empty() { "none" } else { status },
+            record.map_or(0.0, |rec| f(&rec["cost_usd"])),
+            claim.and_then(|c| c["status"].as_str()).unwrap_or("none"),
+            claim.map_or(0.0, |c| f(&c["crashed_usd"])),
+            describe(&r.faults)
+        ));
         match record {
             Some(rec) => {
                 let reason = rec["reason"].as_str().map(|r| format!(": {r}")).unwrap_or_default();
@@ -1359,15 +1390,23 @@ async fn check(
         }
         if let Some(claim) = claim.filter(|c| c.is_object()) {
             let claim_status = claim["status"].as_str().unwrap_or_default();
-            if claim_status != "running" && claim_status != status {
+            if !matches!(claim_status, "running" | "released") && claim_status != status {
                 violate(
                     ONE_OUTCOME,
                     format!("{what}: the claim finished as {claim_status}, the record says {status:?}"),
                 );
             }
-            if claim_status == "running" {
-                *budget_expected.entry((id.to_owned(), period.clone())).or_default() +=
-                    f(&claim["crashed_usd"]) + budget::reservation(task.spec.budget);
+            // What a claim holds beyond its record: a running one its
+            // reservation and crashed attempts', a released one what it carries.
+            match claim_status {
+                "running" => {
+                    *budget_expected.entry((id.to_owned(), period.clone())).or_default() +=
+                        f(&claim["crashed_usd"]) + budget::reservation(task.spec.budget);
+                }
+                "released" => {
+                    *budget_expected.entry((id.to_owned(), period.clone())).or_default() += f(&claim["crashed_usd"]);
+                }
+                _ => {}
             }
         }
         // 2. Tool side effects, at the fixture, by run id.
@@ -1439,7 +1478,10 @@ async fn check(
         if (used - expected).abs() > 1e-6 {
             violate(
                 ACCOUNTING,
-                format!("task {id} {period}: budget_used {used:.6}, records and running claims {expected:.6}"),
+                format!(
+                    "task {id} {period}: budget_used {used:.6}, records and running claims {expected:.6}\n    {}",
+                    traces.get(id.as_str()).map(|t| t.join("\n    ")).unwrap_or_default()
+                ),
             );
         }
     }

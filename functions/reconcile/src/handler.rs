@@ -5,9 +5,10 @@
 //! be both. Four doors, told apart by the shape of the event:
 //! - a Lambda function URL request: a platform webhook, authenticated and
 //!   queued (202), refused (401, 400) or recognised as a duplicate (200);
-//! - an SQS FIFO batch: work items, one install per message group, done in
-//!   order; after a failure the rest of the batch comes back, so no item of
-//!   a group overtakes one that failed;
+//! - an SQS FIFO batch: work items, one install per message group; groups
+//!   side by side, each in order; after a failure the rest of its group
+//!   comes back, so no item of a group overtakes one that failed, and no
+//!   other group waits on it;
 //!   The missed-occurrence check (`{"type": "overdue.check"}`, on its own
 //!   schedule) is one of those work items.
 //! - `{"op": "reconcile_all"}`: queue the daily pass's first pages (the
@@ -203,93 +204,141 @@ async fn webhook(app: &App, request: LambdaFunctionUrlRequest) -> Result<Value, 
     Ok(response(answer.status(), json!({"result": message})))
 }
 
-/// The most one message may take: a server that hangs fails its own work
-/// at this deadline (every MCP request has its own, and so has a whole list
-/// read), never the invocation.
-pub const MESSAGE_SECONDS: u64 = 40;
-// The missed-occurrence check ends by itself, before its work item's deadline.
-const _: () = assert!(shared::app::reconcile::CHECK_SECONDS < MESSAGE_SECONDS);
-/// Kept back at the end of an invocation to answer the batch.
-pub const ANSWER_RESERVE_MS: u64 = 2_000;
+pub use shared::app::reconcile::{ANSWER_RESERVE_MS, BATCH_SIZE, MESSAGE_SECONDS};
 
-/// What one message may take in an invocation that has `total` ms: at most
-/// [`MESSAGE_SECONDS`], and at most a third of the invocation, so a message
-/// that hangs leaves time for the others.
-pub fn message_budget(total_ms: u64) -> std::time::Duration {
-    std::time::Duration::from_millis((MESSAGE_SECONDS * 1000).min(total_ms / 3))
+/// What one message may take in an invocation that has `total` ms, its
+/// batch's largest group holding `longest` messages: at most
+/// [`MESSAGE_SECONDS`], and at most its share of the invocation, so even
+/// that group's last message has its time.
+pub fn message_budget(total_ms: u64, longest: usize) -> std::time::Duration {
+    let share = total_ms.saturating_sub(ANSWER_RESERVE_MS) / (longest.max(1) as u64);
+    std::time::Duration::from_millis((MESSAGE_SECONDS * 1000).min(share))
 }
 
 fn now_ms() -> u64 {
     u64::try_from(Utc::now().timestamp_millis()).unwrap_or_default()
 }
 
-/// Works a FIFO batch in order, within the invocation's deadline (Unix
-/// ms, from the Lambda context). After a failure, the later messages of the
-/// same group (install) go back with it, so its order holds; other groups'
-/// messages are still worked, so one failing install does not push the
-/// others' work towards the DLQ. Each message has its deadline
-/// ([`message_budget`]); once what is left of the invocation is less than
-/// that, the rest of the batch goes back unworked, in its order.
+/// The records of a batch by message group (an install's work, a daily
+/// pass's pages), each group in the batch's order, groups in the order of
+/// their first message.
+fn groups(event: &SqsEvent) -> Vec<(String, Vec<&aws_lambda_events::event::sqs::SqsMessage>)> {
+    let mut out: Vec<(String, Vec<_>)> = Vec::new();
+    for record in &event.records {
+        let group = record.attributes.get("MessageGroupId").cloned().unwrap_or_default();
+        match out.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, records)) => records.push(record),
+            None => out.push((group, vec![record])),
+        }
+    }
+    out
+}
+
+/// Works a FIFO batch within the invocation's deadline (Unix ms, from the
+/// Lambda context): its message groups side by side, each group's messages
+/// in order. After a failure, the later messages of the same group come
+/// back with it, so its order holds; other groups are worked all the same,
+/// so one hanging or failing install holds up no other (SPEC §13). Each
+/// message has its deadline ([`message_budget`]), which the batch size and
+/// the timeout leave time for; should the invocation still run short, the
+/// rest of a group goes back unworked, in its order.
 async fn batch(app: &App, event: SqsEvent, deadline_ms: u64) -> Result<Value, Error> {
     let reconciler = worker(app)?;
+    let groups = groups(&event);
+    let longest = groups.iter().map(|(_, records)| records.len()).max().unwrap_or(1);
+    let budget = message_budget(deadline_ms.saturating_sub(now_ms()), longest);
+    let handed_back = futures::future::join_all(
+        groups
+            .iter()
+            .map(|(group, records)| work_group(reconciler, group, records, budget, deadline_ms)),
+    )
+    .await;
+    // In the batch's order: a group's returns keep theirs.
+    let back: std::collections::HashSet<String> = handed_back.into_iter().flatten().collect();
     let mut response = SqsBatchResponse::default();
-    let mut failed_groups = std::collections::HashSet::new();
-    let budget = message_budget(deadline_ms.saturating_sub(now_ms()));
-    let mut out_of_time = false;
     for record in &event.records {
         let id = record.message_id.clone().unwrap_or_default();
-        let group = record.attributes.get("MessageGroupId").cloned().unwrap_or_default();
-        let left = deadline_ms.saturating_sub(now_ms()).saturating_sub(ANSWER_RESERVE_MS);
-        out_of_time |= u128::from(left) < budget.as_millis();
-        if out_of_time || failed_groups.contains(&group) {
+        if back.contains(&id) {
             response.add_failure(id);
-            continue;
-        }
-        let body = record.body.as_deref().unwrap_or_default();
-        let worked = match tokio::time::timeout(budget, reconciler.work(body, Utc::now())).await {
-            Ok(worked) => worked,
-            Err(_) => {
-                tracing::error!(message_id = %id, group = %group, seconds = budget.as_secs(),
-                    "reconcile did not finish within its deadline; the message comes back");
-                let reason = format!("reconcile did not finish within {} s", budget.as_secs());
-                if let Err(e) = reconciler.record_failure(body, &reason, Utc::now()).await {
-                    tracing::warn!(error = %shared::error_chain(&e), "the failure could not be recorded on its install");
-                }
-                failed_groups.insert(group);
-                response.add_failure(id);
-                continue;
-            }
-        };
-        match worked {
-            Ok(summary) => {
-                for (kind, n) in &summary.changes {
-                    shared::adapters::metrics::count("ReconcileChanges", u64::from(*n), Some(("Kind", kind)));
-                }
-                if !summary.refused.is_empty() {
-                    shared::adapters::metrics::count("DeclarationsRefused", summary.refused.len() as u64, None);
-                }
-                if let Some(missed) = summary.overdue {
-                    // Every check publishes, zero included: the alarm sees the check run.
-                    shared::adapters::metrics::count("OccurrencesOverdue", missed as u64, None);
-                }
-            }
-            Err(shared::app::reconcile::ReconcileError::Malformed(reason)) => {
-                tracing::error!(message_id = %id, reason = %reason, "dropped a message that is not reconcile work");
-            }
-            Err(error) => {
-                tracing::error!(message_id = %id, error = %shared::error_chain(&error), "reconcile failed; the message comes back");
-                if let Err(e) = reconciler
-                    .record_failure(body, &shared::error_chain(&error), Utc::now())
-                    .await
-                {
-                    tracing::warn!(error = %shared::error_chain(&e), "the failure could not be recorded on its install");
-                }
-                failed_groups.insert(group);
-                response.add_failure(id);
-            }
         }
     }
     Ok(serde_json::to_value(response).unwrap_or(Value::Null))
+}
+
+type Worker = Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>;
+
+/// One group's messages in order; the ids of those that go back: the one
+/// that failed and every later one, or those the invocation had no time for.
+async fn work_group(
+    reconciler: &Worker,
+    group: &str,
+    records: &[&aws_lambda_events::event::sqs::SqsMessage],
+    budget: std::time::Duration,
+    deadline_ms: u64,
+) -> Vec<String> {
+    let mut back = Vec::new();
+    for record in records {
+        let id = record.message_id.clone().unwrap_or_default();
+        let left = deadline_ms.saturating_sub(now_ms()).saturating_sub(ANSWER_RESERVE_MS);
+        if !back.is_empty() || u128::from(left) < budget.as_millis() {
+            if back.is_empty() {
+                tracing::warn!(message_id = %id, group = %group, "no time left for this message; it and its group's later ones come back");
+            }
+            back.push(id);
+            continue;
+        }
+        let body = record.body.as_deref().unwrap_or_default();
+        if !work_one(reconciler, &id, group, body, budget).await {
+            back.push(id);
+        }
+    }
+    back
+}
+
+/// One message within `budget`: whether it is done (worked, or dropped as
+/// no work item); a failure is recorded on its install.
+async fn work_one(reconciler: &Worker, id: &str, group: &str, body: &str, budget: std::time::Duration) -> bool {
+    let worked = match tokio::time::timeout(budget, reconciler.work(body, Utc::now())).await {
+        Ok(worked) => worked,
+        Err(_) => {
+            tracing::error!(message_id = %id, group = %group, seconds = budget.as_secs(),
+                "reconcile did not finish within its deadline; the message comes back");
+            let reason = format!("reconcile did not finish within {} s", budget.as_secs());
+            if let Err(e) = reconciler.record_failure(body, &reason, Utc::now()).await {
+                tracing::warn!(error = %shared::error_chain(&e), "the failure could not be recorded on its install");
+            }
+            return false;
+        }
+    };
+    match worked {
+        Ok(summary) => {
+            for (kind, n) in &summary.changes {
+                shared::adapters::metrics::count("ReconcileChanges", u64::from(*n), Some(("Kind", kind)));
+            }
+            if !summary.refused.is_empty() {
+                shared::adapters::metrics::count("DeclarationsRefused", summary.refused.len() as u64, None);
+            }
+            if let Some(missed) = summary.overdue {
+                // Every check publishes, zero included: the alarm sees the check run.
+                shared::adapters::metrics::count("OccurrencesOverdue", missed as u64, None);
+            }
+            true
+        }
+        Err(shared::app::reconcile::ReconcileError::Malformed(reason)) => {
+            tracing::error!(message_id = %id, reason = %reason, "dropped a message that is not reconcile work");
+            true
+        }
+        Err(error) => {
+            tracing::error!(message_id = %id, error = %shared::error_chain(&error), "reconcile failed; the message comes back");
+            if let Err(e) = reconciler
+                .record_failure(body, &shared::error_chain(&error), Utc::now())
+                .await
+            {
+                tracing::warn!(error = %shared::error_chain(&e), "the failure could not be recorded on its install");
+            }
+            false
+        }
+    }
 }
 
 /// CloudFormation refuses a custom resource response body over 4096 bytes,

@@ -270,7 +270,7 @@ async fn a_sleeping_server_fails_its_own_message_and_a_healthy_install_in_the_ba
     .await
     .unwrap();
     let sleeping = sleeping_server().await;
-    // A short invocation: each message may take a third of it.
+    // A short invocation: the sleeping group's two messages share it.
     let timeout = std::time::Duration::from_secs(30);
     let api = Launch::new("reconcile", &t.aws, &t.stack)
         .unwrap()
@@ -301,7 +301,7 @@ async fn a_sleeping_server_fails_its_own_message_and_a_healthy_install_in_the_ba
         .expect("the invocation answers within its timeout");
     assert!(started.elapsed() < timeout);
     assert!(
-        started.elapsed() >= message_budget(timeout.as_millis() as u64),
+        started.elapsed() >= message_budget(timeout.as_millis() as u64, 2),
         "the sleeping server's message ran to its own deadline"
     );
     assert_eq!(
@@ -325,6 +325,87 @@ async fn a_sleeping_server_fails_its_own_message_and_a_healthy_install_in_the_ba
         .await
         .unwrap();
     assert!(healthy.get("last_error").is_none(), "{healthy}");
+}
+
+/// Four installs whose servers never answer, queued ahead of a healthy one
+/// in one FIFO batch, as SQS hands it over again and again: the groups are
+/// worked side by side, so the healthy install is applied in the first
+/// invocation and never comes back; only the hanging installs' own
+/// messages are handed back, each after its own deadline, never unworked.
+#[tokio::test(flavor = "multi_thread")]
+async fn hanging_installs_ahead_of_a_healthy_one_never_hold_it_back() {
+    let t = TestStack::start().await.unwrap();
+    let healthy = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "weekly_summary",
+            json!({"version": 1, "schedule": {"rate": "1 day"}, "tools": ["list_issues"],
+                   "budget": {"max_usd_per_run": 0.25, "max_usd_per_month": 5.0}}),
+            &[],
+            "Summarise.",
+        )],
+        tools: vec![tool("list_issues")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let timeout = std::time::Duration::from_secs(20);
+    let api = Launch::new("reconcile", &t.aws, &t.stack)
+        .unwrap()
+        .timeout(timeout)
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let installed = |id: &str, url: &str| {
+        json!({"type": "connector.installed", "workspace": "ws_1",
+               "install": {"id": id, "server": id, "url": url, "scope": "workspace", "account": "acct_1"}})
+        .to_string()
+    };
+    let message = |id: &str, group: &str, body: String| {
+        json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
+               "messageAttributes": {}, "eventSource": "aws:sqs",
+               "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
+    };
+    let mut records = Vec::new();
+    for n in 0..4 {
+        let id = format!("ins_hang{n}");
+        records.push(message(
+            &format!("hang{n}"),
+            &format!("ws_1/{id}"),
+            installed(&id, &sleeping_server().await),
+        ));
+    }
+    records.push(message("ok", "ws_1/ins_ok", installed("ins_ok", &healthy.url())));
+    let hanging: Vec<Value> = (0..4).map(|n| json!({"itemIdentifier": format!("hang{n}")})).collect();
+    for round in 1..=3 {
+        let started = std::time::Instant::now();
+        let batch = api
+            .invoke_ok(&json!({"Records": records}))
+            .await
+            .expect("the invocation answers within its timeout");
+        assert!(started.elapsed() < timeout, "round {round}");
+        assert_eq!(
+            batch["batchItemFailures"],
+            json!(hanging),
+            "round {round}: the hanging installs' own messages come back, the healthy one's never"
+        );
+        let tasks = t.items_of("task").await;
+        assert_eq!(tasks.len(), 1, "round {round}: the healthy install is applied at once");
+        assert_eq!(tasks[0]["provenance"]["install_id"], "ins_ok");
+        for n in 0..4 {
+            let install = t
+                .item_at(shared::adapters::keys::Key::install("ws_1", &format!("ins_hang{n}")))
+                .await
+                .unwrap();
+            assert!(
+                install["last_error"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("did not finish within"),
+                "round {round}: each hanging install was worked to its own deadline: {install}"
+            );
+        }
+    }
 }
 
 /// A signed `prompts.list_changed` webhook, as the platform sends it.

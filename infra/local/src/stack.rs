@@ -56,7 +56,7 @@ pub const STACK: StackSpec = StackSpec {
     runs_retention_seconds: 345_600,
     runs_max_receive_count: 100,
     dlq_retention_seconds: 1_209_600,
-    reconcile_visibility_timeout: 720,
+    reconcile_visibility_timeout: 2520,
     reconcile_max_receive_count: 5,
     run_finished_visibility_timeout: 120,
     run_finished_retention_seconds: 345_600,

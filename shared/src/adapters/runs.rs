@@ -39,7 +39,9 @@ use crate::domain::occurrence::{RunRecord, cap_output, occurrence_key};
 use crate::domain::pace::Slots;
 use crate::domain::settlement::Completion;
 use crate::domain::task::Task;
-use crate::ports::{ClaimAnswer, ClaimRequest, PaceAnswer, Release, RunStore, Settled, Settlement, StoreError};
+use crate::ports::{
+    ClaimAnswer, ClaimRequest, PaceAnswer, Release, RunStore, Settled, Settlement, StoreError, TakeOver, Unclaimed,
+};
 
 /// Malformed messages are kept this long.
 const MALFORMED_DAYS: i64 = 14;
@@ -110,6 +112,22 @@ enum Sent {
     /// The item at `fenced` failed its condition; the item as it was, when
     /// the request asked for it (`ALL_OLD`).
     Refused(Option<Item>),
+}
+
+/// The claim a skip takes with its record: finished as the record says.
+fn skip_claim(record: &RunRecord) -> Result<AttributeValue, StoreError> {
+    let claim = Claim {
+        status: record.status,
+        lease_until: 0,
+        execution_id: record.execution_id.clone().unwrap_or_default(),
+        attempts: record.attempts,
+        started_at: record.started_at,
+        crashed_usd: 0.0,
+    };
+    serde_dynamo::to_attribute_value(&claim).map_err(|e| StoreError::Corrupt {
+        what: "claim".into(),
+        source: Box::new(e),
+    })
 }
 
 fn task_from(item: Option<Item>) -> Result<Option<Box<Task>>, StoreError> {
@@ -371,28 +389,62 @@ impl RunStore for DynamoStore {
         .await
     }
 
-    async fn take_over(&self, request: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
-        self.update_claim(
-            request,
-            // A crash is paid for: the crashed attempt's reservation stays
-            // committed (it may have been spent) and the new attempt reserves
-            // again; `crashed_usd` remembers it for the account at settle.
-            "SET claims.#occ.lease_until = :lease, claims.#occ.execution_id = :exec, \
-             claims.#occ.attempts = claims.#occ.attempts + :one, \
-             budget_used.#period = if_not_exists(budget_used.#period, :zero) + budget_reserve_usd, \
-             claims.#occ.crashed_usd = if_not_exists(claims.#occ.crashed_usd, :zero) + budget_reserve_usd",
-            "claims.#occ.#status = :running AND claims.#occ.lease_until < :now",
-            vec![
-                (":lease", n(request.claim.lease_until)),
-                (":exec", s(&request.claim.execution_id)),
-                (":one", n(1)),
-                (":zero", n(0)),
-                (":running", s(RunStatus::Running.as_str())),
-                (":now", n(request.now.timestamp())),
-            ],
-            vec![("#status", "status"), ("#period", request.period)],
-        )
-        .await
+    async fn take_over(&self, request: &ClaimRequest<'_>, from: TakeOver) -> Result<ClaimAnswer, StoreError> {
+        let common = vec![
+            (":lease", n(request.claim.lease_until)),
+            (":exec", s(&request.claim.execution_id)),
+            (":one", n(1)),
+            (":zero", n(0)),
+            (":running", s(RunStatus::Running.as_str())),
+        ];
+        let names = vec![("#status", "status"), ("#period", request.period)];
+        match from {
+            TakeOver::Crashed => {
+                let mut values = common;
+                values.push((":now", n(request.now.timestamp())));
+                self.update_claim(
+                    request,
+                    // A crash is paid for: the crashed attempt's reservation
+                    // stays committed (it may have been spent) and the new
+                    // attempt reserves again; `crashed_usd` remembers it for
+                    // the record and the account at settle.
+                    "SET claims.#occ.lease_until = :lease, claims.#occ.execution_id = :exec, \
+                     claims.#occ.attempts = claims.#occ.attempts + :one, \
+                     budget_used.#period = if_not_exists(budget_used.#period, :zero) + budget_reserve_usd, \
+                     claims.#occ.crashed_usd = if_not_exists(claims.#occ.crashed_usd, :zero) + budget_reserve_usd",
+                    "claims.#occ.#status = :running AND claims.#occ.lease_until < :now",
+                    values,
+                    names,
+                )
+                .await
+            }
+            TakeOver::Released => {
+                let started =
+                    serde_dynamo::to_attribute_value(request.claim.started_at).map_err(|e| StoreError::Corrupt {
+                        what: "claim".into(),
+                        source: Box::new(e),
+                    })?;
+                let mut values = common;
+                values.push((":released", s(RunStatus::Released.as_str())));
+                values.push((":started", started));
+                let mut names = names;
+                names.push(("#pk", PK));
+                self.update_claim(
+                    request,
+                    // What the released claim carries stays in `crashed_usd`;
+                    // the attempts count again from this one, as for a claim.
+                    "SET claims.#occ.#status = :running, claims.#occ.lease_until = :lease, \
+                     claims.#occ.execution_id = :exec, claims.#occ.attempts = :one, \
+                     claims.#occ.started_at = :started, \
+                     budget_used.#period = if_not_exists(budget_used.#period, :zero) + budget_reserve_usd",
+                    "attribute_exists(#pk) AND claims.#occ.#status = :released AND (attribute_not_exists(budget_threshold_usd) \
+                     OR attribute_not_exists(budget_used.#period) OR budget_used.#period <= budget_threshold_usd)",
+                    values,
+                    names,
+                )
+                .await
+            }
+        }
     }
 
     async fn install(&self, workspace: &str, install_id: &str) -> Result<Option<Install>, StoreError> {
@@ -420,31 +472,43 @@ impl RunStore for DynamoStore {
         }
     }
 
-    /// The claim goes whole (`REMOVE claims.<occurrence>`), so the next
-    /// delivery claims afresh (`attribute_not_exists(claims.<occurrence>)`)
-    /// and its `attempts` starts at 1 again: a claim's `attempts`, and the
-    /// run record's, counts the attempts since the last release (take-overs
-    /// after crashes), not the deliveries given back before it.
+    /// Nothing committed, the claim goes whole (`REMOVE claims.<occurrence>`)
+    /// and the next delivery claims afresh. What crashed attempts reserved
+    /// or this one spent stays committed: the claim stays, `released`,
+    /// carrying it in `crashed_usd`, and the next delivery takes it over
+    /// (`TakeOver::Released`), so the occurrence's one record carries it and
+    /// its settle charges the account (the release charges none). Either
+    /// way a claim's `attempts`, and the run record's, counts the attempts
+    /// since the last release (take-overs after crashes), not the
+    /// deliveries given back before it.
     async fn release(&self, release: &Release<'_>) -> Result<Settled, StoreError> {
         let task = release.task;
-        let update = Update::builder()
+        let carried = release.carried_usd > 0.0;
+        let expression = if carried {
+            "SET claims.#occ.#status = :released, claims.#occ.crashed_usd = :carried, \
+             budget_used.#period = budget_used.#period + :delta"
+        } else {
+            "REMOVE claims.#occ SET budget_used.#period = budget_used.#period + :delta"
+        };
+        let mut update = Update::builder()
             .table_name(self.table())
             .set_key(Some(Key::task(&task.workspace, task.task_id.as_str()).to_map()))
-            .update_expression("REMOVE claims.#occ SET budget_used.#period = budget_used.#period + :delta")
+            .update_expression(expression)
             .condition_expression("claims.#occ.execution_id = :exec AND claims.#occ.#status = :running")
             .expression_attribute_names("#occ", release.occurrence)
             .expression_attribute_names("#status", "status")
             .expression_attribute_names("#period", release.period)
-            .expression_attribute_values(":delta", n(release.spent_usd - release.reserved_usd))
+            .expression_attribute_values(":delta", n(release.carried_usd - release.reserved_usd))
             .expression_attribute_values(":exec", s(release.execution_id))
             .expression_attribute_values(":running", s(RunStatus::Running.as_str()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(|e| request_error("TransactWriteItems", e))?;
-        let mut items = vec![TransactWriteItem::builder().update(update).build()];
-        if let Some(account) = release.account {
-            items.push(self.account_charge(account, release.period, release.spent_usd, false)?);
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        if carried {
+            update = update
+                .expression_attribute_values(":released", s(RunStatus::Released.as_str()))
+                .expression_attribute_values(":carried", n(release.carried_usd));
         }
+        let update = update.build().map_err(|e| request_error("TransactWriteItems", e))?;
+        let items = vec![TransactWriteItem::builder().update(update).build()];
         // One token per claim released: SQS brings a returned message back
         // with its execution id, and a second release under the first one's
         // token would be answered from DynamoDB's record without applying
@@ -464,52 +528,36 @@ impl RunStore for DynamoStore {
         match self.transact(items, token, 0).await? {
             Sent::Done => Ok(Settled::Done),
             Sent::Refused(old) => {
-                let claimed = task_from(old)?.is_some_and(|t| t.claims.contains_key(release.occurrence));
-                Ok(if claimed {
-                    Settled::LostClaim
-                } else {
-                    Settled::ClaimGone
+                let held = task_from(old)?.and_then(|t| t.claims.get(release.occurrence).map(|c| c.status));
+                Ok(match held {
+                    // Another execution took it over and runs it.
+                    Some(RunStatus::Running) => Settled::LostClaim,
+                    // Gone or released: this release (or a ghost of it) applied.
+                    Some(RunStatus::Released) | None => Settled::ClaimGone,
+                    // Finished by another execution or a skip.
+                    Some(_) => Settled::LostClaim,
                 })
             }
         }
     }
 
-    async fn record_unclaimed(&self, record: &RunRecord) -> Result<(), StoreError> {
+    async fn record_unclaimed(&self, record: &RunRecord) -> Result<Unclaimed, StoreError> {
         let key = Key::run(&record.task_id, &record.scheduled_time);
         let item = to_item(record, &key, "run")?;
         // The skip takes the occurrence's claim, finished, in the same
         // transaction: a later delivery of it is a duplicate (never a run
         // over a recorded skip), and a delivery that claimed it first and
         // may still be running keeps it: its settle writes the one outcome.
-        // A running claim whose lease ran out is a crash that nothing will
-        // settle: the skip takes it over (its reservation stays committed
-        // as spent, as when a dead claim is pruned).
-        let claim = Claim {
-            status: record.status,
-            lease_until: 0,
-            execution_id: record.execution_id.clone().unwrap_or_default(),
-            attempts: record.attempts,
-            started_at: record.started_at,
-            crashed_usd: 0.0,
-        };
-        let claim = serde_dynamo::to_attribute_value(&claim).map_err(|e| StoreError::Corrupt {
-            what: "claim".into(),
-            source: Box::new(e),
-        })?;
+        // A claim no execution holds (a crash, a release) committed money
+        // that nothing will settle: the skip pays it (`Unclaimed::Dead`).
         let taken = Update::builder()
             .table_name(self.table())
             .set_key(Some(Key::task(&record.workspace, &record.task_id).to_map()))
             .update_expression("SET claims.#occ = :claim")
-            .condition_expression(
-                "attribute_exists(#pk) AND (attribute_not_exists(claims.#occ) \
-                 OR (claims.#occ.#status = :running AND claims.#occ.lease_until < :now))",
-            )
+            .condition_expression("attribute_exists(#pk) AND attribute_not_exists(claims.#occ)")
             .expression_attribute_names("#pk", PK)
             .expression_attribute_names("#occ", &record.scheduled_time)
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":claim", claim)
-            .expression_attribute_values(":running", s(RunStatus::Running.as_str()))
-            .expression_attribute_values(":now", n(record.finished_at.timestamp()))
+            .expression_attribute_values(":claim", skip_claim(record)?)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
@@ -522,18 +570,29 @@ impl RunStore for DynamoStore {
             .send()
             .await;
         let err = match result {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(Unclaimed::Done),
             Err(err) => err,
         };
         let cancelled = Cancellation::of(&err);
         if !cancelled.by_conditions_alone() {
             return Err(request_error("TransactWriteItems", err));
         }
-        let task_gone = cancelled.condition_failed(1) && cancelled.item(1).is_none();
-        if cancelled.condition_failed(0) || !task_gone {
-            // The occurrence has a record already (a real run's is never
-            // overwritten), or a claim: nothing to record.
-            return Ok(());
+        if cancelled.condition_failed(0) {
+            // The occurrence has a record already: a real run's is never overwritten.
+            return Ok(Unclaimed::Done);
+        }
+        if cancelled.condition_failed(1) && cancelled.item(1).is_some() {
+            let task = task_from(cancelled.take_item(1))?;
+            let dead = task.as_ref().is_some_and(|task| {
+                task.claims
+                    .get(&record.scheduled_time)
+                    .is_some_and(|claim| claim.is_dead(record.finished_at.timestamp()))
+            });
+            // A live claim: its run records the outcome.
+            return Ok(match (dead, task) {
+                (true, Some(task)) => Unclaimed::Dead(task),
+                _ => Unclaimed::Done,
+            });
         }
         // No task at all (a skip as missing): the record alone, once.
         self.counted();
@@ -547,14 +606,62 @@ impl RunStore for DynamoStore {
             .send()
             .await;
         match result {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(Unclaimed::Done),
             Err(e)
                 if e.as_service_error()
                     .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
             {
-                Ok(())
+                Ok(Unclaimed::Done)
             }
             Err(e) => Err(request_error("PutItem", e)),
+        }
+    }
+
+    async fn record_over_dead(
+        &self,
+        record: &RunRecord,
+        dead: &Claim,
+        account: Option<&crate::domain::budget::Account>,
+        period: &str,
+    ) -> Result<(), StoreError> {
+        let key = Key::run(&record.task_id, &record.scheduled_time);
+        let item = to_item(record, &key, "run")?;
+        // Fenced on the dead claim as read: a take-over since runs it instead.
+        let taken = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(Key::task(&record.workspace, &record.task_id).to_map()))
+            .update_expression("SET claims.#occ = :claim")
+            .condition_expression(
+                "claims.#occ.execution_id = :exec AND claims.#occ.#status = :status \
+                 AND claims.#occ.lease_until = :lease",
+            )
+            .expression_attribute_names("#occ", &record.scheduled_time)
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":claim", skip_claim(record)?)
+            .expression_attribute_values(":exec", s(&dead.execution_id))
+            .expression_attribute_values(":status", s(dead.status.as_str()))
+            .expression_attribute_values(":lease", n(dead.lease_until))
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
+        let mut items = vec![
+            put_if_absent(self.table(), item)?,
+            TransactWriteItem::builder().update(taken).build(),
+        ];
+        if let Some(account) = account {
+            items.push(self.account_charge(account, period, record.cost_usd, true)?);
+        }
+        self.counted();
+        let result = self
+            .client()
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // A record is there, or the claim moved on: nothing of this skip's.
+            Err(err) if Cancellation::of(&err).by_conditions_alone() => Ok(()),
+            Err(err) => Err(request_error("TransactWriteItems", err)),
         }
     }
 

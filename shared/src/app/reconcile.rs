@@ -319,8 +319,30 @@ fn error_type(error: &ReconcileError) -> &'static str {
 }
 
 /// How long one missed-occurrence check may take: within a work item's
-/// deadline (`MESSAGE_SECONDS` in the handler), so it ends by itself.
+/// deadline ([`MESSAGE_SECONDS`]), so it ends by itself.
 pub const CHECK_SECONDS: u64 = 25;
+
+/// The most one work item may take in the worker: a server that hangs
+/// fails its own work at this deadline (every MCP request has its own, and
+/// so has a whole list read), never the invocation.
+pub const MESSAGE_SECONDS: u64 = 40;
+const _: () = assert!(CHECK_SECONDS < MESSAGE_SECONDS);
+/// Kept back at the end of a worker invocation to answer its batch.
+pub const ANSWER_RESERVE_MS: u64 = 2_000;
+/// The work queue's batch size (template.yaml, the worker's `Work` event).
+/// The worker works a batch's message groups side by side, so the longest
+/// a batch can take is one group holding all of it, every message to its
+/// deadline: the worker's timeout is at least [`worker_seconds_needed`]
+/// (a test reads the template), so no message is handed back unworked for
+/// lack of time, and a hand-back, which SQS counts toward
+/// `maxReceiveCount`, only ever follows a failure of its own install.
+pub const BATCH_SIZE: u64 = 10;
+
+/// The least timeout the worker needs for [`BATCH_SIZE`] messages of one
+/// group, each to its deadline, and its answer.
+pub const fn worker_seconds_needed() -> u64 {
+    BATCH_SIZE * MESSAGE_SECONDS + ANSWER_RESERVE_MS.div_ceil(1000)
+}
 
 impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedules, C: Connectors, Q: WorkQueue>
     Reconciler<S, G, C, Q>

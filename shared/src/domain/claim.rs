@@ -15,6 +15,11 @@ pub enum RunStatus {
     Succeeded,
     Failed,
     Skipped,
+    /// A claim only, never a record: the run went back to the queue before
+    /// it called a tool (throttled, or no slot of the model pace), and what
+    /// its attempts committed to the period budget (`Claim::crashed_usd`)
+    /// waits on the claim for the occurrence's one record.
+    Released,
 }
 
 impl RunStatus {
@@ -24,7 +29,14 @@ impl RunStatus {
             RunStatus::Succeeded => "succeeded",
             RunStatus::Failed => "failed",
             RunStatus::Skipped => "skipped",
+            RunStatus::Released => "released",
         }
+    }
+
+    /// An outcome: the occurrence's record says it, and a later delivery is
+    /// a duplicate.
+    pub fn is_finished(self) -> bool {
+        matches!(self, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Skipped)
     }
 }
 
@@ -40,10 +52,39 @@ pub struct Claim {
     pub attempts: u32,
     pub started_at: DateTime<Utc>,
     /// What crashed attempts reserved and may have spent (SPEC §7 "A crash
-    /// is paid for"): committed to the period budget when the attempt is
-    /// taken over, charged to the account when the occurrence settles.
+    /// is paid for"), and what a released attempt spent: committed to the
+    /// period budget when the attempt is taken over or released, carried
+    /// by the claim across releases, and charged to the account and written
+    /// into the cost of the occurrence's record when it settles.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub crashed_usd: f64,
+}
+
+impl Claim {
+    /// Whether no execution holds this claim at `now` (Unix seconds): a
+    /// released one, or a running one whose lease ran out (a crash). What
+    /// it committed is the next attempt's, or a skip's, to pay.
+    pub fn is_dead(&self, now: i64) -> bool {
+        match self.status {
+            RunStatus::Released => true,
+            RunStatus::Running => self.lease_until < now,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Skipped => false,
+        }
+    }
+
+    /// What this claim holds of its task's period budget beyond any record,
+    /// with `reservation` the task's per-run reservation: a running claim
+    /// its reservation and what crashed attempts committed, a released one
+    /// what it carries, a finished one nothing (its record's cost says it).
+    /// The budget invariant: `budget_used` of a period is its records'
+    /// costs plus this over its claims.
+    pub fn committed(&self, reservation: f64) -> f64 {
+        match self.status {
+            RunStatus::Running => reservation + self.crashed_usd,
+            RunStatus::Released => self.crashed_usd,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Skipped => 0.0,
+        }
+    }
 }
 
 fn is_zero(v: &f64) -> bool {

@@ -31,6 +31,7 @@ pub fn in_words(record: &RunRecord) -> String {
     match record.status {
         RunStatus::Succeeded => "ran and finished".to_owned(),
         RunStatus::Running => "is running".to_owned(),
+        RunStatus::Released => "went back to the queue to run again".to_owned(),
         RunStatus::Failed => format!("failed: {reason}"),
         RunStatus::Skipped => {
             let why = match reason {

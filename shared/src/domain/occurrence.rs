@@ -115,6 +115,9 @@ pub enum ClaimOutcome {
     },
     /// A running claim whose lease ran out: take it over.
     Expired,
+    /// A claim given back before it ran: claim it again, carrying what it
+    /// committed.
+    Released,
     Missing,
     /// The reservation does not fit the period budget.
     BudgetExhausted,
@@ -126,6 +129,7 @@ pub fn diagnose(old: Option<&Task>, occurrence: &str, now: DateTime<Utc>) -> Cla
         return ClaimOutcome::Missing;
     };
     match task.claims.get(occurrence) {
+        Some(claim) if claim.status == RunStatus::Released => ClaimOutcome::Released,
         Some(claim) if claim.status != RunStatus::Running => ClaimOutcome::Finished { status: claim.status },
         Some(claim) if claim.lease_until >= now.timestamp() => ClaimOutcome::Busy {
             lease_until: claim.lease_until,
@@ -147,9 +151,9 @@ pub fn claim_retention(catch_up: Duration) -> Duration {
 pub const MAX_PRUNED_PER_SETTLE: usize = 40;
 
 /// Claims older than `keep` that are dead, pruned at settle, oldest first:
-/// finished ones, and running ones whose lease expired (a crash whose
-/// message was never delivered again; its reservation stays committed as
-/// spent). With `keep` bounded by the catch-up window, a task item holds at
+/// finished ones, released ones, and running ones whose lease expired (a
+/// crash or a release whose message was never delivered again within the
+/// window; what it committed stays committed as spent, `Claim::committed`). With `keep` bounded by the catch-up window, a task item holds at
 /// most the claims of that window.
 pub fn prunable(task: &Task, now: DateTime<Utc>, keep: Duration) -> Vec<String> {
     task.claims

@@ -138,7 +138,7 @@ pub fn judge<'a>(
                 break;
             }
             // A finished claim whose record is not there yet (or pruned) ran.
-            Trace::Claimed(claim) if claim.status != RunStatus::Running => {}
+            Trace::Claimed(claim) if claim.status.is_finished() => {}
             Trace::Claimed(_) | Trace::None => missed.push(at),
         }
         judged += 1;

@@ -103,7 +103,7 @@ pub fn completion(
 ) -> Option<Completion> {
     let finishes = match status {
         RunStatus::Skipped => skip.is_some_and(SkipReason::completes_one_time),
-        RunStatus::Running => false,
+        RunStatus::Running | RunStatus::Released => false,
         RunStatus::Succeeded | RunStatus::Failed => true,
     };
     let tombstoned = task.overrides.as_ref().is_some_and(|o| o.deleted);

@@ -644,8 +644,7 @@ async fn a_release_that_finds_its_claim_gone_sends_the_occurrence_back() {
         execution_id: "e1",
         period: &period,
         reserved_usd: 0.0,
-        spent_usd: 0.0,
-        account: None,
+        carried_usd: 0.0,
     };
     assert_eq!(s.store().release(&release).await.unwrap(), Settled::Done);
     assert_eq!(

@@ -250,6 +250,88 @@ async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once()
     );
 }
 
+/// The leak found on simulation seeds 52001 and 52002: an attempt taken
+/// over after a crash, then given back (the model unavailable before any
+/// tool call). The crashed attempt's reservation is committed at the
+/// take-over; the release keeps it on the claim, `released`, and the
+/// occurrence's one record carries it, so the period budget is its records'
+/// costs and the account is charged what the record says, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_taken_over_then_given_back_is_carried_into_the_occurrences_one_record() {
+    use shared::domain::budget::{Account, period};
+    let s = RunStack::start().await.unwrap();
+    let _fixture = installed_fixture(&s).await;
+    let task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
+    s.insert(&task).await;
+    let reserve = 0.25;
+    let at = Utc::now() - Duration::seconds(5);
+    let (key, month) = (occurrence_key(at), period(at));
+    let budget_used = |item: &Value| item["budget_used"][month.as_str()].as_f64().unwrap_or_default();
+
+    // 1. The first attempt dies at its settle, its model call made.
+    let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
+    let now = Utc::now();
+    let short = now + Duration::seconds(20);
+    assert!(
+        crashing
+            .deliver("m1", &run_message(&task, at, "e1"), now, short)
+            .await
+            .is_err()
+    );
+    // 2. After its lease, taken over while the model is unavailable: given back.
+    let later = short + Duration::seconds(shared::app::run::LEASE_MARGIN_SECONDS + 1);
+    s.model.fault(Some(local::converse::Fault::ServiceUnavailable)).await;
+    let give_up = Utc::now() + Duration::seconds(shared::app::run::SETTLE_RESERVE_SECONDS + 3);
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&task, at, "e1"), later, give_up)
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::ReturnToQueue);
+    let item = s.task_item(&task).await;
+    assert_eq!(item["claims"][&key]["status"], "released", "{item}");
+    assert_eq!(item["claims"][&key]["crashed_usd"].as_f64(), Some(reserve));
+    assert!(
+        (budget_used(&item) - reserve).abs() < 1e-9,
+        "the crash stays committed, the release's own reservation returned: {item}"
+    );
+    let account = Account::Install("acct_ins_1".into());
+    let charged = |a: Option<Value>| a.map_or(0.0, |a| a["spent_usd"].as_f64().unwrap_or_default());
+    assert_eq!(
+        charged(s.account(&account, &month).await),
+        0.0,
+        "the release charges nothing: the settle charges what the record says"
+    );
+    assert!(s.run_record(&task.task_id, &key).await.is_none());
+
+    // 3. The model back, the returned message runs and settles once.
+    s.model.fault(None).await;
+    let again = later + Duration::seconds(60);
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&task, at, "e1"), again, again + Duration::minutes(5))
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    let record = s.run_record(&task.task_id, &key).await.unwrap();
+    let cost = record["cost_usd"].as_f64().unwrap();
+    assert!(cost > reserve, "the record carries the crash: {record}");
+    assert_eq!(record["attempts"], 1, "attempts count since the release");
+    let item = s.task_item(&task).await;
+    assert!(
+        (budget_used(&item) - cost).abs() < 1e-9,
+        "budget_used {} is the record's cost {cost}",
+        budget_used(&item)
+    );
+    let account = s.account(&account, &month).await;
+    assert_eq!(account.as_ref().map(|a| a["runs"].clone()), Some(json!(1)));
+    assert!(
+        (charged(account) - cost).abs() < 1e-9,
+        "the account is charged the record's cost"
+    );
+    assert_eq!(s.events().await.len(), 1, "one outcome, one event");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_skip_reason_is_recorded_and_sends_no_event() {
     let s = RunStack::start().await.unwrap();

@@ -1,17 +1,38 @@
-//! A small fixed slice of the seeded fault simulation (`tests::sim`,
-//! `infra/scripts/sim.sh`): two seeds of 30 occurrences each, every fault
-//! kind among them, on the real adapters and local services. Asserts that
-//! every check held, and that faults struck at all.
+//! A slice of the seeded fault simulation (`tests::sim`,
+//! `infra/scripts/sim.sh`) on the real adapters and local services: two
+//! fixed seeds of 30 occurrences each, every fault kind among them, and two
+//! seeds derived from the commit under test (`tests::sim::seeds_of_commit`),
+//! so each commit CI tests explores seeds nobody tuned to. Asserts that
+//! every check held, and that faults struck at all; a failure prints the
+//! command that replays it.
 
-use tests::sim::{SimConfig, run};
+use tests::sim::{SimConfig, run, seeds_of_commit};
 
-#[tokio::test(flavor = "multi_thread")]
-async fn seeded_faults_leave_one_outcome_per_occurrence_paid_once_notified_once_none_lost() {
+/// The commit under test: `SIM_COMMIT` (test.sh sets it from git), else
+/// what git says of this checkout.
+fn commit() -> String {
+    if let Ok(commit) = std::env::var("SIM_COMMIT")
+        && !commit.is_empty()
+    {
+        return commit;
+    }
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git rev-parse HEAD (or set SIM_COMMIT)");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+async fn slice(first_seed: u64, last_seed: u64) {
+    let (size, per_task) = (30, 5);
+    let replay = format!("infra/scripts/sim.sh --seeds {first_seed}..{last_seed} --size {size} --per-task {per_task}");
+    println!("sim: seeds {first_seed}..{last_seed}; replay with: {replay}");
     let report = run(&SimConfig {
-        first_seed: 1,
-        last_seed: 2,
-        size: 30,
-        per_task: 5,
+        first_seed,
+        last_seed,
+        size,
+        per_task,
         concurrency: 6,
         print_schedule: false,
         parallel: 2,
@@ -23,16 +44,44 @@ async fn seeded_faults_leave_one_outcome_per_occurrence_paid_once_notified_once_
     assert_eq!(
         report.violation_count(),
         0,
-        "\n{}\n{}",
+        "\n{}\n{}\nreplay with: {replay}",
         report.table(),
         report.details()
     );
-    assert_eq!(report.occurrences, 60);
+    assert_eq!(report.occurrences as u64, 30 * (last_seed - first_seed + 1));
     assert!(
         report.faults.values().sum::<usize>() >= 10,
         "the slice injects faults:\n{}",
         report.table()
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seeded_faults_leave_one_outcome_per_occurrence_paid_once_notified_once_none_lost() {
+    slice(1, 2).await;
+}
+
+/// Seeds no one has run before this commit: the same checks.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_commits_own_seeds_leave_one_outcome_per_occurrence_paid_once_notified_once_none_lost() {
+    let commit = commit();
+    let (first, last) = seeds_of_commit(&commit, 2).unwrap();
+    println!("sim: commit {commit}");
+    slice(first, last).await;
+}
+
+#[test]
+fn a_commits_seeds_are_its_own_and_replayable() {
+    let a = seeds_of_commit("57349f9c0ffee0000000000000000000000000000", 2).unwrap();
+    assert_eq!(
+        a,
+        seeds_of_commit("57349f9c0ffeeabc", 2).unwrap(),
+        "the first 12 digits decide"
+    );
+    assert_eq!(a.1 - a.0, 1);
+    assert!(a.0 >= 1_000_000, "above every fixed seed");
+    assert_ne!(a, seeds_of_commit("3561d00aaaaa", 2).unwrap());
+    assert!(seeds_of_commit("not-a-commit", 2).is_err());
 }
 
 /// The checks read the table, not what the deliveries answered: a run

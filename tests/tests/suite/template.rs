@@ -256,6 +256,14 @@ fn reconcile_and_admin_read_what_the_template_sets() {
         u64::from(local::STACK.reconcile_visibility_timeout)
     );
     assert!(num(&queue["VisibilityTimeout"]) >= 6 * num(&reconcile["Properties"]["Timeout"]));
+    // Batch size, per-message deadline and timeout set together: one group
+    // holding the whole batch, every message to its deadline, still fits.
+    let work = &reconcile["Properties"]["Events"]["Work"]["Properties"];
+    assert_eq!(num(&work["BatchSize"]), shared::app::reconcile::BATCH_SIZE);
+    assert!(
+        num(&reconcile["Properties"]["Timeout"]) >= shared::app::reconcile::worker_seconds_needed(),
+        "the worker's timeout leaves every message of a batch its deadline"
+    );
     assert_eq!(
         num(&queue["RedrivePolicy"]["maxReceiveCount"]),
         u64::from(local::STACK.reconcile_max_receive_count)

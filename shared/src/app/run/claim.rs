@@ -9,7 +9,7 @@ use crate::domain::door::{SkipReason, TaskFacts, Verdict, verdict};
 use crate::domain::install::Install;
 use crate::domain::occurrence::{ClaimOutcome, Delivery, diagnose};
 use crate::domain::task::{Provenance, Task};
-use crate::ports::{ClaimAnswer, ClaimRequest, Connectors, Model, RunStore, StoreError};
+use crate::ports::{ClaimAnswer, ClaimRequest, Connectors, Model, RunStore, StoreError, TakeOver};
 
 /// An occurrence this execution holds the claim of.
 pub(super) struct Claimed {
@@ -19,8 +19,9 @@ pub(super) struct Claimed {
     pub period: String,
     /// This attempt's number, counting taken-over ones.
     pub attempts: u32,
-    /// What crashed attempts of this occurrence reserved, committed at
-    /// take-over: charged to the account with this attempt's cost.
+    /// What earlier attempts of this occurrence committed (crashed ones'
+    /// reservations at take-over, released ones' spending): part of the
+    /// record's cost and charged to the account with this attempt's.
     pub crashed: f64,
 }
 
@@ -77,8 +78,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     }
 
     /// A refused claim, diagnosed from the task as it was: a duplicate, a
-    /// live lease (retry later), an expired one (taken over with
-    /// `RunStore::take_over`), no task, or no budget (skips recorded).
+    /// live lease (retry later), an expired one or a released one (taken
+    /// over with `RunStore::take_over`), no task, or no budget (skips
+    /// recorded).
     async fn refused(
         &self,
         occ: &Delivery,
@@ -96,11 +98,24 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 tracing::info!(lease_until, "occurrence is running elsewhere; retry later");
                 answered(Disposition::Busy)
             }
-            ClaimOutcome::Expired => match self.store.take_over(request).await? {
+            ClaimOutcome::Expired => match self.store.take_over(request, TakeOver::Crashed).await? {
                 ClaimAnswer::Claimed(task) => {
                     tracing::warn!("took over an expired lease");
                     Ok(Claiming::Held(Claimed::of(task, &occ.key, request.period)))
                 }
+                ClaimAnswer::Refused(_) => answered(Disposition::Busy),
+            },
+            ClaimOutcome::Released => match self.store.take_over(request, TakeOver::Released).await? {
+                ClaimAnswer::Claimed(task) => {
+                    tracing::info!("claimed an occurrence given back before, with what it carries");
+                    Ok(Claiming::Held(Claimed::of(task, &occ.key, request.period)))
+                }
+                // Still released: its reservation does not fit the budget.
+                ClaimAnswer::Refused(old) if diagnose(old.as_deref(), &occ.key, now) == ClaimOutcome::Released => {
+                    let reason = self.over_budget(occ, old.as_deref(), now).await?;
+                    answered(self.skip_unclaimed(occ, reason, now, 1, old.as_deref()).await?)
+                }
+                // Taken by another delivery meanwhile: as busy, diagnosed again later.
                 ClaimAnswer::Refused(_) => answered(Disposition::Busy),
             },
             ClaimOutcome::Missing => answered(self.skip_unclaimed(occ, SkipReason::Missing, now, 1, None).await?),

@@ -33,8 +33,9 @@
 //!    and charges the account; it is fenced on this execution still holding
 //!    the claim. A run the model kept throttled, or the pace had no slot
 //!    for in its time, before any tool call is released instead (`release`:
-//!    `RunStore::release`: claim removed, reservation returned) and its
-//!    message goes back to the queue.
+//!    `RunStore::release`: reservation returned, claim removed, or kept as
+//!    `released` carrying what earlier attempts committed) and its message
+//!    goes back to the queue.
 //! 7. **Notify**: the settle's run record is the outbox. The table's stream
 //!    carries a succeeded or failed record to the bus through an EventBridge
 //!    Pipe (`domain::notification`): after accounting by construction, one
@@ -293,7 +294,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 .await
             {
                 Ended::Run(outcome) => *outcome,
-                Ended::Requeue(requeue) => return self.release(&occ, &claimed, install.as_ref(), requeue).await,
+                Ended::Requeue(requeue) => return self.release(&occ, &claimed, requeue).await,
             },
         };
         // 6. Settle; 7. its record is the notification's outbox.

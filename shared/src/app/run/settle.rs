@@ -14,7 +14,7 @@ use crate::domain::install::Install;
 use crate::domain::occurrence::{Delivery, Outcome, RunRecord, cap_reason, claim_retention};
 use crate::domain::settlement;
 use crate::domain::task::{Provenance, Task};
-use crate::ports::{Connectors, Model, Release, RunStore, Settled, Settlement, StoreError};
+use crate::ports::{Connectors, Model, Release, RunStore, Settled, Settlement, StoreError, Unclaimed};
 
 /// The account a run is charged to: one per install, a principal's for a
 /// reminder.
@@ -127,27 +127,25 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         Ok((self.store.settle(&fallback).await?, minimal.status))
     }
 
-    /// Releases the claim and the reservation (`RunStore::release`,
-    /// charging what was spent, crashed attempts' reservations included) so
-    /// the message can come back and run as if it never had.
+    /// Releases the claim and the reservation (`RunStore::release`) so the
+    /// message can come back and run as if it never had: what crashed
+    /// attempts reserved and this one spent stays committed, carried by the
+    /// released claim into the occurrence's one record and its settle's
+    /// charge to the account (`domain::claim::Claim::committed`).
     pub(super) async fn release(
         &self,
         occ: &Delivery,
         claimed: &Claimed,
-        install: Option<&Install>,
         requeue: Requeue,
     ) -> Result<Disposition, RunError> {
         let task = &claimed.task;
-        let spent = requeue.cost + claimed.crashed;
-        let account = account_of(task, install);
         let release = Release {
             task,
             occurrence: &occ.key,
             execution_id: &occ.message.execution_id,
             period: &claimed.period,
             reserved_usd: budget::reservation(task.spec.budget) + claimed.crashed,
-            spent_usd: spent,
-            account: account.as_ref().filter(|_| spent > 0.0),
+            carried_usd: requeue.cost + claimed.crashed,
         };
         match self.store.release(&release).await? {
             Settled::LostClaim => {
@@ -226,14 +224,20 @@ pub(crate) async fn record_skip<S: RunStore>(
     let skipped = Outcome::skipped(reason.describe());
     // A skip names no model.
     let record = RunRecord::new(occ, &skipped, attempts, 0.0, "", now, now, retention);
-    store.record_unclaimed(&record).await?;
+    let held = match store.record_unclaimed(&record).await? {
+        Unclaimed::Done => None,
+        Unclaimed::Dead(held) => {
+            pay_dead_claim(store, occ, &skipped, &held, now, retention).await?;
+            Some(held)
+        }
+    };
     if !(reason.completes_one_time() && occ.task_id.is_reminder()) {
         return Ok(());
     }
     let read;
-    let task = match task {
-        Some(task) => task,
-        None => match store.current_task(&occ.message.workspace, &occ.task_id).await? {
+    let task = match (task, held.as_deref()) {
+        (Some(task), _) | (None, Some(task)) => task,
+        (None, None) => match store.current_task(&occ.message.workspace, &occ.task_id).await? {
             Some(task) => {
                 read = task;
                 &read
@@ -254,4 +258,38 @@ pub(crate) async fn record_skip<S: RunStore>(
             .await?;
     }
     Ok(())
+}
+
+/// A skip over a claim no execution holds (a crash, a release): its record
+/// carries what the claim committed (`Claim::committed`) as its cost, and
+/// the account is charged it, so a crash or a release that is never run
+/// again is paid for, never left behind in the period budget unrecorded.
+async fn pay_dead_claim<S: RunStore>(
+    store: &S,
+    occ: &Delivery,
+    skipped: &Outcome,
+    held: &Task,
+    now: DateTime<Utc>,
+    retention: chrono::Duration,
+) -> Result<(), StoreError> {
+    let Some(dead) = held.claims.get(&occ.key) else {
+        return Ok(());
+    };
+    let committed = dead.committed(budget::reservation(held.spec.budget));
+    let record = RunRecord::new(occ, skipped, dead.attempts, committed, "", now, now, retention);
+    let install = match &held.provenance {
+        Provenance::Connector { install_id, .. } if committed > 0.0 => {
+            store.install(&held.workspace, install_id).await?
+        }
+        _ => None,
+    };
+    let account = account_of(held, install.as_ref()).filter(|_| committed > 0.0);
+    tracing::warn!(
+        committed_usd = committed,
+        status = dead.status.as_str(),
+        "a skip pays for a claim no execution holds"
+    );
+    store
+        .record_over_dead(&record, dead, account.as_ref(), &budget::period(occ.scheduled))
+        .await
 }
