@@ -484,7 +484,7 @@ impl TestStack {
 
     /// The reconciler under the given install rules.
     pub fn reconciler_with(&self, rules: shared::app::reconcile::InstallRules) -> TestReconciler {
-        self.reconciler_over(McpConnectors::from_sdk(&self.aws.sdk, rules.clone()), rules)
+        self.reconciler_over(McpConnectors::from_sdk(&self.aws.sdk, rules.clone()).for_lists(), rules)
     }
 
     /// The reconciler on these connectors (one verifying with a test's

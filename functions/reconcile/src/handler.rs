@@ -141,7 +141,7 @@ pub fn build(sdk: &aws_config::SdkConfig, config: ReconcileConfig) -> App {
         Reconciler::new(
             DynamoStore::from_sdk(sdk, config.table_name.clone()),
             EventBridgeSchedules::from_sdk(sdk, worker.target),
-            McpConnectors::from_sdk(sdk, config.rules.clone()),
+            McpConnectors::from_sdk(sdk, config.rules.clone()).for_lists(),
             FifoQueue::from_sdk(sdk, config.queue_url.clone()),
             worker.ceilings,
             config.rules.clone(),

@@ -296,6 +296,100 @@ async fn a_server_flooding_images_cannot_exhaust_the_runners_memory() {
     println!("runner peak memory: {} MB", peak / (1024 * 1024));
 }
 
+/// A hostile server answers a tool call with a 16 MiB JSON array of
+/// numbers, which rmcp would buffer twice at about 32 bytes a number (over
+/// 500 MB). The run's sessions bound every response in bytes before it is
+/// parsed (`adapters::mcp::Reading::Runs`, 4 MiB): the call fails as the
+/// model reads it, the run goes on, another tenant's reminder in the same
+/// batch succeeds, and the real runner's peak memory stays under a bound.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_answering_16_mib_of_numbers_is_bounded_in_bytes_read() {
+    use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
+    use rmcp::model::CallToolResult;
+    use shared::domain::install::InstallScope;
+    /// The process, its clients, and one bounded response in flight.
+    const PEAK_BOUND: u64 = 160 * 1024 * 1024;
+    let s = RunStack::start().await.unwrap();
+    let numbers = Value::Array(vec![json!(0); 8 * 1024 * 1024]);
+    let fixture = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt("dump", json!({"version": 1}), &[], "Dump the table.")],
+        tools: vec![tool("dump")],
+        tool_answers: [("dump".to_owned(), CallToolResult::structured(numbers))].into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.store()
+        .put_install(&tests::install(
+            "ins_1",
+            "hostile",
+            &fixture.url(),
+            InstallScope::Workspace,
+        ))
+        .await
+        .unwrap();
+    let mut task = tests::connector_task("hostile", "dump", &["dump"], &[]);
+    task.spec.budget = None;
+    s.store().insert_task(&task).await.unwrap();
+    let mut other = reminder(Utc::now() - chrono::Duration::seconds(5));
+    other.workspace = "ws_2".into();
+    other.task_id = shared::domain::task::TaskId::for_reminder("ws_2", "usr_9", "k1");
+    other.provenance = shared::domain::task::Provenance::User {
+        principal: "usr_9".into(),
+    };
+    s.store().insert_task(&other).await.unwrap();
+    let dump = shared::domain::agent::offered_name("hostile", "dump");
+    s.model
+        .script([
+            local::converse::Reply::tool(&dump, json!({}), 100, 10),
+            local::converse::Reply::text("Could not dump it.", 100, 10),
+            local::converse::Reply::text("Call mom.", 100, 10),
+        ])
+        .await;
+    let api = launch(&s)
+        .timeout(Duration::from_secs(120))
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    let other_at = match other.spec.schedule {
+        shared::domain::schedule::Schedule::At { at } => at,
+        _ => unreachable!(),
+    };
+    let response = api
+        .invoke_ok(&sqs_event(&[
+            ("m1", &run_message(&task, at, "e1")),
+            ("m2", &run_message(&other, other_at, "e1")),
+        ]))
+        .await
+        .unwrap();
+    assert!(failures(&response).is_empty(), "{response}");
+    let key = shared::domain::occurrence::occurrence_key;
+    let record = s.run_record(&task.task_id, &key(at)).await.unwrap();
+    assert_eq!(
+        record["status"], "succeeded",
+        "the run went on past the refused answer: {record}"
+    );
+    let theirs = s.run_record(&other.task_id, &key(other_at)).await.unwrap();
+    assert_eq!(theirs["status"], "succeeded", "the other tenant's run: {theirs}");
+    let requests = s.model.requests().await;
+    let answered = requests
+        .iter()
+        .map(|(_, r)| r.to_string())
+        .find(|r| r.contains("toolResult"))
+        .expect("the tool's answer reached the model");
+    assert!(answered.len() < 64 * 1024, "the model read an error, not the flood");
+    let peak = api.process.peak_rss().expect("the runner's peak memory");
+    println!("runner peak memory: {} MB", peak / (1024 * 1024));
+    assert!(
+        peak < PEAK_BOUND,
+        "peak {} MB, bound {} MB",
+        peak / (1024 * 1024),
+        PEAK_BOUND / (1024 * 1024)
+    );
+}
+
 /// SPEC §14: with `TRACES_ENDPOINT` set, the binary sends each delivery's
 /// trace before it answers: when the answer arrives, the endpoint's
 /// stand-in already holds the delivery's spans, signed for `xray`.

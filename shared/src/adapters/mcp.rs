@@ -108,6 +108,40 @@ pub const MAX_SCHEMA_BYTES: usize = 16_384;
 pub const MAX_IMAGE_BYTES: usize = 3_932_160;
 /// Converse's largest image side, in pixels (each of width and height).
 pub const MAX_IMAGE_SIDE: usize = 8_000;
+/// The longest tool or prompt name kept as a server's list is read (MCP
+/// 2025-11-25 names are at most 128 characters): a longer one is cut as it
+/// is read, so 16,384 names hold at most 2 MB.
+pub const MAX_NAME_CHARS: usize = 128;
+/// The most one whole list read (every page of `prompts/list` or
+/// `tools/list`) keeps, counted as the kept items' JSON: past it the read
+/// fails, whatever each page's size.
+pub const MAX_LIST_BYTES: usize = 4 * 1024 * 1024;
+
+/// What a session reads from its server, which bounds every response in
+/// bytes before rmcp parses it (its transport's `max_json_response_size`
+/// and `max_sse_event_size`, 16 MiB each by default). rmcp decodes a
+/// message twice (as `Content`, then as `serde_json::Value`), and a JSON
+/// scalar costs about 32 bytes in each: a hostile array of numbers takes
+/// some 32 times its bytes while it is parsed. Lists read a page at a time,
+/// so theirs is small; a run's call may carry an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Reconcile's and `sat check`'s sessions: list pages (1 MiB each).
+    Lists,
+    /// A run's sessions: a prompt, a list, tool results (4 MiB each: an
+    /// image of 3 MB in base64).
+    Runs,
+}
+
+impl Reading {
+    /// The most bytes of one response (a JSON body, or one SSE event).
+    pub fn response_bytes(self) -> usize {
+        match self {
+            Reading::Lists => 1024 * 1024,
+            Reading::Runs => 4 * 1024 * 1024,
+        }
+    }
+}
 
 fn cap(text: &str, max: usize) -> String {
     crate::domain::occurrence::cap_chars(text, max)
@@ -164,6 +198,7 @@ pub struct McpConnectors {
     reads: Arc<AtomicU64>,
     rules: InstallRules,
     tls: Tls,
+    reading: Reading,
 }
 
 fn refused(message: String) -> McpError {
@@ -222,7 +257,15 @@ impl McpConnectors {
             reads: Arc::default(),
             rules,
             tls: Tls::process(),
+            reading: Reading::Runs,
         }
+    }
+
+    /// Its sessions read lists only (reconcile): each response bounded as
+    /// [`Reading::Lists`] says.
+    pub fn for_lists(mut self) -> Self {
+        self.reading = Reading::Lists;
+        self
     }
 
     /// Verifies connectors' certificates with `tls` instead of the
@@ -283,15 +326,17 @@ impl McpConnectors {
     ) -> Result<McpClient, McpError> {
         let endpoint = connect_endpoint(url, policy).map_err(|e| refused(e.to_string()))?;
         let address = Box::pin(checked_address(&endpoint)).await?;
-        Box::pin(Self::open_pinned(&endpoint, address, token, tls)).await
+        Box::pin(Self::open_pinned(&endpoint, address, token, tls, Reading::Runs)).await
     }
 
-    /// Connects to a checked endpoint at the checked address only.
+    /// Connects to a checked endpoint at the checked address only, every
+    /// response bounded in bytes as `reading` says.
     async fn open_pinned(
         endpoint: &Endpoint,
         address: std::net::IpAddr,
         token: Option<String>,
         tls: &Tls,
+        reading: Reading,
     ) -> Result<McpClient, McpError> {
         let mut http = tls
             .reqwest()
@@ -304,7 +349,9 @@ impl McpConnectors {
         let http = http
             .build()
             .map_err(|e| refused(format!("no HTTP client for the connector: {e}")))?;
-        let mut config = StreamableHttpClientTransportConfig::with_uri(endpoint.url.as_str().to_owned());
+        let mut config = StreamableHttpClientTransportConfig::with_uri(endpoint.url.as_str().to_owned())
+            .max_json_response_size(reading.response_bytes())
+            .max_sse_event_size(reading.response_bytes());
         if let Some(token) = token {
             config = config.auth_header(token);
         }
@@ -355,7 +402,7 @@ impl Connectors for McpConnectors {
             }
             None => None,
         };
-        Box::pin(Self::open_pinned(&endpoint, address, token, &self.tls)).await
+        Box::pin(Self::open_pinned(&endpoint, address, token, &self.tls, self.reading)).await
     }
 }
 
@@ -421,6 +468,7 @@ impl McpClient {
     /// connector may offer); filtered by an approval, those tools whole.
     async fn all_tools(&self, approved: Option<&BTreeSet<String>>) -> Result<Vec<ServerTool>, McpError> {
         let mut tools = Vec::new();
+        let mut kept = ListBytes::new("tools/list");
         let mut read = 0usize;
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
@@ -428,26 +476,32 @@ impl McpClient {
             let page = timed("tools/list", self.client.list_tools(Some(params))).await?;
             let room = MAX_TOOLS_READ.saturating_sub(read);
             read += page.tools.len().min(room);
-            let kept = page
+            let listed = page
                 .tools
                 .into_iter()
                 .take(room)
                 .filter(|t| approved.is_none_or(|a| a.contains(t.name.as_ref())));
-            for t in kept {
+            for t in listed {
+                // Names are cut as they are read: a longer one is no MCP name.
+                let name = cap(&t.name, MAX_NAME_CHARS);
                 // Past the first MAX_TOOLS of an unfiltered list, names alone.
                 if approved.is_none() && tools.len() >= MAX_TOOLS {
+                    kept.add(name.len())?;
                     tools.push(ServerTool {
-                        name: t.name.to_string(),
+                        name,
                         description: String::new(),
                         input_schema: serde_json::json!({"type": "object"}),
                     });
                     continue;
                 }
                 let schema = Value::Object((*t.input_schema).clone());
-                let oversized = schema.to_string().len() > MAX_SCHEMA_BYTES;
+                let schema_bytes = schema.to_string().len();
+                let oversized = schema_bytes > MAX_SCHEMA_BYTES;
+                let description = cap(t.description.as_deref().unwrap_or_default(), MAX_DESCRIPTION_CHARS);
+                kept.add(name.len() + description.len() + if oversized { 0 } else { schema_bytes })?;
                 tools.push(ServerTool {
-                    name: t.name.to_string(),
-                    description: cap(t.description.as_deref().unwrap_or_default(), MAX_DESCRIPTION_CHARS),
+                    name,
+                    description,
                     input_schema: if oversized {
                         serde_json::json!({"type": "object"})
                     } else {
@@ -469,11 +523,15 @@ impl McpClient {
 
     async fn all_prompts(&self) -> Result<Vec<Prompt>, McpError> {
         let mut prompts = Vec::new();
+        let mut kept = ListBytes::new("prompts/list");
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
             let page = timed("prompts/list", self.client.list_prompts(Some(params))).await?;
-            prompts.extend(page.prompts);
+            for prompt in page.prompts {
+                kept.add(serde_json::to_string(&prompt).map_or(0, |json| json.len()))?;
+                prompts.push(prompt);
+            }
             cursor = page.next_cursor;
             if cursor.is_none() {
                 return Ok(prompts);
@@ -484,6 +542,34 @@ impl McpClient {
             code: None,
             message: format!("more than {MAX_PAGES} pages"),
         })
+    }
+}
+
+/// What one list read has kept so far, in bytes, against [`MAX_LIST_BYTES`].
+struct ListBytes {
+    operation: &'static str,
+    bytes: usize,
+}
+
+impl ListBytes {
+    fn new(operation: &'static str) -> Self {
+        Self { operation, bytes: 0 }
+    }
+
+    /// Counts `bytes` more kept; past the bound, the read fails.
+    fn add(&mut self, bytes: usize) -> Result<(), McpError> {
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes > MAX_LIST_BYTES {
+            return Err(McpError {
+                operation: self.operation,
+                code: None,
+                message: format!(
+                    "the list is larger than {} MiB over its pages",
+                    MAX_LIST_BYTES / (1024 * 1024)
+                ),
+            });
+        }
+        Ok(())
     }
 }
 

@@ -489,14 +489,24 @@ impl AgentLoop {
         ToolCall::Allowed(route)
     }
 
-    /// Answers the model's tool calls with their results, in one user
-    /// message; a run whose model asked for tools but named none fails.
+    /// One tool result as it arrives, bounded against what the run may
+    /// still hold (`agent::MAX_HELD_BYTES` over the whole run): what does
+    /// not fit is left out and says so, so a turn of many large results
+    /// never holds more than the run's room at once.
+    pub fn held(&mut self, result: Block) -> Block {
+        let mut one = [result];
+        self.held_room = super::agent::bound_held(&mut one, self.held_room);
+        let [result] = one;
+        result
+    }
+
+    /// Answers the model's tool calls with their results (each already
+    /// [`AgentLoop::held`]), in one user message; a run whose model asked
+    /// for tools but named none fails.
     pub fn tool_results(&mut self, results: Vec<Block>) -> Result<(), Ended> {
         if results.is_empty() {
             return Err(self.fail("the model asked for tools but named none".to_owned()));
         }
-        let mut results = results;
-        self.held_room = super::agent::bound_held(&mut results, self.held_room);
         self.messages.push(Message {
             role: Role::User,
             content: results,
@@ -725,6 +735,30 @@ mod tests {
         assert_eq!(outcome.reason.as_deref(), Some("turn limit of 1 reached"));
         assert_eq!(outcome.output.as_deref(), Some("working"));
         assert_eq!(run.messages().len(), 3, "prompt, answer, results");
+    }
+
+    #[test]
+    fn tool_results_are_bounded_as_they_arrive_against_the_runs_room() {
+        use crate::domain::agent::{HELD_LEFT_OUT, MAX_HELD_BYTES};
+        let mut run = with_tools(limits(), None);
+        let big = || Block::ToolResult {
+            id: "1".into(),
+            content: vec![Block::Text("x".repeat(MAX_HELD_BYTES / 5 * 2))],
+            is_error: false,
+        };
+        let kept: Vec<Block> = (0..4).map(|_| run.held(big())).collect();
+        let texts: Vec<bool> = kept
+            .iter()
+            .map(|b| match b {
+                Block::ToolResult { content, .. } => matches!(&content[0], Block::Text(t) if t != HELD_LEFT_OUT),
+                _ => false,
+            })
+            .collect();
+        assert_eq!(
+            texts,
+            [true, true, false, false],
+            "the third result no longer fits beside two others, nor any after it"
+        );
     }
 
     #[test]

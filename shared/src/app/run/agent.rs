@@ -51,14 +51,15 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     ToolCall::Allowed(route) => route,
                     ToolCall::Refused(result) => {
                         tracing::warn!(tool = %name, "refused a call to a tool this task is not offered");
-                        results.push(result);
+                        results.push(turns.held(result));
                         continue;
                     }
                     ToolCall::OverLimit(ended) => return ended,
                 };
                 let session = &sessions[route.session];
                 match self.tool_call(&turns, session, &route.tool, id, input, run_id).await {
-                    Ok(result) => results.push(result),
+                    // Bounded as it arrives, not once the turn's results are all in.
+                    Ok(result) => results.push(turns.held(result)),
                     Err(ended) => return ended,
                 }
             }
