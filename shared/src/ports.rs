@@ -241,8 +241,13 @@ pub struct Release<'a> {
 /// What `RunStore::record_unclaimed` came to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Unclaimed {
-    /// Recorded, or nothing to record (a record or a live claim is there).
+    /// Recorded, or nothing to record (a record, or a finished claim, is there).
     Done,
+    /// Another execution holds the occurrence's claim under a live lease:
+    /// nothing recorded; its run records the outcome, or, should it have
+    /// died, its claim is dead once the lease runs out and a skip then
+    /// pays for it. A delivery answers busy and comes back.
+    Live,
     /// The occurrence holds a claim no execution holds any more: the task
     /// as it was, for the skip to pay what that claim committed.
     Dead(Box<Task>),
@@ -293,8 +298,9 @@ pub trait RunStore: Send + Sync {
     /// claim), and takes the occurrence's claim, finished, with it: a later
     /// delivery of it is a duplicate. Never overwrites an existing record,
     /// and writes none while the occurrence has a claim on its task (a run
-    /// of it, still running or settled, records its own outcome). A claim
-    /// no execution holds any more (`Claim::is_dead`) is answered
+    /// of it, still running or settled, records its own outcome: a live
+    /// one is answered [`Unclaimed::Live`]). A claim no execution holds any
+    /// more (`Claim::is_dead`) is answered
     /// [`Unclaimed::Dead`] with the task as it was: what it committed is
     /// the skip's to pay ([`RunStore::record_over_dead`]).
     fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send;

@@ -97,16 +97,15 @@ pub const INVOCATION_SECONDS: i64 = 360;
 /// The runs queue's visibility timeout: a crashed delivery's message comes
 /// back after it (nothing shortened it).
 pub const VISIBILITY_SECONDS: i64 = 2160;
-/// The runs queue's `maxReceiveCount`: then the message is dead-lettered.
-pub const MAX_RECEIVES: u32 = 5;
+/// The runs queue's `maxReceiveCount` (template.yaml, as the local stack
+/// keeps it): then the message is dead-lettered.
+pub const MAX_RECEIVES: u32 = local::STACK.runs_max_receive_count;
 /// Only the first receives of a message get faults, so the later ones can
 /// finish what the faults left.
 const FAULTY_RECEIVES: usize = 2;
-/// A first delivery later than this after its time is "at the edge": a
-/// crash there would come back past the window and leave its claim running
-/// (its reservation committed as spent, by design), and a later settle of
-/// the task could prune that claim before the check reads it. Edge
-/// deliveries get only faults that leave no claim behind.
+/// A first delivery later than this after its time is "at the edge": its
+/// faults can bring it back past the window, where a skip must find and
+/// pay for whatever claim the faults left (counted in the table).
 const EDGE_SECONDS: i64 = CATCH_UP_SECONDS - VISIBILITY_SECONDS - 600;
 /// A give-up delivery's run time: its invocation ends this long (real
 /// time) after the settle's reserve, so the runner's backoff gives up.
@@ -233,33 +232,7 @@ const MODEL_FAULTS: [ModelFault; 3] = [
 ];
 const DYNAMO_FAULTS: [DynamoFault; 3] = [DynamoFault::Error, DynamoFault::Ghost, DynamoFault::GhostRetried];
 
-fn fault(rng: &mut fastrand::Rng, kind: Kind, edge: bool) -> Fault {
-    if edge {
-        // Nothing that leaves a claim behind past the window (EDGE_SECONDS).
-        return match rng.u8(..5) {
-            0 => Fault::Crash {
-                point: Point::Claim,
-                after: false,
-            },
-            1 => Fault::Dynamo {
-                point: Point::Claim,
-                fault: DynamoFault::Error,
-            },
-            // A delivery past the window records its skip unclaimed.
-            2 => Fault::Crash {
-                point: Point::RecordUnclaimed,
-                after: rng.bool(),
-            },
-            3 => Fault::Dynamo {
-                point: Point::RecordUnclaimed,
-                fault: pick(rng, &DYNAMO_FAULTS),
-            },
-            _ => Fault::Throttle {
-                kind: pick(rng, &MODEL_FAULTS),
-                calls: rng.u32(1..=2),
-            },
-        };
-    }
+fn fault(rng: &mut fastrand::Rng, kind: Kind) -> Fault {
     let crash_points: &[Point] = match kind {
         Kind::Connector => &[
             Point::Claim,
@@ -324,12 +297,12 @@ fn fault(rng: &mut fastrand::Rng, kind: Kind, edge: bool) -> Fault {
 /// get one, a third of the second ones. A give-up may be followed by a
 /// fault at its release, and a crash or ghost write that leaves a claim
 /// running by one at the take-over that follows its lease.
-fn receive_faults(rng: &mut fastrand::Rng, kind: Kind, edge: bool) -> Vec<Vec<Fault>> {
+fn receive_faults(rng: &mut fastrand::Rng, kind: Kind) -> Vec<Vec<Fault>> {
     let mut out: Vec<Vec<Fault>> = (0..FAULTY_RECEIVES)
         .map(|r| {
             let mut faults = Vec::new();
             if rng.u8(..6) < [3, 2][r.min(1)] {
-                let f = fault(rng, kind, edge);
+                let f = fault(rng, kind);
                 faults.push(f);
                 if matches!(f, Fault::GiveUp { .. }) && rng.bool() {
                     faults.push(if rng.bool() {
@@ -361,7 +334,7 @@ fn receive_faults(rng: &mut fastrand::Rng, kind: Kind, edge: bool) -> Vec<Vec<Fa
                 }
             )
     });
-    if leaves_claim && !edge && rng.bool() {
+    if leaves_claim && rng.bool() {
         out[1] = vec![if rng.bool() {
             Fault::Crash {
                 point: Point::TakeOver,
@@ -399,9 +372,8 @@ pub fn plan(seed: u64, size: usize, per_task: usize) -> SeedPlan {
                 1 => CATCH_UP_SECONDS + rng.i64(2..=30),
                 _ => rng.i64(0..=5),
             };
-            let edge = lateness > EDGE_SECONDS;
             let exec = |n: usize| format!("s{seed}-t{index}-o{o}-e{n}");
-            let faults = |rng: &mut fastrand::Rng| receive_faults(rng, kind, edge);
+            let faults = |rng: &mut fastrand::Rng| receive_faults(rng, kind);
             let mut messages = vec![MessagePlan {
                 execution_id: exec(0),
                 at: 0,

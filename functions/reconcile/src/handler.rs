@@ -279,8 +279,12 @@ async fn work_group(
     let mut back = Vec::new();
     for record in records {
         let id = record.message_id.clone().unwrap_or_default();
-        let left = deadline_ms.saturating_sub(now_ms()).saturating_sub(ANSWER_RESERVE_MS);
-        if !back.is_empty() || u128::from(left) < budget.as_millis() {
+        // The budget was measured at the batch's start: what the group's
+        // earlier messages and the clock took since is at most a moment
+        // less, unless the invocation really runs short.
+        let left =
+            std::time::Duration::from_millis(deadline_ms.saturating_sub(now_ms()).saturating_sub(ANSWER_RESERVE_MS));
+        if !back.is_empty() || left < budget / 2 {
             if back.is_empty() {
                 tracing::warn!(message_id = %id, group = %group, "no time left for this message; it and its group's later ones come back");
             }
@@ -288,7 +292,7 @@ async fn work_group(
             continue;
         }
         let body = record.body.as_deref().unwrap_or_default();
-        if !work_one(reconciler, &id, group, body, budget).await {
+        if !work_one(reconciler, &id, group, body, budget.min(left)).await {
             back.push(id);
         }
     }

@@ -583,14 +583,12 @@ impl RunStore for DynamoStore {
         }
         if cancelled.condition_failed(1) && cancelled.item(1).is_some() {
             let task = task_from(cancelled.take_item(1))?;
-            let dead = task.as_ref().is_some_and(|task| {
-                task.claims
-                    .get(&record.scheduled_time)
-                    .is_some_and(|claim| claim.is_dead(record.finished_at.timestamp()))
-            });
-            // A live claim: its run records the outcome.
-            return Ok(match (dead, task) {
-                (true, Some(task)) => Unclaimed::Dead(task),
+            let now = record.finished_at.timestamp();
+            let claim = task.as_ref().and_then(|task| task.claims.get(&record.scheduled_time));
+            return Ok(match claim {
+                Some(claim) if claim.is_dead(now) => task.map_or(Unclaimed::Done, Unclaimed::Dead),
+                // A live lease: its run records the outcome, or its claim dies.
+                Some(claim) if claim.status == RunStatus::Running => Unclaimed::Live,
                 _ => Unclaimed::Done,
             });
         }

@@ -407,7 +407,7 @@ async fn a_one_time_reminder_skipped_at_its_time_is_finished_and_frees_its_place
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_late_delivery_of_a_claimed_occurrence_records_nothing_over_its_run() {
+async fn a_late_delivery_of_a_claimed_occurrence_waits_for_its_run_and_then_pays_for_a_dead_claim() {
     let s = RunStack::start().await.unwrap();
     let (task, at) = s.due_reminder().await;
     let key = occurrence_key(at);
@@ -434,7 +434,11 @@ async fn a_late_delivery_of_a_claimed_occurrence_records_nothing_over_its_run() 
         .unwrap();
     assert!(matches!(claimed, ClaimAnswer::Claimed(_)));
     let late = deliver(&s, task.task_id.as_str(), at, Duration::hours(2), true).await;
-    assert_eq!(late, Disposition::Skipped(SkipReason::Missed));
+    assert_eq!(
+        late,
+        Disposition::Busy,
+        "the claim's run records the outcome: this delivery comes back, not acknowledged as skipped"
+    );
     assert_eq!(
         s.run_record(&task.task_id, &key).await,
         None,
@@ -445,6 +449,17 @@ async fn a_late_delivery_of_a_claimed_occurrence_records_nothing_over_its_run() 
         "scheduled",
         "and decides the completion"
     );
+    // That run died: once its lease has run out, the late delivery that
+    // came back records the skip over its dead claim, and the occurrence is
+    // never lost.
+    let after = deliver(&s, task.task_id.as_str(), at, Duration::hours(4), true).await;
+    assert_eq!(after, Disposition::Skipped(SkipReason::Missed));
+    let record = s.run_record(&task.task_id, &key).await.unwrap();
+    assert_eq!(
+        (record["status"].as_str(), record["reason"].as_str()),
+        (Some("skipped"), Some("missed"))
+    );
+    assert_eq!(s.task_item(&task).await["claims"][&key]["status"], "skipped");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -332,6 +332,54 @@ async fn a_crash_taken_over_then_given_back_is_carried_into_the_occurrences_one_
     assert_eq!(s.events().await.len(), 1, "one outcome, one event");
 }
 
+/// The other leak of the unseen seeds: a crash, then the message back
+/// past the catch-up window. The skip takes the dead claim over and pays
+/// what it committed: its record's cost is the crashed reservation, and the
+/// account is charged it, so nothing committed is left unrecorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_skip_past_the_window_pays_for_the_crashed_claim_it_finds() {
+    use shared::domain::budget::{Account, period};
+    let s = RunStack::start().await.unwrap();
+    let _fixture = installed_fixture(&s).await;
+    let task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
+    s.insert(&task).await;
+    let reserve = 0.25;
+    // Due almost an hour ago: the first delivery is just inside the window.
+    let at = Utc::now() - Duration::seconds(3590);
+    let (key, month) = (occurrence_key(at), period(at));
+    let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
+    let now = Utc::now();
+    let short = now + Duration::seconds(20);
+    assert!(
+        crashing
+            .deliver("m1", &run_message(&task, at, "e1"), now, short)
+            .await
+            .is_err()
+    );
+    // Back after the queue's visibility: past the window, and past the lease.
+    let later = now + Duration::seconds(2160);
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&task, at, "e1"), later, later + Duration::minutes(6))
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Skipped(SkipReason::Missed));
+    let record = s.run_record(&task.task_id, &key).await.unwrap();
+    assert_eq!(record["status"], "skipped");
+    assert_eq!(
+        record["cost_usd"].as_f64(),
+        Some(reserve),
+        "the crash's reservation: {record}"
+    );
+    let item = s.task_item(&task).await;
+    assert_eq!(item["claims"][&key]["status"], "skipped");
+    assert_eq!(item["budget_used"][month.as_str()].as_f64(), Some(reserve));
+    let account = s.account(&Account::Install("acct_ins_1".into()), &month).await.unwrap();
+    assert_eq!(account["spent_usd"].as_f64(), Some(reserve));
+    assert_eq!(account["runs"], 1);
+    assert!(s.events().await.is_empty(), "a skip sends no event");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_skip_reason_is_recorded_and_sends_no_event() {
     let s = RunStack::start().await.unwrap();

@@ -184,7 +184,16 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         attempts: u32,
         task: Option<&Task>,
     ) -> Result<Disposition, RunError> {
-        record_skip(&self.store, occ, &reason, attempts, now, self.settings.retention, task).await?;
+        let skip = record_skip(&self.store, occ, &reason, attempts, now, self.settings.retention, task).await?;
+        if skip == Skip::HeldElsewhere {
+            // Its run records the outcome; should it have died, this
+            // delivery comes back after the lease and pays for its claim.
+            tracing::info!(
+                reason = reason.code(),
+                "a skip finds the occurrence claimed under a live lease; retry later"
+            );
+            return Ok(Disposition::Busy);
+        }
         tracing::info!(reason = reason.code(), "skipped at the door");
         Ok(Disposition::Skipped(reason))
     }
@@ -204,6 +213,16 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     }
 }
 
+/// What a skip came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Skip {
+    /// Recorded (and paid for a dead claim), or already recorded.
+    Recorded,
+    /// Another execution holds the occurrence under a live lease: nothing
+    /// recorded (`Unclaimed::Live`).
+    HeldElsewhere,
+}
+
 /// Records a skip that holds no claim (`RunStore::record_unclaimed`) and,
 /// when it finishes the reminder (SPEC §3: a one-time reminder's
 /// occurrence, or a recurring one's last before its `until`), completes it
@@ -220,19 +239,20 @@ pub(crate) async fn record_skip<S: RunStore>(
     now: DateTime<Utc>,
     retention: chrono::Duration,
     task: Option<&Task>,
-) -> Result<(), crate::ports::StoreError> {
+) -> Result<Skip, crate::ports::StoreError> {
     let skipped = Outcome::skipped(reason.describe());
     // A skip names no model.
     let record = RunRecord::new(occ, &skipped, attempts, 0.0, "", now, now, retention);
     let held = match store.record_unclaimed(&record).await? {
         Unclaimed::Done => None,
+        Unclaimed::Live => return Ok(Skip::HeldElsewhere),
         Unclaimed::Dead(held) => {
             pay_dead_claim(store, occ, &skipped, &held, now, retention).await?;
             Some(held)
         }
     };
     if !(reason.completes_one_time() && occ.task_id.is_reminder()) {
-        return Ok(());
+        return Ok(Skip::Recorded);
     }
     let read;
     let task = match (task, held.as_deref()) {
@@ -242,7 +262,7 @@ pub(crate) async fn record_skip<S: RunStore>(
                 read = task;
                 &read
             }
-            None => return Ok(()),
+            None => return Ok(Skip::Recorded),
         },
     };
     let completion = settlement::completion(task, occ.scheduled, RunStatus::Skipped, Some(reason), now, retention);
@@ -257,7 +277,7 @@ pub(crate) async fn record_skip<S: RunStore>(
             )
             .await?;
     }
-    Ok(())
+    Ok(Skip::Recorded)
 }
 
 /// A skip over a claim no execution holds (a crash, a release): its record
