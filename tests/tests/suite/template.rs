@@ -1296,6 +1296,28 @@ fn alarms_can_reach_the_topic() {
     }
 }
 
+/// The public webhook URL cannot take the account's concurrency from the
+/// functions that run work: its function reserves the `WebhookConcurrency`
+/// parameter (10 by default), unset only when that is 0.
+#[test]
+fn the_public_webhook_url_has_reserved_concurrency() {
+    fn tagged<'a>(v: &'a Value, tag: &str) -> &'a Value {
+        match v {
+            Value::Tagged(t) if t.tag == tag => &t.value,
+            other => panic!("expected {tag}, got {other:?}"),
+        }
+    }
+    let t = template();
+    let reserved = tagged(&props(&t, "WebhookFunction")["ReservedConcurrentExecutions"], "!If");
+    assert_eq!(reserved[0].as_str(), Some("WebhookConcurrencyReserved"));
+    assert_eq!(tagged(&reserved[1], "!Ref").as_str(), Some("WebhookConcurrency"));
+    assert_eq!(tagged(&reserved[2], "!Ref").as_str(), Some("AWS::NoValue"));
+    assert_eq!(num(&t["Parameters"]["WebhookConcurrency"]["Default"]), 10);
+    let equals = tagged(&tagged(&t["Conditions"]["WebhookConcurrencyReserved"], "!Not")[0], "!Equals");
+    assert_eq!(tagged(&equals[0], "!Ref").as_str(), Some("WebhookConcurrency"));
+    assert_eq!(num(&equals[1]), 0);
+}
+
 /// A deploy whose custom resource never answers fails in minutes, not the
 /// default hour.
 #[test]
