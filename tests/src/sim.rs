@@ -1211,7 +1211,7 @@ async fn tamper_with(s: &RunStack, tasks: &[Task], ran: &[Ran]) -> anyhow::Resul
             .send()
             .await?;
         let account = match task.kind {
-            shared::domain::task::TaskKind::Reminder => budget::account_of_principal("usr_123"),
+            shared::domain::task::TaskKind::Reminder => budget::account_of_principal("ws_1", "usr_123"),
             shared::domain::task::TaskKind::Connector => budget::Account::Install(format!("acct_{INSTALL}")),
         };
         s.t.dynamo
@@ -1411,7 +1411,7 @@ async fn check(
             *budget_expected.entry((id.to_owned(), period.clone())).or_default() += cost;
             if status != "skipped" || cost > 0.0 {
                 let account = match task.kind {
-                    shared::domain::task::TaskKind::Reminder => budget::account_of_principal("usr_123"),
+                    shared::domain::task::TaskKind::Reminder => budget::account_of_principal("ws_1", "usr_123"),
                     shared::domain::task::TaskKind::Connector => budget::Account::Install(format!("acct_{INSTALL}")),
                 };
                 let key = shared::adapters::keys::Key::account(&account, &period);

@@ -7,7 +7,7 @@
 //! | run         | `TASK#<task_id>`      | `RUN#<scheduled time, UTC>`  |
 //! | install     | `WS#<workspace>`      | `INSTALL#<install_id>`       |
 //! | idempotency | `IDEM#<workspace>#<principal>` | `KEY#<key>`         |
-//! | account     | `ACCOUNT#PRINCIPAL#<principal>` or `ACCOUNT#INSTALL#<account>` | `PERIOD#<YYYY-MM>` |
+//! | account     | `ACCOUNT#PRINCIPAL#<workspace>#<principal>` or `ACCOUNT#INSTALL#<account>` | `PERIOD#<YYYY-MM>` |
 //! | malformed   | `MALFORMED#<YYYY-MM-DD>` | `MSG#<message id>`        |
 //! | webhook id  | `WEBHOOK#<id>`        | `WEBHOOK`                    |
 //! | owner       | `OWNER#<workspace>#<principal>` | `REMINDERS`        |
@@ -131,7 +131,10 @@ impl Key {
     pub fn account(account: &crate::domain::budget::Account, period: &str) -> Self {
         use crate::domain::budget::Account;
         let pk = match account {
-            Account::Principal(id) => format!("ACCOUNT#PRINCIPAL#{id}"),
+            // Keyed by workspace too since this release: charges written
+            // before it stay under `ACCOUNT#PRINCIPAL#<principal>`, which
+            // nothing reads (README, "Upgrading").
+            Account::Principal { workspace, principal } => format!("ACCOUNT#PRINCIPAL#{workspace}#{principal}"),
             Account::Install(account) => format!("ACCOUNT#INSTALL#{account}"),
         };
         Self {
@@ -389,8 +392,13 @@ mod tests {
     #[test]
     fn a_principals_account_and_an_installs_cannot_collide() {
         use crate::domain::budget::Account;
-        let principal = Key::account(&Account::Principal("usr_1".into()), "2026-12");
-        assert_eq!(principal.pk, "ACCOUNT#PRINCIPAL#usr_1");
+        let principal = Key::account(&crate::domain::budget::account_of_principal("ws_1", "usr_1"), "2026-12");
+        assert_eq!(principal.pk, "ACCOUNT#PRINCIPAL#ws_1#usr_1");
+        assert_ne!(
+            Key::account(&crate::domain::budget::account_of_principal("ws_2", "usr_1"), "2026-12"),
+            principal,
+            "one principal id in two workspaces is two accounts"
+        );
         assert_eq!(principal.sk, "PERIOD#2026-12");
         assert_eq!(
             Key::account(&Account::Install("acct_1".into()), "2026-12").pk,

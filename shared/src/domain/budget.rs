@@ -167,17 +167,22 @@ pub fn threshold(budget: Option<Budget>) -> Option<f64> {
 }
 
 /// The account a task's runs are charged to: the install's account for a
-/// connector task, the principal's for a reminder. Two namespaces: an
-/// install's account (a string the platform gives) can never name a
-/// principal's, whatever it holds.
+/// connector task, the principal's in its workspace for a reminder (a
+/// principal id is unique only within its workspace: `usr_1` of two
+/// workspaces are two people). Two namespaces: an install's account (a
+/// string the platform gives) can never name a principal's, whatever it
+/// holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Account {
-    Principal(String),
+    Principal { workspace: String, principal: String },
     Install(String),
 }
 
-pub fn account_of_principal(principal: &str) -> Account {
-    Account::Principal(principal.to_owned())
+pub fn account_of_principal(workspace: &str, principal: &str) -> Account {
+    Account::Principal {
+        workspace: workspace.to_owned(),
+        principal: principal.to_owned(),
+    }
 }
 
 #[cfg(test)]

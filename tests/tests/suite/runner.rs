@@ -84,7 +84,7 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
     assert_eq!(item["claims"][&occurrence]["status"], "succeeded");
     let account = s
         .account(
-            &shared::domain::budget::Account::Principal("usr_123".into()),
+            &shared::domain::budget::account_of_principal("ws_1", "usr_123"),
             &at.format("%Y-%m").to_string(),
         )
         .await
@@ -146,7 +146,7 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
     assert_eq!(s.model.requests().await.len(), 1, "one model call");
     let account = s
         .account(
-            &shared::domain::budget::Account::Principal("usr_123".into()),
+            &shared::domain::budget::account_of_principal("ws_1", "usr_123"),
             &at.format("%Y-%m").to_string(),
         )
         .await
@@ -237,7 +237,7 @@ async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once()
     );
     let account = s
         .account(
-            &shared::domain::budget::Account::Principal("usr_123".into()),
+            &shared::domain::budget::account_of_principal("ws_1", "usr_123"),
             &at.format("%Y-%m").to_string(),
         )
         .await
@@ -378,6 +378,33 @@ async fn a_skip_past_the_window_pays_for_the_crashed_claim_it_finds() {
     assert_eq!(account["spent_usd"].as_f64(), Some(reserve));
     assert_eq!(account["runs"], 1);
     assert!(s.events().await.is_empty(), "a skip sends no event");
+}
+
+/// A principal id is unique only within its workspace: the same id's
+/// reminders in two workspaces are two people's, charged to two accounts.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_principal_id_in_two_workspaces_is_charged_to_two_accounts() {
+    use shared::domain::budget::{account_of_principal, period};
+    use shared::domain::task::{Provenance, TaskId};
+    let s = RunStack::start().await.unwrap();
+    let at = Utc::now() - Duration::seconds(5);
+    for workspace in ["ws_1", "ws_2"] {
+        let mut task = reminder(at);
+        task.workspace = workspace.into();
+        task.task_id = TaskId::for_reminder(workspace, "usr_7", "k1");
+        task.provenance = Provenance::User {
+            principal: "usr_7".into(),
+        };
+        s.insert(&task).await;
+        s.run_to(&task, at, RunStatus::Succeeded).await;
+    }
+    for workspace in ["ws_1", "ws_2"] {
+        let account = s
+            .account(&account_of_principal(workspace, "usr_7"), &period(at))
+            .await
+            .unwrap_or_else(|| panic!("{workspace}'s usr_7 is charged"));
+        assert_eq!(account["runs"], 1, "{workspace}: {account}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -824,7 +851,7 @@ async fn a_crash_right_after_the_settle_still_notifies_once() {
     assert_eq!(s.model.requests().await.len(), 1, "the run itself never repeated");
     let account = s
         .account(
-            &shared::domain::budget::Account::Principal("usr_123".into()),
+            &shared::domain::budget::account_of_principal("ws_1", "usr_123"),
             &at.format("%Y-%m").to_string(),
         )
         .await

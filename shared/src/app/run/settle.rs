@@ -20,7 +20,7 @@ use crate::ports::{Connectors, Model, Release, RunStore, Settled, Settlement, St
 /// reminder.
 fn account_of(task: &Task, install: Option<&Install>) -> Option<budget::Account> {
     match (&task.provenance, install) {
-        (Provenance::User { principal }, _) => Some(budget::account_of_principal(principal)),
+        (Provenance::User { principal }, _) => Some(budget::account_of_principal(&task.workspace, principal)),
         (Provenance::Connector { .. }, Some(install)) => Some(budget::Account::Install(install.account.clone())),
         (Provenance::Connector { .. }, None) => None,
     }
