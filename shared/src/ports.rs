@@ -488,6 +488,15 @@ pub enum Versioned {
 pub trait TaskCatalog: Send + Sync {
     /// The workspace's tasks (all kinds).
     fn workspace_tasks(&self, workspace: &str) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send;
+    /// A page of at most `limit` of the workspace's tasks (all kinds), in
+    /// task id order, after the task `after`; the page's last task id when
+    /// more may follow. One query, whatever the workspace holds.
+    fn workspace_tasks_page(
+        &self,
+        workspace: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<(Vec<Task>, Option<String>), StoreError>> + Send;
     fn workspace_installs(&self, workspace: &str) -> impl Future<Output = Result<Vec<Install>, StoreError>> + Send;
     fn install(
         &self,

@@ -168,6 +168,41 @@ impl TaskCatalog for DynamoStore {
         items.into_iter().map(|i| read_item(i, "task")).collect()
     }
 
+    async fn workspace_tasks_page(
+        &self,
+        workspace: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Task>, Option<String>), StoreError> {
+        let query = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#sk", SK)
+            .expression_attribute_values(
+                ":pk",
+                AttributeValue::S(super::keys::workspace_partition(workspace)),
+            )
+            .expression_attribute_values(":prefix", AttributeValue::S(super::keys::TASK_PREFIX.to_owned()))
+            .set_exclusive_start_key(after.map(|id| Key::task(workspace, id).to_map()))
+            .limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX))
+            .consistent_read(true);
+        self.counted();
+        let out = query.send().await.map_err(|e| request_error("Query", e))?;
+        let tasks: Vec<Task> = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| read_item(i, "task"))
+            .collect::<Result<_, _>>()?;
+        let next = out
+            .last_evaluated_key
+            .and(tasks.last().map(|t| t.task_id.as_str().to_owned()));
+        Ok((tasks, next))
+    }
+
     async fn workspace_installs(&self, workspace: &str) -> Result<Vec<Install>, StoreError> {
         let items = self
             .query_prefix(

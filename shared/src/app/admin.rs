@@ -103,6 +103,12 @@ impl From<RunNowFailure> for AdminError {
 pub enum AdminRequest {
     List {
         principal: Principal,
+        /// 1 to 100, default 50.
+        #[serde(default)]
+        limit: Option<u64>,
+        /// Opaque, from the previous page.
+        #[serde(default)]
+        cursor: Option<String>,
     },
     Get {
         principal: Principal,
@@ -173,7 +179,7 @@ pub enum AdminRequest {
 impl AdminRequest {
     pub fn principal(&self) -> &Principal {
         match self {
-            AdminRequest::List { principal }
+            AdminRequest::List { principal, .. }
             | AdminRequest::Get { principal, .. }
             | AdminRequest::Approve { principal, .. }
             | AdminRequest::Pause { principal, .. }
@@ -258,6 +264,8 @@ pub struct CostCeilings {
 pub enum AdminAnswer {
     List {
         tasks: Vec<TaskView>,
+        /// The next page's, or null on the last.
+        cursor: Option<String>,
     },
     Get(Box<TaskDetail>),
     Changed {
@@ -492,18 +500,40 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
         }))
     }
 
+    /// A page of the workspace's tasks in task id order, as the owner's
+    /// `list` pages (`limit` 1 to 100, default 50; an opaque cursor).
+    async fn list(&self, principal: &Principal, limit: Option<u64>, cursor: Option<String>) -> Outcome {
+        use crate::app::schedules::{DEFAULT_PAGE, MAX_PAGE};
+        let limit = match limit {
+            None => DEFAULT_PAGE,
+            Some(n) if (1..=MAX_PAGE as u64).contains(&n) => n as usize,
+            Some(n) => {
+                return Ok(Err(AdminRefusal::InvalidRequest(format!(
+                    "limit {n} is not between 1 and {MAX_PAGE}"
+                ))));
+            }
+        };
+        let after = match cursor.as_deref().map(decode_cursor).transpose() {
+            Ok(after) => after,
+            Err(message) => return Ok(Err(AdminRefusal::InvalidRequest(message))),
+        };
+        let (tasks, next) = self
+            .store
+            .workspace_tasks_page(&principal.workspace, after.as_deref(), limit)
+            .await?;
+        Ok(Ok(AdminAnswer::List {
+            tasks: tasks.iter().map(view).collect(),
+            cursor: next.map(hex::encode),
+        }))
+    }
+
     async fn dispatch(&self, request: AdminRequest, now: DateTime<Utc>) -> Outcome {
         let principal = request.principal().clone();
         if !principal.holds(ADMIN_SCOPE) {
             return Ok(Err(AdminRefusal::Forbidden));
         }
         match request {
-            AdminRequest::List { .. } => {
-                let tasks = self.store.workspace_tasks(&principal.workspace).await?;
-                Ok(Ok(AdminAnswer::List {
-                    tasks: tasks.iter().map(view).collect(),
-                }))
-            }
+            AdminRequest::List { limit, cursor, .. } => self.list(&principal, limit, cursor).await,
             AdminRequest::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
             AdminRequest::Approve {
                 task_id,
@@ -780,4 +810,12 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
             explanation: explain(&updated, now),
         }))
     }
+}
+
+/// An admin list cursor: the hex of the last task id of the page before.
+fn decode_cursor(text: &str) -> Result<String, String> {
+    let bad = || "cursor is not one this function returned".to_owned();
+    let id = String::from_utf8(hex::decode(text).map_err(|_| bad())?).map_err(|_| bad())?;
+    crate::domain::task::TaskId::parse(&id).ok_or_else(bad)?;
+    Ok(id)
 }

@@ -56,6 +56,12 @@ async fn the_reconcile_admin_and_runner_fixtures_are_what_the_functions_take() {
         let answer = t.admin().handle(fixture(name), Utc::now()).await.unwrap();
         assert_eq!(answer["error"]["code"], "not_found", "{name}: {answer}");
     }
+    let listed = t.admin().handle(fixture("admin-list.json"), Utc::now()).await.unwrap();
+    assert_eq!(
+        (listed["tasks"].clone(), listed["cursor"].clone()),
+        (serde_json::json!([]), serde_json::Value::Null),
+        "{listed}"
+    );
 }
 
 /// The schedules fixtures walk one reminder's life in the README's order:

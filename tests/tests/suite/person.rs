@@ -744,3 +744,57 @@ async fn a_page_of_reminders_stays_whole_however_many_cancelled_ones_lie_between
     .await;
     assert_eq!(rest["tasks"].as_array().unwrap().len(), 1);
 }
+
+/// An admin's `list` pages with a cursor, as the owner's does: one query
+/// a page, whatever the workspace holds, every task once across the pages.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admins_list_pages_through_a_workspace_with_a_cursor() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let me = owner("usr_1");
+    let now = Utc::now();
+    for i in 0..7 {
+        let created = call(
+            &app,
+            schedules_create(&me, &format!("k{i}"), "R", json!({"at": ahead(3).to_rfc3339()})),
+            now,
+        )
+        .await;
+        assert_eq!(created["ok"], true, "{created}");
+    }
+    let admin = t.admin();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cursor = Value::Null;
+    let mut pages = 0;
+    loop {
+        let page = admin
+            .handle(
+                json!({"op": "list", "principal": admin_principal(), "limit": 3, "cursor": cursor}),
+                now,
+            )
+            .await
+            .unwrap();
+        assert_eq!(page["ok"], true, "{page}");
+        let tasks = page["tasks"].as_array().unwrap();
+        assert!(tasks.len() <= 3);
+        for task in tasks {
+            assert!(seen.insert(task["task_id"].as_str().unwrap().to_owned()), "each task once");
+        }
+        pages += 1;
+        cursor = page["cursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+        assert!(pages < 10, "the pages end");
+    }
+    assert_eq!(seen.len(), 7, "every task of the workspace");
+    assert!(pages >= 3);
+    for bad in [json!({"limit": 0}), json!({"limit": 101}), json!({"cursor": "zz"})] {
+        let mut request = json!({"op": "list", "principal": admin_principal()});
+        for (k, v) in bad.as_object().unwrap() {
+            request[k] = v.clone();
+        }
+        let refused = admin.handle(request, now).await.unwrap();
+        assert_eq!(refused["error"]["code"], "invalid_request", "{bad}: {refused}");
+    }
+}
