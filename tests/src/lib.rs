@@ -452,6 +452,7 @@ pub fn install(id: &str, server: &str, url: &str, scope: InstallScope) -> Instal
         updated_at: Utc::now(),
         declaration_errors: Default::default(),
         last_error: None,
+        lifecycle_at: None,
     }
 }
 

@@ -268,6 +268,7 @@ fn install(workspace: &str, server: &str, url: &str, now: DateTime<Utc>) -> Inst
         updated_at: now,
         declaration_errors: BTreeMap::new(),
         last_error: None,
+        lifecycle_at: None,
     }
 }
 

@@ -181,10 +181,7 @@ impl TaskCatalog for DynamoStore {
             .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
             .expression_attribute_names("#pk", PK)
             .expression_attribute_names("#sk", SK)
-            .expression_attribute_values(
-                ":pk",
-                AttributeValue::S(super::keys::workspace_partition(workspace)),
-            )
+            .expression_attribute_values(":pk", AttributeValue::S(super::keys::workspace_partition(workspace)))
             .expression_attribute_values(":prefix", AttributeValue::S(super::keys::TASK_PREFIX.to_owned()))
             .set_exclusive_start_key(after.map(|id| Key::task(workspace, id).to_map()))
             .limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX))

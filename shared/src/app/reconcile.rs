@@ -82,8 +82,34 @@ pub async fn put_in_step<S: TaskStore, G: Schedules>(
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Work {
-    Event(Event),
+    Event(Stamped),
     Pass(Pass),
+}
+
+/// A platform event as queued, with when the platform sent it: its
+/// webhook's signed `webhook-timestamp`. A lifecycle event older than the
+/// last one applied to its install (a redriven `connector.installed` after
+/// a later uninstall) is recorded on the install and ignored. Items queued
+/// by the release before carry no time and apply as they come.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamped {
+    #[serde(flatten)]
+    pub event: Event,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_at: Option<DateTime<Utc>>,
+}
+
+impl Stamped {
+    pub fn new(event: Event, event_at: Option<DateTime<Utc>>) -> Self {
+        Self { event, event_at }
+    }
+}
+
+impl std::ops::Deref for Stamped {
+    type Target = Event;
+    fn deref(&self) -> &Event {
+        &self.event
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,7 +241,12 @@ pub async fn intake<S: TaskCatalog, Q: WorkQueue>(
     if store.seen_delivery(id).await? {
         return Ok(WebhookAnswer::Duplicate);
     }
-    let body = serde_json::to_string(&Work::Event(event.clone())).unwrap_or_default();
+    // The signed timestamp: when the platform sent the event.
+    let sent_at = delivery
+        .timestamp
+        .and_then(|t| t.trim().parse::<i64>().ok())
+        .and_then(|t| DateTime::from_timestamp(t, 0));
+    let body = serde_json::to_string(&Work::Event(Stamped::new(event.clone(), sent_at))).unwrap_or_default();
     queue
         .enqueue(&group(event.workspace(), event.install_id()), id, &body)
         .await?;
@@ -293,10 +324,22 @@ pub struct Reconciler<S, G, C, Q> {
 /// A work item's kind, for its span's name.
 fn work_kind(work: &Work) -> &'static str {
     match work {
-        Work::Event(Event::Installed { .. }) => "connector.installed",
-        Work::Event(Event::Connected { .. }) => "connector.connected",
-        Work::Event(Event::Uninstalled { .. }) => "connector.uninstalled",
-        Work::Event(Event::ListChanged { .. }) => "prompts.list_changed",
+        Work::Event(Stamped {
+            event: Event::Installed { .. },
+            ..
+        }) => "connector.installed",
+        Work::Event(Stamped {
+            event: Event::Connected { .. },
+            ..
+        }) => "connector.connected",
+        Work::Event(Stamped {
+            event: Event::Uninstalled { .. },
+            ..
+        }) => "connector.uninstalled",
+        Work::Event(Stamped {
+            event: Event::ListChanged { .. },
+            ..
+        }) => "prompts.list_changed",
         Work::Pass(Pass::Install { .. }) => "install",
         Work::Pass(Pass::All) => "all",
         Work::Pass(Pass::Installs { .. }) => "installs page",
@@ -436,7 +479,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
 
     async fn work_on(&self, work: Work, now: DateTime<Utc>) -> Result<Summary, ReconcileError> {
         match work {
-            Work::Event(event) => self.apply(&event, now).await,
+            Work::Event(stamped) => self.apply_stamped(&stamped, now).await,
             Work::Pass(Pass::Install { workspace, install }) => {
                 Box::pin(self.reconcile_install(&workspace, &install.id, now)).await
             }
@@ -520,7 +563,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
     /// install.
     pub async fn record_failure(&self, body: &str, reason: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
         let named = match serde_json::from_str::<Work>(body) {
-            Ok(Work::Event(event)) => Some((event.workspace().to_owned(), event.install_id().to_owned())),
+            Ok(Work::Event(stamped)) => Some((stamped.workspace().to_owned(), stamped.install_id().to_owned())),
             Ok(Work::Pass(Pass::Install { workspace, install })) => Some((workspace, install.id)),
             _ => None,
         };
@@ -615,6 +658,48 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
         Ok(repaired)
     }
 
+    /// Applies one platform event as queued: a lifecycle event
+    /// (`connector.installed`, `connector.uninstalled`) sent before the
+    /// last one applied to its install is stale: recorded on the install
+    /// and ignored; an applied one leaves its time on the install.
+    pub async fn apply_stamped(&self, stamped: &Stamped, now: DateTime<Utc>) -> Result<Summary, ReconcileError> {
+        let lifecycle = matches!(stamped.event, Event::Installed { .. } | Event::Uninstalled { .. });
+        let Some(sent_at) = stamped.event_at.filter(|_| lifecycle) else {
+            return self.apply(&stamped.event, now).await;
+        };
+        let (workspace, install_id) = (stamped.workspace(), stamped.install_id());
+        let known = TaskCatalog::install(&self.store, workspace, install_id).await?;
+        if let Some(mut known) = known.filter(|k| k.lifecycle_at.is_some_and(|last| sent_at < last)) {
+            let what = match stamped.event {
+                Event::Installed { .. } => "connector.installed",
+                _ => "connector.uninstalled",
+            };
+            let last = known
+                .lifecycle_at
+                .map(crate::domain::schedule::format_utc)
+                .unwrap_or_default();
+            tracing::warn!(event = what, sent_at = %sent_at, last = %last, "a stale lifecycle event is ignored");
+            known.last_error = Some(format!(
+                "{} ignored a stale {what} sent {} (the install's last lifecycle event was sent {last})",
+                crate::domain::schedule::format_utc(now),
+                crate::domain::schedule::format_utc(sent_at),
+            ));
+            self.store.put_install(&known).await?;
+            let mut summary = Summary::default();
+            summary.changes.insert("stale_event_ignored".to_owned(), 1);
+            return Ok(summary);
+        }
+        let summary = self.apply(&stamped.event, now).await?;
+        // The applied event's time, for a later, older one to be told stale.
+        if let Some(mut applied) = TaskCatalog::install(&self.store, workspace, install_id).await?
+            && applied.lifecycle_at.is_none_or(|last| last < sent_at)
+        {
+            applied.lifecycle_at = Some(sent_at);
+            self.store.put_install(&applied).await?;
+        }
+        Ok(summary)
+    }
+
     /// Applies one platform event.
     #[tracing::instrument(skip_all, fields(workspace = event.workspace(), install = event.install_id()))]
     pub async fn apply(&self, event: &Event, now: DateTime<Utc>) -> Result<Summary, ReconcileError> {
@@ -629,7 +714,8 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
                 // An install id names one server for good: re-declaring it as
                 // another would run the approved tasks of the first on the
                 // second's URL, with no approval.
-                if let Some(known) = TaskCatalog::install(&self.store, workspace, &install.id).await?
+                let known = TaskCatalog::install(&self.store, workspace, &install.id).await?;
+                if let Some(known) = &known
                     && known.server != install.server
                 {
                     tracing::warn!(
@@ -651,6 +737,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
                     updated_at: now,
                     declaration_errors: BTreeMap::new(),
                     last_error: None,
+                    lifecycle_at: known.and_then(|k| k.lifecycle_at),
                 };
                 self.store.put_install(&record).await?;
                 let mut summary = Box::pin(self.rebind(workspace, now)).await?;

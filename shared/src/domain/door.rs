@@ -234,6 +234,7 @@ mod tests {
             updated_at: t0(),
             declaration_errors: Default::default(),
             last_error: None,
+            lifecycle_at: None,
         }
     }
 

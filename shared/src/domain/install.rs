@@ -49,6 +49,11 @@ pub struct Install {
     /// refused or could not be read), with when; cleared by one that works.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// When the platform sent the latest lifecycle event applied to it
+    /// (`connector.installed` or `connector.uninstalled`): an older one
+    /// arriving later is stale and ignored (`app::reconcile::Stamped`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle_at: Option<DateTime<Utc>>,
 }
 
 impl Install {
@@ -173,6 +178,7 @@ pub(crate) mod tests_support {
             updated_at: Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(),
             declaration_errors: Default::default(),
             last_error: None,
+            lifecycle_at: None,
         }
     }
 }

@@ -594,6 +594,7 @@ mod tests {
             updated_at: now(),
             declaration_errors: Default::default(),
             last_error: None,
+            lifecycle_at: None,
         }
     }
 

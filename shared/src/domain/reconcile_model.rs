@@ -171,6 +171,7 @@ fn install(id: &str, server: &str, scope: InstallScope, status: InstallStatus) -
         updated_at: Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap(),
         declaration_errors: Default::default(),
         last_error: None,
+        lifecycle_at: None,
     }
 }
 

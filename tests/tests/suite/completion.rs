@@ -137,7 +137,10 @@ async fn a_reminder_deleted_while_its_run_runs_is_recorded_and_stays_deleted() {
         "the reservation settled to the cost"
     );
     let account = s
-        .account(&shared::domain::budget::account_of_principal("ws_1", "usr_123"), &period)
+        .account(
+            &shared::domain::budget::account_of_principal("ws_1", "usr_123"),
+            &period,
+        )
         .await
         .unwrap();
     assert_eq!(account["runs"], 1, "charged once");

@@ -778,7 +778,10 @@ async fn an_admins_list_pages_through_a_workspace_with_a_cursor() {
         let tasks = page["tasks"].as_array().unwrap();
         assert!(tasks.len() <= 3);
         for task in tasks {
-            assert!(seen.insert(task["task_id"].as_str().unwrap().to_owned()), "each task once");
+            assert!(
+                seen.insert(task["task_id"].as_str().unwrap().to_owned()),
+                "each task once"
+            );
         }
         pages += 1;
         cursor = page["cursor"].clone();

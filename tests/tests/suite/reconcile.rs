@@ -686,3 +686,48 @@ async fn the_daily_pass_puts_reminders_schedules_back_in_step() {
     );
     assert_eq!(t.schedule_names().await.len(), 3);
 }
+
+/// Lifecycle events carry when the platform sent them: a redriven
+/// `connector.installed` that arrives after a later uninstall is recorded
+/// on the install and ignored (it would reinstall the connector and run
+/// its tasks again); a newer one applies; an item the release before
+/// queued, with no time, applies as it comes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_lifecycle_event_is_recorded_and_ignored() {
+    use shared::app::reconcile::{Stamped, Work};
+    use shared::domain::install::InstallStatus;
+    let w = World::start().await;
+    let r = w.t.reconciler();
+    let t0 = Utc::now() - chrono::Duration::minutes(30);
+    let at = |minutes: i64| Some(t0 + chrono::Duration::minutes(minutes));
+    let body = |event, sent| serde_json::to_string(&Work::Event(Stamped::new(event, sent))).unwrap();
+    let installed_event = || installed("ins_1", "issues", &w.issues.url(), "workspace");
+    let status = || async {
+        let item = w.t.item_at(Key::install("ws_1", "ins_1")).await.unwrap();
+        let status = match item["status"].as_str() {
+            Some("installed") => InstallStatus::Installed,
+            Some("uninstalled") => InstallStatus::Uninstalled,
+            other => panic!("status {other:?}"),
+        };
+        (status, item["last_error"].as_str().map(str::to_owned))
+    };
+    r.work(&body(installed_event(), at(0)), Utc::now()).await.unwrap();
+    r.work(&body(event("connector.uninstalled", "ins_1"), at(10)), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(status().await.0, InstallStatus::Uninstalled);
+    // The first install's webhook, redriven from a DLQ after the uninstall.
+    let stale = r.work(&body(installed_event(), at(5)), Utc::now()).await.unwrap();
+    assert_eq!(stale.changes.get("stale_event_ignored"), Some(&1));
+    let (state, why) = status().await;
+    assert_eq!(state, InstallStatus::Uninstalled, "still uninstalled");
+    let why = why.unwrap();
+    assert!(why.contains("stale connector.installed"), "{why}");
+    // A newer install applies; so does an item queued with no time.
+    r.work(&body(installed_event(), at(20)), Utc::now()).await.unwrap();
+    assert_eq!(status().await.0, InstallStatus::Installed);
+    r.work(&body(event("connector.uninstalled", "ins_1"), None), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(status().await.0, InstallStatus::Uninstalled);
+}

@@ -784,12 +784,18 @@ async fn a_daily_reminder_runs_every_occurrence_once_across_dst_changes() {
         "invalid_request"
     );
     let march = s
-        .account(&shared::domain::budget::account_of_principal("ws_1", "usr_1"), "2027-03")
+        .account(
+            &shared::domain::budget::account_of_principal("ws_1", "usr_1"),
+            "2027-03",
+        )
         .await
         .unwrap();
     assert_eq!(march["runs"], 3);
     let november = s
-        .account(&shared::domain::budget::account_of_principal("ws_1", "usr_1"), "2027-11")
+        .account(
+            &shared::domain::budget::account_of_principal("ws_1", "usr_1"),
+            "2027-11",
+        )
         .await
         .unwrap();
     assert_eq!(november["runs"], 3);

@@ -1313,7 +1313,10 @@ fn the_public_webhook_url_has_reserved_concurrency() {
     assert_eq!(tagged(&reserved[1], "!Ref").as_str(), Some("WebhookConcurrency"));
     assert_eq!(tagged(&reserved[2], "!Ref").as_str(), Some("AWS::NoValue"));
     assert_eq!(num(&t["Parameters"]["WebhookConcurrency"]["Default"]), 10);
-    let equals = tagged(&tagged(&t["Conditions"]["WebhookConcurrencyReserved"], "!Not")[0], "!Equals");
+    let equals = tagged(
+        &tagged(&t["Conditions"]["WebhookConcurrencyReserved"], "!Not")[0],
+        "!Equals",
+    );
     assert_eq!(tagged(&equals[0], "!Ref").as_str(), Some("WebhookConcurrency"));
     assert_eq!(num(&equals[1]), 0);
 }

@@ -320,7 +320,11 @@ async fn create_and_a_reconcile_pass_are_traced_too() {
     .await
     .unwrap();
     let reconciler = t.reconciler().with_tracer(tracer(&t.aws.sdk, &endpoint, "reconcile"));
-    let body = serde_json::to_string(&Work::Event(installed("ins_1", "issues", &fixture.url(), "workspace"))).unwrap();
+    let body = serde_json::to_string(&Work::Event(shared::app::reconcile::Stamped::new(
+        installed("ins_1", "issues", &fixture.url(), "workspace"),
+        None,
+    )))
+    .unwrap();
     let summary = reconciler.work(&body, Utc::now()).await.unwrap();
     assert_eq!(summary.tasks_written, 1);
     reconciler.tracer().flush(Duration::from_secs(10)).await;
