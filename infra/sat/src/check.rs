@@ -359,10 +359,12 @@ pub async fn run(args: &CheckArgs, resources: Option<&Resources>) -> Result<Chec
         })?;
     let install = install(&args.workspace, &server, &args.url, now);
     let installs = BTreeMap::from([(install.install_id.clone(), install.clone())]);
+    // One server alone in a workspace: the workspace cap is all its room.
     let view = ServerView {
         install: &install,
         prompts: &prompts,
         tools: &tools,
+        room: reconcile::MAX_WORKSPACE_TASKS,
     };
     let plan = reconcile::plan(&view, &[], &installs, &settings.ceilings, now);
     let created: BTreeMap<&str, &Task> = plan

@@ -906,10 +906,9 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
         let mut summary = Summary::default();
         for _ in 0..ATTEMPTS {
             let installs = self.installs(workspace).await?;
-            let stored: Vec<Task> = self
-                .store
-                .workspace_tasks(workspace)
-                .await?
+            let every = self.store.workspace_tasks(workspace).await?;
+            let room = reconcile::workspace_room(&every, &install.server);
+            let stored: Vec<Task> = every
                 .into_iter()
                 .filter(|t| matches!(&t.provenance, Provenance::Connector { server, .. } if *server == install.server))
                 .collect();
@@ -917,6 +916,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
                 install: &install,
                 prompts: &prompts,
                 tools: &tools,
+                room,
             };
             let plan = reconcile::plan(&view, &stored, &installs, &self.ceilings, now);
             if !self.write_all(&plan.writes, &mut summary).await? {

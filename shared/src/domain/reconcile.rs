@@ -45,6 +45,29 @@ pub struct ServerView<'a> {
     pub install: &'a Install,
     pub prompts: &'a [ListedPrompt],
     pub tools: &'a BTreeSet<String>,
+    /// How many live connector tasks this server may hold in its workspace:
+    /// [`MAX_WORKSPACE_TASKS`] less the workspace's other servers' ones
+    /// ([`workspace_room`]).
+    pub room: usize,
+}
+
+/// The most live connector tasks one workspace holds, over all its
+/// servers: Scheduler's schedules and its `CreateSchedule` rate are the
+/// account's, shared by every tenant, so no one workspace's servers may
+/// declare without bound. A declaration past it is refused by name, on its
+/// install; tasks that exist are never taken away by it.
+pub const MAX_WORKSPACE_TASKS: usize = 1_000;
+
+/// The room [`ServerView::room`] names for `server`, from every task of its
+/// workspace: the cap less the live (not tombstoned) connector tasks of
+/// the workspace's other servers.
+pub fn workspace_room(tasks: &[Task], server: &str) -> usize {
+    let elsewhere = tasks
+        .iter()
+        .filter(|t| !is_tombstoned(t))
+        .filter(|t| matches!(&t.provenance, Provenance::Connector { server: s, .. } if s != server))
+        .count();
+    MAX_WORKSPACE_TASKS.saturating_sub(elsewhere)
 }
 
 /// A kind of change, for logs and metrics.
@@ -256,6 +279,8 @@ pub fn plan(
     let mut prompts: Vec<&ListedPrompt> = view.prompts.iter().collect();
     prompts.sort_by(|a, b| a.name.cmp(&b.name));
     let mut marked = 0;
+    // This server's live tasks, and those this plan creates: within `room`.
+    let mut held = ours.values().filter(|t| !is_tombstoned(t)).count();
     for prompt in prompts {
         if !seen.insert(prompt.name.as_str()) {
             continue;
@@ -271,8 +296,20 @@ pub fn plan(
                 refuse(&mut plan, prompt, existing, reason, now);
                 continue;
             }
+            if existing.is_none() && held >= view.room {
+                let reason = format!(
+                    "the workspace holds its most scheduled tasks ({MAX_WORKSPACE_TASKS} over all its connectors); \
+                     this prompt becomes a task when others go"
+                );
+                refuse(&mut plan, prompt, existing, reason, now);
+                continue;
+            }
         }
+        let before = plan.writes.len();
         plan_prompt(&mut plan, view, prompt, id, existing, installs, ceilings, now);
+        if existing.is_none() && plan.writes.len() > before {
+            held += 1;
+        }
     }
     // Stored tasks whose prompt is gone from the list.
     for task in ours.into_values() {
@@ -640,6 +677,7 @@ mod tests {
             install: &install,
             prompts,
             tools: &tools,
+            room: MAX_WORKSPACE_TASKS,
         };
         plan(&view, stored, installs, &ceilings(), now())
     }
@@ -659,6 +697,50 @@ mod tests {
         let mut m = marker();
         mutate(&mut m);
         m
+    }
+
+    #[test]
+    fn a_workspace_at_its_task_cap_refuses_new_declarations_by_name_and_keeps_its_tasks() {
+        let named = |name: &str| ListedPrompt {
+            name: name.into(),
+            ..prompt(Some(marker()), &[])
+        };
+        let listed = [named("a"), named("b"), named("c")];
+        let install = install("ins_1", InstallStatus::Installed);
+        let tools = tools();
+        let with_room = |room: usize, stored: &[Task]| {
+            let view = ServerView {
+                install: &install,
+                prompts: &listed,
+                tools: &tools,
+                room,
+            };
+            plan(&view, stored, &installs(), &ceilings(), now())
+        };
+        let p = with_room(2, &[]);
+        assert_eq!(p.writes.len(), 2, "two new tasks fit");
+        assert!(p.refused["c"].contains("most scheduled tasks"), "{:?}", p.refused);
+        // With no room at all, the tasks that exist stay; nothing new comes.
+        let existing: Vec<Task> = p.writes.iter().map(|w| w.task.clone()).collect();
+        let p = with_room(0, &existing);
+        assert!(p.writes.is_empty(), "{:?}", p.writes);
+        assert_eq!(p.refused.keys().collect::<Vec<_>>(), vec!["c"]);
+        // The room counts the other servers' live tasks.
+        let mut other = existing[0].clone();
+        other.provenance = Provenance::Connector {
+            install_id: "ins_2".into(),
+            server: "mail".into(),
+            prompt: "a".into(),
+        };
+        assert_eq!(
+            workspace_room(std::slice::from_ref(&other), "issues"),
+            MAX_WORKSPACE_TASKS - 1
+        );
+        assert_eq!(
+            workspace_room(&existing, "issues"),
+            MAX_WORKSPACE_TASKS,
+            "its own are not elsewhere"
+        );
     }
 
     #[test]
@@ -705,6 +787,7 @@ mod tests {
             install: &personal,
             prompts: &listed,
             tools: &tools,
+            room: MAX_WORKSPACE_TASKS,
         };
         assert_eq!(
             plan(&view, std::slice::from_ref(&task), &all, &ceilings(), now()),

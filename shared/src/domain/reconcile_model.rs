@@ -296,6 +296,7 @@ impl World {
             install: &declaring,
             prompts: &prompts,
             tools: &tools,
+            room: super::reconcile::MAX_WORKSPACE_TASKS,
         };
         let first = plan(&view, &stored, &self.installs, &self.ceilings, self.now);
         self.apply(first.writes, context)?;
@@ -414,6 +415,7 @@ impl World {
                     install: &personal,
                     prompts: &prompts,
                     tools: &self.tools,
+                    room: super::reconcile::MAX_WORKSPACE_TASKS,
                 };
                 let p = plan(&view, &stored, &self.installs, &self.ceilings, self.now);
                 prop_assert!(
