@@ -541,12 +541,24 @@ pub trait TaskCatalog: Send + Sync {
 
 /// The two families of the schedulable index (`gsi3`), each in
 /// [`crate::domain::schedule_definition::REMINDER_SHARDS`] shards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Family {
     /// Reminders that can still run, `scheduled` or `paused`.
     Reminders,
     /// Connector tasks that fire (they have a `due`).
     Connectors,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::Reminders, Family::Connectors];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Reminders => "reminders",
+            Family::Connectors => "connectors",
+        }
+    }
 }
 
 /// The missed-occurrence check's reads and writes (SPEC §14,
@@ -575,6 +587,21 @@ pub trait DueIndex: Send + Sync {
     /// the `due` the task was read with; `false` if it moved meanwhile.
     fn move_due(&self, task: &Task, to: Option<DateTime<Utc>>)
     -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Where the check of one shard of `family` stopped last (`None`: at
+    /// the start of the index).
+    fn check_cursor(
+        &self,
+        family: Family,
+        shard: u8,
+    ) -> impl Future<Output = Result<Option<Cursor>, StoreError>> + Send;
+    /// Keeps where the check of the shard stopped; `None` starts the next
+    /// one at the start of the index.
+    fn save_check_cursor(
+        &self,
+        family: Family,
+        shard: u8,
+        cursor: Option<&Cursor>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// Where a page of a pass continues: after this item, named by its

@@ -577,6 +577,33 @@ impl TestStack {
         }
     }
 
+    /// The missed-occurrence check as the worker runs it at `at`: the
+    /// scheduled item, then each shard's item it queued (taken from the
+    /// work queue); how many missed occurrences they reported, summed.
+    pub async fn run_overdue_check(&self, r: &TestReconciler, at: DateTime<Utc>) -> usize {
+        let queued = r
+            .work(r#"{"type": "overdue.check"}"#, at)
+            .await
+            .expect("the check runs");
+        assert_eq!(
+            queued.overdue, None,
+            "the scheduled item only queues the shards' checks"
+        );
+        let mut missed = 0;
+        let mut shards = 0;
+        for (group, body) in self.take_work().await {
+            assert!(group.starts_with("overdue/"), "{group}: {body}");
+            let summary = r.work(&body, at).await.expect("a shard's check runs");
+            missed += summary.overdue.expect("a shard's count");
+            shards += 1;
+        }
+        assert_eq!(
+            shards,
+            2 * usize::from(shared::domain::schedule_definition::REMINDER_SHARDS)
+        );
+        missed
+    }
+
     pub async fn take_work(&self) -> Vec<(String, String)> {
         let sqs = aws_sdk_sqs::Client::new(&self.aws.sdk);
         let mut out = Vec::new();

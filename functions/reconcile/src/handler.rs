@@ -326,6 +326,13 @@ async fn work_one(reconciler: &Worker, id: &str, group: &str, body: &str, budget
                 // Every check publishes, zero included: the alarm sees the check run.
                 shared::adapters::metrics::count("OccurrencesOverdue", missed as u64, None);
             }
+            if let Some(check) = summary.overdue_check {
+                shared::adapters::metrics::count("OverdueCheckUnfinished", u64::from(check.unfinished), None);
+                shared::adapters::metrics::seconds(
+                    "OverdueBacklogSeconds",
+                    u64::try_from(check.backlog_seconds).unwrap_or_default(),
+                );
+            }
             true
         }
         Err(shared::app::reconcile::ReconcileError::Malformed(reason)) => {

@@ -159,12 +159,18 @@ fn route(dlq: &'static str, message: &Received) -> (String, Destination) {
                     Work::Pass(Pass::Install { workspace, install }) => {
                         format!("reconcile pass of install {} of {workspace}", install.id)
                     }
+                    Work::Pass(Pass::OverdueShard { family, shard, .. }) => {
+                        format!("the missed-occurrence check of {} shard {shard:02}", family.as_str())
+                    }
                     Work::Pass(_) => "a page of the daily pass".to_owned(),
                 };
                 let group = message.group.clone().unwrap_or_else(|| match &work {
                     Work::Event(event) => shared::app::reconcile::group(event.workspace(), event.install_id()),
                     Work::Pass(Pass::Install { workspace, install }) => {
                         shared::app::reconcile::group(workspace, &install.id)
+                    }
+                    Work::Pass(Pass::OverdueShard { family, shard, .. }) => {
+                        format!("overdue/{}/{shard:02}", family.as_str())
                     }
                     Work::Pass(_) => "pass".to_owned(),
                 });

@@ -386,6 +386,50 @@ impl DueIndex for DynamoStore {
             .collect())
     }
 
+    async fn check_cursor(&self, family: Family, shard: u8) -> Result<Option<Cursor>, StoreError> {
+        #[derive(serde::Deserialize)]
+        struct Saved {
+            cursor: Cursor,
+        }
+        let saved: Option<Saved> = self
+            .get_item(Key::check_cursor(family.as_str(), shard), "check cursor")
+            .await?;
+        Ok(saved.map(|s| s.cursor))
+    }
+
+    async fn save_check_cursor(&self, family: Family, shard: u8, cursor: Option<&Cursor>) -> Result<(), StoreError> {
+        let key = Key::check_cursor(family.as_str(), shard);
+        self.counted();
+        match cursor {
+            None => {
+                self.client()
+                    .delete_item()
+                    .table_name(self.table())
+                    .set_key(Some(key.to_map()))
+                    .send()
+                    .await
+                    .map_err(|e| request_error("DeleteItem", e))?;
+            }
+            Some(cursor) => {
+                let cursor = serde_dynamo::to_attribute_value(cursor).map_err(|e| StoreError::Corrupt {
+                    what: "check cursor".into(),
+                    source: Box::new(e),
+                })?;
+                let mut item = key.to_map();
+                item.insert("entity".to_owned(), AttributeValue::S("check_cursor".to_owned()));
+                item.insert("cursor".to_owned(), cursor);
+                self.client()
+                    .put_item()
+                    .table_name(self.table())
+                    .set_item(Some(item))
+                    .send()
+                    .await
+                    .map_err(|e| request_error("PutItem", e))?;
+            }
+        }
+        Ok(())
+    }
+
     async fn move_due(&self, task: &Task, to: Option<DateTime<Utc>>) -> Result<bool, StoreError> {
         let mut moved = task.clone();
         moved.due = to;

@@ -12,6 +12,7 @@
 //! | webhook id  | `WEBHOOK#<id>`        | `WEBHOOK`                    |
 //! | owner       | `OWNER#<workspace>#<principal>` | `REMINDERS`        |
 //! | model pace  | `PACE#<model id>`     | `PACE`                       |
+//! | check cursor | `CHECK#<family>#<shard>` | `CURSOR`                  |
 //!
 //! One global secondary index, `gsi1` (keys only, sparse: only the items
 //! below carry its keys), for the two lookups the primary key cannot do:
@@ -172,6 +173,15 @@ impl Key {
         Self {
             pk: format!("PACE#{model_id}"),
             sk: "PACE".to_owned(),
+        }
+    }
+
+    /// Where the missed-occurrence check of one shard of a family stopped
+    /// (`app::overdue::check_shard`).
+    pub fn check_cursor(family: &str, shard: u8) -> Self {
+        Self {
+            pk: format!("CHECK#{family}#{shard:02}"),
+            sk: "CURSOR".to_owned(),
         }
     }
 

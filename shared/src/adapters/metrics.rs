@@ -6,8 +6,10 @@
 //! `RunsFailed`, `RunsSkipped` (dimension `Reason`), `DuplicatesAbsorbed`,
 //! `BudgetRefusals`, `RunsReturned`, `RunsReturnedThrottled`,
 //! `RunsReturnedPaced`. Reconcile: `ReconcileChanges` (dimension `Kind`),
-//! `OccurrencesOverdue` (the missed-occurrence check, every run),
-//! `DeclarationsRefused`.
+//! `OccurrencesOverdue` (the missed-occurrence check, every shard's run),
+//! `OverdueCheckUnfinished` (a shard's check that ran out of time, 0 or 1),
+//! `OverdueBacklogSeconds` (seconds: the oldest `due` a shard's check left
+//! unjudged), `DeclarationsRefused`.
 
 use std::io::Write;
 
@@ -18,6 +20,17 @@ pub const NAMESPACE: &str = "ScheduledAgentTasks";
 /// One EMF record: a count, with at most one dimension. A dimensioned count
 /// is also published without the dimension, so one alarm watches the total.
 pub fn record(name: &str, value: u64, dimension: Option<(&str, &str)>) -> Value {
+    record_in(name, value, "Count", dimension)
+}
+
+/// Writes a duration in seconds to stdout as EMF (an alarm reads its maximum).
+pub fn seconds(name: &str, value: u64) {
+    let line = record_in(name, value, "Seconds", None);
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+}
+
+fn record_in(name: &str, value: u64, unit: &str, dimension: Option<(&str, &str)>) -> Value {
     let dimensions: Vec<Vec<&str>> = dimension
         .map(|(k, _)| vec![vec![k], vec![]])
         .unwrap_or_else(|| vec![vec![]]);
@@ -29,7 +42,7 @@ pub fn record(name: &str, value: u64, dimension: Option<(&str, &str)>) -> Value 
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
                 "Dimensions": dimensions,
-                "Metrics": [{"Name": name, "Unit": "Count"}],
+                "Metrics": [{"Name": name, "Unit": unit}],
             }],
         }),
     );

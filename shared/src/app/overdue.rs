@@ -2,15 +2,21 @@
 //! before the cutoff (`domain::overdue::cutoff`: its catch-up window and a
 //! margin ago) is judged against its run records and claims; each
 //! occurrence with no outcome is recorded `skipped` (never delivered, or
-//! never finished) the way the runner's door records a skip, so its person
-//! hears of it (the record's event) and it is reported once; then `due`
-//! moves past what was judged.
+//! never finished) the way the runner's door records a skip (a skip sends
+//! no event: the person reads it in the task's runs, the operator in the
+//! `OccurrencesOverdue` metric and its alarm) and it is reported once;
+//! then `due` moves past what was judged.
 //!
 //! Bounded like the daily pass (SPEC §13): it reads the index a page of at
-//! most [`PAGE`] tasks at a time, per shard, and stops at its deadline; a
-//! task it did not reach keeps its `due` and is judged by the next check.
-//! It runs on its own schedule in the reconcile worker (`overdue.check`)
-//! and on demand (`sat overdue`).
+//! most [`PAGE`] tasks at a time, per shard, judging up to [`JUDGED_AT_ONCE`]
+//! tasks of a page at once, and stops at its deadline; a task it did not
+//! reach keeps its `due` and is judged by the next check. On its schedule
+//! (`overdue.check`, every 15 minutes) the reconcile worker queues one work
+//! item per family and shard (`overdue.shard`, each in its own message
+//! group, so the worker checks them side by side); each starts where that
+//! shard's last check stopped ([`check_shard`], its cursor kept in the
+//! table) and says how old the oldest `due` it left unjudged is, the
+//! backlog's age. `sat overdue` runs every shard on demand ([`check`]).
 
 use std::time::Instant;
 
@@ -24,10 +30,12 @@ use crate::domain::overdue::{self, CHECK_EXECUTION_ID, Trace};
 use crate::domain::schedule::Schedule;
 use crate::domain::schedule_definition::REMINDER_SHARDS;
 use crate::domain::task::{Task, TaskKind};
-use crate::ports::{Cursor, DueIndex, Family, RunStore, StoreError};
+use crate::ports::{DueIndex, Family, RunStore, StoreError};
 
 /// The most tasks one query of the index returns.
 pub const PAGE: usize = 100;
+/// Tasks of one page judged at once (about three requests each).
+pub const JUDGED_AT_ONCE: usize = 8;
 
 /// How the check runs.
 #[derive(Debug, Clone, Copy)]
@@ -67,43 +75,92 @@ pub struct Checked {
     pub missed: Vec<Missed>,
     /// `false`: the deadline came first; the rest is judged next time.
     pub complete: bool,
+    /// How long ago the oldest `due` this check left unjudged was (zero
+    /// when it left none): the backlog's age.
+    pub backlog: Duration,
 }
 
-/// Runs the check at `now` until `deadline`.
+/// Runs the check of every shard at `now` until `deadline`, one shard
+/// after another (`sat overdue`; the worker checks the shards side by side,
+/// [`check_shard`]).
 pub async fn check<S: DueIndex + RunStore>(
     store: &S,
     settings: CheckSettings,
     now: DateTime<Utc>,
     deadline: Instant,
 ) -> Result<Checked, StoreError> {
+    let mut checked = Checked {
+        cutoff: Some(overdue::cutoff(now, settings.catch_up)),
+        complete: true,
+        ..Checked::default()
+    };
+    for family in Family::ALL {
+        for shard in 0..REMINDER_SHARDS {
+            let one = check_shard(store, settings, family, shard, now, deadline).await?;
+            checked.tasks += one.tasks;
+            checked.missed.extend(one.missed);
+            checked.complete &= one.complete;
+            checked.backlog = checked.backlog.max(one.backlog);
+        }
+    }
+    Ok(checked)
+}
+
+/// Checks one shard of `family` until `deadline`: from where its last
+/// check stopped (its cursor in the table) to the end of the index's
+/// overdue range, a page at a time, [`JUDGED_AT_ONCE`] tasks of a page at
+/// once; it keeps where it stopped, so the next check goes on from there
+/// (and, past the end, starts over), and measures the backlog it left.
+pub async fn check_shard<S: DueIndex + RunStore>(
+    store: &S,
+    settings: CheckSettings,
+    family: Family,
+    shard: u8,
+    now: DateTime<Utc>,
+    deadline: Instant,
+) -> Result<Checked, StoreError> {
+    use futures_util::StreamExt;
     let cutoff = overdue::cutoff(now, settings.catch_up);
     let mut checked = Checked {
         cutoff: Some(cutoff),
         complete: true,
         ..Checked::default()
     };
-    for family in [Family::Reminders, Family::Connectors] {
-        for shard in 0..REMINDER_SHARDS {
-            let mut after: Option<Cursor> = None;
-            loop {
-                if Instant::now() >= deadline {
-                    checked.complete = false;
-                    return Ok(checked);
-                }
-                let page = store.due_page(family, shard, cutoff, after.as_ref(), PAGE).await?;
-                for task in &page.items {
-                    checked.tasks += 1;
-                    checked
-                        .missed
-                        .extend(judge_task(store, &settings, task, cutoff, now).await?);
-                }
-                match page.next {
-                    Some(next) => after = Some(next),
-                    None => break,
-                }
+    let mut after = store.check_cursor(family, shard).await?;
+    loop {
+        if Instant::now() >= deadline {
+            checked.complete = false;
+            break;
+        }
+        let page = store.due_page(family, shard, cutoff, after.as_ref(), PAGE).await?;
+        checked.tasks += page.items.len();
+        let judged: Vec<Result<Vec<Missed>, StoreError>> = futures_util::stream::iter(&page.items)
+            .map(|task| judge_task(store, &settings, task, cutoff, now))
+            .buffer_unordered(JUDGED_AT_ONCE)
+            .collect()
+            .await;
+        for missed in judged {
+            checked.missed.extend(missed?);
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => {
+                after = None;
+                break;
             }
         }
     }
+    if settings.write {
+        store.save_check_cursor(family, shard, after.as_ref()).await?;
+    }
+    // The oldest `due` still before the cutoff: not reached, or held (a
+    // live claim); a check that read it all leaves only those.
+    let oldest = store.due_page(family, shard, cutoff, None, 1).await?;
+    checked.backlog = oldest
+        .items
+        .first()
+        .and_then(|task| task.due)
+        .map_or(Duration::zero(), |due| (now - due).max(Duration::zero()));
     Ok(checked)
 }
 

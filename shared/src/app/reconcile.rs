@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::app::overdue::{CheckSettings, adopt, check};
+use crate::app::overdue::{CheckSettings, adopt, check_shard};
 
 use crate::domain::install::{Install, InstallStatus};
 use crate::domain::limits::Ceilings;
@@ -142,9 +142,19 @@ pub enum Pass {
         after: Option<Cursor>,
     },
     /// The missed-occurrence check (SPEC §14, `app::overdue`), on its own
-    /// schedule.
+    /// schedule: queues one [`Pass::OverdueShard`] per family and shard.
     #[serde(rename = "overdue.check")]
     Overdue,
+    /// The check of one shard of one family (`app::overdue::check_shard`),
+    /// in a message group of its own, so the shards are checked side by side.
+    #[serde(rename = "overdue.shard")]
+    OverdueShard {
+        family: crate::ports::Family,
+        shard: u8,
+        /// When the check that queued it started (Unix milliseconds): its
+        /// deduplication id.
+        check: i64,
+    },
 }
 
 /// The most items one pass message reads (SPEC §13: at most 100).
@@ -297,6 +307,16 @@ pub struct Summary {
     /// prompt -> why its declaration was refused
     pub refused: BTreeMap<String, String>,
     pub tasks_written: u32,
+    /// One shard's missed-occurrence check: whether its deadline came
+    /// first, and the age of the backlog it left (`None`: no check).
+    pub overdue_check: Option<CheckFigures>,
+}
+
+/// What one shard's missed-occurrence check reports for its metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckFigures {
+    pub unfinished: bool,
+    pub backlog_seconds: i64,
 }
 
 impl Summary {
@@ -345,6 +365,7 @@ fn work_kind(work: &Work) -> &'static str {
         Work::Pass(Pass::Installs { .. }) => "installs page",
         Work::Pass(Pass::Reminders { .. }) => "reminders page",
         Work::Pass(Pass::Overdue) => "overdue check",
+        Work::Pass(Pass::OverdueShard { .. }) => "overdue shard",
     }
 }
 
@@ -496,16 +517,32 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
                 Ok(Summary::default())
             }
             Work::Pass(Pass::Overdue) => {
+                let check = now.timestamp_millis();
+                for family in crate::ports::Family::ALL {
+                    for shard in 0..crate::domain::schedule_definition::REMINDER_SHARDS {
+                        self.enqueue_pass(&Pass::OverdueShard { family, shard, check }).await?;
+                    }
+                }
+                Ok(Summary::default())
+            }
+            Work::Pass(Pass::OverdueShard { family, shard, .. }) => {
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(CHECK_SECONDS);
-                let checked = check(&self.store, self.overdue, now, deadline).await?;
+                let checked = check_shard(&self.store, self.overdue, family, shard, now, deadline).await?;
                 tracing::info!(
+                    family = family.as_str(),
+                    shard,
                     tasks = checked.tasks,
                     missed = checked.missed.len(),
                     complete = checked.complete,
+                    backlog_seconds = checked.backlog.num_seconds(),
                     "missed-occurrence check"
                 );
                 Ok(Summary {
                     overdue: Some(checked.missed.len()),
+                    overdue_check: Some(CheckFigures {
+                        unfinished: !checked.complete,
+                        backlog_seconds: checked.backlog.num_seconds(),
+                    }),
                     ..Summary::default()
                 })
             }
@@ -552,6 +589,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
         let dedup = hex::encode(Sha256::digest(body.as_bytes()));
         let group = match page {
             Pass::Reminders { shard, .. } => format!("{PASS_GROUP}/reminders/{shard:02}"),
+            Pass::OverdueShard { family, shard, .. } => format!("overdue/{}/{shard:02}", family.as_str()),
             _ => PASS_GROUP.to_owned(),
         };
         self.queue.enqueue(&group, &dedup, &body).await

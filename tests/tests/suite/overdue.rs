@@ -9,7 +9,6 @@
 use chrono::{DateTime, Duration, DurationRound, Timelike, Utc};
 use serde_json::{Value, json};
 use shared::app::overdue::{CheckSettings, Missed, check};
-use shared::app::reconcile::Summary;
 use shared::app::run::Disposition;
 use shared::domain::claim::{Claim, RunStatus};
 use shared::domain::occurrence::occurrence_key;
@@ -133,11 +132,8 @@ async fn each_missed_occurrence_is_reported_once_and_none_that_ran() {
 
     // Before the cutoff passes the occurrences, nothing is judged.
     let r = s.t.reconciler();
-    let early: Summary = r
-        .work(r#"{"type": "overdue.check"}"#, h + CATCH_UP)
-        .await
-        .expect("the check runs");
-    assert_eq!(early.overdue, Some(0));
+    let early = s.t.run_overdue_check(&r, h + CATCH_UP).await;
+    assert_eq!(early, 0);
 
     let settings = CheckSettings {
         catch_up: CATCH_UP,
@@ -175,11 +171,8 @@ async fn each_missed_occurrence_is_reported_once_and_none_that_ran() {
     );
 
     // The scheduled check, as the worker takes it from its queue.
-    let summary = r
-        .work(r#"{"type": "overdue.check"}"#, checked_at)
-        .await
-        .expect("the check runs");
-    assert_eq!(summary.overdue, Some(expected.len()), "each missed occurrence counted");
+    let summary = s.t.run_overdue_check(&r, checked_at).await;
+    assert_eq!(summary, expected.len(), "each missed occurrence counted");
     for (task_id, _, reason) in &expected {
         let record = s
             .run_record(&TaskId::parse(task_id).unwrap(), &occurrence_key(h))
@@ -221,11 +214,8 @@ async fn each_missed_occurrence_is_reported_once_and_none_that_ran() {
     assert_eq!(s.run_record(&running, &occurrence_key(h)).await, None);
 
     // Reported once: the next check finds nothing new.
-    let again = r
-        .work(r#"{"type": "overdue.check"}"#, checked_at + Duration::minutes(15))
-        .await
-        .expect("the check runs");
-    assert_eq!(again.overdue, Some(0));
+    let again = s.t.run_overdue_check(&r, checked_at + Duration::minutes(15)).await;
+    assert_eq!(again, 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -317,11 +307,8 @@ async fn a_reminder_until_a_date_completes_on_its_last_occurrence_however_it_was
     ));
     let r = s.t.reconciler();
     let checked_at = h + CATCH_UP + Duration::minutes(MARGIN_MINUTES) + Duration::minutes(1);
-    let summary = r
-        .work(r#"{"type": "overdue.check"}"#, checked_at)
-        .await
-        .expect("the check runs");
-    assert_eq!(summary.overdue, Some(1), "the never-delivered one alone is missed");
+    let summary = s.t.run_overdue_check(&r, checked_at).await;
+    assert_eq!(summary, 1, "the never-delivered one alone is missed");
 
     let state = |task: &TaskId| {
         let key = shared::adapters::keys::Key::task("ws_1", task.as_str());

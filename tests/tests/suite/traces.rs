@@ -343,15 +343,19 @@ async fn create_and_a_reconcile_pass_are_traced_too() {
     assert_eq!(spans.len(), 4, "{spans:#?}");
     assert_no_content(&spans, &["Summarise"]);
 
-    // The missed-occurrence check is a work item too, with what it found.
+    // The missed-occurrence check is a work item too, and so is each
+    // shard's check it queues, with what it found.
     let check = serde_json::to_string(&Work::Pass(Pass::Overdue)).unwrap();
-    let summary = reconciler.work(&check, Utc::now()).await.unwrap();
+    reconciler.work(&check, Utc::now()).await.unwrap();
+    let (_, shard) = t.take_work().await.into_iter().next().expect("a shard's check queued");
+    let summary = reconciler.work(&shard, Utc::now()).await.unwrap();
     reconciler.tracer().flush(Duration::from_secs(10)).await;
     let spans = endpoint.spans();
-    let check = one(&spans, "reconcile overdue check");
-    assert!(check.is_root());
+    assert!(one(&spans, "reconcile overdue check").is_root());
+    let shard = one(&spans, "reconcile overdue shard");
+    assert!(shard.is_root());
     assert_eq!(
-        check.attribute("agent_schedule.occurrences_overdue"),
+        shard.attribute("agent_schedule.occurrences_overdue"),
         Some(&json!(summary.overdue.expect("the check's count")))
     );
 }
