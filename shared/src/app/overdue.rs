@@ -15,8 +15,10 @@
 //! item per family and shard (`overdue.shard`, each in its own message
 //! group, so the worker checks them side by side); each starts where that
 //! shard's last check stopped ([`check_shard`], its cursor kept in the
-//! table) and says how old the oldest `due` it left unjudged is, the
-//! backlog's age. `sat overdue` runs every shard on demand ([`check`]).
+//! table), goes on at once from there when it ran out of time (a few times
+//! a period, `app::reconcile::CHECK_HOPS`), and says how old the oldest
+//! `due` it left unjudged is, the backlog's age. `sat overdue` runs every
+//! shard on demand ([`check`]).
 
 use std::time::Instant;
 

@@ -154,7 +154,21 @@ pub enum Pass {
         /// When the check that queued it started (Unix milliseconds): its
         /// deduplication id.
         check: i64,
+        /// How many times this shard's check went on where it stopped in
+        /// this period (at most [`CHECK_HOPS`]).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        hop: u8,
     },
+}
+
+/// How many times a shard's check that ran out of time goes on at once
+/// (queues itself again from where it stopped) within one period, before
+/// it waits for the next: well under Lambda's recursive loop detection
+/// (about 16 hops of one chain), and each period starts a chain of its own.
+pub const CHECK_HOPS: u8 = 8;
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 /// The most items one pass message reads (SPEC §13: at most 100).
@@ -520,14 +534,36 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
                 let check = now.timestamp_millis();
                 for family in crate::ports::Family::ALL {
                     for shard in 0..crate::domain::schedule_definition::REMINDER_SHARDS {
-                        self.enqueue_pass(&Pass::OverdueShard { family, shard, check }).await?;
+                        self.enqueue_pass(&Pass::OverdueShard {
+                            family,
+                            shard,
+                            check,
+                            hop: 0,
+                        })
+                        .await?;
                     }
                 }
                 Ok(Summary::default())
             }
-            Work::Pass(Pass::OverdueShard { family, shard, .. }) => {
+            Work::Pass(Pass::OverdueShard {
+                family,
+                shard,
+                check,
+                hop,
+            }) => {
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(CHECK_SECONDS);
                 let checked = check_shard(&self.store, self.overdue, family, shard, now, deadline).await?;
+                // Out of time: it goes on from its cursor now, a few times a
+                // period, rather than a whole period later.
+                if !checked.complete && hop < CHECK_HOPS {
+                    self.enqueue_pass(&Pass::OverdueShard {
+                        family,
+                        shard,
+                        check,
+                        hop: hop + 1,
+                    })
+                    .await?;
+                }
                 tracing::info!(
                     family = family.as_str(),
                     shard,

@@ -367,3 +367,152 @@ async fn a_reminder_until_a_date_completes_on_its_last_occurrence_however_it_was
         assert_eq!(got["task"]["next_run_at"], Value::Null, "{got}");
     }
 }
+
+/// Puts `items` into the table 25 at a time (`BatchWriteItem`), as a large
+/// table is loaded here in seconds rather than one request an item.
+async fn load(s: &RunStack, items: Vec<shared::adapters::dynamo::Item>) {
+    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+    for chunk in items.chunks(25) {
+        let mut requests: Vec<WriteRequest> = chunk
+            .iter()
+            .map(|item| {
+                WriteRequest::builder()
+                    .put_request(PutRequest::builder().set_item(Some(item.clone())).build().unwrap())
+                    .build()
+            })
+            .collect();
+        while !requests.is_empty() {
+            let out =
+                s.t.dynamo
+                    .batch_write_item()
+                    .request_items(&s.t.stack.names.table, requests)
+                    .send()
+                    .await
+                    .expect("a batch write");
+            requests = out
+                .unprocessed_items
+                .and_then(|mut left| left.remove(&s.t.stack.names.table))
+                .unwrap_or_default();
+        }
+    }
+}
+
+/// The check at scale (SPEC §14; ARCHITECTURE, "The missed-occurrence
+/// check"): many tasks over every shard of both families, all due at one
+/// hour and all run but two, a reminder in the last shard and a connector
+/// task, whose schedules were lost. One period (the scheduled check and the
+/// shards' checks it queues, each as the worker takes it) finds both, and
+/// every shard's check ends within the period (going on where it ran out
+/// of time, `CHECK_HOPS`) with no backlog left. CI runs 320 tasks (ten a
+/// shard); `OVERDUE_SCALE_TASKS=20000` the scale the issue names (README,
+/// "Testing"; moto answers a request in about 19 ms, so that run takes a
+/// quarter of an hour here).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_schedule_is_found_within_one_period_among_many_tasks() {
+    use shared::adapters::dynamo::{task_item, to_item};
+    use shared::adapters::keys::{Key, SchedulableKey};
+    use shared::domain::schedule_definition::REMINDER_SHARDS;
+    let n: usize = std::env::var("OVERDUE_SCALE_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(320);
+    let s = RunStack::start().await.unwrap();
+    let now = Utc::now();
+    let h = (now - Duration::hours(2)).duration_trunc(Duration::hours(1)).unwrap();
+    let daily = Schedule::Cron {
+        cron: format!("0 {} * * *", h.hour()),
+        timezone: "UTC".into(),
+        until: None,
+    };
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut task = if i % 2 == 0 {
+            let mut task = tests::reminder(h);
+            task.task_id = TaskId::for_reminder("ws_1", "usr_123", &format!("scale-{i}"));
+            task
+        } else {
+            tests::connector_task("issues", &format!("digest-{i}"), &[], &[])
+        };
+        task.spec.schedule = daily.clone();
+        task.due = Some(h);
+        tasks.push(task);
+    }
+    let shard = |t: &shared::domain::task::Task| SchedulableKey::shard_of(t.task_id.as_str());
+    let lost_reminder = tasks
+        .iter()
+        .position(|t| t.task_id.is_reminder() && shard(t) == REMINDER_SHARDS - 1)
+        .expect("a reminder in the last shard");
+    let lost_connector = tasks.iter().position(|t| !t.task_id.is_reminder()).unwrap();
+    for family_is_reminder in [true, false] {
+        let shards: std::collections::BTreeSet<u8> = tasks
+            .iter()
+            .filter(|t| t.task_id.is_reminder() == family_is_reminder)
+            .map(shard)
+            .collect();
+        assert_eq!(shards.len(), usize::from(REMINDER_SHARDS), "every shard of the family");
+    }
+    let mut items: Vec<_> = tasks.iter().map(|t| task_item(t).unwrap()).collect();
+    for (i, task) in tasks.iter().enumerate() {
+        if i != lost_reminder && i != lost_connector {
+            let record = json!({"task_id": task.task_id.as_str(), "scheduled_time": occurrence_key(h)});
+            items.push(to_item(&record, &Key::run(task.task_id.as_str(), &occurrence_key(h)), "run").unwrap());
+        }
+    }
+    let loading = std::time::Instant::now();
+    load(&s, items).await;
+    println!(
+        "loaded {n} tasks and their records in {:.0} s",
+        loading.elapsed().as_secs_f64()
+    );
+
+    let r = s.t.reconciler();
+    let checking = std::time::Instant::now();
+    r.work(r#"{"type": "overdue.check"}"#, now)
+        .await
+        .expect("the check runs");
+    // One period: the shards' checks, and those that go on where they ran
+    // out of time, until the queue is empty.
+    let mut missed = 0;
+    let mut judged = 0;
+    let mut went_on = 0;
+    let mut last: std::collections::BTreeMap<String, shared::app::reconcile::CheckFigures> = Default::default();
+    loop {
+        let work = s.t.take_work().await;
+        if work.is_empty() {
+            break;
+        }
+        for (group, body) in work {
+            let summary = r.work(&body, now).await.expect("a shard's check runs");
+            missed += summary.overdue.unwrap();
+            let figures = summary.overdue_check.expect("a shard's figures");
+            went_on += usize::from(figures.unfinished);
+            last.insert(group, figures);
+            judged += 1;
+        }
+    }
+    println!(
+        "checked {n} tasks in {judged} shard checks ({went_on} went on where they stopped) in {:.0} s",
+        checking.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        last.len(),
+        2 * usize::from(REMINDER_SHARDS),
+        "every shard of both families"
+    );
+    for (group, figures) in &last {
+        assert!(!figures.unfinished, "{group}: finished within the period");
+        assert_eq!(figures.backlog_seconds, 0, "{group}: no backlog left");
+    }
+    assert_eq!(missed, 2, "the two lost schedules, and no occurrence that ran");
+    for i in [lost_reminder, lost_connector] {
+        let record = s
+            .run_record(&tasks[i].task_id, &occurrence_key(h))
+            .await
+            .expect("the lost occurrence is recorded");
+        assert_eq!(record["status"], "skipped");
+        assert!(
+            record["reason"].as_str().unwrap().starts_with("never delivered"),
+            "{record}"
+        );
+    }
+}
