@@ -159,6 +159,17 @@ pub fn refusal(old: Option<&Slots>, now_ms: i64, latest_ms: i64) -> Refusal {
     }
 }
 
+/// Whether the next free slot this process last saw (`last_next_ms`) is
+/// already past `latest_ms`: the pace is full for this call, with room
+/// from the instant [`refusal`] would name, and no write is needed to
+/// learn it. Sound because the next free slot only moves later while slots
+/// are booked ahead (a start happens only once it has passed), so a herd's
+/// refusals cost one write a process, not one a call.
+pub fn seen_full(last_next_ms: Option<i64>, now_ms: i64, latest_ms: i64) -> Option<i64> {
+    let next = last_next_ms?;
+    (next > latest_ms).then(|| next.saturating_sub(latest_ms.saturating_sub(now_ms)))
+}
+
 /// Which write a booking tries first: a start when the last slots this
 /// process saw were idle by `now_ms` (a quiet fleet), else a booking, so
 /// each model call makes one write in either regime.
@@ -351,5 +362,34 @@ mod tests {
                 prop_assert!(g != gap);
             }
         }
+    }
+
+    #[test]
+    fn a_visibly_full_pace_is_refused_without_a_write() {
+        let now = 1_000_000;
+        let latest = latest_slot(now, 60_000);
+        assert_eq!(seen_full(None, now, latest), None, "nothing seen: ask the item");
+        assert_eq!(
+            seen_full(Some(latest), now, latest),
+            None,
+            "the last slot in reach: book it"
+        );
+        let next = latest + 5_000;
+        assert_eq!(
+            seen_full(Some(next), now, latest),
+            match refusal(
+                Some(&Slots {
+                    next_ms: next,
+                    gap_ms: 100,
+                    changed_ms: 0
+                }),
+                now,
+                latest
+            ) {
+                Refusal::Full { room_at_ms } => Some(room_at_ms),
+                other => panic!("{other:?}"),
+            },
+            "the same room a refused write would name"
+        );
     }
 }

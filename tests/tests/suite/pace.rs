@@ -132,10 +132,16 @@ async fn a_paced_run_with_no_slot_in_its_time_goes_back_whole_before_calling_the
     let second = tests::reminder(at);
     s.insert(&second).await;
     let now = Utc::now();
+    let before = runner.store().requests();
     let got = runner
         .deliver("m2", &run_message(&second, at, "e1"), now, now + Duration::minutes(5))
         .await
         .unwrap();
+    assert_eq!(
+        runner.store().requests() - before,
+        2,
+        "the claim and its release: the pace this process saw full is refused without a write"
+    );
     let Disposition::Paced(room_at) = got else {
         panic!("{got:?}")
     };

@@ -24,7 +24,7 @@ enum Slot {
     At(Slots),
     /// No slot within the run's reach; room from then.
     Full(DateTime<Utc>),
-    /// Every write raced another: the call goes on without the pace.
+    /// Every write raced another: the call waits as for a full pace.
     Unbooked,
 }
 
@@ -80,9 +80,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
 
     /// One model call at a slot the fleet's pace gave it (`domain::pace`):
     /// booked, waited for, then sent; throttled, the pace slows and the call
-    /// books another slot. No slot within the run's reach: the run ends as
-    /// `AgentLoop::paced` says, before the call. The pace unreachable (a
-    /// store error), the call goes on as without one.
+    /// books another slot. No slot within the run's reach, visibly (the
+    /// pace as this process last saw it) or by a refused write: the run ends
+    /// as `AgentLoop::paced` says, before the call. A booking that could not
+    /// be written (throttled, unreachable, raced every time) counts as full.
     async fn paced_call(&self, pace: &Pace, turns: &AgentLoop, turn: &Turn) -> Result<ModelReply, Ended> {
         let mut throttled = 0u32;
         loop {
@@ -90,13 +91,16 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             if throttled > 0 && turns.time_left(now).as_millis() < pace::MIN_CALL_MS.unsigned_abs().into() {
                 return Err(turns.paced(now));
             }
+            // A booking that could not be made counts as full, never as a
+            // pass: an unpaced call is what the pace exists to prevent.
+            let unbooked = || Utc::now() + chrono::Duration::milliseconds(pace.gap_ms());
             let slots = match self.slot(pace, turns).await {
                 Ok(Slot::At(slots)) => slots,
                 Ok(Slot::Full(room_at)) => return Err(turns.paced(room_at)),
-                Ok(Slot::Unbooked) => return self.backoff_call(turns, turn, throttled).await,
+                Ok(Slot::Unbooked) => return Err(turns.paced(unbooked())),
                 Err(error) => {
-                    tracing::warn!(error = %crate::error_chain(&error), "the model pace could not be booked; calling without it");
-                    return self.backoff_call(turns, turn, throttled).await;
+                    tracing::warn!(error = %crate::error_chain(&error), "the model pace could not be booked (throttled or unreachable); the call waits as for a full pace");
+                    return Err(turns.paced(unbooked()));
                 }
             };
             let wait = slots.taken_ms().saturating_sub(Utc::now().timestamp_millis()).max(0);
@@ -128,7 +132,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let left_ms = i64::try_from(turns.time_left(now).as_millis()).unwrap_or(i64::MAX);
         let latest_ms = pace::latest_slot(now_ms, left_ms);
         let seen = self.pace_seen.load(Ordering::Relaxed);
-        let mut attempt = pace::first_try((seen > 0).then_some(seen), now_ms);
+        let seen = (seen > 0).then_some(seen);
+        // Visibly full: refused here, without a write (a herd's refusals
+        // would be writes to one item, past its partition's rate).
+        if let Some(room_at_ms) = pace::seen_full(seen, now_ms, latest_ms) {
+            let room_at = DateTime::<Utc>::from_timestamp_millis(room_at_ms).unwrap_or(now);
+            return Ok(Slot::Full(room_at));
+        }
+        let mut attempt = pace::first_try(seen, now_ms);
         for _ in 0..PACE_ATTEMPTS {
             let answer = match attempt {
                 Try::Book => self.store.pace_book(model, now_ms, latest_ms).await?,
@@ -156,7 +167,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 }
             };
         }
-        tracing::warn!("the model pace moved under every booking; calling without it");
+        tracing::warn!("the model pace moved under every booking; the call waits as for a full pace");
         Ok(Slot::Unbooked)
     }
 
