@@ -408,6 +408,91 @@ async fn hanging_installs_ahead_of_a_healthy_one_never_hold_it_back() {
     }
 }
 
+/// A hostile server lists 50 pages of prompts, each as large as a list
+/// page may be (`Reading::Lists`, 1 MiB): the worker keeps at most
+/// `MAX_LIST_BYTES` of one list over its pages, so the read fails on its
+/// own install, the real worker's peak memory stays under a bound, and
+/// another tenant's install in the same batch is applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn fifty_maximal_list_pages_are_bounded_by_bytes_read_beside_another_tenant() {
+    use local::mcp_fixture::FixturePrompt;
+    const PEAK_BOUND: u64 = 128 * 1024 * 1024;
+    let t = TestStack::start().await.unwrap();
+    let healthy = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "weekly_summary",
+            json!({"version": 1, "schedule": {"rate": "1 day"}, "tools": ["list_issues"],
+                   "budget": {"max_usd_per_run": 0.25, "max_usd_per_month": 5.0}}),
+            &[],
+            "Summarise.",
+        )],
+        tools: vec![tool("list_issues")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // 100 prompts a page, each with a 9 KB description: about 0.9 MiB a page.
+    let hostile = McpFixture::start(FixtureState {
+        prompts: (0..5_000)
+            .map(|i| FixturePrompt {
+                name: format!("p{i:05}"),
+                description: "d".repeat(9 * 1024),
+                arguments: vec![],
+                meta: None,
+                template: "x".into(),
+            })
+            .collect(),
+        page_size: 100,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let api = Launch::new("reconcile", &t.aws, &t.stack)
+        .unwrap()
+        .timeout(std::time::Duration::from_secs(120))
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let installed = |id: &str, url: &str, workspace: &str| {
+        json!({"type": "connector.installed", "workspace": workspace,
+               "install": {"id": id, "server": id, "url": url, "scope": "workspace", "account": "acct_1"}})
+        .to_string()
+    };
+    let message = |id: &str, group: &str, body: String| {
+        json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
+               "messageAttributes": {}, "eventSource": "aws:sqs",
+               "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
+    };
+    let records = vec![
+        message("big", "ws_1/ins_big", installed("ins_big", &hostile.url(), "ws_1")),
+        message("ok", "ws_2/ins_ok", installed("ins_ok", &healthy.url(), "ws_2")),
+    ];
+    let batch = api
+        .invoke_ok(&json!({"Records": records}))
+        .await
+        .expect("the invocation answers");
+    assert_eq!(
+        batch["batchItemFailures"],
+        json!([{"itemIdentifier": "big"}]),
+        "the hostile install's work fails alone"
+    );
+    let tasks = t.items_of("task").await;
+    assert_eq!(tasks.len(), 1, "the other tenant's install is applied");
+    assert_eq!(tasks[0]["workspace"], "ws_2");
+    let big = t
+        .item_at(shared::adapters::keys::Key::install("ws_1", "ins_big"))
+        .await
+        .unwrap();
+    assert!(
+        big["last_error"].as_str().unwrap_or_default().contains("larger than"),
+        "the failure names the bound: {big}"
+    );
+    let peak = api.process.peak_rss().expect("the worker's peak memory");
+    println!("reconcile worker peak memory: {} MB", peak / (1024 * 1024));
+    assert!(peak < PEAK_BOUND, "peak {} MB", peak / (1024 * 1024));
+}
+
 /// A signed `prompts.list_changed` webhook, as the platform sends it.
 fn list_changed(secret: &WebhookSecret, id: &str) -> Value {
     let body = json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_1"}}).to_string();

@@ -386,6 +386,94 @@ async fn a_server_answering_16_mib_of_numbers_is_bounded_in_bytes_read() {
     );
 }
 
+/// Twenty calls of a tool answering two 1 MB images each, asked in one
+/// turn: each result is bounded against the run's room as it arrives (not
+/// once the turn's 40 MB are all in), so the real runner's peak memory
+/// stays under the same bound, and the results past the room are named.
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_image_calls_in_one_turn_are_bounded_as_they_arrive() {
+    use base64::Engine;
+    use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
+    use rmcp::model::{CallToolResult, ContentBlock};
+    use shared::domain::install::InstallScope;
+    const PEAK_BOUND: u64 = 160 * 1024 * 1024;
+    let s = RunStack::start().await.unwrap();
+    let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13];
+    png.extend(b"IHDR");
+    png.extend(1000u32.to_be_bytes());
+    png.extend(1000u32.to_be_bytes());
+    png.extend((0..1024 * 1024).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
+    let image = base64::engine::general_purpose::STANDARD.encode(&png);
+    let images: Vec<ContentBlock> = (0..2)
+        .map(|_| ContentBlock::image(image.clone(), "image/png"))
+        .collect();
+    let fixture = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "shots",
+            json!({"version": 1}),
+            &[],
+            "Collect the screenshots.",
+        )],
+        tools: vec![tool("shots")],
+        tool_answers: [("shots".to_owned(), CallToolResult::success(images))].into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.store()
+        .put_install(&tests::install(
+            "ins_1",
+            "cams",
+            &fixture.url(),
+            InstallScope::Workspace,
+        ))
+        .await
+        .unwrap();
+    let mut task = tests::connector_task("cams", "shots", &["shots"], &[]);
+    task.spec.limits.max_tool_calls = 20;
+    task.spec.budget = None;
+    s.store().insert_task(&task).await.unwrap();
+    let shots = shared::domain::agent::offered_name("cams", "shots");
+    s.model
+        .script([
+            local::converse::Reply::ToolUses {
+                calls: (0..20).map(|_| (shots.clone(), json!({}))).collect(),
+                input_tokens: 100,
+                output_tokens: 10,
+            },
+            local::converse::Reply::text("Collected.", 100, 10),
+        ])
+        .await;
+    let api = launch(&s)
+        .timeout(Duration::from_secs(120))
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    let response = api
+        .invoke_ok(&sqs_event(&[("m1", &run_message(&task, at, "e1"))]))
+        .await
+        .unwrap();
+    assert!(failures(&response).is_empty(), "{response}");
+    let record = s
+        .run_record(&task.task_id, &shared::domain::occurrence::occurrence_key(at))
+        .await
+        .unwrap();
+    assert_eq!(record["status"], "succeeded", "{record}");
+    assert_eq!(record["usage"]["tool_calls"], 20);
+    let requests = s.model.requests().await;
+    let last = requests.last().unwrap().1.to_string();
+    assert!(
+        last.contains(shared::domain::agent::HELD_LEFT_OUT),
+        "past the run's room, results are named, not held"
+    );
+    assert!(last.matches("\"image\"").count() <= 20);
+    let peak = api.process.peak_rss().expect("the runner's peak memory");
+    println!("runner peak memory: {} MB", peak / (1024 * 1024));
+    assert!(peak < PEAK_BOUND, "peak {} MB", peak / (1024 * 1024));
+}
+
 /// SPEC §14: with `TRACES_ENDPOINT` set, the binary sends each delivery's
 /// trace before it answers: when the answer arrives, the endpoint's
 /// stand-in already holds the delivery's spans, signed for `xray`.

@@ -45,6 +45,12 @@ pub enum Reply {
         input_tokens: u64,
         output_tokens: u64,
     },
+    /// Ask for several tool calls in one turn, answered together.
+    ToolUses {
+        calls: Vec<(String, Value)>,
+        input_tokens: u64,
+        output_tokens: u64,
+    },
     /// Stop for another reason (`max_tokens`, `guardrail_intervened`, ...).
     Stop {
         reason: String,
@@ -460,6 +466,27 @@ async fn converse(
         } => {
             let id = format!("tooluse_{}", script.requests.len());
             let content = vec![json!({"toolUse": {"toolUseId": id, "name": name, "input": input}})];
+            (
+                StatusCode::OK,
+                with_cache(
+                    body(content, "tool_use", input_tokens, output_tokens),
+                    cached(&mut script, input_tokens),
+                ),
+            )
+        }
+        Reply::ToolUses {
+            calls,
+            input_tokens,
+            output_tokens,
+        } => {
+            let turn = script.requests.len();
+            let content = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, input))| {
+                    json!({"toolUse": {"toolUseId": format!("tooluse_{turn}_{i}"), "name": name, "input": input}})
+                })
+                .collect();
             (
                 StatusCode::OK,
                 with_cache(
