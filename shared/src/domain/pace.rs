@@ -27,8 +27,21 @@
 //! the same shape as TCP's congestion control and the SDK's adaptive retry:
 //! slow down at once, speed up by steps.
 //!
+//! **Lanes** (SPEC §13, fairness): reminders book in a lane of their own,
+//! a reserved share of the pace ([`REMINDER_SHARE`], on an item of their
+//! own), and connector tasks in the rest (the pace's original item), so a
+//! connector herd cannot hold the pace until people's one-time reminders
+//! pass their catch-up window. A call whose own lane is full borrows the
+//! other's ([`Lane::borrow_reach_ms`]): a reminder as far as it can wait, a
+//! connector run only a slot due within one of the reminders' gaps, so an
+//! idle reminder lane is not wasted and a reminder that comes finds its
+//! lane booked at most about a gap ahead. A pace below two requests a
+//! window has one lane.
+//!
 //! Pure: instants are milliseconds since the Unix epoch, passed in. Called
 //! by `app::run` around each model call, and by the configuration.
+
+use super::task::TaskKind;
 
 /// A window's length, for a pace per minute.
 pub const MINUTE_MS: i64 = 60_000;
@@ -81,6 +94,80 @@ impl Pace {
     /// The widest gap a throttle can raise it to: one request a window.
     pub fn slowest_gap_ms(&self) -> i64 {
         self.window_ms.max(self.gap_ms())
+    }
+}
+
+/// Reminders' reserved share of the pace: a fifth of its requests.
+pub const REMINDER_SHARE: (u32, u32) = (1, 5);
+
+/// A lane of the pace (module doc): one item each, its own share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    Reminders,
+    Connectors,
+}
+
+impl Lane {
+    pub fn of(kind: TaskKind) -> Lane {
+        match kind {
+            TaskKind::Reminder => Lane::Reminders,
+            TaskKind::Connector => Lane::Connectors,
+        }
+    }
+
+    pub fn other(self) -> Lane {
+        match self {
+            Lane::Reminders => Lane::Connectors,
+            Lane::Connectors => Lane::Reminders,
+        }
+    }
+
+    /// Whether `pace` is split into lanes (two requests a window at least);
+    /// otherwise every call books in the connectors' lane, the one item.
+    pub fn split(pace: &Pace) -> bool {
+        pace.requests >= 2
+    }
+
+    /// The lane a call of this lane books in under `pace`.
+    pub fn under(self, pace: &Pace) -> Lane {
+        if Lane::split(pace) { self } else { Lane::Connectors }
+    }
+
+    /// The id its pace item is kept under, for `model`: the connectors'
+    /// lane keeps the pace's original item.
+    pub fn pace_id(self, model: &str) -> String {
+        match self {
+            Lane::Connectors => model.to_owned(),
+            Lane::Reminders => format!("{model}#reminders"),
+        }
+    }
+
+    /// This lane's pace: its share of `pace`'s requests in the same window.
+    pub fn pace(self, pace: &Pace) -> Pace {
+        if !Lane::split(pace) {
+            return *pace;
+        }
+        let (n, d) = REMINDER_SHARE;
+        let reminders = (pace.requests * n / d).max(1);
+        let requests = match self {
+            Lane::Reminders => reminders,
+            Lane::Connectors => pace.requests - reminders,
+        };
+        Pace {
+            requests,
+            window_ms: pace.window_ms,
+        }
+    }
+
+    /// How far ahead of `now_ms` a call of this lane may book in the
+    /// other lane when its own is full, against `latest_ms`, the most it
+    /// can wait: a reminder as far as it can wait; a connector run one gap
+    /// of the reminders' lane, so it takes only a slot they leave idle.
+    pub fn borrow_reach_ms(self, pace: &Pace, now_ms: i64, latest_ms: i64) -> i64 {
+        match self {
+            Lane::Reminders => latest_ms,
+            Lane::Connectors => latest_ms.min(now_ms.saturating_add(Lane::Reminders.pace(pace).gap_ms())),
+        }
     }
 }
 
@@ -391,5 +478,27 @@ mod tests {
             },
             "the same room a refused write would name"
         );
+    }
+
+    #[test]
+    fn reminders_have_a_fifth_of_the_pace_and_connectors_borrow_only_an_idle_slot() {
+        let pace = Pace::per_minute(600).unwrap();
+        assert_eq!(Lane::Reminders.pace(&pace).requests(), 120);
+        assert_eq!(Lane::Connectors.pace(&pace).requests(), 480);
+        assert_eq!(Lane::Reminders.pace(&pace).gap_ms(), 500);
+        assert_eq!(Lane::Connectors.pace(&pace).gap_ms(), 125);
+        let (now, latest) = (1_000_000, 1_030_000);
+        assert_eq!(Lane::Reminders.borrow_reach_ms(&pace, now, latest), latest);
+        assert_eq!(Lane::Connectors.borrow_reach_ms(&pace, now, latest), now + 500);
+        assert_ne!(Lane::Reminders.pace_id("m"), Lane::Connectors.pace_id("m"));
+        assert_eq!(Lane::Connectors.pace_id("m"), "m", "the pace's original item");
+        let one = Pace::per_minute(1).unwrap();
+        assert!(!Lane::split(&one));
+        assert_eq!(
+            Lane::Reminders.under(&one),
+            Lane::Connectors,
+            "one lane below two a window"
+        );
+        assert_eq!(Lane::Reminders.pace(&one), one);
     }
 }

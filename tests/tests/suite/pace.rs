@@ -201,3 +201,94 @@ async fn a_throttle_at_a_paced_slot_slows_the_pace_and_the_call_books_again() {
     assert!(s.run_record(&task.task_id, &occurrence_key(at)).await.is_none());
     assert!(s.task_item(&task).await["claims"].get(occurrence_key(at)).is_none());
 }
+
+/// Fairness (SPEC §13): a connector herd that has booked the connectors'
+/// lane an hour ahead holds back no reminder, which books in a lane of its
+/// own (a fifth of the pace) and runs; a connector run whose lane is full
+/// borrows the reminders' lane only a slot they leave idle, so once
+/// reminders have booked ahead it goes back to the queue instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connector_herd_cannot_hold_back_a_reminder() {
+    use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt};
+    use shared::domain::install::InstallScope;
+    use shared::domain::pace::Lane;
+    let s = RunStack::start().await.unwrap();
+    let fixture = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "digest",
+            serde_json::json!({"version": 1}),
+            &[],
+            "Digest.",
+        )],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.store()
+        .put_install(&tests::install(
+            "ins_1",
+            "issues",
+            &fixture.url(),
+            InstallScope::Workspace,
+        ))
+        .await
+        .unwrap();
+    // 600 a minute: reminders 120 (a slot every 500 ms), connectors 480.
+    let p = pace(600, 60_000);
+    let runner = paced(&s, p);
+    let now_ms = Utc::now().timestamp_millis();
+    let connectors = Lane::Connectors.pace_id(MODEL);
+    let herd = s
+        .store()
+        .pace_start(&connectors, now_ms + 3_600_000, Lane::Connectors.pace(&p).gap_ms())
+        .await
+        .unwrap();
+    assert!(
+        matches!(herd, PaceAnswer::Taken(_)),
+        "the herd's lane is booked an hour ahead"
+    );
+
+    let (reminder, at) = s.due_reminder().await;
+    let now = Utc::now();
+    let got = runner
+        .deliver("m1", &run_message(&reminder, at, "e1"), now, now + Duration::minutes(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        got,
+        Disposition::Ran(shared::domain::claim::RunStatus::Succeeded),
+        "the reminder runs"
+    );
+
+    // Reminders book ahead in their lane: no idle slot for a connector run.
+    let reminders = Lane::Reminders.pace_id(MODEL);
+    let booked = s
+        .store()
+        .pace_book(
+            &reminders,
+            Utc::now().timestamp_millis(),
+            Utc::now().timestamp_millis() + 10_000,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(booked, PaceAnswer::Taken(_)));
+    let mut connector = tests::connector_task("issues", "digest", &[], &[]);
+    connector.spec.budget = None;
+    s.insert(&connector).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let now = Utc::now();
+    let got = runner
+        .deliver(
+            "m2",
+            &run_message(&connector, at, "e1"),
+            now,
+            now + Duration::minutes(5),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(got, Disposition::Paced(_)),
+        "the connector run goes back: {got:?}"
+    );
+    assert_eq!(s.model.requests().await.len(), 1, "the reminder's request alone");
+}

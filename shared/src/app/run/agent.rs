@@ -11,12 +11,20 @@ use serde_json::Value;
 use super::{Runner, backoff};
 use crate::domain::agent::{Block, ModelReply, tool_result};
 use crate::domain::agent_loop::{AgentLoop, Ended, Next, ToolCall, Turn};
-use crate::domain::pace::{self, Pace, Refusal, Slots, Try};
+use crate::domain::pace::{self, Lane, Pace, Refusal, Slots, Try};
 use crate::ports::{Connectors, McpSession, Model, ModelError, ModelErrorKind, PaceAnswer, RunStore, StoreError};
 use crate::trace::key;
 
 /// Writes one booking may take (a start and a booking that raced others).
 const PACE_ATTEMPTS: usize = 3;
+
+/// Where a lane's last seen next free slot is kept (`Runner::pace_seen`).
+pub(super) fn lane_index(lane: Lane) -> usize {
+    match lane {
+        Lane::Connectors => 0,
+        Lane::Reminders => 1,
+    }
+}
 
 /// What a booking came to.
 enum Slot {
@@ -31,13 +39,19 @@ enum Slot {
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// Turns until the loop ends: a model call, then the tool calls it asks
     /// for, answered in one message, until [`AgentLoop`] says stop.
-    pub(super) async fn agent_loop(&self, mut turns: AgentLoop, sessions: &[C::Session], run_id: &str) -> Ended {
+    pub(super) async fn agent_loop(
+        &self,
+        mut turns: AgentLoop,
+        sessions: &[C::Session],
+        run_id: &str,
+        lane: Lane,
+    ) -> Ended {
         loop {
             let turn = match turns.next_turn() {
                 Ok(turn) => turn,
                 Err(ended) => return ended,
             };
-            let reply = match self.model_call(&turns, &turn).await {
+            let reply = match self.model_call(&turns, &turn, lane).await {
                 Ok(reply) => reply,
                 Err(ended) => return ended,
             };
@@ -71,21 +85,24 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
 
     /// One model call (`Model::converse`) within the run's wall time: at a
     /// slot of the fleet's pace when there is one, else retried with backoff.
-    async fn model_call(&self, turns: &AgentLoop, turn: &Turn) -> Result<ModelReply, Ended> {
+    async fn model_call(&self, turns: &AgentLoop, turn: &Turn, lane: Lane) -> Result<ModelReply, Ended> {
         match &self.settings.pace {
-            Some(pace) => self.paced_call(pace, turns, turn).await,
+            Some(pace) => self.paced_call(pace, lane, turns, turn).await,
             None => self.backoff_call(turns, turn, 0).await,
         }
     }
 
-    /// One model call at a slot the fleet's pace gave it (`domain::pace`):
-    /// booked, waited for, then sent; throttled, the pace slows and the call
-    /// books another slot. No slot within the run's reach, visibly (the
-    /// pace as this process last saw it) or by a refused write: the run ends
-    /// as `AgentLoop::paced` says, before the call. A booking that could not
-    /// be written (throttled, unreachable, raced every time) counts as full.
-    async fn paced_call(&self, pace: &Pace, turns: &AgentLoop, turn: &Turn) -> Result<ModelReply, Ended> {
+    /// One model call at a slot the fleet's pace gave it (`domain::pace`),
+    /// in the run's lane or, that one full, the other's as far as
+    /// `Lane::borrow_reach_ms` lets it: booked, waited for, then sent;
+    /// throttled, that lane's pace slows and the call books again. No slot
+    /// within the run's reach, visibly (the pace as this process last saw
+    /// it) or by a refused write: the run ends as `AgentLoop::paced` says,
+    /// before the call. A booking that could not be written (throttled,
+    /// unreachable, raced every time) counts as full.
+    async fn paced_call(&self, pace: &Pace, lane: Lane, turns: &AgentLoop, turn: &Turn) -> Result<ModelReply, Ended> {
         let mut throttled = 0u32;
+        let own = lane.under(pace);
         loop {
             let now = Utc::now();
             if throttled > 0 && turns.time_left(now).as_millis() < pace::MIN_CALL_MS.unsigned_abs().into() {
@@ -93,11 +110,11 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             }
             // A booking that could not be made counts as full, never as a
             // pass: an unpaced call is what the pace exists to prevent.
-            let unbooked = || Utc::now() + chrono::Duration::milliseconds(pace.gap_ms());
-            let slots = match self.slot(pace, turns).await {
-                Ok(Slot::At(slots)) => slots,
-                Ok(Slot::Full(room_at)) => return Err(turns.paced(room_at)),
-                Ok(Slot::Unbooked) => return Err(turns.paced(unbooked())),
+            let unbooked = || Utc::now() + chrono::Duration::milliseconds(own.pace(pace).gap_ms());
+            let (booked, slots) = match self.lane_slot(pace, own, turns).await {
+                Ok((booked, Slot::At(slots))) => (booked, slots),
+                Ok((_, Slot::Full(room_at))) => return Err(turns.paced(room_at)),
+                Ok((_, Slot::Unbooked)) => return Err(turns.paced(unbooked())),
                 Err(error) => {
                     tracing::warn!(error = %crate::error_chain(&error), "the model pace could not be booked (throttled or unreachable); the call waits as for a full pace");
                     return Err(turns.paced(unbooked()));
@@ -115,23 +132,49 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 Ok(Err(e)) if e.kind == ModelErrorKind::Throttled => {
                     throttled += 1;
                     tracing::info!(attempt = throttled, error = %e, "model throttled at its paced slot; booking another");
-                    self.slow_pace(pace, &slots).await;
+                    self.slow_pace(&booked.pace(pace), booked, &slots).await;
                 }
                 Ok(Err(e)) => return Err(turns.model_failed(e.to_string())),
             }
         }
     }
 
-    /// Books the next call's slot: the write `pace::first_try` says, then
-    /// what a refusal says (`pace::refusal`); a booking also eases the pace
-    /// after a window without a throttle.
-    async fn slot(&self, pace: &Pace, turns: &AgentLoop) -> Result<Slot, StoreError> {
-        let model = &self.settings.model_id;
+    /// A slot in the run's own lane, or, that one full, in the other lane
+    /// within what the run may borrow (`Lane::borrow_reach_ms`); the lane it
+    /// was booked in. Full in both: the own lane's room.
+    async fn lane_slot(&self, pace: &Pace, own: Lane, turns: &AgentLoop) -> Result<(Lane, Slot), StoreError> {
         let now = Utc::now();
         let now_ms = now.timestamp_millis();
         let left_ms = i64::try_from(turns.time_left(now).as_millis()).unwrap_or(i64::MAX);
         let latest_ms = pace::latest_slot(now_ms, left_ms);
-        let seen = self.pace_seen.load(Ordering::Relaxed);
+        let full = match self.slot(pace, own, now_ms, latest_ms).await? {
+            Slot::Full(room_at) => room_at,
+            other => return Ok((own, other)),
+        };
+        if !Lane::split(pace) {
+            return Ok((own, Slot::Full(full)));
+        }
+        let other = own.other();
+        let reach_ms = own.borrow_reach_ms(pace, now_ms, latest_ms);
+        match self.slot(pace, other, now_ms, reach_ms).await? {
+            Slot::At(slots) => {
+                tracing::info!(lane = ?own, "the run's lane of the model pace is full; it borrows the other's slot");
+                Ok((other, Slot::At(slots)))
+            }
+            Slot::Full(_) | Slot::Unbooked => Ok((own, Slot::Full(full))),
+        }
+    }
+
+    /// Books a slot of `lane` between `now_ms` and `latest_ms`: the write
+    /// `pace::first_try` says, then what a refusal says (`pace::refusal`);
+    /// none when this process already saw it full (`pace::seen_full`); a
+    /// booking also eases the lane's pace after a window without a throttle.
+    async fn slot(&self, pace: &Pace, lane: Lane, now_ms: i64, latest_ms: i64) -> Result<Slot, StoreError> {
+        let id = lane.pace_id(&self.settings.model_id);
+        let lane_pace = lane.pace(pace);
+        let now = DateTime::<Utc>::from_timestamp_millis(now_ms).unwrap_or_else(Utc::now);
+        let seen_at = &self.pace_seen[lane_index(lane)];
+        let seen = seen_at.load(Ordering::Relaxed);
         let seen = (seen > 0).then_some(seen);
         // Visibly full: refused here, without a write (a herd's refusals
         // would be writes to one item, past its partition's rate).
@@ -142,21 +185,21 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let mut attempt = pace::first_try(seen, now_ms);
         for _ in 0..PACE_ATTEMPTS {
             let answer = match attempt {
-                Try::Book => self.store.pace_book(model, now_ms, latest_ms).await?,
-                Try::Start => self.store.pace_start(model, now_ms, pace.gap_ms()).await?,
+                Try::Book => self.store.pace_book(&id, now_ms, latest_ms).await?,
+                Try::Start => self.store.pace_start(&id, now_ms, lane_pace.gap_ms()).await?,
             };
             let old = match answer {
                 PaceAnswer::Taken(slots) => {
-                    self.pace_seen.store(slots.next_ms, Ordering::Relaxed);
-                    if let Some(gap) = pace::eased(pace, &slots, now_ms) {
-                        self.set_gap(&slots, gap, now_ms, "eased").await;
+                    seen_at.store(slots.next_ms, Ordering::Relaxed);
+                    if let Some(gap) = pace::eased(&lane_pace, &slots, now_ms) {
+                        self.set_gap(lane, &slots, gap, now_ms, "eased").await;
                     }
                     return Ok(Slot::At(slots));
                 }
                 PaceAnswer::Refused(old) => old,
             };
             if let Some(old) = &old {
-                self.pace_seen.store(old.next_ms, Ordering::Relaxed);
+                seen_at.store(old.next_ms, Ordering::Relaxed);
             }
             attempt = match pace::refusal(old.as_ref(), now_ms, latest_ms) {
                 Refusal::Idle => Try::Start,
@@ -171,19 +214,22 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         Ok(Slot::Unbooked)
     }
 
-    /// After a throttle at a slot booked under `slots`: the pace slows
-    /// (`pace::slowed`), once for the round that booked under that gap.
-    async fn slow_pace(&self, pace: &Pace, slots: &Slots) {
-        if let Some(gap) = pace::slowed(pace, slots) {
-            self.set_gap(slots, gap, Utc::now().timestamp_millis(), "slowed").await;
+    /// After a throttle at a slot booked under `slots` in `lane`: that
+    /// lane's pace (`lane_pace`) slows (`pace::slowed`), once for the round
+    /// that booked under that gap.
+    async fn slow_pace(&self, lane_pace: &Pace, lane: Lane, slots: &Slots) {
+        if let Some(gap) = pace::slowed(lane_pace, slots) {
+            self.set_gap(lane, slots, gap, Utc::now().timestamp_millis(), "slowed")
+                .await;
         }
     }
 
-    /// Sets the pace's gap if it is still as `seen` (`RunStore::pace_gap`);
+    /// Sets `lane`'s gap if it is still as `seen` (`RunStore::pace_gap`);
     /// best effort: a failure leaves the pace as it was.
-    async fn set_gap(&self, seen: &Slots, gap_ms: i64, now_ms: i64, how: &'static str) {
-        match self.store.pace_gap(&self.settings.model_id, seen, gap_ms, now_ms).await {
-            Ok(true) => tracing::info!(gap_ms, was_ms = seen.gap_ms, "the model pace {how}"),
+    async fn set_gap(&self, lane: Lane, seen: &Slots, gap_ms: i64, now_ms: i64, how: &'static str) {
+        let id = lane.pace_id(&self.settings.model_id);
+        match self.store.pace_gap(&id, seen, gap_ms, now_ms).await {
+            Ok(true) => tracing::info!(gap_ms, was_ms = seen.gap_ms, lane = ?lane, "the model pace {how}"),
             Ok(false) => {}
             Err(error) => {
                 tracing::warn!(error = %crate::error_chain(&error), "the model pace's gap could not be changed");

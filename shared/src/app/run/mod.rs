@@ -190,9 +190,10 @@ pub struct Runner<S, M, C> {
     connectors: C,
     settings: RunSettings,
     tracer: Tracer,
-    /// The pace's next free slot as this process last saw it (ms; 0 for
-    /// never): which write a booking tries first (`pace::first_try`).
-    pace_seen: std::sync::atomic::AtomicI64,
+    /// Each pace lane's next free slot as this process last saw it (ms; 0
+    /// for never), by `agent::lane_index`: which write a booking tries
+    /// first (`pace::first_try`), and whether it needs one (`pace::seen_full`).
+    pace_seen: [std::sync::atomic::AtomicI64; 2],
 }
 
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
@@ -203,7 +204,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             connectors,
             settings,
             tracer: Tracer::off(),
-            pace_seen: std::sync::atomic::AtomicI64::new(0),
+            pace_seen: [
+                std::sync::atomic::AtomicI64::new(0),
+                std::sync::atomic::AtomicI64::new(0),
+            ],
         }
     }
 

@@ -180,7 +180,8 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Err(e) => return failed(e),
         };
         let run = run_id(task.task_id.as_str(), scheduled);
-        match self.agent_loop(turns, &setup.sessions, &run).await {
+        let lane = crate::domain::pace::Lane::of(task.kind);
+        match self.agent_loop(turns, &setup.sessions, &run, lane).await {
             // What could not be offered is on the record, whatever the outcome.
             Ended::Run(mut outcome) => {
                 outcome.notes = notes;
