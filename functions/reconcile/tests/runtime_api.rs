@@ -130,11 +130,6 @@ async fn the_binary_takes_webhooks_works_its_queue_and_answers_cloudformation() 
     let pages = t.take_work().await;
     assert_eq!(pages.len(), 1 + 16, "{pages:?}");
     assert!(pages.iter().all(|(group, _)| group.starts_with("pass")));
-    let message = |id: &str, group: &str, body: String| {
-        json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
-               "messageAttributes": {}, "eventSource": "aws:sqs",
-               "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
-    };
     let installs = pages
         .iter()
         .find(|(_, body)| body.contains("reconcile.installs"))
@@ -238,6 +233,21 @@ mod reply {
     }
 }
 
+/// A `connector.installed` work item for install `id` of `workspace`, its
+/// server named as the install.
+fn installed(id: &str, url: &str, workspace: &str) -> String {
+    json!({"type": "connector.installed", "workspace": workspace,
+           "install": {"id": id, "server": id, "url": url, "scope": "workspace", "account": "acct_1"}})
+    .to_string()
+}
+
+/// One record of a FIFO batch, as Lambda hands it over.
+fn message(id: &str, group: &str, body: String) -> Value {
+    json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
+           "messageAttributes": {}, "eventSource": "aws:sqs",
+           "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
+}
+
 /// A server that accepts connections and never answers: every MCP request
 /// to it waits until its deadline.
 async fn sleeping_server() -> String {
@@ -279,20 +289,10 @@ async fn a_sleeping_server_fails_its_own_message_and_a_healthy_install_in_the_ba
         .start(Path::new(BINARY))
         .await
         .unwrap();
-    let installed = |id: &str, url: &str| {
-        json!({"type": "connector.installed", "workspace": "ws_1",
-               "install": {"id": id, "server": id, "url": url, "scope": "workspace", "account": "acct_1"}})
-        .to_string()
-    };
-    let message = |id: &str, group: &str, body: String| {
-        json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
-               "messageAttributes": {}, "eventSource": "aws:sqs",
-               "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
-    };
     let records = vec![
-        message("s1", "ws_1/ins_sleep", installed("ins_sleep", &sleeping)),
-        message("s2", "ws_1/ins_sleep", installed("ins_sleep", &sleeping)),
-        message("h1", "ws_1/ins_ok", installed("ins_ok", &healthy.url())),
+        message("s1", "ws_1/ins_sleep", installed("ins_sleep", &sleeping, "ws_1")),
+        message("s2", "ws_1/ins_sleep", installed("ins_sleep", &sleeping, "ws_1")),
+        message("h1", "ws_1/ins_ok", installed("ins_ok", &healthy.url(), "ws_1")),
     ];
     let started = std::time::Instant::now();
     let batch = api
@@ -356,26 +356,20 @@ async fn hanging_installs_ahead_of_a_healthy_one_never_hold_it_back() {
         .start(Path::new(BINARY))
         .await
         .unwrap();
-    let installed = |id: &str, url: &str| {
-        json!({"type": "connector.installed", "workspace": "ws_1",
-               "install": {"id": id, "server": id, "url": url, "scope": "workspace", "account": "acct_1"}})
-        .to_string()
-    };
-    let message = |id: &str, group: &str, body: String| {
-        json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
-               "messageAttributes": {}, "eventSource": "aws:sqs",
-               "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
-    };
     let mut records = Vec::new();
     for n in 0..4 {
         let id = format!("ins_hang{n}");
         records.push(message(
             &format!("hang{n}"),
             &format!("ws_1/{id}"),
-            installed(&id, &sleeping_server().await),
+            installed(&id, &sleeping_server().await, "ws_1"),
         ));
     }
-    records.push(message("ok", "ws_1/ins_ok", installed("ins_ok", &healthy.url())));
+    records.push(message(
+        "ok",
+        "ws_1/ins_ok",
+        installed("ins_ok", &healthy.url(), "ws_1"),
+    ));
     let hanging: Vec<Value> = (0..4).map(|n| json!({"itemIdentifier": format!("hang{n}")})).collect();
     for round in 1..=3 {
         let started = std::time::Instant::now();
@@ -454,16 +448,6 @@ async fn fifty_maximal_list_pages_are_bounded_by_bytes_read_beside_another_tenan
         .start(Path::new(BINARY))
         .await
         .unwrap();
-    let installed = |id: &str, url: &str, workspace: &str| {
-        json!({"type": "connector.installed", "workspace": workspace,
-               "install": {"id": id, "server": id, "url": url, "scope": "workspace", "account": "acct_1"}})
-        .to_string()
-    };
-    let message = |id: &str, group: &str, body: String| {
-        json!({"messageId": id, "receiptHandle": "rh", "body": body, "attributes": {"MessageGroupId": group},
-               "messageAttributes": {}, "eventSource": "aws:sqs",
-               "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo", "awsRegion": "us-east-1"})
-    };
     let records = vec![
         message("big", "ws_1/ins_big", installed("ins_big", &hostile.url(), "ws_1")),
         message("ok", "ws_2/ins_ok", installed("ins_ok", &healthy.url(), "ws_2")),

@@ -186,6 +186,22 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
     assert_eq!(s.model.requests().await.len(), 1);
 }
 
+/// Two images of a megabyte each, as a tool answers them: a PNG header
+/// (1,000 x 1,000 pixels, within Converse's 8,000 a side) and a megabyte
+/// that does not compress.
+fn two_images() -> Vec<rmcp::model::ContentBlock> {
+    use base64::Engine;
+    let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13];
+    png.extend(b"IHDR");
+    png.extend(1000u32.to_be_bytes());
+    png.extend(1000u32.to_be_bytes());
+    png.extend((0..1024 * 1024).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
+    let image = base64::engine::general_purpose::STANDARD.encode(&png);
+    (0..2)
+        .map(|_| rmcp::model::ContentBlock::image(image.clone(), "image/png"))
+        .collect()
+}
+
 /// A run's memory is bounded by the run, not only per item (SPEC §13): a
 /// server answering every call with two 1 MB images (as much as a run's
 /// session reads of one answer, `Reading::Runs`), called again and again,
@@ -193,26 +209,15 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
 /// request to the model carries more than 20 images.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_flooding_images_cannot_exhaust_the_runners_memory() {
-    use base64::Engine;
     use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
-    use rmcp::model::{CallToolResult, ContentBlock};
+    use rmcp::model::CallToolResult;
     use shared::domain::install::InstallScope;
     /// The peak a run may reach with its server's flood: the held content's
     /// cap (8 MB), the requests that carry it, one call's answer in flight,
     /// and the process itself.
     const PEAK_BOUND: u64 = 160 * 1024 * 1024;
     let s = RunStack::start().await.unwrap();
-    // A PNG header (1,000 x 1,000 pixels, within Converse's 8,000 a side)
-    // and a megabyte that does not compress.
-    let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13];
-    png.extend(b"IHDR");
-    png.extend(1000u32.to_be_bytes());
-    png.extend(1000u32.to_be_bytes());
-    png.extend((0..1024 * 1024).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
-    let image = base64::engine::general_purpose::STANDARD.encode(&png);
-    let images: Vec<ContentBlock> = (0..2)
-        .map(|_| ContentBlock::image(image.clone(), "image/png"))
-        .collect();
+    let images = two_images();
     let fixture = McpFixture::start(FixtureState {
         prompts: vec![scheduled_prompt(
             "shots",
@@ -392,21 +397,12 @@ async fn a_server_answering_16_mib_of_numbers_is_bounded_in_bytes_read() {
 /// stays under the same bound, and the results past the room are named.
 #[tokio::test(flavor = "multi_thread")]
 async fn twenty_image_calls_in_one_turn_are_bounded_as_they_arrive() {
-    use base64::Engine;
     use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
-    use rmcp::model::{CallToolResult, ContentBlock};
+    use rmcp::model::CallToolResult;
     use shared::domain::install::InstallScope;
     const PEAK_BOUND: u64 = 160 * 1024 * 1024;
     let s = RunStack::start().await.unwrap();
-    let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13];
-    png.extend(b"IHDR");
-    png.extend(1000u32.to_be_bytes());
-    png.extend(1000u32.to_be_bytes());
-    png.extend((0..1024 * 1024).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
-    let image = base64::engine::general_purpose::STANDARD.encode(&png);
-    let images: Vec<ContentBlock> = (0..2)
-        .map(|_| ContentBlock::image(image.clone(), "image/png"))
-        .collect();
+    let images = two_images();
     let fixture = McpFixture::start(FixtureState {
         prompts: vec![scheduled_prompt(
             "shots",

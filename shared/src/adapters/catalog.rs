@@ -124,9 +124,10 @@ impl DynamoStore {
             .await
     }
 
-    async fn query_prefix(&self, pk: &str, prefix: &str) -> Result<Vec<Item>, StoreError> {
-        let query = self
-            .client()
+    /// A strongly consistent query of the items of partition `pk` whose
+    /// sort key begins with `prefix`.
+    fn prefix_query(&self, pk: &str, prefix: &str) -> QueryFluentBuilder {
+        self.client()
             .query()
             .table_name(self.table())
             .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
@@ -134,8 +135,11 @@ impl DynamoStore {
             .expression_attribute_names("#sk", SK)
             .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
             .expression_attribute_values(":prefix", AttributeValue::S(prefix.to_owned()))
-            .consistent_read(true);
-        self.query_pages(query, None).await
+            .consistent_read(true)
+    }
+
+    async fn query_prefix(&self, pk: &str, prefix: &str) -> Result<Vec<Item>, StoreError> {
+        self.query_pages(self.prefix_query(pk, prefix), None).await
     }
 }
 
@@ -175,17 +179,9 @@ impl TaskCatalog for DynamoStore {
         limit: usize,
     ) -> Result<(Vec<Task>, Option<String>), StoreError> {
         let query = self
-            .client()
-            .query()
-            .table_name(self.table())
-            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#sk", SK)
-            .expression_attribute_values(":pk", AttributeValue::S(super::keys::workspace_partition(workspace)))
-            .expression_attribute_values(":prefix", AttributeValue::S(super::keys::TASK_PREFIX.to_owned()))
+            .prefix_query(&super::keys::workspace_partition(workspace), super::keys::TASK_PREFIX)
             .set_exclusive_start_key(after.map(|id| Key::task(workspace, id).to_map()))
-            .limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX))
-            .consistent_read(true);
+            .limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX));
         self.counted();
         let out = query.send().await.map_err(|e| request_error("Query", e))?;
         let tasks: Vec<Task> = out

@@ -503,15 +503,9 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
     /// A page of the workspace's tasks in task id order, as the owner's
     /// `list` pages (`limit` 1 to 100, default 50; an opaque cursor).
     async fn list(&self, principal: &Principal, limit: Option<u64>, cursor: Option<String>) -> Outcome {
-        use crate::app::schedules::{DEFAULT_PAGE, MAX_PAGE};
-        let limit = match limit {
-            None => DEFAULT_PAGE,
-            Some(n) if (1..=MAX_PAGE as u64).contains(&n) => n as usize,
-            Some(n) => {
-                return Ok(Err(AdminRefusal::InvalidRequest(format!(
-                    "limit {n} is not between 1 and {MAX_PAGE}"
-                ))));
-            }
+        let limit = match crate::app::schedules::page_limit(limit) {
+            Ok(limit) => limit,
+            Err(message) => return Ok(Err(AdminRefusal::InvalidRequest(message))),
         };
         let after = match cursor.as_deref().map(decode_cursor).transpose() {
             Ok(after) => after,

@@ -51,6 +51,17 @@ pub const NEXT_RUNS: usize = 5;
 pub const DEFAULT_PAGE: usize = 50;
 pub const MAX_PAGE: usize = 100;
 
+/// A list's page size as asked (`limit`: 1 to [`MAX_PAGE`], default
+/// [`DEFAULT_PAGE`]), for the owner's list and the admin's alike; the
+/// error is the `invalid_request`'s message.
+pub fn page_limit(limit: Option<u64>) -> Result<usize, String> {
+    match limit {
+        None => Ok(DEFAULT_PAGE),
+        Some(n) if (1..=MAX_PAGE as u64).contains(&n) => Ok(n as usize),
+        Some(n) => Err(format!("limit {n} is not between 1 and {MAX_PAGE}")),
+    }
+}
+
 /// A client error: an `ok: false` answer with a stable code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -557,14 +568,9 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
                 None => return Ok(Err(Refusal::invalid(format!("`{text}` is not a task state")))),
             },
         };
-        let limit = match limit {
-            None => DEFAULT_PAGE,
-            Some(n) if (1..=MAX_PAGE as u64).contains(&n) => n as usize,
-            Some(n) => {
-                return Ok(Err(Refusal::invalid(format!(
-                    "limit {n} is not between 1 and {MAX_PAGE}"
-                ))));
-            }
+        let limit = match page_limit(limit) {
+            Ok(limit) => limit,
+            Err(message) => return Ok(Err(Refusal::invalid(message))),
         };
         let after = match cursor.as_deref().map(ListCursor::decode).transpose() {
             Ok(after) => after,
