@@ -281,18 +281,38 @@ pub fn retention<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<chrono::
 /// The highest `MODEL_REQUESTS_PER_MINUTE`: far above any account's quota.
 pub const MAX_MODEL_REQUESTS_PER_MINUTE: u32 = 1_000_000;
 
+/// The highest `MODEL_TOKENS_PER_MINUTE`.
+pub const MAX_MODEL_TOKENS_PER_MINUTE: u64 = 1_000_000_000;
+
 /// `MODEL_REQUESTS_PER_MINUTE` (0 to [`MAX_MODEL_REQUESTS_PER_MINUTE`]):
 /// the runner fleet's pace of model requests, at or under the account's
 /// Bedrock quota for the model; unset, blank or 0, no pace (a throttled run
-/// backs off on its own).
+/// backs off on its own). With it, `MODEL_TOKENS_PER_MINUTE` (0 to
+/// [`MAX_MODEL_TOKENS_PER_MINUTE`]; unset, blank or 0, requests only): the
+/// quota's tokens a minute, which the pace counts too (`domain::pace`).
 pub fn pace<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Option<crate::domain::pace::Pace>, ConfigError> {
     const NAME: &str = "MODEL_REQUESTS_PER_MINUTE";
+    const TOKENS: &str = "MODEL_TOKENS_PER_MINUTE";
+    let tokens = match env.optional(TOKENS) {
+        None => 0,
+        Some(text) => match text.trim().parse::<u64>() {
+            Ok(tokens) if tokens <= MAX_MODEL_TOKENS_PER_MINUTE => tokens,
+            _ => {
+                return Err(ConfigError::Malformed {
+                    name: TOKENS,
+                    reason: format!(
+                        "`{text}` is not a number of tokens a minute from 0 to {MAX_MODEL_TOKENS_PER_MINUTE}"
+                    ),
+                });
+            }
+        },
+    };
     let Some(text) = env.optional(NAME) else {
         return Ok(None);
     };
     match text.trim().parse::<u32>() {
         Ok(requests) if requests <= MAX_MODEL_REQUESTS_PER_MINUTE => {
-            Ok(crate::domain::pace::Pace::per_minute(requests))
+            Ok(crate::domain::pace::Pace::per_minute(requests).map(|pace| pace.with_tokens(tokens)))
         }
         _ => Err(ConfigError::Malformed {
             name: NAME,
@@ -341,8 +361,8 @@ pub struct RunnerConfig {
     pub retention: chrono::Duration,
     /// `TRACES_ENDPOINT`
     pub traces: TracesConfig,
-    /// `MODEL_REQUESTS_PER_MINUTE`: the fleet's pace of model requests
-    /// (`domain::pace`); unset or 0, no pace.
+    /// `MODEL_REQUESTS_PER_MINUTE`, `MODEL_TOKENS_PER_MINUTE`: the fleet's
+    /// pace of model requests and tokens (`domain::pace`); unset or 0, no pace.
     pub pace: Option<crate::domain::pace::Pace>,
 }
 
@@ -354,7 +374,7 @@ pub const MAX_CATCH_UP_SECONDS: i64 = 21_600;
 impl RunnerConfig {
     /// No `EVENT_BUS_NAME`: the runner sends no event; the table's stream
     /// carries each settled run to the bus (`domain::notification`).
-    pub const VARIABLES: [&'static str; 10] = [
+    pub const VARIABLES: [&'static str; 11] = [
         "TABLE_NAME",
         "AGENT_SCHEDULE_WORKER_ENABLED",
         "MODEL_ID",
@@ -365,6 +385,7 @@ impl RunnerConfig {
         "RETENTION_DAYS",
         TRACES_ENDPOINT,
         "MODEL_REQUESTS_PER_MINUTE",
+        "MODEL_TOKENS_PER_MINUTE",
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -741,6 +762,22 @@ mod tests {
             paced.push(("MODEL_REQUESTS_PER_MINUTE", value));
             assert_eq!(RunnerConfig::from(&env(&paced)).unwrap().pace, pace, "{value:?}");
         }
+        let mut tokens = base.to_vec();
+        tokens.extend([
+            ("MODEL_REQUESTS_PER_MINUTE", "200"),
+            ("MODEL_TOKENS_PER_MINUTE", "400000"),
+        ]);
+        assert_eq!(
+            RunnerConfig::from(&env(&tokens)).unwrap().pace.and_then(|p| p.tokens()),
+            Some(400_000)
+        );
+        tokens.pop();
+        tokens.push(("MODEL_TOKENS_PER_MINUTE", "0"));
+        assert_eq!(
+            RunnerConfig::from(&env(&tokens)).unwrap().pace.map(|p| p.tokens()),
+            Some(None),
+            "0: requests only"
+        );
         assert!(config.prices.of("anthropic.m-v1:0").is_ok());
         let mut late = base.to_vec();
         late.push(("CATCH_UP_SECONDS", "900"));
@@ -758,6 +795,8 @@ mod tests {
             ("MODEL_REQUESTS_PER_MINUTE", "-1"),
             ("MODEL_REQUESTS_PER_MINUTE", "1000001"),
             ("MODEL_REQUESTS_PER_MINUTE", "fast"),
+            ("MODEL_TOKENS_PER_MINUTE", "-1"),
+            ("MODEL_TOKENS_PER_MINUTE", "1000000001"),
         ] {
             let mut bad: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
             bad.push((name, value));

@@ -373,6 +373,16 @@ pub trait RunStore: Send + Sync {
         gap_ms: i64,
         now_ms: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Moves the pace's next free slot on by `charge_ms` (the tokens a call
+    /// counted, `Pace::token_charge_ms`): from where it is when booked
+    /// ahead of `now_ms`, from `now_ms` when idle. Best effort: `false` when
+    /// another write came between.
+    fn pace_charge(
+        &self,
+        model_id: &str,
+        now_ms: i64,
+        charge_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
 /// What a write on a model pace's item came to.

@@ -137,6 +137,9 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
     fn pace_gap(&self, m: &str, s: &Slots, g: i64, n: i64) -> impl Future<Output = Result<bool, StoreError>> + Send {
         self.inner.pace_gap(m, s, g, n)
     }
+    fn pace_charge(&self, m: &str, n: i64, c: i64) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.inner.pace_charge(m, n, c)
+    }
 }
 
 /// What a hook on [`Schedules`] may change; each method forwards unless

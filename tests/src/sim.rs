@@ -561,6 +561,9 @@ impl<S: RunStore> RunStore for SimStore<S> {
     async fn pace_gap(&self, model_id: &str, seen: &Slots, gap_ms: i64, now_ms: i64) -> Result<bool, StoreError> {
         self.0.pace_gap(model_id, seen, gap_ms, now_ms).await
     }
+    async fn pace_charge(&self, model_id: &str, now_ms: i64, charge_ms: i64) -> Result<bool, StoreError> {
+        self.0.pace_charge(model_id, now_ms, charge_ms).await
+    }
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
         at(Point::Claim, self.0.claim(request)).await
     }

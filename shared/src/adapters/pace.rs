@@ -123,6 +123,38 @@ impl DynamoStore {
         .await
     }
 
+    /// `RunStore::pace_charge`: the next free slot `charge_ms` further on,
+    /// from itself when booked ahead of `now_ms`, else from `now_ms`.
+    pub(crate) async fn charge_pace(&self, model_id: &str, now_ms: i64, charge_ms: i64) -> Result<bool, StoreError> {
+        let ahead = self
+            .pace_update(
+                model_id,
+                "SET #next = #next + :charge",
+                "#next >= :now",
+                &[("#next", NEXT)],
+                vec![(":now", n(now_ms)), (":charge", n(charge_ms))],
+            )
+            .await?;
+        match ahead {
+            PaceAnswer::Taken(_) => Ok(true),
+            // No item: nothing was booked, the next start paces from then.
+            PaceAnswer::Refused(None) => Ok(false),
+            PaceAnswer::Refused(Some(_)) => {
+                let at = now_ms.saturating_add(charge_ms);
+                let idle = self
+                    .pace_update(
+                        model_id,
+                        "SET #next = :at",
+                        "#next < :now",
+                        &[("#next", NEXT)],
+                        vec![(":now", n(now_ms)), (":at", n(at))],
+                    )
+                    .await?;
+                Ok(matches!(idle, PaceAnswer::Taken(_)))
+            }
+        }
+    }
+
     /// A new gap, if the gap and its change are still those `seen`.
     pub(crate) async fn set_pace_gap(
         &self,

@@ -792,6 +792,10 @@ impl RunStore for DynamoStore {
     async fn pace_gap(&self, model_id: &str, seen: &Slots, gap_ms: i64, now_ms: i64) -> Result<bool, StoreError> {
         self.set_pace_gap(model_id, seen, gap_ms, now_ms).await
     }
+
+    async fn pace_charge(&self, model_id: &str, now_ms: i64, charge_ms: i64) -> Result<bool, StoreError> {
+        self.charge_pace(model_id, now_ms, charge_ms).await
+    }
 }
 
 /// Whether a completing settle was refused for its completion alone (the

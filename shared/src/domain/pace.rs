@@ -38,6 +38,25 @@
 //! lane booked at most about a gap ahead. A pace below two requests a
 //! window has one lane.
 //!
+//! **Workspaces' shares**: within a lane, each workspace books against a
+//! credit of its own first, half the lane's requests ([`WORKSPACE_SHARE`],
+//! an item per workspace and lane, booked as the lane's slots are). A call
+//! with credit books the lane as far as the run can wait; a call past its
+//! workspace's share only a slot within half that reach
+//! ([`past_share_reach_ms`]). Alone, a workspace fills the lane (its calls
+//! past the share keep the slots near now taken); beside another, the
+//! other's calls, within their credit, find the lane booked at most half a
+//! reach ahead and go first from then on: a herd of one workspace cannot
+//! hold the lane against another's.
+//!
+//! **Tokens** (`MODEL_TOKENS_PER_MINUTE`): Bedrock's quota counts tokens a
+//! minute beside requests, an output token of a Claude 4-family model as
+//! [`OUTPUT_BURNDOWN`] (`maxTokens` is held at the request's start and given
+//! back at its end). After each answered call, what it counted beyond one
+//! gap's worth of tokens moves the lane's next free slot on by the time
+//! those tokens take at the lane's token pace ([`Pace::token_charge_ms`]):
+//! the calls after it wait for the tokens as for the requests.
+//!
 //! Pure: instants are milliseconds since the Unix epoch, passed in. Called
 //! by `app::run` around each model call, and by the configuration.
 
@@ -62,13 +81,55 @@ pub const FASTER: (i64, i64) = (4, 5);
 pub struct Pace {
     requests: u32,
     window_ms: i64,
+    /// Tokens a window (`MODEL_TOKENS_PER_MINUTE`); `None`: not paced.
+    tokens: Option<u64>,
 }
 
 impl Pace {
     /// `None` for no requests or no window (no pace).
     pub fn new(requests: u32, window: std::time::Duration) -> Option<Self> {
         let window_ms = i64::try_from(window.as_millis()).ok()?;
-        (requests > 0 && window_ms > 0).then_some(Self { requests, window_ms })
+        (requests > 0 && window_ms > 0).then_some(Self {
+            requests,
+            window_ms,
+            tokens: None,
+        })
+    }
+
+    /// This pace, counting `tokens` a window too (0: requests only).
+    pub fn with_tokens(self, tokens: u64) -> Self {
+        Self {
+            tokens: (tokens > 0).then_some(tokens),
+            ..self
+        }
+    }
+
+    pub fn tokens(&self) -> Option<u64> {
+        self.tokens
+    }
+
+    /// How much further than its gap a call that counted `counted` tokens
+    /// ([`counted_tokens`]) moves the next free slot: the time those tokens
+    /// take at this pace's tokens a window, less the gap already between
+    /// slots; `None` when within it or when tokens are not paced.
+    pub fn token_charge_ms(&self, counted: u64, gap_ms: i64) -> Option<i64> {
+        let tokens = self.tokens?;
+        let window = u64::try_from(self.window_ms).ok()?;
+        let takes = counted.saturating_mul(window).div_ceil(tokens);
+        let takes = i64::try_from(takes).unwrap_or(i64::MAX);
+        let charge = takes.saturating_sub(gap_ms.max(0));
+        (charge > 0).then_some(charge.min(self.window_ms))
+    }
+
+    /// A workspace's credit within this pace ([`WORKSPACE_SHARE`] of its
+    /// requests, at least one a window).
+    pub fn share(&self) -> Pace {
+        let (n, d) = WORKSPACE_SHARE;
+        Pace {
+            requests: (self.requests * n / d).max(1),
+            window_ms: self.window_ms,
+            tokens: None,
+        }
     }
 
     /// A pace per minute, as Bedrock's quotas count (`MODEL_REQUESTS_PER_MINUTE`).
@@ -99,6 +160,34 @@ impl Pace {
 
 /// Reminders' reserved share of the pace: a fifth of its requests.
 pub const REMINDER_SHARE: (u32, u32) = (1, 5);
+
+/// A workspace's credit within a lane: half its requests (module doc).
+pub const WORKSPACE_SHARE: (u32, u32) = (1, 2);
+
+/// What an output token counts for against Bedrock's tokens a minute, for
+/// the Claude 4-family models (Bedrock's quotas page: their output tokens
+/// burn down the quota five times).
+pub const OUTPUT_BURNDOWN: u64 = 5;
+
+/// Tokens a call counted against the quota: input, written to the cache,
+/// and output at [`OUTPUT_BURNDOWN`] (cache reads are not counted).
+pub fn counted_tokens(input: u64, cache_write: u64, output: u64) -> u64 {
+    input
+        .saturating_add(cache_write)
+        .saturating_add(output.saturating_mul(OUTPUT_BURNDOWN))
+}
+
+/// How far ahead of `now_ms` a call past its workspace's share books a
+/// lane, against `latest_ms`, the most it can wait: half of that.
+pub fn past_share_reach_ms(now_ms: i64, latest_ms: i64) -> i64 {
+    now_ms.saturating_add(latest_ms.saturating_sub(now_ms).max(0) / 2)
+}
+
+/// The id a workspace's credit in a lane is kept under, beside the lane's
+/// own (`lane_id`, [`Lane::pace_id`]).
+pub fn share_id(lane_id: &str, workspace: &str) -> String {
+    format!("{lane_id}@{workspace}")
+}
 
 /// A lane of the pace (module doc): one item each, its own share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,9 +242,15 @@ impl Lane {
             Lane::Reminders => reminders,
             Lane::Connectors => pace.requests - reminders,
         };
+        // Tokens split as the requests do.
+        let tokens = pace.tokens.map(|t| {
+            let share = t.saturating_mul(u64::from(requests)) / u64::from(pace.requests);
+            share.max(1)
+        });
         Pace {
             requests,
             window_ms: pace.window_ms,
+            tokens,
         }
     }
 
@@ -500,5 +595,38 @@ mod tests {
             "one lane below two a window"
         );
         assert_eq!(Lane::Reminders.pace(&one), one);
+    }
+
+    #[test]
+    fn tokens_split_as_requests_do_and_a_call_past_a_gaps_worth_moves_the_pace_on() {
+        let pace = Pace::per_minute(200).unwrap().with_tokens(200_000);
+        assert_eq!(Pace::per_minute(200).unwrap().with_tokens(0).tokens(), None);
+        assert_eq!(Lane::Reminders.pace(&pace).tokens(), Some(40_000));
+        assert_eq!(Lane::Connectors.pace(&pace).tokens(), Some(160_000));
+        assert_eq!(
+            counted_tokens(1_000, 200, 300),
+            2_700,
+            "output five times, reads not at all"
+        );
+        // 200,000 a minute: 1,000 tokens a gap of 300 ms.
+        assert_eq!(pace.token_charge_ms(1_000, pace.gap_ms()), None, "within the gap");
+        assert_eq!(pace.token_charge_ms(2_700, pace.gap_ms()), Some(810 - 300));
+        assert_eq!(
+            pace.token_charge_ms(u64::MAX, pace.gap_ms()),
+            Some(60_000),
+            "at most a window"
+        );
+        assert_eq!(Pace::per_minute(200).unwrap().token_charge_ms(1_000_000, 300), None);
+    }
+
+    #[test]
+    fn a_workspace_has_half_a_lane_and_past_it_books_within_half_its_reach() {
+        let lane = Lane::Connectors.pace(&Pace::per_minute(600).unwrap());
+        assert_eq!(lane.share().requests(), 240);
+        assert_eq!(Pace::per_minute(1).unwrap().share().requests(), 1);
+        assert_eq!(past_share_reach_ms(1_000, 61_000), 31_000);
+        assert_eq!(past_share_reach_ms(1_000, 0), 1_000);
+        assert_ne!(share_id("m", "ws-a"), share_id("m", "ws-b"));
+        assert_ne!(share_id("m", "ws-a"), "m");
     }
 }

@@ -292,3 +292,153 @@ async fn a_connector_herd_cannot_hold_back_a_reminder() {
     );
     assert_eq!(s.model.requests().await.len(), 1, "the reminder's request alone");
 }
+
+/// Fairness between workspaces (SPEC §13): a workspace whose herd has used
+/// its credit in the connectors' lane (half the lane) books the lane only
+/// within half a run's reach, so the lane booked further ahead turns its
+/// next run away before any model call; another workspace's run, within its
+/// credit, books behind the same herd's slots and runs. Each workspace's
+/// credit is an item of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workspace_past_its_share_cannot_hold_the_lane_against_another() {
+    use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt};
+    use shared::domain::install::InstallScope;
+    use shared::domain::pace::{Lane, share_id};
+    use shared::domain::task::TaskId;
+    let s = RunStack::start().await.unwrap();
+    let fixture = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "digest",
+            serde_json::json!({"version": 1}),
+            &[],
+            "Digest.",
+        )],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let herd_install = tests::install("ins_1", "issues", &fixture.url(), InstallScope::Workspace);
+    let other_install = shared::domain::install::Install {
+        workspace: "ws_2".into(),
+        ..tests::install("ins_2", "issues", &fixture.url(), InstallScope::Workspace)
+    };
+    for install in [&herd_install, &other_install] {
+        s.store().put_install(install).await.unwrap();
+    }
+    let p = pace(600, 60_000);
+    let runner = paced(&s, p);
+    let now_ms = Utc::now().timestamp_millis();
+    let connectors = Lane::Connectors.pace_id(MODEL);
+    let gap = Lane::Connectors.pace(&p).gap_ms();
+    // The herd of ws_1: its credit used for an hour, the lane booked 6 s
+    // ahead (a run delivered with 30 s left waits 10 s at most, and past
+    // its share 5 s), and the reminders' lane booked ahead too, so there
+    // is no idle slot to borrow.
+    let credit = share_id(&connectors, "ws_1");
+    let used = s
+        .store()
+        .pace_start(&credit, now_ms + 3_600_000, gap * 2)
+        .await
+        .unwrap();
+    assert!(matches!(used, PaceAnswer::Taken(_)));
+    for (id, ahead_ms) in [(connectors.clone(), 6_000), (Lane::Reminders.pace_id(MODEL), 30_000)] {
+        let booked = s.store().pace_start(&id, now_ms + ahead_ms, gap).await.unwrap();
+        assert!(matches!(booked, PaceAnswer::Taken(_)), "{id}");
+    }
+
+    let mut herd = tests::connector_task("issues", "digest", &[], &[]);
+    herd.spec.budget = None;
+    s.insert(&herd).await;
+    let mut other = tests::connector_task("issues", "digest", &[], &[]);
+    other.spec.budget = None;
+    other.workspace = "ws_2".into();
+    other.task_id = TaskId::for_connector("ws_2", "issues", "digest");
+    other.provenance = shared::domain::task::Provenance::Connector {
+        install_id: "ins_2".into(),
+        server: "issues".into(),
+        prompt: "digest".into(),
+    };
+    s.insert(&other).await;
+
+    let deliver = |task: &shared::domain::task::Task, id: &'static str| {
+        let message = run_message(task, Utc::now() - Duration::seconds(5), "e1");
+        let runner = &runner;
+        async move {
+            let now = Utc::now();
+            runner
+                .deliver(id, &message, now, now + Duration::seconds(30))
+                .await
+                .unwrap()
+        }
+    };
+    let got = deliver(&herd, "m1").await;
+    assert!(
+        matches!(got, Disposition::Paced(_)),
+        "the herd's run goes back past its share: {got:?}"
+    );
+    assert_eq!(s.model.requests().await.len(), 0);
+    let got = deliver(&other, "m2").await;
+    assert_eq!(
+        got,
+        Disposition::Ran(shared::domain::claim::RunStatus::Succeeded),
+        "the other workspace's run books behind the herd and runs"
+    );
+    assert_eq!(s.model.requests().await.len(), 1);
+    // Its credit was booked on an item of its own, the herd's untouched.
+    let store = s.store();
+    let own = store
+        .pace_book(&share_id(&connectors, "ws_2"), 0, i64::MAX)
+        .await
+        .unwrap();
+    assert!(
+        matches!(own, PaceAnswer::Taken(_)),
+        "ws_2's credit item exists: {own:?}"
+    );
+    let herds = store.pace_book(&credit, 0, now_ms + 3_000_000).await.unwrap();
+    assert!(
+        matches!(herds, PaceAnswer::Refused(Some(s)) if s.next_ms == now_ms + 3_600_000 + gap * 2),
+        "{herds:?}"
+    );
+}
+
+/// Tokens a minute (`MODEL_TOKENS_PER_MINUTE`): an answered call's tokens,
+/// an output token counted five times, move its lane's next free slot on
+/// by the time they take at the lane's share of the tokens, beyond the gap
+/// already between slots; the next call books after them.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answered_call_moves_its_lane_on_by_the_tokens_it_counted() {
+    use local::converse::Reply;
+    use shared::domain::pace::{Lane, counted_tokens};
+    let s = RunStack::start().await.unwrap();
+    // Reminders: 120 requests (a slot every 500 ms) and 1,200 tokens a minute.
+    let p = pace(600, 60_000).with_tokens(6_000);
+    let lane = Lane::Reminders.pace(&p);
+    assert_eq!(lane.tokens(), Some(1_200));
+    let runner = paced(&s, p);
+    s.model.script([Reply::text("Done.", 100, 20)]).await;
+    let (reminder, at) = s.due_reminder().await;
+    let before = Utc::now().timestamp_millis();
+    let now = Utc::now();
+    let got = runner
+        .deliver("m1", &run_message(&reminder, at, "e1"), now, now + Duration::minutes(5))
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(shared::domain::claim::RunStatus::Succeeded));
+    let counted = counted_tokens(100, 0, 20);
+    assert_eq!(counted, 200);
+    let charge = lane.token_charge_ms(counted, lane.gap_ms()).unwrap();
+    assert_eq!(charge, 10_000 - 500, "200 tokens at 1,200 a minute, less the gap");
+    // The lane started at the call's slot (at or after `before`): its next
+    // free slot is a gap and the charge later.
+    let id = Lane::Reminders.pace_id(MODEL);
+    let seen = match s.store().pace_book(&id, 0, 0).await.unwrap() {
+        PaceAnswer::Refused(Some(slots)) => slots,
+        other => panic!("{other:?}"),
+    };
+    let taken = seen.next_ms - lane.gap_ms() - charge;
+    assert!(
+        taken >= before && taken <= Utc::now().timestamp_millis(),
+        "next {} is the slot taken ({taken}) + gap + charge",
+        seen.next_ms
+    );
+}

@@ -1118,6 +1118,27 @@ fn the_model_pace_parameter_is_what_the_runner_accepts() {
     assert_eq!(most, u64::from(shared::config::MAX_MODEL_REQUESTS_PER_MINUTE));
     assert!(read(&most.to_string()).unwrap().is_some());
     assert!(read(&(most + 1).to_string()).is_err());
+    // Tokens a minute: its default counted, its most the runner's, 0 off.
+    let tokens = &t["Parameters"]["ModelTokensPerMinute"];
+    let read_tokens = |value: &str| {
+        shared::config::pace(&shared::config::Env::from_lookup(|k: &str| match k {
+            "MODEL_REQUESTS_PER_MINUTE" => Some(default.clone()),
+            "MODEL_TOKENS_PER_MINUTE" => Some(value.to_owned()),
+            _ => None,
+        }))
+    };
+    let default_tokens = tokens["Default"].as_u64().unwrap();
+    assert_eq!(
+        read_tokens(&default_tokens.to_string())
+            .unwrap()
+            .and_then(|p| p.tokens()),
+        Some(default_tokens)
+    );
+    assert_eq!(tokens["MinValue"].as_u64(), Some(0));
+    assert_eq!(read_tokens("0").unwrap().and_then(|p| p.tokens()), None);
+    let most = tokens["MaxValue"].as_u64().unwrap();
+    assert_eq!(most, shared::config::MAX_MODEL_TOKENS_PER_MINUTE);
+    assert!(read_tokens(&(most + 1).to_string()).is_err());
 }
 
 #[test]

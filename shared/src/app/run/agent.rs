@@ -26,6 +26,23 @@ pub(super) fn lane_index(lane: Lane) -> usize {
     }
 }
 
+/// Workspaces' credits this process keeps the last seen next slot of
+/// (`Runner::shares_seen`); past it, the map starts again.
+const SHARES_SEEN: usize = 1_024;
+
+/// One pace item a call books on: its id, its pace, where this process
+/// keeps its last seen next slot.
+struct Item<'a> {
+    id: String,
+    pace: Pace,
+    seen: Seen<'a>,
+}
+
+enum Seen<'a> {
+    Lane(&'a std::sync::atomic::AtomicI64),
+    Share,
+}
+
 /// What a booking came to.
 enum Slot {
     /// This slot is the call's (`Slots::taken_ms`).
@@ -45,13 +62,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         sessions: &[C::Session],
         run_id: &str,
         lane: Lane,
+        workspace: &str,
     ) -> Ended {
         loop {
             let turn = match turns.next_turn() {
                 Ok(turn) => turn,
                 Err(ended) => return ended,
             };
-            let reply = match self.model_call(&turns, &turn, lane).await {
+            let reply = match self.model_call(&turns, &turn, lane, workspace).await {
                 Ok(reply) => reply,
                 Err(ended) => return ended,
             };
@@ -85,22 +103,36 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
 
     /// One model call (`Model::converse`) within the run's wall time: at a
     /// slot of the fleet's pace when there is one, else retried with backoff.
-    async fn model_call(&self, turns: &AgentLoop, turn: &Turn, lane: Lane) -> Result<ModelReply, Ended> {
+    async fn model_call(
+        &self,
+        turns: &AgentLoop,
+        turn: &Turn,
+        lane: Lane,
+        workspace: &str,
+    ) -> Result<ModelReply, Ended> {
         match &self.settings.pace {
-            Some(pace) => self.paced_call(pace, lane, turns, turn).await,
+            Some(pace) => self.paced_call(pace, (lane, workspace), turns, turn).await,
             None => self.backoff_call(turns, turn, 0).await,
         }
     }
 
     /// One model call at a slot the fleet's pace gave it (`domain::pace`),
     /// in the run's lane or, that one full, the other's as far as
-    /// `Lane::borrow_reach_ms` lets it: booked, waited for, then sent;
-    /// throttled, that lane's pace slows and the call books again. No slot
-    /// within the run's reach, visibly (the pace as this process last saw
-    /// it) or by a refused write: the run ends as `AgentLoop::paced` says,
-    /// before the call. A booking that could not be written (throttled,
-    /// unreachable, raced every time) counts as full.
-    async fn paced_call(&self, pace: &Pace, lane: Lane, turns: &AgentLoop, turn: &Turn) -> Result<ModelReply, Ended> {
+    /// `Lane::borrow_reach_ms` lets it, and as far as the workspace's
+    /// credit lets it: booked, waited for, then sent; answered, the tokens
+    /// it counted move the lane on; throttled, that lane's pace slows and
+    /// the call books again. No slot within the run's reach, visibly (the
+    /// pace as this process last saw it) or by a refused write: the run
+    /// ends as `AgentLoop::paced` says, before the call. A booking that
+    /// could not be written (throttled, unreachable, raced every time)
+    /// counts as full.
+    async fn paced_call(
+        &self,
+        pace: &Pace,
+        (lane, workspace): (Lane, &str),
+        turns: &AgentLoop,
+        turn: &Turn,
+    ) -> Result<ModelReply, Ended> {
         let mut throttled = 0u32;
         let own = lane.under(pace);
         loop {
@@ -111,7 +143,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             // A booking that could not be made counts as full, never as a
             // pass: an unpaced call is what the pace exists to prevent.
             let unbooked = || Utc::now() + chrono::Duration::milliseconds(own.pace(pace).gap_ms());
-            let (booked, slots) = match self.lane_slot(pace, own, turns).await {
+            let (booked, slots) = match self.lane_slot(pace, own, workspace, turns).await {
                 Ok((booked, Slot::At(slots))) => (booked, slots),
                 Ok((_, Slot::Full(room_at))) => return Err(turns.paced(room_at)),
                 Ok((_, Slot::Unbooked)) => return Err(turns.paced(unbooked())),
@@ -128,7 +160,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             }
             match self.converse(turn, remaining).await {
                 Err(_) => return Err(turns.out_of_time()),
-                Ok(Ok(reply)) => return Ok(reply),
+                Ok(Ok(reply)) => {
+                    self.charge_tokens(&booked.pace(pace), booked, &slots, &reply).await;
+                    return Ok(reply);
+                }
                 Ok(Err(e)) if e.kind == ModelErrorKind::Throttled => {
                     throttled += 1;
                     tracing::info!(attempt = throttled, error = %e, "model throttled at its paced slot; booking another");
@@ -141,22 +176,46 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
 
     /// A slot in the run's own lane, or, that one full, in the other lane
     /// within what the run may borrow (`Lane::borrow_reach_ms`); the lane it
-    /// was booked in. Full in both: the own lane's room.
-    async fn lane_slot(&self, pace: &Pace, own: Lane, turns: &AgentLoop) -> Result<(Lane, Slot), StoreError> {
+    /// was booked in. First the workspace's credit in its lane: without it,
+    /// only within `pace::past_share_reach_ms`. Full everywhere: the
+    /// earlier of the own lane's room and the credit's.
+    async fn lane_slot(
+        &self,
+        pace: &Pace,
+        own: Lane,
+        workspace: &str,
+        turns: &AgentLoop,
+    ) -> Result<(Lane, Slot), StoreError> {
         let now = Utc::now();
         let now_ms = now.timestamp_millis();
         let left_ms = i64::try_from(turns.time_left(now).as_millis()).unwrap_or(i64::MAX);
         let latest_ms = pace::latest_slot(now_ms, left_ms);
-        let full = match self.slot(pace, own, now_ms, latest_ms).await? {
-            Slot::Full(room_at) => room_at,
+        let lane_item = |lane: Lane| Item {
+            id: lane.pace_id(&self.settings.model_id),
+            pace: lane.pace(pace),
+            seen: Seen::Lane(&self.pace_seen[lane_index(lane)]),
+        };
+        let credit = Item {
+            id: pace::share_id(&own.pace_id(&self.settings.model_id), workspace),
+            pace: own.pace(pace).share(),
+            seen: Seen::Share,
+        };
+        // A credit that could not be booked is no credit; the lane decides.
+        let (reach_ms, credit_room) = match self.slot(&credit, now_ms, latest_ms).await {
+            Ok(Slot::At(_)) => (latest_ms, None),
+            Ok(Slot::Full(room_at)) => (pace::past_share_reach_ms(now_ms, latest_ms), Some(room_at)),
+            Ok(Slot::Unbooked) | Err(_) => (pace::past_share_reach_ms(now_ms, latest_ms), None),
+        };
+        let full = match self.slot(&lane_item(own), now_ms, reach_ms).await? {
+            Slot::Full(room_at) => credit_room.map_or(room_at, |credit| credit.min(room_at)),
             other => return Ok((own, other)),
         };
         if !Lane::split(pace) {
             return Ok((own, Slot::Full(full)));
         }
         let other = own.other();
-        let reach_ms = own.borrow_reach_ms(pace, now_ms, latest_ms);
-        match self.slot(pace, other, now_ms, reach_ms).await? {
+        let borrow_ms = own.borrow_reach_ms(pace, now_ms, reach_ms);
+        match self.slot(&lane_item(other), now_ms, borrow_ms).await? {
             Slot::At(slots) => {
                 tracing::info!(lane = ?own, "the run's lane of the model pace is full; it borrows the other's slot");
                 Ok((other, Slot::At(slots)))
@@ -165,17 +224,41 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         }
     }
 
-    /// Books a slot of `lane` between `now_ms` and `latest_ms`: the write
+    /// The next slot this process last saw on `item` (`None`: never).
+    fn seen(&self, item: &Item<'_>) -> Option<i64> {
+        let seen = match item.seen {
+            Seen::Lane(at) => at.load(Ordering::Relaxed),
+            Seen::Share => self
+                .shares_seen
+                .lock()
+                .map(|seen| seen.get(&item.id).copied().unwrap_or(0))
+                .unwrap_or(0),
+        };
+        (seen > 0).then_some(seen)
+    }
+
+    fn saw(&self, item: &Item<'_>, next_ms: i64) {
+        match item.seen {
+            Seen::Lane(at) => at.store(next_ms, Ordering::Relaxed),
+            Seen::Share => {
+                if let Ok(mut seen) = self.shares_seen.lock() {
+                    if seen.len() >= SHARES_SEEN && !seen.contains_key(&item.id) {
+                        seen.clear();
+                    }
+                    seen.insert(item.id.clone(), next_ms);
+                }
+            }
+        }
+    }
+
+    /// Books a slot of `item` between `now_ms` and `latest_ms`: the write
     /// `pace::first_try` says, then what a refusal says (`pace::refusal`);
     /// none when this process already saw it full (`pace::seen_full`); a
-    /// booking also eases the lane's pace after a window without a throttle.
-    async fn slot(&self, pace: &Pace, lane: Lane, now_ms: i64, latest_ms: i64) -> Result<Slot, StoreError> {
-        let id = lane.pace_id(&self.settings.model_id);
-        let lane_pace = lane.pace(pace);
+    /// booking also eases the item's pace after a window without a throttle.
+    async fn slot(&self, item: &Item<'_>, now_ms: i64, latest_ms: i64) -> Result<Slot, StoreError> {
+        let (id, lane_pace) = (&item.id, item.pace);
         let now = DateTime::<Utc>::from_timestamp_millis(now_ms).unwrap_or_else(Utc::now);
-        let seen_at = &self.pace_seen[lane_index(lane)];
-        let seen = seen_at.load(Ordering::Relaxed);
-        let seen = (seen > 0).then_some(seen);
+        let seen = self.seen(item);
         // Visibly full: refused here, without a write (a herd's refusals
         // would be writes to one item, past its partition's rate).
         if let Some(room_at_ms) = pace::seen_full(seen, now_ms, latest_ms) {
@@ -185,21 +268,21 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let mut attempt = pace::first_try(seen, now_ms);
         for _ in 0..PACE_ATTEMPTS {
             let answer = match attempt {
-                Try::Book => self.store.pace_book(&id, now_ms, latest_ms).await?,
-                Try::Start => self.store.pace_start(&id, now_ms, lane_pace.gap_ms()).await?,
+                Try::Book => self.store.pace_book(id, now_ms, latest_ms).await?,
+                Try::Start => self.store.pace_start(id, now_ms, lane_pace.gap_ms()).await?,
             };
             let old = match answer {
                 PaceAnswer::Taken(slots) => {
-                    seen_at.store(slots.next_ms, Ordering::Relaxed);
+                    self.saw(item, slots.next_ms);
                     if let Some(gap) = pace::eased(&lane_pace, &slots, now_ms) {
-                        self.set_gap(lane, &slots, gap, now_ms, "eased").await;
+                        self.set_gap(id, &slots, gap, now_ms, "eased").await;
                     }
                     return Ok(Slot::At(slots));
                 }
                 PaceAnswer::Refused(old) => old,
             };
             if let Some(old) = &old {
-                seen_at.store(old.next_ms, Ordering::Relaxed);
+                self.saw(item, old.next_ms);
             }
             attempt = match pace::refusal(old.as_ref(), now_ms, latest_ms) {
                 Refusal::Idle => Try::Start,
@@ -219,17 +302,40 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// that booked under that gap.
     async fn slow_pace(&self, lane_pace: &Pace, lane: Lane, slots: &Slots) {
         if let Some(gap) = pace::slowed(lane_pace, slots) {
-            self.set_gap(lane, slots, gap, Utc::now().timestamp_millis(), "slowed")
+            let id = lane.pace_id(&self.settings.model_id);
+            self.set_gap(&id, slots, gap, Utc::now().timestamp_millis(), "slowed")
                 .await;
         }
     }
 
-    /// Sets `lane`'s gap if it is still as `seen` (`RunStore::pace_gap`);
-    /// best effort: a failure leaves the pace as it was.
-    async fn set_gap(&self, lane: Lane, seen: &Slots, gap_ms: i64, now_ms: i64, how: &'static str) {
+    /// After an answered call at a slot booked under `slots` in `lane`: the
+    /// tokens it counted beyond a gap's worth move the lane's next free
+    /// slot on (`Pace::token_charge_ms`). Best effort, as the gap's changes.
+    async fn charge_tokens(&self, lane_pace: &Pace, lane: Lane, slots: &Slots, reply: &ModelReply) {
+        let counted = pace::counted_tokens(reply.input_tokens, reply.cache_write_tokens, reply.output_tokens);
+        let Some(charge_ms) = lane_pace.token_charge_ms(counted, slots.gap_ms) else {
+            return;
+        };
         let id = lane.pace_id(&self.settings.model_id);
-        match self.store.pace_gap(&id, seen, gap_ms, now_ms).await {
-            Ok(true) => tracing::info!(gap_ms, was_ms = seen.gap_ms, lane = ?lane, "the model pace {how}"),
+        let now_ms = Utc::now().timestamp_millis();
+        match self.store.pace_charge(&id, now_ms, charge_ms).await {
+            Ok(charged) => tracing::debug!(
+                counted,
+                charge_ms,
+                charged,
+                "the model pace moved on for the call's tokens"
+            ),
+            Err(error) => {
+                tracing::warn!(error = %crate::error_chain(&error), "the model pace could not be moved on for the call's tokens");
+            }
+        }
+    }
+
+    /// Sets pace item `id`'s gap if it is still as `seen` (`RunStore::pace_gap`);
+    /// best effort: a failure leaves the pace as it was.
+    async fn set_gap(&self, id: &str, seen: &Slots, gap_ms: i64, now_ms: i64, how: &'static str) {
+        match self.store.pace_gap(id, seen, gap_ms, now_ms).await {
+            Ok(true) => tracing::info!(gap_ms, was_ms = seen.gap_ms, pace = %id, "the model pace {how}"),
             Ok(false) => {}
             Err(error) => {
                 tracing::warn!(error = %crate::error_chain(&error), "the model pace's gap could not be changed");

@@ -194,6 +194,9 @@ pub struct Runner<S, M, C> {
     /// for never), by `agent::lane_index`: which write a booking tries
     /// first (`pace::first_try`), and whether it needs one (`pace::seen_full`).
     pace_seen: [std::sync::atomic::AtomicI64; 2],
+    /// The same for workspaces' credits (`domain::pace`, "Workspaces'
+    /// shares"), by item id; bounded (`agent::SHARES_SEEN`).
+    shares_seen: std::sync::Mutex<std::collections::HashMap<String, i64>>,
 }
 
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
@@ -208,6 +211,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 std::sync::atomic::AtomicI64::new(0),
                 std::sync::atomic::AtomicI64::new(0),
             ],
+            shares_seen: std::sync::Mutex::default(),
         }
     }
 

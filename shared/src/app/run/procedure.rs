@@ -181,7 +181,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         };
         let run = run_id(task.task_id.as_str(), scheduled);
         let lane = crate::domain::pace::Lane::of(task.kind);
-        match self.agent_loop(turns, &setup.sessions, &run, lane).await {
+        match self
+            .agent_loop(turns, &setup.sessions, &run, lane, &task.workspace)
+            .await
+        {
             // What could not be offered is on the record, whatever the outcome.
             Ended::Run(mut outcome) => {
                 outcome.notes = notes;
