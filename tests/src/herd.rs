@@ -31,6 +31,13 @@
 //! the ideal drain time is exactly N / R minutes. Every `duplicate_every`-th
 //! occurrence is delivered twice (Scheduler delivers at least once).
 //!
+//! **Two tenants** (`reminders` > 0): beside the herd of workspace `ws_1`,
+//! another workspace, `ws_2`, has that many one-time reminders due at the
+//! same instant, their messages sent after all of the herd's (last in a
+//! queue that hands out in order). Each must run within its catch-up
+//! window (the reminders' lane of the pace, `domain::pace`); the ideal
+//! drain is then (N + reminders) / R.
+//!
 //! Checked from the table and the stand-in afterwards, not from what the
 //! pollers saw: every task has one run record, succeeded; none failed; no
 //! task got two model answers (a run run twice); each task's committed
@@ -83,6 +90,8 @@ pub struct HerdConfig {
     /// The runner's model pace, requests per (simulated) minute; `None`:
     /// at the quota, `Some(0)`: no pace.
     pub pace: Option<usize>,
+    /// Another workspace's one-time reminders due at the same instant.
+    pub reminders: usize,
 }
 
 impl HerdConfig {
@@ -102,6 +111,7 @@ impl Default for HerdConfig {
             batch: 5,
             duplicate_every: 10,
             pace: None,
+            reminders: 0,
         }
     }
 }
@@ -143,6 +153,10 @@ pub struct HerdReport {
     pub claims_left: usize,
     /// The latest start after the scheduled time, simulated seconds.
     pub latest_start_sim: f64,
+    /// Of those, the other workspace's reminders: succeeded, and the
+    /// latest start among them.
+    pub reminders_succeeded: usize,
+    pub reminders_latest_start_sim: f64,
 }
 
 impl HerdReport {
@@ -155,10 +169,15 @@ impl HerdReport {
         self.drain_real.as_secs_f64() * f64::from(self.config().compression) / 60.0
     }
 
-    /// N / R: the model quota's floor on the drain, in minutes.
+    /// (N + reminders) / R: the model quota's floor on the drain, in minutes.
     pub fn ideal_minutes(&self) -> f64 {
         let c = self.config();
-        c.tasks as f64 / c.rpm.max(1) as f64
+        (c.tasks + c.reminders) as f64 / c.rpm.max(1) as f64
+    }
+
+    /// The drain over the ideal.
+    pub fn drain_ratio(&self) -> f64 {
+        self.drain_sim_minutes() / self.ideal_minutes().max(f64::MIN_POSITIVE)
     }
 
     /// Throttled model requests per answered one.
@@ -174,8 +193,15 @@ impl HerdReport {
     pub fn violations(&self) -> Vec<String> {
         let c = self.config();
         let mut out = Vec::new();
-        if self.succeeded != c.tasks {
-            out.push(format!("{} of {} runs succeeded", self.succeeded, c.tasks));
+        let all = c.tasks + c.reminders;
+        if self.succeeded != all {
+            out.push(format!("{} of {all} runs succeeded", self.succeeded));
+        }
+        if self.reminders_succeeded != c.reminders {
+            out.push(format!(
+                "{} of the other workspace's {} reminders succeeded",
+                self.reminders_succeeded, c.reminders
+            ));
         }
         if !self.failed.is_empty() {
             out.push(format!("runs failed: {:?}", self.failed));
@@ -248,6 +274,10 @@ impl HerdReport {
         };
         let rows = [
             ("tasks due at one instant", c.tasks.to_string()),
+            (
+                "another workspace's reminders, same instant",
+                c.reminders.to_string(),
+            ),
             ("model quota R (requests per minute)", c.rpm.to_string()),
             (
                 "runner's model pace (requests per minute)",
@@ -273,14 +303,8 @@ impl HerdReport {
                     self.drain_real.as_secs_f64()
                 ),
             ),
-            ("ideal N / R", format!("{:.1} min", self.ideal_minutes())),
-            (
-                "drain / ideal",
-                format!(
-                    "{:.2}",
-                    self.drain_sim_minutes() / self.ideal_minutes().max(f64::MIN_POSITIVE)
-                ),
-            ),
+            ("ideal (N + reminders) / R", format!("{:.1} min", self.ideal_minutes())),
+            ("drain / ideal", format!("{:.2}", self.drain_ratio())),
             (
                 "latest start after due, simulated",
                 format!(
@@ -289,7 +313,12 @@ impl HerdReport {
                     CATCH_UP_SECONDS / 60
                 ),
             ),
+            (
+                "reminders' latest start after due, simulated",
+                format!("{:.1} min", self.reminders_latest_start_sim / 60.0),
+            ),
             ("runs succeeded", self.succeeded.to_string()),
+            ("reminders succeeded", self.reminders_succeeded.to_string()),
             ("runs failed", format!("{failed} ({})", by(&self.failed))),
             ("occurrences skipped", by(&self.skipped)),
             (
@@ -359,9 +388,11 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
     store
         .put_install(&install("ins_1", "issues", &fixture.url(), InstallScope::Workspace))
         .await?;
-    let tasks: Vec<_> = (0..config.tasks)
+    let due: DateTime<Utc> = Utc::now().trunc_subsecs(0);
+    let mut tasks: Vec<_> = (0..config.tasks)
         .map(|i| connector_task("issues", &format!("herd_{i:05}"), &[], &[]))
         .collect();
+    tasks.extend((0..config.reminders).map(|i| other_workspaces_reminder(i, due)));
     {
         use futures::StreamExt;
         let results: Vec<_> = futures::stream::iter(tasks.iter().map(|t| store.insert_task(t)))
@@ -389,7 +420,6 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
     let sqs = aws_sdk_sqs::Client::new(&s.t.aws.sdk);
     let queue_url = s.t.stack.runs_queue_url.clone();
     let queue_arn = s.t.stack.runs_queue_arn.clone();
-    let due: DateTime<Utc> = Utc::now().trunc_subsecs(0);
     let mut bodies = Vec::new();
     let mut duplicates_sent = 0;
     for (i, task) in tasks.iter().enumerate() {
@@ -427,7 +457,7 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
     let clock = {
         let done = done.clone();
         let settled = settled.clone();
-        let tasks = config.tasks;
+        let tasks = config.tasks + config.reminders;
         tokio::spawn(async move {
             let mut advanced = 0u64;
             let mut reported = Instant::now();
@@ -459,7 +489,7 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
     };
 
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let settled_needed = config.tasks;
+    let settled_needed = config.tasks + config.reminders;
     let limit = StdDuration::from_secs_f64(2.0 * CATCH_UP_SECONDS as f64 / compression + 30.0);
     let returns = Returns::from_sdk(&s.t.aws.sdk);
     let invocation = Duration::seconds(SETTLE_RESERVE_SECONDS)
@@ -621,8 +651,12 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
         };
         let reason = run["reason"].as_str().unwrap_or("-").to_owned();
         let cost = run["cost_usd"].as_f64().unwrap_or_default();
+        let reminder = task.kind == shared::domain::task::TaskKind::Reminder;
         match run["status"].as_str().unwrap_or_default() {
-            "succeeded" => report.succeeded += 1,
+            "succeeded" => {
+                report.succeeded += 1;
+                report.reminders_succeeded += usize::from(reminder);
+            }
             "failed" => *report.failed.entry(reason).or_default() += 1,
             _ => *report.skipped.entry(reason).or_default() += 1,
         }
@@ -633,6 +667,9 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
         {
             let late = (started_at.with_timezone(&Utc) - due).as_seconds_f64() * compression;
             report.latest_start_sim = report.latest_start_sim.max(late);
+            if reminder {
+                report.reminders_latest_start_sim = report.reminders_latest_start_sim.max(late);
+            }
         }
         let item = items
             .iter()
@@ -647,9 +684,24 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
             report.claims_left += 1;
         }
     }
-    if let Some(account) = items.iter().find(|i| i["entity"] == "account") {
-        report.account_runs = account["runs"].as_i64().unwrap_or_default();
-        report.account_spent = account["spent_usd"].as_f64().unwrap_or_default();
+    // Every account charged: the herd's install's and the reminders' owner's.
+    for account in items.iter().filter(|i| i["entity"] == "account") {
+        report.account_runs += account["runs"].as_i64().unwrap_or_default();
+        report.account_spent += account["spent_usd"].as_f64().unwrap_or_default();
     }
     Ok(report)
+}
+
+/// The other workspace's `i`-th one-time reminder, due at `due`; its
+/// instruction names it, as the herd's prompts do, to count its answers.
+fn other_workspaces_reminder(i: usize, due: DateTime<Utc>) -> shared::domain::task::Task {
+    use shared::domain::task::{Provenance, TaskId};
+    let mut task = crate::reminder(due);
+    task.task_id = TaskId::for_reminder("ws_2", "usr_b", &format!("herd-{i:05}"));
+    task.workspace = "ws_2".into();
+    task.provenance = Provenance::User {
+        principal: "usr_b".into(),
+    };
+    task.instruction = Some(format!("Remind me of the stand-up (reminder_{i:05})."));
+    task
 }

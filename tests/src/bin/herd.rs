@@ -3,7 +3,8 @@
 //! (`tests::herd`). Prints one table; exits non-zero when an invariant
 //! fails (a run failed, ran twice, or an occurrence was missed).
 //!
-//! `herd [--tasks N] [--rpm R] [--pace P] [--compression C] [--concurrency K] [--batch B] [--duplicate-every D]`
+//! `herd [--tasks N] [--reminders M] [--rpm R] [--pace P] [--compression C] [--concurrency K] [--batch B] [--duplicate-every D]`
+//! (`--reminders`: another workspace's one-time reminders due at the same instant)
 //! (`--pace`: the runner's model pace, requests per minute; R unless given, 0 for none)
 
 // The SDK futures nest deeply; their layout needs more than the default depth.
@@ -23,6 +24,7 @@ fn parse(args: &[String]) -> anyhow::Result<HerdConfig> {
             .with_context(|| format!("{flag} takes a whole number"))?;
         match flag.as_str() {
             "--tasks" => config.tasks = number,
+            "--reminders" => config.reminders = number,
             "--rpm" => config.rpm = number,
             "--pace" => config.pace = Some(number),
             "--compression" => config.compression = u32::try_from(number)?,
@@ -40,8 +42,9 @@ async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let config = parse(&args)?;
     eprintln!(
-        "herd: {} connector tasks due at one instant, the Converse stand-in (not Bedrock) limited to {} requests per simulated minute, the runner's pace {}, clock compressed {}x",
+        "herd: {} connector tasks and another workspace's {} reminders due at one instant, the Converse stand-in (not Bedrock) limited to {} requests per simulated minute, the runner's pace {}, clock compressed {}x",
         config.tasks,
+        config.reminders,
         config.rpm,
         match config.pace_rpm() {
             0 => "off".to_owned(),

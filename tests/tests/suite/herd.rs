@@ -1,12 +1,13 @@
 //! A small fixed slice of the herd (`tests::herd`, `infra/scripts/herd.sh`):
-//! 50 connector tasks due at one instant against a model quota of 20
-//! requests per minute, the runner paced at the quota, on a clock
-//! compressed 6 times. Asserts what must hold, never how long it took.
+//! 50 connector tasks of one workspace and 10 one-time reminders of another
+//! due at one instant against a model quota of 20 requests per minute, the
+//! runner paced at the quota, on a clock compressed 6 times. Asserts what
+//! must hold, never how long it took.
 
 use tests::herd::{HerdConfig, run};
 
 #[tokio::test(flavor = "multi_thread")]
-async fn fifty_tasks_due_at_once_all_run_once_within_the_catch_up_window_none_failing_for_throttling() {
+async fn fifty_tasks_and_another_workspaces_reminders_due_at_once_all_run_once_within_the_catch_up_window() {
     let report = run(HerdConfig {
         tasks: 50,
         rpm: 20,
@@ -18,13 +19,16 @@ async fn fifty_tasks_due_at_once_all_run_once_within_the_catch_up_window_none_fa
         duplicate_every: 5,
         // Paced at the quota (`domain::pace`).
         pace: None,
+        // Sent after the herd's 60 messages: reminders keep their lane.
+        reminders: 10,
     })
     .await
     .unwrap();
     println!("{}", report.table());
     assert_eq!(report.violations(), Vec::<String>::new(), "\n{}", report.table());
-    assert_eq!(report.succeeded, 50);
-    assert_eq!(report.duplicates_sent, 10);
+    assert_eq!(report.succeeded, 60);
+    assert_eq!(report.reminders_succeeded, 10);
+    assert_eq!(report.duplicates_sent, 12, "every fifth of 60 occurrences, reminders among them");
     // Among the invariants: under the pace, at most one throttled model
     // request per answered one. How often the pace turned runs away depends
     // on how fast this machine runs 20 concurrent deliveries, so it is not
