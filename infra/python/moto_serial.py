@@ -10,6 +10,8 @@ It also gives SQS a clock that tests can move (see `_clock`), and keeps
 DynamoDB's `ClientRequestToken` promise for `TransactWriteItems`, which moto
 ignores (see `_transaction_token`), and backs up only what a transaction
 can change instead of every table it names (see `_transact_write_items`).
+And it refuses a function's request its role in `template.yaml` does not
+allow, as AWS does and moto does not (`local_iam.py`).
 """
 
 import io
@@ -19,6 +21,7 @@ import time
 
 import copy
 
+import local_iam
 import moto.dynamodb.models as dynamodb_models
 import moto.server as server
 import moto.sqs.models as sqs_models
@@ -225,6 +228,9 @@ class Serial:
         with _lock:
             if environ.get("PATH_INFO") == "/_local/sqs-clock":
                 return _clock(environ, start_response)
+            refused = local_iam.denied(environ)
+            if refused is not None:
+                return local_iam.refuse(environ, start_response, *refused)
             # Produce the whole body inside the lock: a lazy body would run
             # the backend after the lock is released.
             return _transaction(environ, start_response, self.app)

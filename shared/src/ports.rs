@@ -399,10 +399,24 @@ pub enum PaceAnswer {
 pub enum ModelErrorKind {
     /// Load (`ThrottlingException`, `ServiceUnavailableException`,
     /// `ModelNotReadyException`): retried, then the run goes back to the
-    /// queue or fails as `model throttled`.
+    /// queue or fails as `model throttled`; it slows the model pace.
     Throttled,
+    /// For now, not for good: a server error (`InternalServerException`, a
+    /// 5xx), no answer (a connection reset, a timeout), or access a fresh
+    /// account is still being given (`AccessDeniedException` while its
+    /// model subscription completes, minutes). Retried and returned as
+    /// load is, without slowing the pace.
+    Unavailable,
     /// Anything else: the run fails with the message.
     Other,
+}
+
+impl ModelErrorKind {
+    /// Whether the call may answer if asked again later: the run retries
+    /// it, and goes back to the queue rather than fail.
+    pub fn is_load(self) -> bool {
+        matches!(self, ModelErrorKind::Throttled | ModelErrorKind::Unavailable)
+    }
 }
 
 /// The model failed to answer.
@@ -612,6 +626,29 @@ pub trait DueIndex: Send + Sync {
         shard: u8,
         cursor: Option<&Cursor>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// A page of the table's task items that have no `due` (written by a
+    /// release before due times, or before the schedulable index), at most
+    /// `limit` items read: a `Scan`, run once by an operator after an
+    /// upgrade (`sat upgrade`), never by a pass (SPEC §13).
+    fn undue_page(
+        &self,
+        after: Option<&TableCursor>,
+        limit: usize,
+    ) -> impl Future<Output = Result<ScanPage, StoreError>> + Send;
+}
+
+/// Where a scan of the table goes on: the table key of the last item read.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TableCursor {
+    pub pk: String,
+    pub sk: String,
+}
+
+/// One page of a scan, and where the next one starts (`None`: the last).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScanPage {
+    pub items: Vec<Task>,
+    pub next: Option<TableCursor>,
 }
 
 /// Where a page of a pass continues: after this item, named by its

@@ -274,10 +274,7 @@ impl HerdReport {
         };
         let rows = [
             ("tasks due at one instant", c.tasks.to_string()),
-            (
-                "another workspace's reminders, same instant",
-                c.reminders.to_string(),
-            ),
+            ("another workspace's reminders, same instant", c.reminders.to_string()),
             ("model quota R (requests per minute)", c.rpm.to_string()),
             (
                 "runner's model pace (requests per minute)",

@@ -90,6 +90,11 @@ pub enum Fault {
     ServiceUnavailable,
     /// `ModelNotReadyException`, HTTP 429.
     ModelNotReady,
+    /// `InternalServerException`, HTTP 500: Bedrock's own failure.
+    InternalServer,
+    /// `AccessDeniedException`, HTTP 403: what a fresh account's first
+    /// calls answer for minutes while its model subscription completes.
+    AccessDenied,
 }
 
 impl Fault {
@@ -98,6 +103,8 @@ impl Fault {
             Fault::Throttling => "ThrottlingException",
             Fault::ServiceUnavailable => "ServiceUnavailableException",
             Fault::ModelNotReady => "ModelNotReadyException",
+            Fault::InternalServer => "InternalServerException",
+            Fault::AccessDenied => "AccessDeniedException",
         }
     }
 
@@ -105,6 +112,8 @@ impl Fault {
         match self {
             Fault::Throttling | Fault::ModelNotReady => 429,
             Fault::ServiceUnavailable => 503,
+            Fault::InternalServer => 500,
+            Fault::AccessDenied => 403,
         }
     }
 }

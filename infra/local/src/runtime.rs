@@ -305,6 +305,20 @@ impl FunctionProcess {
     }
 }
 
+/// The access key `function`'s process signs with locally: its template
+/// resources' roles, which `infra/python/local_iam.py` holds its requests
+/// to (the local reconcile process is both the intake and the worker).
+pub fn role_key(function: &str) -> anyhow::Result<&'static str> {
+    Ok(match function {
+        "create" => "iam-CreateFunction",
+        "runner" => "iam-RunnerFunction",
+        "reconcile" => "iam-ReconcileFunction+WebhookFunction",
+        "admin" => "iam-AdminFunction",
+        "schedules" => "iam-SchedulesFunction",
+        other => bail!("no function `{other}` in template.yaml"),
+    })
+}
+
 /// The variables `template.yaml` sets on `function` (the function's
 /// `VARIABLES` in `shared::config`, which `tests/suite/template.rs` holds
 /// to the template), plus `ALLOW_LOOPBACK_CONNECTORS`, which only local
@@ -348,6 +362,10 @@ impl Launch {
     pub fn new(function: &str, aws: &crate::LocalAws, stack: &crate::Stack) -> anyhow::Result<Self> {
         let names = template_variables(function)?;
         let mut env = aws.sdk_env();
+        // Its role's key: moto_serial.py refuses what the role in
+        // template.yaml does not allow (infra/python/local_iam.py).
+        env.retain(|(k, _)| k != "AWS_ACCESS_KEY_ID");
+        env.push(("AWS_ACCESS_KEY_ID".to_owned(), role_key(function)?.to_owned()));
         env.extend(
             stack
                 .function_env()

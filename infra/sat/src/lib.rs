@@ -14,6 +14,8 @@
 //!   it belongs.
 //! - `sat verify`: after a deploy, a reminder end to end: created, run,
 //!   recorded, notified.
+//! - `sat upgrade`: once, after deploying over a release from before due
+//!   times: its tasks get one, and their place in the schedulable index.
 //!
 //! Nothing is decided here that the system decides elsewhere: declarations
 //! go through `domain::reconcile::plan`, a task's explanation through
@@ -29,6 +31,7 @@ pub mod overdue;
 pub mod redrive;
 pub mod render;
 pub mod resources;
+pub mod upgrade;
 pub mod verify;
 
 use std::path::PathBuf;
@@ -105,6 +108,10 @@ pub enum Command {
     /// After a deploy: a reminder due shortly, created through the create
     /// function, run, recorded and notified on RunFinishedQueue.
     Verify(verify::VerifyArgs),
+    /// Once, after deploying over a release from before due times: the
+    /// tasks it wrote get one, so the missed-occurrence check and the daily
+    /// pass see them.
+    Upgrade(upgrade::UpgradeArgs),
 }
 
 /// Runs one command; answers the text to print and the exit status.
@@ -138,6 +145,11 @@ pub async fn run(cli: Cli) -> Result<(String, u8), SatError> {
         Command::Verify(args) => {
             let resources = Resources::locate(&cli.place.place()).await?;
             let report = verify::run(args, &resources, !cli.json).await?;
+            Ok(answer(&report, cli.json))
+        }
+        Command::Upgrade(args) => {
+            let resources = Resources::locate(&cli.place.place()).await?;
+            let report = upgrade::run(args, &resources).await?;
             Ok(answer(&report, cli.json))
         }
     }

@@ -16,6 +16,7 @@ mod check;
 mod describe;
 mod overdue;
 mod redrive;
+mod upgrade;
 mod verify;
 
 /// What a run of `sat` printed and how it ended.

@@ -55,12 +55,41 @@ fn error(message: impl Into<String>) -> ModelError {
     }
 }
 
-/// Whether a failed call is load (retry) or anything else (fail).
+/// The error codes that mean "not now" rather than "no": a server error, a
+/// model that took too long, and the access a fresh account is denied while
+/// its model subscription (AWS Marketplace) completes, for minutes.
+pub const UNAVAILABLE_CODES: [&str; 3] = [
+    "InternalServerException",
+    "ModelTimeoutException",
+    "AccessDeniedException",
+];
+
+/// Whether a failed call is load (retry), for now (retry), or anything else
+/// (fail), from the error code and HTTP status it was answered with.
 pub fn classify(code: Option<&str>, status: Option<u16>) -> ModelErrorKind {
     match (code, status) {
         (Some(code), _) if THROTTLED_CODES.contains(&code) => ModelErrorKind::Throttled,
+        (Some(code), _) if UNAVAILABLE_CODES.contains(&code) => ModelErrorKind::Unavailable,
         (None, Some(429 | 503)) => ModelErrorKind::Throttled,
+        (None, Some(500..=599)) => ModelErrorKind::Unavailable,
         _ => ModelErrorKind::Other,
+    }
+}
+
+/// [`classify`] for the SDK's error: a request sent and not answered (the
+/// connection failed or reset, the response did not come or could not be
+/// read, a timeout) is for now too; one that could not be built is not.
+fn classify_sdk<E: ProvideErrorMetadata, R>(
+    error: &aws_sdk_bedrockruntime::error::SdkError<E, R>,
+    status: Option<u16>,
+) -> ModelErrorKind {
+    use aws_sdk_bedrockruntime::error::SdkError;
+    match error {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            ModelErrorKind::Unavailable
+        }
+        SdkError::ServiceError(e) => classify(e.err().code(), status),
+        _ => classify(None, status),
     }
 }
 
@@ -322,7 +351,7 @@ impl Model for BedrockModel {
             let code = e.as_service_error().and_then(|s| s.code()).map(str::to_owned);
             let status = e.raw_response().map(|r| r.status().as_u16());
             ModelError {
-                kind: classify(code.as_deref(), status),
+                kind: classify_sdk(&e, status),
                 message: format!("{}: {}", code.as_deref().unwrap_or("unknown"), DisplayErrorContext(&e)),
                 code,
                 source: Some(Box::new(e)),
@@ -359,11 +388,22 @@ mod tests {
         }
         assert_eq!(classify(None, Some(429)), ModelErrorKind::Throttled);
         assert_eq!(classify(Some("ValidationException"), Some(400)), ModelErrorKind::Other);
+        for code in UNAVAILABLE_CODES {
+            assert_eq!(classify(Some(code), Some(500)), ModelErrorKind::Unavailable, "{code}");
+        }
         assert_eq!(
             classify(Some("AccessDeniedException"), Some(403)),
+            ModelErrorKind::Unavailable,
+            "a fresh account's subscription completes within minutes"
+        );
+        assert_eq!(classify(None, Some(502)), ModelErrorKind::Unavailable);
+        assert_eq!(
+            classify(Some("ResourceNotFoundException"), Some(404)),
             ModelErrorKind::Other
         );
         assert_eq!(classify(None, None), ModelErrorKind::Other);
+        assert!(ModelErrorKind::Unavailable.is_load() && ModelErrorKind::Throttled.is_load());
+        assert!(!ModelErrorKind::Other.is_load());
     }
 
     #[test]

@@ -337,6 +337,47 @@ impl TaskCatalog for DynamoStore {
 }
 
 impl DueIndex for DynamoStore {
+    async fn undue_page(
+        &self,
+        after: Option<&crate::ports::TableCursor>,
+        limit: usize,
+    ) -> Result<crate::ports::ScanPage, StoreError> {
+        let start = after.map(|c| {
+            std::collections::HashMap::from([
+                (PK.to_owned(), AttributeValue::S(c.pk.clone())),
+                (SK.to_owned(), AttributeValue::S(c.sk.clone())),
+            ])
+        });
+        self.counted();
+        let out = self
+            .client()
+            .scan()
+            .table_name(self.table())
+            .filter_expression("#entity = :task AND attribute_not_exists(#due)")
+            .expression_attribute_names("#entity", "entity")
+            .expression_attribute_names("#due", "due")
+            .expression_attribute_values(":task", AttributeValue::S("task".to_owned()))
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| request_error("Scan", e))?;
+        let items = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| read_item(i, "task"))
+            .collect::<Result<Vec<Task>, _>>()?;
+        let text = |key: &Item, name: &str| key.get(name).and_then(|v| v.as_s().ok()).cloned();
+        let next = out.last_evaluated_key.and_then(|key| {
+            Some(crate::ports::TableCursor {
+                pk: text(&key, PK)?,
+                sk: text(&key, SK)?,
+            })
+        });
+        Ok(crate::ports::ScanPage { items, next })
+    }
+
     async fn due_page(
         &self,
         family: Family,

@@ -199,7 +199,7 @@ impl Export for OtlpExport {
                     tracing::error!(
                         spans = count,
                         status = status.as_u16(),
-                        "the traces endpoint refused the spans: no more are sent from this process (is Transaction Search on, and may the role xray:PutTraceSegments?)"
+                        "the traces endpoint refused the spans: no more are sent from this process (is Transaction Search on, and may the role xray:PutSpans and xray:PutSpansForIndexing?)"
                     );
                 }
                 Ok(Err(SendError::Failed(error))) => {

@@ -903,10 +903,12 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
         Ok(true)
     }
 
-    /// Puts the schedule of every task of this install that the pass did
-    /// not write, from a fresh read: a schedule update that failed after
-    /// its task's write (by reconcile or admin) is repaired by the next pass,
-    /// at the latest the daily one.
+    /// Puts back the schedule of every task of this install that the pass
+    /// did not write and whose schedule is missing or out of step, from a
+    /// fresh read: a schedule update that failed after its task's write (by
+    /// reconcile or admin) is repaired by the next pass, at the latest the
+    /// daily one. One in step is left alone: a put would cost a write per
+    /// task a day and start a `rate()` schedule's phase again.
     async fn repair_schedules(
         &self,
         workspace: &str,
@@ -931,6 +933,11 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
     async fn sync_schedule(&self, task: &Task) -> Result<(), ReconcileError> {
         let definition = ScheduleDefinition::for_task(task)
             .map_err(|e| ReconcileError::Unschedulable(task.task_id.to_string(), e.to_string()))?;
+        let current = self.schedules.status(&definition.name).await?;
+        if current.as_ref().is_some_and(|c| definition.matches(c)) {
+            return Ok(());
+        }
+        tracing::info!(task_id = %task.task_id, missing = current.is_none(), "connector schedule out of step: put back");
         self.schedules.put(&definition).await?;
         Ok(())
     }

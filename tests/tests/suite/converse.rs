@@ -326,6 +326,56 @@ async fn the_stand_in_throttles_above_its_rate_and_faults_on_demand() {
     assert_eq!(s.model.faulted().await, 4);
 }
 
+/// Failures that are "not now" (SPEC §13: load is not a fault): a 500
+/// `InternalServerException`, the `AccessDeniedException` a fresh account's
+/// first calls answer while its model subscription completes, and no answer
+/// at all (nothing listening) are load that does not slow the pace; a
+/// reminder meeting them goes back to the queue whole, then runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_errors_a_fresh_accounts_access_and_no_answer_are_retried_not_failed() {
+    let s = RunStack::start().await.unwrap();
+    let model = BedrockModel::from_sdk(&s.model_sdk);
+    let hello = request(vec![user("hello")], vec![]);
+    for (fault, code) in [
+        (Fault::InternalServer, "InternalServerException"),
+        (Fault::AccessDenied, "AccessDeniedException"),
+    ] {
+        s.model.fault(Some(fault)).await;
+        let err = model.converse(tests::MODEL, &hello).await.unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Unavailable, "{code}");
+        assert!(err.message.starts_with(code), "{}", err.message);
+    }
+    s.model.fault(None).await;
+    // Nothing listening: the request is sent and never answered.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let unanswered = BedrockModel::from_sdk(&s.model_sdk.to_builder().endpoint_url(nowhere).build());
+    let err = unanswered.converse(tests::MODEL, &hello).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Unavailable, "{}", err.message);
+
+    // A reminder while the account's access is still being given: back to
+    // the queue whole, nothing recorded; once it is given, it runs.
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    let reminder = tests::reminder(at);
+    s.insert(&reminder).await;
+    s.model.fault(Some(Fault::AccessDenied)).await;
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&reminder, at, "e1"), Utc::now(), short_deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::ReturnToQueue);
+    assert!(s.run_record(&reminder.task_id, &occurrence_key(at)).await.is_none());
+    s.model.fault(None).await;
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&reminder, at, "e2"), Utc::now(), short_deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+}
+
 const DOTTED: &str = "repos.issues.list";
 
 fn long_name() -> String {

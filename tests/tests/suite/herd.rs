@@ -28,7 +28,10 @@ async fn fifty_tasks_and_another_workspaces_reminders_due_at_once_all_run_once_w
     assert_eq!(report.violations(), Vec::<String>::new(), "\n{}", report.table());
     assert_eq!(report.succeeded, 60);
     assert_eq!(report.reminders_succeeded, 10);
-    assert_eq!(report.duplicates_sent, 12, "every fifth of 60 occurrences, reminders among them");
+    assert_eq!(
+        report.duplicates_sent, 12,
+        "every fifth of 60 occurrences, reminders among them"
+    );
     // Among the invariants: under the pace, at most one throttled model
     // request per answered one. How often the pace turned runs away depends
     // on how fast this machine runs 20 concurrent deliveries, so it is not

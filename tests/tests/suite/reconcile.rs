@@ -514,6 +514,68 @@ async fn a_pass_repairs_a_schedule_out_of_step_with_its_task() {
     assert_eq!(w.schedule_state().await, "ENABLED", "repaired from the task");
 }
 
+/// A pass puts back only a schedule out of step: one in step is left
+/// alone, since a put costs a Scheduler write per task a day and starts a
+/// `rate()` schedule's phase again (its occurrences would drift).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pass_leaves_a_schedule_in_step_alone() {
+    use shared::adapters::scheduler::EventBridgeSchedules;
+    use shared::domain::schedule_definition::ScheduleDefinition;
+    use shared::ports::{ScheduleError, Schedules};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tests::intercept::{Intercepted, SchedulesHook};
+    struct Puts(AtomicUsize);
+    impl SchedulesHook<EventBridgeSchedules> for Puts {
+        async fn put(&self, inner: &EventBridgeSchedules, schedule: &ScheduleDefinition) -> Result<(), ScheduleError> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            inner.put(schedule).await
+        }
+    }
+    let w = World::start().await;
+    w.t.reconciler()
+        .apply(&installed("ins_1", "issues", &w.issues.url(), "workspace"), Utc::now())
+        .await
+        .unwrap();
+    let v = w.version().await;
+    let approved = w.admin("approve", json!({"expected_version": v, "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_chat"}})).await;
+    assert_eq!(approved["ok"], true, "{approved}");
+    let target = w.t.create_config(tests::ENABLED).target;
+    let counted = shared::app::reconcile::Reconciler::new(
+        w.t.admin_store(),
+        Intercepted::new(
+            EventBridgeSchedules::from_sdk(&w.t.aws.sdk, target.clone()),
+            Puts(AtomicUsize::new(0)),
+        ),
+        shared::adapters::mcp::McpConnectors::from_sdk(&w.t.aws.sdk, w.t.rules()).for_lists(),
+        shared::adapters::queue::FifoQueue::from_sdk(&w.t.aws.sdk, &w.t.stack.reconcile_queue_url),
+        w.t.create_config(tests::ENABLED).ceilings,
+        w.t.rules(),
+    );
+    let puts = || counted.schedules().hook.0.load(Ordering::Relaxed);
+    counted.reconcile_install("ws_1", "ins_1", Utc::now()).await.unwrap();
+    assert_eq!(puts(), 0, "the approved task's schedule is in step: not put again");
+
+    // Out of step (disabled while the task is scheduled): put back, once.
+    let store = w.t.admin_store();
+    let mut stale = shared::ports::TaskStore::task(&store, "ws_1", &w.task_id)
+        .await
+        .unwrap()
+        .unwrap();
+    stale.overrides = Some(shared::domain::overrides::Overrides {
+        paused: true,
+        ..Default::default()
+    });
+    EventBridgeSchedules::from_sdk(&w.t.aws.sdk, target)
+        .put(&ScheduleDefinition::for_task(&stale).unwrap())
+        .await
+        .unwrap();
+    counted.reconcile_install("ws_1", "ins_1", Utc::now()).await.unwrap();
+    assert_eq!(puts(), 1);
+    assert_eq!(w.schedule_state().await, "ENABLED", "repaired from the task");
+    counted.reconcile_install("ws_1", "ins_1", Utc::now()).await.unwrap();
+    assert_eq!(puts(), 1, "in step again: left alone");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daily_pass_queues_every_installed_connector_and_no_uninstalled_one() {
     let w = World::start().await;

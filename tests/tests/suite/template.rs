@@ -302,6 +302,10 @@ fn reconcile_and_admin_read_what_the_template_sets() {
         num(&alarm["Period"]) >= 2 * 15 * 60,
         "a period holds more than one check"
     );
+    assert!(
+        num(&alarm["Period"]) * num(&alarm["EvaluationPeriods"]) <= 30 * 60,
+        "a stopped check is missing data within half an hour, not hours later"
+    );
     // Both query the index (installed connectors; a task's workspace); no
     // function scans the table (SPEC 13: passes read pages through indexes).
     let index_arn = format!("${{TasksTable.Arn}}/index/{}", local::STACK.table_index.0);
@@ -1582,8 +1586,9 @@ fn function_statements(deployment: &Deployment, function: &str) -> Vec<Statement
 /// SPEC §14: with `Traces` enabled (the default), create, the runner and
 /// the reconcile worker send their spans to this region's CloudWatch OTLP
 /// endpoint (a `TRACES_ENDPOINT` the code accepts) and may, as the endpoint
-/// authorises them, `xray:PutTraceSegments`; disabled, neither. No other
-/// function sends spans or may.
+/// authorises them, `xray:PutSpans` and `xray:PutSpansForIndexing` (not
+/// X-Ray's segment API, `xray:PutTraceSegments`); disabled, neither. No
+/// other function sends spans or may.
 #[test]
 fn traced_functions_send_to_the_region_s_otlp_endpoint_with_the_permission_it_authorises() {
     let t = json_form(&template());
@@ -1600,11 +1605,13 @@ fn traced_functions_send_to_the_region_s_otlp_endpoint_with_the_permission_it_au
             let endpoint = variables
                 .get("TRACES_ENDPOINT")
                 .and_then(|v| v.as_str().map(str::to_owned));
-            let may = allowed(
-                &function_statements(&deployment, function),
-                "xray:PutTraceSegments",
-                "*",
-                &no_context,
+            let statements = function_statements(&deployment, function);
+            let may = ["xray:PutSpans", "xray:PutSpansForIndexing"]
+                .iter()
+                .all(|action| allowed(&statements, action, "*", &no_context));
+            assert!(
+                !allowed(&statements, "xray:PutTraceSegments", "*", &no_context),
+                "{function}: the segment API is not what the endpoint authorises"
             );
             if on && traced.contains(function) {
                 assert_eq!(
@@ -1650,4 +1657,27 @@ fn the_local_stack_names_the_template_s_outputs() {
     assert_eq!(reference(&outputs["TasksTableName"]["Value"]), "TasksTable");
     assert_eq!(reference(&outputs["ScheduleGroupName"]["Value"]), "ScheduleGroup");
     assert_eq!(reference(&outputs["EventBusName"]["Value"]), "EventBus");
+}
+
+/// Lambda's recursive loop detection stops a chain Lambda -> SQS -> the same
+/// Lambda after about 16 hops unless the function allows it. The reconcile
+/// worker goes on through its own queue (the daily pass's pages, the
+/// missed-occurrence check's continuations), so it allows it; every other
+/// function keeps the default (Terminate), and no other one sends to the
+/// queue that invokes it.
+#[test]
+fn only_the_reconcile_worker_allows_its_own_chains_through_its_queue() {
+    let t = template();
+    for (name, resource) in t["Resources"].as_mapping().unwrap() {
+        if resource["Type"].as_str() != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        let name = name.as_str().unwrap();
+        let recursive = resource["Properties"]["RecursiveLoop"].as_str();
+        if name == "ReconcileFunction" {
+            assert_eq!(recursive, Some("Allow"), "{name}");
+        } else {
+            assert_eq!(recursive, None, "{name} keeps Lambda's default, Terminate");
+        }
+    }
 }

@@ -43,6 +43,15 @@ enum Seen<'a> {
     Share,
 }
 
+/// Says why a call that is not load on the quota is asked again.
+fn unavailable(error: &crate::ports::ModelError, attempt: u32) {
+    if error.code.as_deref() == Some("AccessDeniedException") {
+        tracing::warn!(attempt, error = %error, "the model refused access: a fresh account's model subscription completes within minutes, and the run is asked again; if it lasts, the runner's role lacks bedrock:InvokeModel or aws-marketplace:Subscribe");
+    } else {
+        tracing::warn!(attempt, error = %error, "the model did not answer (a server error, a reset, a timeout); retrying");
+    }
+}
+
 /// What a booking came to.
 enum Slot {
     /// This slot is the call's (`Slots::taken_ms`).
@@ -169,14 +178,25 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     tracing::info!(attempt = throttled, error = %e, "model throttled at its paced slot; booking another");
                     self.slow_pace(&booked.pace(pace), booked, &slots).await;
                 }
+                // Not load on the quota: the pace stays, the call waits
+                // its backoff, then books again.
+                Ok(Err(e)) if e.kind.is_load() => {
+                    let wait = backoff(throttled);
+                    throttled += 1;
+                    unavailable(&e, throttled);
+                    if let Some(ended) = turns.throttled(Utc::now(), wait) {
+                        return Err(ended);
+                    }
+                    tokio::time::sleep(wait).await;
+                }
                 Ok(Err(e)) => return Err(turns.model_failed(e.to_string())),
             }
         }
     }
 
     /// A slot in the run's own lane, or, that one full, in the other lane
-    /// within what the run may borrow (`Lane::borrow_reach_ms`); the lane it
-    /// was booked in. First the workspace's credit in its lane: without it,
+    /// within what the run may borrow (`Lane::borrow_reach_ms`; a connector
+    /// run takes an idle reminder slot first); the lane it was booked in. First the workspace's credit in its lane: without it,
     /// only within `pace::past_share_reach_ms`. Full everywhere: the
     /// earlier of the own lane's room and the credit's.
     async fn lane_slot(
@@ -206,15 +226,24 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Ok(Slot::Full(room_at)) => (pace::past_share_reach_ms(now_ms, latest_ms), Some(room_at)),
             Ok(Slot::Unbooked) | Err(_) => (pace::past_share_reach_ms(now_ms, latest_ms), None),
         };
+        let other = own.other();
+        let borrow_ms = own.borrow_reach_ms(pace, now_ms, reach_ms);
+        // A connector run takes a reminder slot left idle (due within one
+        // of their gaps) before its own lane's later one, so the idle
+        // reminder lane is used, not wasted; seen busy, this costs no write.
+        if own == Lane::Connectors
+            && Lane::split(pace)
+            && let Slot::At(slots) = self.slot(&lane_item(other), now_ms, borrow_ms).await?
+        {
+            return Ok((other, Slot::At(slots)));
+        }
         let full = match self.slot(&lane_item(own), now_ms, reach_ms).await? {
             Slot::Full(room_at) => credit_room.map_or(room_at, |credit| credit.min(room_at)),
             other => return Ok((own, other)),
         };
-        if !Lane::split(pace) {
+        if !Lane::split(pace) || own == Lane::Connectors {
             return Ok((own, Slot::Full(full)));
         }
-        let other = own.other();
-        let borrow_ms = own.borrow_reach_ms(pace, now_ms, reach_ms);
         match self.slot(&lane_item(other), now_ms, borrow_ms).await? {
             Slot::At(slots) => {
                 tracing::info!(lane = ?own, "the run's lane of the model pace is full; it borrows the other's slot");
@@ -363,13 +392,17 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             match self.converse(turn, remaining).await {
                 Err(_) => return Err(turns.out_of_time()),
                 Ok(Ok(reply)) => return Ok(reply),
-                Ok(Err(e)) if e.kind == ModelErrorKind::Throttled => {
+                Ok(Err(e)) if e.kind.is_load() => {
                     let wait = backoff(throttled);
                     throttled += 1;
                     if let Some(ended) = turns.throttled(Utc::now(), wait) {
                         return Err(ended);
                     }
-                    tracing::info!(attempt = throttled, wait_ms = wait.as_millis() as u64, error = %e, "model throttled; retrying");
+                    if e.kind == ModelErrorKind::Throttled {
+                        tracing::info!(attempt = throttled, wait_ms = wait.as_millis() as u64, error = %e, "model throttled; retrying");
+                    } else {
+                        unavailable(&e, throttled);
+                    }
                     tokio::time::sleep(wait).await;
                 }
                 Ok(Err(e)) => return Err(turns.model_failed(e.to_string())),

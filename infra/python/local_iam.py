@@ -1,0 +1,205 @@
+"""IAM per action for the local stack's functions, as AWS evaluates it.
+
+moto checks no IAM: a function whose role lacks an action works locally and
+is refused on AWS. The local stack gives each function process an access key
+naming its template resources (`iam-RunnerFunction`; the local reconcile
+process is both intake and worker: `iam-ReconcileFunction+WebhookFunction`,
+see `infra/local/src/runtime.rs`). A request signed with such a key is
+allowed only when one of those functions' policy statements in
+`template.yaml` allows its action, and refused as AWS refuses it otherwise
+(`AccessDeniedException`). Other keys (the tests' own clients, the local
+dispatcher) are not checked.
+
+What AWS authorises, and so what is checked here:
+- one action per request, `<service>:<operation>`, the service from the
+  request's SigV4 credential scope;
+- `TransactWriteItems` and `TransactGetItems` per contained action: a `Put`
+  needs `dynamodb:PutItem`, an `Update` `dynamodb:UpdateItem`, a `Delete`
+  `dynamodb:DeleteItem`, a `ConditionCheck` `dynamodb:ConditionCheckItem`,
+  a `Get` `dynamodb:GetItem`;
+- Scheduler's REST operations by method and path.
+Statements' conditions (`!If`) count as on, `Resource` is not compared
+(action level only; FIDELITY.md says so), wildcards in actions are honoured.
+"""
+
+import fnmatch
+import json
+import os
+
+import yaml
+
+ROLE_PREFIX = "iam-"
+_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "template.yaml")
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML with CloudFormation's short tags, kept as `{"Fn::<tag>": value}`."""
+
+
+def _tagged(loader, suffix, node):
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    return {"Fn::" + suffix: value}
+
+
+_Loader.add_multi_constructor("!", _tagged)
+
+
+def _statements(value):
+    """Every statement in a policy, through `!If` (both branches)."""
+    if isinstance(value, list):
+        for item in value:
+            yield from _statements(item)
+    elif isinstance(value, dict):
+        if "Fn::If" in value:
+            branches = value["Fn::If"]
+            for branch in branches[1:] if isinstance(branches, list) else []:
+                yield from _statements(branch)
+        elif "Statement" in value:
+            yield from _statements(value["Statement"])
+        elif "Effect" in value and "Action" in value:
+            yield value
+
+
+def allowed_actions(template_text):
+    """{function resource: [allowed action patterns]} from a template."""
+    template = yaml.load(template_text, Loader=_Loader)
+    out = {}
+    for name, resource in (template.get("Resources") or {}).items():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        actions = []
+        for statement in _statements((resource.get("Properties") or {}).get("Policies") or []):
+            if statement.get("Effect") != "Allow":
+                continue
+            action = statement["Action"]
+            actions.extend(action if isinstance(action, list) else [action])
+        out[name] = [a.lower() for a in actions if isinstance(a, str)]
+    return out
+
+
+_policies = None
+
+
+def _policies_now():
+    global _policies
+    if _policies is None:
+        with open(_TEMPLATE, encoding="utf-8") as f:
+            _policies = allowed_actions(f.read())
+    return _policies
+
+
+def _credential(environ):
+    """(access key, service) from the request's SigV4 Authorization header."""
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    marker = "Credential="
+    at = auth.find(marker)
+    if at < 0:
+        return None, None
+    scope = auth[at + len(marker):].split(",")[0].split("/")
+    if len(scope) < 4:
+        return None, None
+    return scope[0], scope[3]
+
+
+_TRANSACT = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",
+}
+
+
+def _scheduler_operation(method, path):
+    parts = [p for p in path.split("/") if p]
+    if not parts:
+        return None
+    if parts[0] == "schedules":
+        if len(parts) == 1:
+            return "ListSchedules"
+        return {"POST": "CreateSchedule", "PUT": "UpdateSchedule", "DELETE": "DeleteSchedule", "GET": "GetSchedule"}.get(method)
+    if parts[0] == "schedule-groups":
+        if len(parts) == 1:
+            return "ListScheduleGroups"
+        return {"POST": "CreateScheduleGroup", "DELETE": "DeleteScheduleGroup", "GET": "GetScheduleGroup"}.get(method)
+    if parts[0] == "tags":
+        return {"POST": "TagResource", "DELETE": "UntagResource", "GET": "ListTagsForResource"}.get(method)
+    return None
+
+
+def _read_body(environ):
+    import io
+
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    return body
+
+
+def actions_of(environ, service):
+    """The IAM actions one request needs, as AWS authorises it."""
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target:
+        operation = target.rsplit(".", 1)[-1]
+        if service == "dynamodb" and operation in ("TransactWriteItems", "TransactGetItems"):
+            try:
+                request = json.loads(_read_body(environ) or b"{}")
+            except ValueError:
+                request = {}
+            needed = []
+            for item in request.get("TransactItems") or []:
+                for kind in item if isinstance(item, dict) else []:
+                    if kind in _TRANSACT:
+                        needed.append("dynamodb:" + _TRANSACT[kind])
+            return needed or ["dynamodb:" + operation]
+        return [f"{service}:{operation}"]
+    if service == "scheduler":
+        operation = _scheduler_operation(environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""))
+        return [f"scheduler:{operation}"] if operation else []
+    # SQS's query protocol, should a client use it.
+    if service == "sqs":
+        from urllib.parse import parse_qs
+
+        body = _read_body(environ).decode("utf-8", "replace")
+        action = parse_qs(body).get("Action", [""])[0]
+        return [f"sqs:{action}"] if action else []
+    return []
+
+
+def denied(environ):
+    """(function, action) a request is refused for, or None when allowed."""
+    key, service = _credential(environ)
+    if not key or not key.startswith(ROLE_PREFIX) or not service:
+        return None
+    functions = key[len(ROLE_PREFIX):].split("+")
+    policies = _policies_now()
+    allowed = [a for f in functions for a in policies.get(f, [])]
+    for action in actions_of(environ, service):
+        if not any(fnmatch.fnmatchcase(action.lower(), pattern) for pattern in allowed):
+            return "+".join(functions), action
+    return None
+
+
+def refuse(environ, start_response, function, action):
+    """AWS's answer to an action the role lacks."""
+    message = (
+        f"User: arn:aws:sts::123456789012:assumed-role/{function}Role/local is not authorized to perform: "
+        f"{action} because no identity-based policy allows the {action} action"
+    )
+    if environ.get("HTTP_X_AMZ_TARGET"):
+        body = {"__type": "com.amazon.coral.service#AccessDeniedException", "message": message, "Message": message}
+        start_response(
+            "400 Bad Request",
+            [("Content-Type", "application/x-amz-json-1.0"), ("x-amzn-ErrorType", "AccessDeniedException")],
+        )
+        return [json.dumps(body).encode()]
+    start_response(
+        "403 Forbidden",
+        [("Content-Type", "application/json"), ("x-amzn-ErrorType", "AccessDeniedException")],
+    )
+    return [json.dumps({"Message": message}).encode()]
