@@ -20,6 +20,11 @@ What AWS authorises, and so what is checked here:
 - Scheduler's REST operations by method and path.
 Statements' conditions (`!If`) count as on, `Resource` is not compared
 (action level only; FIDELITY.md says so), wildcards in actions are honoured.
+
+With `LOCAL_IAM_USED` naming a file, each (function, action) allowed is
+appended to it once per moto process, and `python local_iam.py <file>`
+prints the actions each role is granted that no request used (least
+privilege the other way; `infra/scripts/test.sh` prints it after the tests).
 """
 
 import fnmatch
@@ -171,22 +176,87 @@ def actions_of(environ, service):
     return []
 
 
+_used = set()
+
+
+def _record_use(functions, action):
+    path = os.environ.get("LOCAL_IAM_USED")
+    if not path or (tuple(functions), action) in _used:
+        return
+    _used.add((tuple(functions), action))
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            for function in functions:
+                f.write(f"{function} {action.lower()}\n")
+    except OSError:
+        pass
+
+
+# A role key ending so is checked the same, by a test that expects its
+# refusals (`infra/local/tests/iam.rs`): they are not recorded as the
+# suite's failures.
+PROBE_SUFFIX = "~probe"
+
+
 def denied(environ):
-    """(function, action) a request is refused for, or None when allowed."""
+    """(function, action, probe) a request is refused for, or None when allowed."""
     key, service = _credential(environ)
     if not key or not key.startswith(ROLE_PREFIX) or not service:
         return None
+    probe = key.endswith(PROBE_SUFFIX)
+    key = key[: -len(PROBE_SUFFIX)] if probe else key
     functions = key[len(ROLE_PREFIX):].split("+")
     policies = _policies_now()
     allowed = [a for f in functions for a in policies.get(f, [])]
     for action in actions_of(environ, service):
         if not any(fnmatch.fnmatchcase(action.lower(), pattern) for pattern in allowed):
-            return "+".join(functions), action
+            return "+".join(functions), action, probe
+        if not probe:
+            _record_use(functions, action)
     return None
 
 
-def refuse(environ, start_response, function, action):
-    """AWS's answer to an action the role lacks."""
+def unused_report(used_path):
+    """Lines naming each granted action no recorded request used."""
+    used = set()
+    try:
+        with open(used_path, encoding="utf-8") as f:
+            used = {tuple(line.split()) for line in f if line.strip()}
+    except OSError:
+        pass
+    out = []
+    # Bedrock, Marketplace and the traces endpoint are not moto's (stand-ins
+    # or not modelled), and iam:PassRole is checked inside CreateSchedule:
+    # their grants never show a use here.
+    elsewhere = ("bedrock:", "aws-marketplace:", "xray:", "iam:")
+    for function, actions in sorted(_policies_now().items()):
+        actions = [a for a in actions if not a.startswith(elsewhere)]
+        # The local reconcile process is both functions: a use counts for each.
+        never = sorted({a for a in actions if not any(u[1] == a for u in used if u[0] == function)})
+        if never:
+            out.append(f"{function}: {', '.join(never)}")
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    lines = unused_report(sys.argv[1])
+    print("IAM actions granted that no function request in the tests used (least privilege both ways;")
+    print("Bedrock, Marketplace, X-Ray and iam:PassRole are not served by moto and not listed):")
+    for line in lines or ["none"]:
+        print("  " + line)
+
+
+def refuse(environ, start_response, function, action, probe=False):
+    """AWS's answer to an action the role lacks; noted in `LOCAL_IAM_REFUSED`."""
+    path = os.environ.get("LOCAL_IAM_REFUSED")
+    if path and not probe:
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(f"{function} {action}\n")
+        except OSError:
+            pass
     message = (
         f"User: arn:aws:sts::123456789012:assumed-role/{function}Role/local is not authorized to perform: "
         f"{action} because no identity-based policy allows the {action} action"

@@ -74,8 +74,20 @@ export SIM_COMMIT
 echo "sim: this commit's seeds derive from ${SIM_COMMIT}; a failure prints its replay command"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
+# Every function request the local stack's moto allows, for the report of
+# grants no test used (infra/python/local_iam.py).
+export LOCAL_IAM_USED="$PWD/target/iam-used.txt" LOCAL_IAM_REFUSED="$PWD/target/iam-refused.txt"
+rm -f "$LOCAL_IAM_USED" "$LOCAL_IAM_REFUSED"
 status=0
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
+python infra/python/local_iam.py "$LOCAL_IAM_USED" || true
+# A request a function's role does not allow fails the suite, even where
+# the function took the refusal in its stride (a best-effort write).
+if [ -s "$LOCAL_IAM_REFUSED" ]; then
+  echo "IAM: requests the functions' roles in template.yaml do not allow (function action):" >&2
+  sort -u "$LOCAL_IAM_REFUSED" >&2
+  status=1
+fi
 # One closing line over every test binary: cargo's last line is a doc-test
 # run that may count none.
 awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"

@@ -66,13 +66,20 @@ pub const SECRET_READ_SECONDS: u64 = 3;
 /// it ([`SECRET_READ_SECONDS`]), none is verified without it. A read that
 /// fails, or a secret that is no `whsec_` one, fails that webhook (the
 /// sender retries it, as it would a failed init) and the next webhook reads
-/// the secret again.
+/// the secret again. A secret rotated while the process is warm reaches it
+/// too: a webhook its secret refuses makes the process read the secret
+/// again ([`WebhookKey::reread`], at most once each [`REREAD_SECONDS`], so
+/// forged webhooks cannot make it hammer Secrets Manager) and verify again.
 pub struct WebhookKey {
     reader: SecretsReader,
     arn: String,
     first: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<String, SecretError>>>>,
-    secret: tokio::sync::OnceCell<WebhookSecret>,
+    secret: tokio::sync::RwLock<Option<(WebhookSecret, std::time::Instant)>>,
 }
+
+/// The least time between two reads of the webhook secret after refused
+/// webhooks (a rotation is picked up within it).
+pub const REREAD_SECONDS: u64 = 10;
 
 impl WebhookKey {
     /// Starts the read. Call it inside the runtime, before other init.
@@ -85,46 +92,80 @@ impl WebhookKey {
             reader,
             arn,
             first: std::sync::Mutex::new(Some(first)),
-            secret: tokio::sync::OnceCell::new(),
+            secret: tokio::sync::RwLock::new(None),
         }
     }
 
-    /// The secret: the read begun at start, or a new one if that failed or
-    /// has not answered within [`SECRET_READ_SECONDS`].
-    pub async fn get(&self) -> Result<&WebhookSecret, Error> {
-        self.secret
-            .get_or_try_init(|| async {
-                let bound = std::time::Duration::from_secs(SECRET_READ_SECONDS);
-                let again = || async {
-                    tokio::time::timeout(bound, self.reader.read(&self.arn))
-                        .await
-                        .unwrap_or_else(|_| {
-                            Err(SecretError::failed(format!(
-                                "Secrets Manager did not answer within {SECRET_READ_SECONDS} s"
-                            )))
-                        })
-                };
-                let first = self.first.lock().map_or(None, |mut first| first.take());
-                let text = match first {
-                    Some(mut first) => match tokio::time::timeout(bound, &mut first).await {
-                        // A task that panicked (where panics unwind) is a read that failed.
-                        Ok(joined) => joined.unwrap_or_else(|e| Err(SecretError::failed(e.to_string()))),
-                        Err(_) => {
-                            tracing::warn!(
-                                seconds = SECRET_READ_SECONDS,
-                                "the webhook secret's read begun at start has not answered: reading it again"
-                            );
-                            first.abort();
-                            again().await
-                        }
-                    },
-                    None => again().await,
-                };
-                let text = text.map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
-                WebhookSecret::parse(&text)
-                    .ok_or_else(|| Error::from("WEBHOOK_SECRET_ARN does not hold a whsec_ secret"))
-            })
+    /// After a webhook the secret refused: the secret read again, if the
+    /// last read is older than [`REREAD_SECONDS`] and the value changed
+    /// (rotated); `None` otherwise, and the refusal stands.
+    pub async fn reread(&self) -> Result<Option<WebhookSecret>, Error> {
+        let mut held = self.secret.write().await;
+        if held
+            .as_ref()
+            .is_some_and(|(_, at)| at.elapsed() < std::time::Duration::from_secs(REREAD_SECONDS))
+        {
+            return Ok(None);
+        }
+        let bound = std::time::Duration::from_secs(SECRET_READ_SECONDS);
+        let text = tokio::time::timeout(bound, self.reader.read(&self.arn))
             .await
+            .map_err(|_| format!("Secrets Manager did not answer within {SECRET_READ_SECONDS} s"))?
+            .map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
+        let secret = WebhookSecret::parse(&text)
+            .ok_or_else(|| Error::from("WEBHOOK_SECRET_ARN does not hold a whsec_ secret"))?;
+        let changed = held.as_ref().is_none_or(|(old, _)| !old.same_key(&secret));
+        *held = Some((secret.clone(), std::time::Instant::now()));
+        if changed {
+            tracing::info!("the webhook secret changed (rotated): webhooks are verified with the new one");
+        }
+        Ok(changed.then_some(secret))
+    }
+
+    /// The secret: the read begun at start, or a new one if that failed or
+    /// has not answered within [`SECRET_READ_SECONDS`]; kept until a
+    /// refused webhook reads it again.
+    pub async fn get(&self) -> Result<WebhookSecret, Error> {
+        if let Some((secret, _)) = self.secret.read().await.as_ref() {
+            return Ok(secret.clone());
+        }
+        let mut held = self.secret.write().await;
+        if let Some((secret, _)) = held.as_ref() {
+            return Ok(secret.clone());
+        }
+        let secret = async {
+            let bound = std::time::Duration::from_secs(SECRET_READ_SECONDS);
+            let again = || async {
+                tokio::time::timeout(bound, self.reader.read(&self.arn))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(SecretError::failed(format!(
+                            "Secrets Manager did not answer within {SECRET_READ_SECONDS} s"
+                        )))
+                    })
+            };
+            let first = self.first.lock().map_or(None, |mut first| first.take());
+            let text = match first {
+                Some(mut first) => match tokio::time::timeout(bound, &mut first).await {
+                    // A task that panicked (where panics unwind) is a read that failed.
+                    Ok(joined) => joined.unwrap_or_else(|e| Err(SecretError::failed(e.to_string()))),
+                    Err(_) => {
+                        tracing::warn!(
+                            seconds = SECRET_READ_SECONDS,
+                            "the webhook secret's read begun at start has not answered: reading it again"
+                        );
+                        first.abort();
+                        again().await
+                    }
+                },
+                None => again().await,
+            };
+            let text = text.map_err(|e| format!("WEBHOOK_SECRET_ARN could not be read: {e}"))?;
+            WebhookSecret::parse(&text).ok_or_else(|| Error::from("WEBHOOK_SECRET_ARN does not hold a whsec_ secret"))
+        }
+        .await?;
+        *held = Some((secret.clone(), std::time::Instant::now()));
+        Ok(secret)
     }
 }
 
@@ -186,15 +227,27 @@ async fn webhook(app: &App, request: LambdaFunctionUrlRequest) -> Result<Value, 
         body: &body,
     };
     let secret = intake_app.secret.get().await?;
-    let answer = intake(
-        &intake_app.store,
-        &intake_app.queue,
-        secret,
-        &intake_app.rules,
-        &delivery,
-        Utc::now(),
-    )
-    .await?;
+    let check = |secret: WebhookSecret| {
+        let delivery = &delivery;
+        async move {
+            intake(
+                &intake_app.store,
+                &intake_app.queue,
+                &secret,
+                &intake_app.rules,
+                delivery,
+                Utc::now(),
+            )
+            .await
+        }
+    };
+    let mut answer = check(secret).await?;
+    // Refused: the secret may have been rotated since this process read it.
+    if matches!(answer, shared::app::reconcile::WebhookAnswer::Unauthorized(_))
+        && let Some(rotated) = intake_app.secret.reread().await?
+    {
+        answer = check(rotated).await?;
+    }
     let message = match &answer {
         shared::app::reconcile::WebhookAnswer::Accepted => "accepted".to_owned(),
         shared::app::reconcile::WebhookAnswer::Duplicate => "duplicate id: ignored".to_owned(),

@@ -531,6 +531,54 @@ async fn a_webhook_secret_that_cannot_be_read_fails_its_webhook_and_the_next_one
     assert_eq!(t.take_work().await.len(), 1);
 }
 
+/// A webhook secret rotated while the intake is warm: the first webhook
+/// signed with the new secret is refused by the one the process holds, the
+/// process reads the secret again and accepts it; the old secret is then
+/// refused. A refused webhook reads the secret at most once each
+/// `REREAD_SECONDS`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_webhook_secret_reaches_a_warm_intake() {
+    let t = TestStack::start().await.unwrap();
+    let name = format!("webhook-rotated-{}", uuid::Uuid::new_v4().simple());
+    let secrets = aws_sdk_secretsmanager::Client::new(&t.aws.sdk);
+    secrets
+        .create_secret()
+        .name(&name)
+        .secret_string(&t.stack.webhook_secret)
+        .send()
+        .await
+        .unwrap();
+    let api = Launch::new("reconcile", &t.aws, &t.stack)
+        .unwrap()
+        .unset("SCHEDULE_GROUP")
+        .set("WEBHOOK_SECRET_ARN", name.clone())
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let old = WebhookSecret::parse(&t.stack.webhook_secret).unwrap();
+    let accepted = api.invoke_ok(&list_changed(&old, "wh_before")).await.unwrap();
+    assert_eq!(accepted["statusCode"], 202, "{accepted}");
+
+    let rotated = "whsec_cm90YXRlZC1zZWNyZXQtZm9yLXRoZS1pbnRha2U=";
+    secrets
+        .put_secret_value()
+        .secret_id(&name)
+        .secret_string(rotated)
+        .send()
+        .await
+        .unwrap();
+    // The process read its secret just now: within REREAD_SECONDS a
+    // refusal stands, then the next refused webhook reads it again.
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await; // REREAD_SECONDS (10) and one
+    let new = WebhookSecret::parse(rotated).unwrap();
+    let after = api.invoke_ok(&list_changed(&new, "wh_after")).await.unwrap();
+    assert_eq!(after["statusCode"], 202, "the rotated secret is taken: {after}");
+    let stale = api.invoke_ok(&list_changed(&old, "wh_stale")).await.unwrap();
+    assert_eq!(stale["statusCode"], 401, "the old secret no more: {stale}");
+    assert_eq!(t.take_work().await.len(), 2);
+}
+
 /// A TCP relay on loopback to `upstream` (`http://127.0.0.1:<port>`) that
 /// holds its first connection open and never answers it, as a read begun
 /// before Lambda froze the process can be left; later connections are

@@ -8,6 +8,7 @@ pub mod converse;
 pub mod dispatcher;
 pub mod everything;
 pub mod faults;
+pub mod handwritten;
 pub mod invoke;
 pub mod mcp_fixture;
 pub mod moto;

@@ -355,22 +355,41 @@ impl McpConnectors {
         if let Some(token) = token {
             config = config.auth_header(token);
         }
-        let transport = StreamableHttpClientTransport::with_client(http, config);
         let client_config = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("scheduled-agent-tasks", env!("CARGO_PKG_VERSION")),
         );
-        let lifecycle = ClientLifecycleMode::Auto {
+        let serve = |lifecycle: ClientLifecycleMode| {
+            let transport = StreamableHttpClientTransport::with_client(http.clone(), config.clone());
+            let client_config = client_config.clone();
+            async move {
+                tokio::time::timeout(
+                    REQUEST_TIMEOUT,
+                    client_config.serve_with_lifecycle(transport, lifecycle),
+                )
+                .await
+            }
+        };
+        let auto = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28, ProtocolVersion::V_2025_11_25],
             legacy_version: Some(ProtocolVersion::V_2025_11_25),
         };
-        let client = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            client_config.serve_with_lifecycle(transport, lifecycle),
-        )
-        .await
-        .map_err(|_| timed_out("connect"))?
-        .map_err(|e| McpError {
+        let connected = match serve(auto).await.map_err(|_| timed_out("connect"))? {
+            // A server written by hand often answers a method it does not
+            // know with an empty result rather than an error, `server/discover`
+            // too: it speaks the older protocol, so the handshake goes on
+            // with `initialize` on a session of its own.
+            Err(rmcp::service::ClientInitializeError::ExpectedInitResult(Some(
+                rmcp::model::ServerResult::EmptyResult(_),
+            ))) => {
+                tracing::info!("the server answered server/discover with an empty result: connecting with initialize");
+                serve(ClientLifecycleMode::Initialize)
+                    .await
+                    .map_err(|_| timed_out("connect"))?
+            }
+            other => other,
+        };
+        let client = connected.map_err(|e| McpError {
             operation: "connect",
             code: None,
             message: cap(&with_causes(&e), MAX_ERROR_CHARS),

@@ -27,8 +27,8 @@ use crate::domain::hold::HoldReason;
 use crate::domain::install::Install;
 use crate::domain::overrides::{OverrideEdit, Overrides};
 use crate::domain::reminder::Principal;
-use crate::domain::schedule::format_utc;
 use crate::domain::schedule::preview::{Fire, next_fires, upcoming};
+use crate::domain::schedule::{Schedule, format_utc};
 use crate::domain::skip;
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
 use crate::ports::{QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore};
@@ -356,6 +356,33 @@ enum Unchanged {
 
 /// An operation an admin runs on connector tasks only: a reminder's runs
 /// are its owner's to skip or run (SPEC §11).
+/// Whether an admin may bring a reminder back (`resume`, `restore`): not
+/// one whose time has passed (a one-time instant, or the last day of an
+/// `until`), which could never run and would hold its owner's cap place
+/// for good; not one its owner cancelled, which would run again on their
+/// account against their word. Connector tasks are the admins' own.
+fn revivable(task: &Task, edit: &OverrideEdit, now: DateTime<Utc>) -> Result<(), AdminRefusal> {
+    let Provenance::User { principal: owner } = &task.provenance else {
+        return Ok(());
+    };
+    let overrides = task.overrides.clone().unwrap_or_default();
+    if *edit == OverrideEdit::Restore && overrides.deleter() == Some(owner.as_str()) {
+        return Err(AdminRefusal::InvalidRequest(
+            "its owner cancelled this reminder: only they can create it again".into(),
+        ));
+    }
+    let passed = match task.spec.schedule {
+        Schedule::At { at } => at <= now,
+        _ => task.spec.schedule.is_over(now),
+    };
+    if passed {
+        return Err(AdminRefusal::InvalidRequest(
+            "its time has passed, so it could never run again: its owner can move it with update".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn connector_only(task: &Task, op: &str) -> Result<(), AdminRefusal> {
     match task.kind {
         TaskKind::Connector => Ok(()),
@@ -652,6 +679,9 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
             now,
             Unchanged::Write,
             |task, _| {
+                if matches!(edit, OverrideEdit::Resume | OverrideEdit::Restore) {
+                    revivable(task, &edit, now)?;
+                }
                 task.overrides = edit.apply(task.overrides.as_ref(), &principal.id, now);
                 Ok(())
             },

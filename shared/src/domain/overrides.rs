@@ -25,6 +25,11 @@ pub struct Overrides {
     /// any flag): a reminder's owner resumes only a pause of their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_by: Option<String>,
+    /// Who deleted the task, while it is deleted (the first to: a second
+    /// delete changes nothing): an admin restores no reminder its owner
+    /// cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_by: Option<String>,
 }
 
 impl Overrides {
@@ -32,6 +37,14 @@ impl Overrides {
     pub fn pauser(&self) -> Option<&str> {
         self.paused
             .then(|| self.paused_by.as_deref().or(self.by.as_deref()))
+            .flatten()
+    }
+
+    /// Who deleted the task, while it is deleted (an item written before
+    /// `deleted_by` names its latest editor).
+    pub fn deleter(&self) -> Option<&str> {
+        self.deleted
+            .then(|| self.deleted_by.as_deref().or(self.by.as_deref()))
             .flatten()
     }
 }
@@ -70,10 +83,16 @@ impl OverrideEdit {
                 overrides.note = None;
             }
             OverrideEdit::Delete { note } => {
+                if !overrides.deleted {
+                    overrides.deleted_by = Some(by.to_owned());
+                }
                 overrides.deleted = true;
                 overrides.note = note;
             }
-            OverrideEdit::Restore => overrides.deleted = false,
+            OverrideEdit::Restore => {
+                overrides.deleted = false;
+                overrides.deleted_by = None;
+            }
         }
         overrides.by = Some(by.to_owned());
         overrides.at = Some(now);

@@ -31,9 +31,9 @@
 //! a reserved share of the pace ([`REMINDER_SHARE`], on an item of their
 //! own), and connector tasks in the rest (the pace's original item), so a
 //! connector herd cannot hold the pace until people's one-time reminders
-//! pass their catch-up window. A call whose own lane is full borrows the
-//! other's ([`Lane::borrow_reach_ms`]): a reminder as far as it can wait, a
-//! connector run only a slot due within one of the reminders' gaps, so an
+//! pass their catch-up window. A reminder whose lane is full borrows the
+//! connectors' as far as it can wait; a connector run takes a reminder slot
+//! due within one of their gaps first ([`Lane::borrow_reach_ms`]), so an
 //! idle reminder lane is not wasted and a reminder that comes finds its
 //! lane booked at most about a gap ahead. A pace below two requests a
 //! window has one lane.

@@ -95,8 +95,13 @@ fn parse_zone(text: &str) -> Result<String, RecurrenceError> {
     }
 }
 
-/// `YYYY-MM-DD`, a date that exists: the last local day a recurring
-/// reminder runs on.
+/// The latest `until`: Scheduler refuses an end date far out (a
+/// `9999-12-31` would fail create and update as an internal error, which a
+/// caller retries forever), and no reminder needs one past this century.
+pub const LATEST_UNTIL: (i32, u32, u32) = (2099, 12, 31);
+
+/// `YYYY-MM-DD`, a date that exists, at most [`LATEST_UNTIL`]: the last
+/// local day a recurring reminder runs on.
 pub fn parse_until(value: &Value) -> Result<NaiveDate, RecurrenceError> {
     let text = value.as_str().unwrap_or_default();
     let bytes = text.as_bytes();
@@ -107,7 +112,12 @@ pub fn parse_until(value: &Value) -> Result<NaiveDate, RecurrenceError> {
             .iter()
             .enumerate()
             .all(|(i, b)| i == 4 || i == 7 || b.is_ascii_digit());
+    let (y, m, d) = LATEST_UNTIL;
+    let latest = NaiveDate::from_ymd_opt(y, m, d).unwrap_or(NaiveDate::MAX);
     match NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        Ok(date) if shaped && date > latest => {
+            refuse(format!("until `{text}` is after {latest}, the latest it may be"))
+        }
         Ok(date) if shaped => Ok(date),
         _ => refuse(format!(
             "until `{}` is not a local date `YYYY-MM-DD`",
@@ -628,6 +638,9 @@ mod tests {
             ("+2027-01-31", false),
             ("31.01.2027", false),
             ("", false),
+            ("2099-12-31", true),
+            ("2100-01-01", false),
+            ("9999-12-31", false),
         ] {
             assert_eq!(parse_until(&json!(text)).is_ok(), ok, "{text}");
         }

@@ -76,16 +76,20 @@ pub fn pending(skip: Option<&SkipNext>, now: DateTime<Utc>) -> Option<&SkipNext>
 }
 
 /// The skip a task keeps when its schedule goes from `before` to `after`
-/// at `now`: unchanged while the schedule is; moved to the new schedule's
-/// next fire time when it changed and the skip has not come yet; none once
-/// its time has passed.
+/// at `now`: unchanged while the schedule is, even once its time passed
+/// (Scheduler fires anywhere in the minute and a message can wait in the
+/// queue: the skipped occurrence's delivery can come after an edit made
+/// after its time, and must still find the skip); moved to the new
+/// schedule's next fire time when it changed and the skip has not come
+/// yet; none when it changed after the skip's time (the door then skips
+/// the old occurrence as no longer one of the schedule's).
 pub fn carry(before: &Schedule, after: &Schedule, skip: Option<&SkipNext>, now: DateTime<Utc>) -> Option<SkipNext> {
     let skip = skip?.clone();
-    if skip.occurrence <= now {
-        return None;
-    }
     if before == after {
         return Some(skip);
+    }
+    if skip.occurrence <= now {
+        return None;
     }
     match after {
         // A one-time task has no "next one" to skip, a rate no nameable one.
@@ -167,6 +171,16 @@ mod tests {
         assert_eq!(carried.occurrence, utc(2027, 5, 4, 8, 0));
         assert_eq!(carried.by, "usr_1");
         assert_eq!(carry(&before, &before, Some(&skip), now), Some(skip.clone()));
+        // An edit that keeps the schedule, made after the skipped time but
+        // before its delivery came (Scheduler fires within the minute, a
+        // message waits in the queue): the skip stays for the door.
+        let late_edit = utc(2027, 5, 4, 7, 0) + Duration::seconds(20);
+        assert_eq!(carry(&before, &before, Some(&skip), late_edit), Some(skip.clone()));
+        assert!(skips(
+            carry(&before, &before, Some(&skip), late_edit).as_ref(),
+            utc(2027, 5, 4, 7, 0)
+        ));
+        assert_eq!(pending(Some(&skip), late_edit), None, "spent, as a person reads it");
         assert_eq!(
             carry(&before, &after, Some(&skip), utc(2027, 5, 4, 7, 0)),
             None,

@@ -52,6 +52,12 @@ impl WebhookSecret {
         <Hmac<Sha256> as KeyInit>::new_from_slice(&key).ok().map(Self)
     }
 
+    /// Whether `other` is the same key (a rotated secret is another): their
+    /// signatures of one probe agree.
+    pub fn same_key(&self, other: &Self) -> bool {
+        self.sign("probe", 0, b"") == other.sign("probe", 0, b"")
+    }
+
     /// `v1,<base64>` for these parts (what a sender writes; tests use it).
     pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
         self.sign_header(id, &timestamp.to_string(), body)

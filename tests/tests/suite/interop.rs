@@ -92,3 +92,26 @@ async fn a_run_against_server_everything_fails_cleanly_on_a_missing_argument() {
     assert!(record["reason"].as_str().unwrap().contains("-32602"), "{record}");
     assert!(s.task_item(&bad).await.get("hold").is_none());
 }
+
+/// A server written by hand that answers `server/discover` (a method it
+/// does not know) with an empty result, as the MCP conformance suite's
+/// server does: the client connects with `initialize` instead, and reads
+/// its prompts. Before, the connect failed and such an install never
+/// reconciled.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_answering_unknown_methods_with_an_empty_result_is_read_after_initialize() {
+    let server = local::handwritten::Handwritten::start().await.unwrap();
+    let client = McpConnectors::open(
+        &server.url(),
+        None,
+        shared::domain::endpoint::EndpointPolicy { allow_loopback: true },
+    )
+    .await
+    .unwrap();
+    assert_eq!(client.protocol_version().as_deref(), Some("2025-11-25"));
+    let prompts = client.raw_prompts().await.unwrap();
+    assert_eq!(prompts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["hello"]);
+    let asked = server.asked();
+    assert_eq!(asked.first().map(String::as_str), Some("server/discover"), "{asked:?}");
+    assert!(asked.iter().any(|m| m == "initialize"), "{asked:?}");
+}

@@ -174,6 +174,8 @@ struct Rem {
     /// Paused, and whether by its owner.
     paused: Option<bool>,
     deleted: bool,
+    /// Deleted first by its owner (a cancel): no admin restores it.
+    cancelled_by_owner: bool,
     completed: bool,
     version: u64,
     /// A one-time schedule that fired deleted itself.
@@ -411,6 +413,7 @@ impl World {
                         sched,
                         paused: None,
                         deleted: false,
+                        cancelled_by_owner: false,
                         completed: false,
                         version: 1,
                         fired: false,
@@ -485,6 +488,7 @@ impl World {
                     "cancel" => {
                         prop_assert_eq!(&answer["ok"], true, "{}", answer);
                         rem_now.deleted = true;
+                        rem_now.cancelled_by_owner = true;
                         rem_now.wrote(self.now);
                     }
                     _ if !rem.open() => prop_assert_eq!(tests::code(&answer), "invalid_request", "{}", answer),
@@ -519,8 +523,13 @@ impl World {
                     _ => "restore",
                 };
                 let over_cap = name == "restore" && rem.deleted && !rem.completed && self.active() >= CAP;
+                // Nothing brings back what its owner cancelled, or a
+                // reminder whose time has passed (it could never run).
+                let owners = name == "restore" && rem.deleted && rem.cancelled_by_owner;
+                let passed =
+                    matches!(name, "resume" | "restore") && matches!(rem.sched, Sched::At(at) if at <= self.now);
                 let answer = self.admin_op(name, *slot).await;
-                if over_cap {
+                if over_cap || owners || passed {
                     prop_assert_eq!(tests::code(&answer), "invalid_request", "{}", answer);
                     return Ok(());
                 }
@@ -530,7 +539,10 @@ impl World {
                     "pause" => rem.paused = Some(false),
                     "resume" => rem.paused = None,
                     "delete" => rem.deleted = true,
-                    _ => rem.deleted = false,
+                    _ => {
+                        rem.deleted = false;
+                        rem.cancelled_by_owner = false;
+                    }
                 }
                 rem.wrote(self.now);
             }

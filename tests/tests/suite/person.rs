@@ -484,6 +484,44 @@ async fn one_principal_id_in_two_workspaces_has_two_key_spaces() {
     assert_ne!(one["task"]["task_id"], two["task"]["task_id"]);
 }
 
+/// An admin cannot bring back a reminder whose time has passed: resumed
+/// or restored, it could never run, and would hold its owner's place
+/// under the cap for good. The owner's own resume refuses the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admin_cannot_resume_or_restore_a_reminder_whose_time_has_passed() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let admin = t.admin();
+    let me = owner("usr_1");
+    let now = Utc::now();
+    let at = ahead(1);
+    let created = call(
+        &app,
+        schedules_create(&me, "k1", "Call", json!({"at": at.to_rfc3339()})),
+        now,
+    )
+    .await;
+    let admin_op = |name: &str, task: &Value, now: DateTime<Utc>| {
+        let request = json!({"op": name, "principal": admin_principal(), "task_id": task["task_id"],
+                             "expected_version": task["version"]});
+        let admin = &admin;
+        async move { admin.handle(request, now).await.unwrap() }
+    };
+    let paused = admin_op("pause", &created["task"], now).await;
+    assert_eq!(paused["ok"], true, "{paused}");
+    let later = at + Duration::minutes(5);
+    let resumed = admin_op("resume", &paused["task"], later).await;
+    assert_eq!(tests::code(&resumed), "invalid_request", "{resumed}");
+    assert!(resumed.to_string().contains("time has passed"), "{resumed}");
+    let deleted = admin_op("delete", &paused["task"], now).await;
+    assert_eq!(deleted["ok"], true, "{deleted}");
+    let restored = admin_op("restore", &deleted["task"], later).await;
+    assert_eq!(tests::code(&restored), "invalid_request", "{restored}");
+    // Before its time, both bring it back.
+    let restored = admin_op("restore", &deleted["task"], now).await;
+    assert_eq!(restored["ok"], true, "{restored}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restore_never_takes_an_owner_past_the_cap() {
     let t = TestStack::start().await.unwrap();
@@ -505,6 +543,37 @@ async fn a_restore_never_takes_an_owner_past_the_cap() {
             .as_i64()
             .is_some()
     );
+    let admin = t.admin();
+    // What its owner cancelled, no admin brings back on their account.
+    let refused = admin
+        .handle(
+            json!({"op": "restore", "principal": admin_principal(), "task_id": first["task"]["task_id"],
+                   "expected_version": cancelled["task"]["version"]}),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(tests::code(&refused), "invalid_request", "{refused}");
+    assert!(refused.to_string().contains("owner cancelled"), "{refused}");
+    assert_eq!(task_item(&t, &first["task"]).await["state"], "deleted");
+
+    // One an admin deleted: restored while its owner has room.
+    let second = call(
+        &app,
+        schedules_create(&me, "k-second", "Second", json!({"at": ahead(3).to_rfc3339()})),
+        now,
+    )
+    .await;
+    let removed = admin
+        .handle(
+            json!({"op": "delete", "principal": admin_principal(), "task_id": second["task"]["task_id"],
+                   "expected_version": second["task"]["version"]}),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(removed["ok"], true, "{removed}");
+    let first = second;
     for i in 1..shared::config::DEFAULT_MAX_ACTIVE_REMINDERS {
         let created = call(
             &app,
@@ -514,9 +583,8 @@ async fn a_restore_never_takes_an_owner_past_the_cap() {
         .await;
         assert_eq!(created["ok"], true, "{created}");
     }
-    let admin = t.admin();
     let restore = json!({"op": "restore", "principal": admin_principal(), "task_id": first["task"]["task_id"],
-                         "expected_version": cancelled["task"]["version"]});
+                         "expected_version": removed["task"]["version"]});
     // One place is left: the restore takes it.
     let restored = admin.handle(restore.clone(), now).await.unwrap();
     assert_eq!(restored["ok"], true, "{restored}");

@@ -78,6 +78,7 @@ fn connector_task() -> Task {
             by: Some("adm_1".into()),
             at: Some(t0),
             paused_by: Some("adm_1".into()),
+            deleted_by: None,
         }),
         approval: None,
         completed_at: None,
