@@ -477,6 +477,18 @@ async fn fifty_maximal_list_pages_are_bounded_by_bytes_read_beside_another_tenan
     assert!(peak < PEAK_BOUND, "peak {} MB", peak / (1024 * 1024));
 }
 
+/// The webhook intake alone (no worker variables), its secret named `name`.
+async fn intake_reading(t: &TestStack, name: &str) -> local::runtime::Function {
+    Launch::new("reconcile", &t.aws, &t.stack)
+        .unwrap()
+        .unset("SCHEDULE_GROUP")
+        .set("WEBHOOK_SECRET_ARN", name.to_owned())
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap()
+}
+
 /// A signed `prompts.list_changed` webhook, as the platform sends it.
 fn list_changed(secret: &WebhookSecret, id: &str) -> Value {
     let body = json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_1"}}).to_string();
@@ -499,14 +511,7 @@ async fn a_webhook_secret_that_cannot_be_read_fails_its_webhook_and_the_next_one
     use local::runtime::Outcome;
     let t = TestStack::start().await.unwrap();
     let name = format!("webhook-later-{}", uuid::Uuid::new_v4().simple());
-    let api = Launch::new("reconcile", &t.aws, &t.stack)
-        .unwrap()
-        .unset("SCHEDULE_GROUP")
-        .set("WEBHOOK_SECRET_ARN", name.clone())
-        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
-        .start(Path::new(BINARY))
-        .await
-        .unwrap();
+    let api = intake_reading(&t, &name).await;
     let webhook = list_changed(&WebhookSecret::parse(&t.stack.webhook_secret).unwrap(), "wh_later");
 
     match api.invoke(&webhook).await.unwrap() {
@@ -548,14 +553,7 @@ async fn a_rotated_webhook_secret_reaches_a_warm_intake() {
         .send()
         .await
         .unwrap();
-    let api = Launch::new("reconcile", &t.aws, &t.stack)
-        .unwrap()
-        .unset("SCHEDULE_GROUP")
-        .set("WEBHOOK_SECRET_ARN", name.clone())
-        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
-        .start(Path::new(BINARY))
-        .await
-        .unwrap();
+    let api = intake_reading(&t, &name).await;
     let old = WebhookSecret::parse(&t.stack.webhook_secret).unwrap();
     let accepted = api.invoke_ok(&list_changed(&old, "wh_before")).await.unwrap();
     assert_eq!(accepted["statusCode"], 202, "{accepted}");

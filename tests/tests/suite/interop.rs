@@ -11,16 +11,21 @@ use shared::domain::occurrence::occurrence_key;
 use shared::ports::McpSession;
 use tests::{RunStack, connector_task, install, run_message};
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_client_negotiates_and_reads_prompts_and_errors() {
-    let server = ServerEverything::start().unwrap();
-    let client = McpConnectors::open(
-        &server.url(),
+/// The runners' and reconcile's client, on a loopback server.
+async fn open_on_loopback(url: &str) -> shared::adapters::mcp::McpClient {
+    McpConnectors::open(
+        url,
         None,
         shared::domain::endpoint::EndpointPolicy { allow_loopback: true },
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_negotiates_and_reads_prompts_and_errors() {
+    let server = ServerEverything::start().unwrap();
+    let client = open_on_loopback(&server.url()).await;
     assert_eq!(
         client.protocol_version().as_deref(),
         Some("2025-11-25"),
@@ -101,13 +106,7 @@ async fn a_run_against_server_everything_fails_cleanly_on_a_missing_argument() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_answering_unknown_methods_with_an_empty_result_is_read_after_initialize() {
     let server = local::handwritten::Handwritten::start().await.unwrap();
-    let client = McpConnectors::open(
-        &server.url(),
-        None,
-        shared::domain::endpoint::EndpointPolicy { allow_loopback: true },
-    )
-    .await
-    .unwrap();
+    let client = open_on_loopback(&server.url()).await;
     assert_eq!(client.protocol_version().as_deref(), Some("2025-11-25"));
     let prompts = client.raw_prompts().await.unwrap();
     assert_eq!(prompts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["hello"]);

@@ -98,6 +98,22 @@ async fn concurrent_bookings_take_distinct_slots_a_gap_apart() {
     assert_eq!(taken, want);
 }
 
+/// A connector server declaring one prompt, `digest`, with no tools.
+async fn digest_server() -> local::mcp_fixture::McpFixture {
+    use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt};
+    McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "digest",
+            serde_json::json!({"version": 1}),
+            &[],
+            "Digest.",
+        )],
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
 fn paced(s: &RunStack, pace: Pace) -> tests::TestRunner {
     s.runner_on(
         s.store(),
@@ -209,21 +225,10 @@ async fn a_throttle_at_a_paced_slot_slows_the_pace_and_the_call_books_again() {
 /// reminders have booked ahead it goes back to the queue instead.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_connector_herd_cannot_hold_back_a_reminder() {
-    use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt};
     use shared::domain::install::InstallScope;
     use shared::domain::pace::Lane;
     let s = RunStack::start().await.unwrap();
-    let fixture = McpFixture::start(FixtureState {
-        prompts: vec![scheduled_prompt(
-            "digest",
-            serde_json::json!({"version": 1}),
-            &[],
-            "Digest.",
-        )],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let fixture = digest_server().await;
     s.store()
         .put_install(&tests::install(
             "ins_1",
@@ -301,22 +306,11 @@ async fn a_connector_herd_cannot_hold_back_a_reminder() {
 /// credit is an item of its own.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_workspace_past_its_share_cannot_hold_the_lane_against_another() {
-    use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt};
     use shared::domain::install::InstallScope;
     use shared::domain::pace::{Lane, share_id};
     use shared::domain::task::TaskId;
     let s = RunStack::start().await.unwrap();
-    let fixture = McpFixture::start(FixtureState {
-        prompts: vec![scheduled_prompt(
-            "digest",
-            serde_json::json!({"version": 1}),
-            &[],
-            "Digest.",
-        )],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let fixture = digest_server().await;
     let herd_install = tests::install("ins_1", "issues", &fixture.url(), InstallScope::Workspace);
     let other_install = shared::domain::install::Install {
         workspace: "ws_2".into(),

@@ -86,6 +86,44 @@ impl World {
             .expect("task item")
     }
 
+    /// The issues connector installed and its task approved.
+    async fn approved(&self) {
+        self.t
+            .reconciler()
+            .apply(
+                &installed("ins_1", "issues", &self.issues.url(), "workspace"),
+                Utc::now(),
+            )
+            .await
+            .unwrap();
+        let v = self.version().await;
+        let approved = self.admin("approve", json!({"expected_version": v, "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_chat"}})).await;
+        assert_eq!(approved["ok"], true, "{approved}");
+    }
+
+    /// The schedule as a lost update would leave it: disabled, the task
+    /// scheduled.
+    async fn disable_schedule_behind_the_task(&self) {
+        use shared::ports::Schedules;
+        let store = self.t.admin_store();
+        let mut stale = shared::ports::TaskStore::task(&store, "ws_1", &self.task_id)
+            .await
+            .unwrap()
+            .unwrap();
+        stale.overrides = Some(shared::domain::overrides::Overrides {
+            paused: true,
+            ..Default::default()
+        });
+        shared::adapters::scheduler::EventBridgeSchedules::from_sdk(
+            &self.t.aws.sdk,
+            self.t.create_config(tests::ENABLED).target,
+        )
+        .put(&shared::domain::schedule_definition::ScheduleDefinition::for_task(&stale).unwrap())
+        .await
+        .unwrap();
+        assert_eq!(self.schedule_state().await, "DISABLED");
+    }
+
     async fn schedule_state(&self) -> String {
         self.t
             .schedule(self.task_id.as_str())
@@ -476,36 +514,10 @@ async fn another_workspaces_task_is_forbidden_and_a_missing_one_not_found() {
 /// out of step; the next pass puts it back in step with the task.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pass_repairs_a_schedule_out_of_step_with_its_task() {
-    use shared::ports::Schedules;
     let w = World::start().await;
-    w.t.reconciler()
-        .apply(&installed("ins_1", "issues", &w.issues.url(), "workspace"), Utc::now())
-        .await
-        .unwrap();
-    let v = w.version().await;
-    let approved = w.admin("approve", json!({"expected_version": v, "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_chat"}})).await;
-    assert_eq!(approved["ok"], true, "{approved}");
+    w.approved().await;
     assert_eq!(w.schedule_state().await, "ENABLED");
-
-    // The schedule as a lost update would leave it: disabled, the task scheduled.
-    let store = w.t.admin_store();
-    let mut stale = shared::ports::TaskStore::task(&store, "ws_1", &w.task_id)
-        .await
-        .unwrap()
-        .unwrap();
-    stale.overrides = Some(shared::domain::overrides::Overrides {
-        paused: true,
-        ..Default::default()
-    });
-    let schedules = shared::adapters::scheduler::EventBridgeSchedules::from_sdk(
-        &w.t.aws.sdk,
-        w.t.create_config(tests::ENABLED).target,
-    );
-    schedules
-        .put(&shared::domain::schedule_definition::ScheduleDefinition::for_task(&stale).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(w.schedule_state().await, "DISABLED");
+    w.disable_schedule_behind_the_task().await;
 
     let v = w.version().await;
     let pass = w.list_changed().await;
@@ -532,13 +544,7 @@ async fn a_pass_leaves_a_schedule_in_step_alone() {
         }
     }
     let w = World::start().await;
-    w.t.reconciler()
-        .apply(&installed("ins_1", "issues", &w.issues.url(), "workspace"), Utc::now())
-        .await
-        .unwrap();
-    let v = w.version().await;
-    let approved = w.admin("approve", json!({"expected_version": v, "arguments": {"repo": "acme/web"}, "bindings": {"summary_channel": "ins_chat"}})).await;
-    assert_eq!(approved["ok"], true, "{approved}");
+    w.approved().await;
     let target = w.t.create_config(tests::ENABLED).target;
     let counted = shared::app::reconcile::Reconciler::new(
         w.t.admin_store(),
@@ -556,19 +562,7 @@ async fn a_pass_leaves_a_schedule_in_step_alone() {
     assert_eq!(puts(), 0, "the approved task's schedule is in step: not put again");
 
     // Out of step (disabled while the task is scheduled): put back, once.
-    let store = w.t.admin_store();
-    let mut stale = shared::ports::TaskStore::task(&store, "ws_1", &w.task_id)
-        .await
-        .unwrap()
-        .unwrap();
-    stale.overrides = Some(shared::domain::overrides::Overrides {
-        paused: true,
-        ..Default::default()
-    });
-    EventBridgeSchedules::from_sdk(&w.t.aws.sdk, target)
-        .put(&ScheduleDefinition::for_task(&stale).unwrap())
-        .await
-        .unwrap();
+    w.disable_schedule_behind_the_task().await;
     counted.reconcile_install("ws_1", "ins_1", Utc::now()).await.unwrap();
     assert_eq!(puts(), 1);
     assert_eq!(w.schedule_state().await, "ENABLED", "repaired from the task");
