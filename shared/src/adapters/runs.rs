@@ -412,7 +412,10 @@ impl RunStore for DynamoStore {
                      claims.#occ.attempts = claims.#occ.attempts + :one, \
                      budget_used.#period = if_not_exists(budget_used.#period, :zero) + budget_reserve_usd, \
                      claims.#occ.crashed_usd = if_not_exists(claims.#occ.crashed_usd, :zero) + budget_reserve_usd",
-                    "claims.#occ.#status = :running AND claims.#occ.lease_until < :now",
+                    // The new attempt's reservation fits the month, as a claim's must.
+                    "claims.#occ.#status = :running AND claims.#occ.lease_until < :now AND \
+                     (attribute_not_exists(budget_threshold_usd) OR attribute_not_exists(budget_used.#period) \
+                     OR budget_used.#period <= budget_threshold_usd)",
                     values,
                     names,
                 )

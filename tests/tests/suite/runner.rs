@@ -380,6 +380,57 @@ async fn a_skip_past_the_window_pays_for_the_crashed_claim_it_finds() {
     assert!(s.events().await.is_empty(), "a skip sends no event");
 }
 
+/// A take-over reserves again, and that reservation must fit the month as
+/// a claim's must: a crashed run whose task has no room for another attempt
+/// is skipped for its budget when its message comes back, paying what the
+/// crash committed, never running past the monthly budget.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_take_over_past_the_monthly_budget_is_skipped_and_pays_for_the_crash() {
+    use shared::domain::budget::{Account, Budget, period};
+    let s = RunStack::start().await.unwrap();
+    let _fixture = installed_fixture(&s).await;
+    let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
+    // Room for one reservation of 0.25 in the month, not two.
+    task.spec.budget = Some(Budget {
+        max_usd_per_run: 0.25,
+        max_usd_per_month: 0.40,
+    });
+    s.insert(&task).await;
+    let reserve = 0.25;
+    let at = Utc::now() - Duration::seconds(5);
+    let (key, month) = (occurrence_key(at), period(at));
+    let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
+    let now = Utc::now();
+    let short = now + Duration::seconds(20);
+    assert!(
+        crashing
+            .deliver("m1", &run_message(&task, at, "e1"), now, short)
+            .await
+            .is_err()
+    );
+    let requests = s.model.requests().await.len();
+    // After the lease, within the window: no room for a second attempt.
+    let later = short + Duration::seconds(shared::app::run::LEASE_MARGIN_SECONDS + 1);
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&task, at, "e2"), later, later + Duration::minutes(5))
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Skipped(SkipReason::BudgetExhausted), "{got:?}");
+    assert_eq!(s.model.requests().await.len(), requests, "nothing ran again");
+    let record = s.run_record(&task.task_id, &key).await.unwrap();
+    assert_eq!(record["status"], "skipped");
+    assert_eq!(
+        record["cost_usd"].as_f64(),
+        Some(reserve),
+        "the crash's reservation: {record}"
+    );
+    let item = s.task_item(&task).await;
+    assert_eq!(item["budget_used"][month.as_str()].as_f64(), Some(reserve), "{item}");
+    let account = s.account(&Account::Install("acct_ins_1".into()), &month).await.unwrap();
+    assert_eq!(account["spent_usd"].as_f64(), Some(reserve));
+}
+
 /// A principal id is unique only within its workspace: the same id's
 /// reminders in two workspaces are two people's, charged to two accounts.
 #[tokio::test(flavor = "multi_thread")]

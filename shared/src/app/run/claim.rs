@@ -103,6 +103,12 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     tracing::warn!("took over an expired lease");
                     Ok(Claiming::Held(Claimed::of(task, &occ.key, request.period)))
                 }
+                // Still expired: another attempt's reservation does not fit
+                // the month. Skipped, paying what the dead claim committed.
+                ClaimAnswer::Refused(old) if diagnose(old.as_deref(), &occ.key, now) == ClaimOutcome::Expired => {
+                    let reason = self.over_budget(occ, old.as_deref(), now).await?;
+                    answered(self.skip_unclaimed(occ, reason, now, 1, old.as_deref()).await?)
+                }
                 ClaimAnswer::Refused(_) => answered(Disposition::Busy),
             },
             ClaimOutcome::Released => match self.store.take_over(request, TakeOver::Released).await? {
