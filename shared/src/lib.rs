@@ -1,7 +1,9 @@
 //! The scheduled agent tasks system's library: the domain (pure), the use
 //! cases, the ports they need, and (feature `aws`) the AWS adapters and the
-//! Lambda start-up helpers. Dependencies point one way:
-//! `adapters` -> `app` -> `domain`. See ARCHITECTURE.md.
+//! Lambda start-up helpers. Dependencies point inward: `app` uses the
+//! `ports` and the `domain`; `adapters` implement the ports with the
+//! domain and never import `app`; the `domain` imports none of them
+//! (`infra/scripts/test.sh` checks both). See ARCHITECTURE.md.
 
 pub mod app;
 pub mod config;
