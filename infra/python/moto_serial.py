@@ -220,6 +220,31 @@ def _transact_write_items(self, transact_items):
 dynamodb_models.DynamoDBBackend.transact_write_items = _transact_write_items
 
 
+# SQS keeps the trace header a request was sent with (`X-Amzn-Trace-Id`,
+# which the SDK copies from a Lambda invocation's `_X_AMZN_TRACE_ID`) as the
+# message's `AWSTraceHeader`; Lambda's recursive loop detection reads the
+# lineage in it. moto keeps an `AWSTraceHeader` given as a system attribute
+# only: this gives it the header's, as SQS does.
+def _carry_trace_header(environ):
+    trace = environ.get("HTTP_X_AMZN_TRACE_ID")
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if not trace or target not in ("AmazonSQS.SendMessage", "AmazonSQS.SendMessageBatch"):
+        return
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    try:
+        request = json.loads(body)
+        attribute = {"DataType": "String", "StringValue": trace}
+        entries = request.get("Entries", []) if target.endswith("Batch") else [request]
+        for entry in entries:
+            entry.setdefault("MessageSystemAttributes", {}).setdefault("AWSTraceHeader", attribute)
+        body = json.dumps(request).encode()
+    except (ValueError, AttributeError):
+        pass
+    environ["wsgi.input"] = io.BytesIO(body)
+    environ["CONTENT_LENGTH"] = str(len(body))
+
+
 class Serial:
     def __init__(self, app):
         self.app = app
@@ -231,6 +256,7 @@ class Serial:
             refused = local_iam.denied(environ)
             if refused is not None:
                 return local_iam.refuse(environ, start_response, *refused)
+            _carry_trace_header(environ)
             # Produce the whole body inside the lock: a lazy body would run
             # the backend after the lock is released.
             return _transaction(environ, start_response, self.app)

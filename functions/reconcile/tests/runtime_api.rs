@@ -635,3 +635,88 @@ async fn a_secret_read_begun_at_start_that_never_answers_is_read_again_for_the_f
         api.logs().unwrap()
     );
 }
+
+/// Lambda stops a chain Lambda -> SQS -> the same Lambda after 16 hops
+/// unless the function allows recursion; the dispatcher does the same,
+/// reading the lineage each message carries (its `AWSTraceHeader`, from the
+/// trace header the worker's SDK sent). A daily pass over 2,050 reminders
+/// of one shard is a chain of 21 pages through the worker's own queue:
+/// with the template's `RecursiveLoop: Allow` every page is worked; as
+/// Lambda's default would have it, the 17th page goes to the DLQ unworked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daily_pass_of_more_than_sixteen_pages_goes_on_through_the_workers_own_queue() {
+    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+    use shared::adapters::dynamo::task_item;
+    use shared::adapters::keys::SchedulableKey;
+    use shared::domain::task::TaskId;
+    for allowed in [true, false] {
+        let t = TestStack::start().await.unwrap();
+        // One-time reminders whose time has passed, still scheduled: a page
+        // of them is read and left alone (no Scheduler call).
+        let at = Utc::now() - chrono::Duration::days(1);
+        let mut items = Vec::new();
+        let mut i = 0;
+        while items.len() < 2_050 {
+            i += 1;
+            let id = TaskId::for_reminder("ws_1", "usr_1", &format!("k{i}"));
+            if SchedulableKey::shard_of(id.as_str()) != 0 {
+                continue;
+            }
+            let mut task = tests::reminder(at);
+            task.task_id = id;
+            task.due = Some(at);
+            items.push(task_item(&task).unwrap());
+        }
+        let dynamo = aws_sdk_dynamodb::Client::new(&t.aws.sdk);
+        for chunk in items.chunks(25) {
+            let writes: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|item| {
+                    WriteRequest::builder()
+                        .put_request(PutRequest::builder().set_item(Some(item.clone())).build().unwrap())
+                        .build()
+                })
+                .collect();
+            dynamo
+                .batch_write_item()
+                .request_items(&t.stack.names.table, writes)
+                .send()
+                .await
+                .unwrap();
+        }
+        let worker = Launch::new("reconcile", &t.aws, &t.stack)
+            .unwrap()
+            .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+            .start(Path::new(BINARY))
+            .await
+            .unwrap();
+        worker.invoke_ok(&json!({"op": "reconcile_all"})).await.unwrap();
+        let dispatch = local::dispatcher::Dispatcher {
+            sdk: &t.aws.sdk,
+            stack: &t.stack,
+            runner: &worker.api,
+            reconcile: &worker.api,
+        };
+        let allowed_here = if allowed { None } else { Some(false) };
+        dispatch.drain_reconcile_recursing(allowed_here).await.unwrap();
+        let dead = aws_sdk_sqs::Client::new(&t.aws.sdk)
+            .receive_message()
+            .queue_url(&t.stack.reconcile_dlq_url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        let pages: Vec<Value> = dead
+            .messages()
+            .iter()
+            .map(|m| serde_json::from_str(m.body().unwrap()).unwrap())
+            .collect();
+        if allowed {
+            assert!(pages.is_empty(), "every page worked: {pages:?}");
+        } else {
+            assert_eq!(pages.len(), 1, "the 17th page, unworked: {pages:?}");
+            assert_eq!(pages[0]["type"], "reconcile.reminders", "{}", pages[0]);
+            assert_eq!(pages[0]["shard"], 0, "{}", pages[0]);
+        }
+    }
+}

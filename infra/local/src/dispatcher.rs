@@ -13,6 +13,13 @@
 //!   back only when its visibility (the queue's, or what the function set
 //!   with `ChangeMessageVisibility`) has passed on SQS's clock, which
 //!   [`Dispatcher::advance_clock`] moves (moto's own clock is the wall's);
+//! - Lambda's recursive loop detection: each invocation gets a trace header
+//!   with a lineage (`Lineage=<function>:<hops>`) one hop past the deepest
+//!   of its records' (`AWSTraceHeader`, which SQS keeps from the header the
+//!   function's SDK sent, `moto_serial.py`); a record that would make the
+//!   17th hop of a chain through the same function goes to the queue's
+//!   dead-letter queue uninvoked, unless the function allows recursion in
+//!   `template.yaml` (`RecursiveLoop: Allow`), as Lambda stops such a loop;
 //! - webhooks to reconcile: sign an event with the stack's Standard
 //!   Webhooks secret and invoke reconcile with a function URL request;
 //! - settled runs to the bus: the stack's stand-in for the notification
@@ -33,6 +40,43 @@ use shared::domain::webhook::WebhookSecret;
 use crate::Stack;
 use crate::runtime::RuntimeApi;
 
+/// The most hops Lambda lets a chain Lambda -> SQS -> the same Lambda make
+/// before it stops it (about 16; the 17th is not invoked).
+pub const MAX_RECURSIVE_HOPS: u32 = 16;
+
+/// The lineage of `function` in a trace header (`Lineage=<id>:<hops>`), 0
+/// when it names none or another function's.
+pub fn lineage_hops(trace: &str, function: &str) -> u32 {
+    trace
+        .split(';')
+        .filter_map(|field| field.trim().strip_prefix("Lineage="))
+        .filter_map(|lineage| lineage.split_once(':'))
+        .filter(|(id, _)| *id == lineage_id(function))
+        .filter_map(|(_, hops)| hops.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+fn lineage_id(function: &str) -> String {
+    function.bytes().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `template.yaml` lets the function behind `function` (the local
+/// name) recurse through its queue (`RecursiveLoop: Allow`).
+pub fn recursion_allowed(function: &str) -> anyhow::Result<bool> {
+    let resource = match function {
+        "reconcile" => "ReconcileFunction",
+        "runner" => "RunnerFunction",
+        "create" => "CreateFunction",
+        "admin" => "AdminFunction",
+        "schedules" => "SchedulesFunction",
+        other => anyhow::bail!("no function `{other}` in template.yaml"),
+    };
+    let path = crate::moto::repo_root().join("template.yaml");
+    let template: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+    Ok(template["Resources"][resource]["Properties"]["RecursiveLoop"].as_str() == Some("Allow"))
+}
+
 /// The message ids a partial batch response (`SqsBatchResponse`) returns.
 pub fn batch_failures(response: &Value) -> Vec<String> {
     response["batchItemFailures"]
@@ -51,6 +95,16 @@ pub struct Dispatcher<'a> {
     pub stack: &'a Stack,
     pub runner: &'a RuntimeApi,
     pub reconcile: &'a RuntimeApi,
+}
+
+/// One received message, as the event source mapping holds it.
+struct Received {
+    id: String,
+    handle: String,
+    body: String,
+    group: Option<String>,
+    /// Its `AWSTraceHeader`, if it was sent with one.
+    trace: Option<String>,
 }
 
 /// A schedule the dispatcher fired.
@@ -206,8 +260,9 @@ impl Dispatcher<'_> {
         }))
     }
 
-    /// Receives up to ten messages of a queue as an SQS event.
-    async fn receive(&self, queue_url: &str, arn: &str) -> anyhow::Result<(Value, Vec<(String, String)>)> {
+    /// Receives up to ten messages of a queue: the SQS event's records and
+    /// the messages as received.
+    async fn receive(&self, queue_url: &str, arn: &str) -> anyhow::Result<(Vec<Value>, Vec<Received>)> {
         let out = self
             .sqs()
             .receive_message()
@@ -215,59 +270,142 @@ impl Dispatcher<'_> {
             .max_number_of_messages(10)
             .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .message_system_attribute_names(MessageSystemAttributeName::AwsTraceHeader)
             .send()
             .await?;
-        let mut handles = Vec::new();
+        let mut received = Vec::new();
         let records: Vec<Value> = out
             .messages()
             .iter()
             .map(|m| {
                 let id = m.message_id().unwrap_or_default().to_owned();
-                handles.push((id.clone(), m.receipt_handle().unwrap_or_default().to_owned()));
-                let receives = m
-                    .attributes()
-                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                    .cloned()
-                    .unwrap_or_else(|| "1".to_owned());
+                let attribute = |name: &MessageSystemAttributeName| m.attributes().and_then(|a| a.get(name)).cloned();
+                let receives =
+                    attribute(&MessageSystemAttributeName::ApproximateReceiveCount).unwrap_or_else(|| "1".to_owned());
                 let mut attributes = json!({"ApproximateReceiveCount": receives});
-                if let Some(group) = m
-                    .attributes()
-                    .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
-                {
+                let group = attribute(&MessageSystemAttributeName::MessageGroupId);
+                if let Some(group) = &group {
                     attributes["MessageGroupId"] = json!(group);
                 }
+                let trace = attribute(&MessageSystemAttributeName::AwsTraceHeader);
+                if let Some(trace) = &trace {
+                    attributes["AWSTraceHeader"] = json!(trace);
+                }
+                received.push(Received {
+                    id: id.clone(),
+                    handle: m.receipt_handle().unwrap_or_default().to_owned(),
+                    body: m.body().unwrap_or_default().to_owned(),
+                    group,
+                    trace,
+                });
                 json!({"messageId": id, "receiptHandle": m.receipt_handle(), "body": m.body(),
                        "attributes": attributes,
                        "messageAttributes": {}, "eventSource": "aws:sqs", "eventSourceARN": arn,
                        "awsRegion": crate::REGION})
             })
             .collect();
-        Ok((json!({"Records": records}), handles))
+        Ok((records, received))
+    }
+
+    /// Stops a recursive loop as Lambda does: each record that would make
+    /// the function's hop past [`MAX_RECURSIVE_HOPS`] goes to `dlq_url`
+    /// uninvoked (and off the queue) unless the function allows recursion.
+    /// Answers the records to invoke, theirs, and the invocation's trace
+    /// header (one hop past the deepest).
+    async fn stop_loops(
+        &self,
+        queue_url: &str,
+        dlq_url: &str,
+        (function, allowed): (&str, bool),
+        records: Vec<Value>,
+        received: Vec<Received>,
+    ) -> anyhow::Result<(Vec<Value>, Vec<Received>, Option<String>)> {
+        let mut kept = (Vec::new(), Vec::new());
+        let mut deepest = 0;
+        for (record, message) in records.into_iter().zip(received) {
+            let hops = message.trace.as_deref().map_or(0, |t| lineage_hops(t, function));
+            if hops >= MAX_RECURSIVE_HOPS && !allowed {
+                tracing::warn!(
+                    function,
+                    hops,
+                    "a recursive loop stopped: the message goes to the DLQ uninvoked"
+                );
+                let mut send = self.sqs().send_message().queue_url(dlq_url).message_body(&message.body);
+                if let Some(group) = &message.group {
+                    send = send.message_group_id(group).message_deduplication_id(&message.id);
+                }
+                send.send().await?;
+                self.sqs()
+                    .delete_message()
+                    .queue_url(queue_url)
+                    .receipt_handle(&message.handle)
+                    .send()
+                    .await?;
+                continue;
+            }
+            deepest = deepest.max(hops);
+            kept.0.push(record);
+            kept.1.push(message);
+        }
+        let root = kept
+            .1
+            .iter()
+            .filter_map(|m| m.trace.as_deref())
+            .flat_map(|t| t.split(';'))
+            .find(|f| f.trim().starts_with("Root="))
+            .map(|f| f.trim().to_owned())
+            .unwrap_or_else(|| {
+                format!(
+                    "Root=1-{:08x}-{}",
+                    Utc::now().timestamp(),
+                    uuid::Uuid::new_v4().simple()
+                )
+            });
+        let trace = format!("{root};Sampled=0;Lineage={}:{}", lineage_id(function), deepest + 1);
+        Ok((kept.0, kept.1, Some(trace)))
     }
 
     /// Feeds a queue to a function until it is empty or nothing is
     /// acknowledged; returns the batch responses. What the function returns
     /// stays invisible until its visibility passes.
-    async fn drain(&self, queue_url: &str, arn: &str, function: &RuntimeApi) -> anyhow::Result<Vec<Value>> {
+    async fn drain(
+        &self,
+        queue_url: &str,
+        arn: &str,
+        dlq_url: &str,
+        function: &RuntimeApi,
+        recursion: Option<bool>,
+    ) -> anyhow::Result<Vec<Value>> {
         let mut responses = Vec::new();
-        for _ in 0..20 {
-            let (event, handles) = self.receive(queue_url, arn).await?;
-            if handles.is_empty() {
+        let name = function.invoker().function_name().to_owned();
+        let allowed = match recursion {
+            Some(allowed) => allowed,
+            None => recursion_allowed(&name)?,
+        };
+        for _ in 0..200 {
+            let (records, received) = self.receive(queue_url, arn).await?;
+            if received.is_empty() {
                 break;
             }
-            let response = function.invoke_ok(&event).await?;
+            let (records, received, trace) = self
+                .stop_loops(queue_url, dlq_url, (&name, allowed), records, received)
+                .await?;
+            if received.is_empty() {
+                continue;
+            }
+            let response = function.invoke_ok_traced(&json!({"Records": records}), trace).await?;
             let failed = batch_failures(&response);
-            for (id, handle) in &handles {
-                if !failed.contains(id) {
+            for message in &received {
+                if !failed.contains(&message.id) {
                     self.sqs()
                         .delete_message()
                         .queue_url(queue_url)
-                        .receipt_handle(handle)
+                        .receipt_handle(&message.handle)
                         .send()
                         .await?;
                 }
             }
-            let stuck = failed.len() == handles.len();
+            let stuck = failed.len() == received.len();
             responses.push(response);
             if stuck {
                 break;
@@ -288,16 +426,30 @@ impl Dispatcher<'_> {
 
     /// Delivers the runs queue to the runner.
     pub async fn drain_runs(&self) -> anyhow::Result<Vec<Value>> {
-        self.drain(&self.stack.runs_queue_url, &self.stack.runs_queue_arn, self.runner)
-            .await
+        self.drain(
+            &self.stack.runs_queue_url,
+            &self.stack.runs_queue_arn,
+            &self.stack.runs_dlq_url,
+            self.runner,
+            None,
+        )
+        .await
     }
 
     /// Delivers the reconcile work queue to reconcile.
     pub async fn drain_reconcile(&self) -> anyhow::Result<Vec<Value>> {
+        self.drain_reconcile_recursing(None).await
+    }
+
+    /// [`Dispatcher::drain_reconcile`], with reconcile's `RecursiveLoop`
+    /// as given (`None`: as `template.yaml` sets it).
+    pub async fn drain_reconcile_recursing(&self, allowed: Option<bool>) -> anyhow::Result<Vec<Value>> {
         self.drain(
             &self.stack.reconcile_queue_url,
             "arn:aws:sqs:us-east-1:123456789012:reconcile.fifo",
+            &self.stack.reconcile_dlq_url,
             self.reconcile,
+            allowed,
         )
         .await
     }

@@ -36,6 +36,8 @@ struct Invocation {
     id: String,
     payload: Bytes,
     deadline_ms: u128,
+    /// `Lambda-Runtime-Trace-Id`; `None`: a fresh root.
+    trace: Option<String>,
 }
 
 struct Shared {
@@ -79,9 +81,14 @@ async fn next(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
             shared.function_name
         ),
     );
+    // The invocation's trace header, as Lambda passes it on: the runtime
+    // sets `_X_AMZN_TRACE_ID` from it and the SDK sends it with each
+    // request, so a message the function sends carries it (its lineage).
     set(
         "lambda-runtime-trace-id",
-        "Root=1-00000000-000000000000000000000000;Sampled=0".to_owned(),
+        invocation
+            .trace
+            .unwrap_or_else(|| "Root=1-00000000-000000000000000000000000;Sampled=0".to_owned()),
     );
     set("content-type", "application/json".to_owned());
     (StatusCode::OK, headers, invocation.payload)
@@ -185,7 +192,17 @@ impl RuntimeApi {
 
     /// Invokes and expects a response, not a function error.
     pub async fn invoke_ok(&self, payload: &Value) -> anyhow::Result<Value> {
-        match self.invoke(payload).await? {
+        self.invoke_ok_traced(payload, None).await
+    }
+
+    /// [`RuntimeApi::invoke_ok`] with the trace header Lambda would pass
+    /// (`Lambda-Runtime-Trace-Id`; a lineage among its fields).
+    pub async fn invoke_ok_traced(&self, payload: &Value, trace: Option<String>) -> anyhow::Result<Value> {
+        match self
+            .invoker()
+            .invoke_traced(&serde_json::to_string(payload)?, trace)
+            .await?
+        {
             Outcome::Response(value) => Ok(value),
             Outcome::Error(error) => bail!("function error: {error}"),
         }
@@ -208,6 +225,11 @@ impl Invoker {
 
     /// Invokes with a payload's exact text and waits for the outcome.
     pub async fn invoke_text(&self, payload: &str) -> anyhow::Result<Outcome> {
+        self.invoke_traced(payload, None).await
+    }
+
+    /// [`Invoker::invoke_text`] with a trace header for the invocation.
+    pub async fn invoke_traced(&self, payload: &str, trace: Option<String>) -> anyhow::Result<Outcome> {
         let id = uuid::Uuid::new_v4().to_string();
         let (tx, rx) = oneshot::channel();
         self.shared.waiting.lock().await.insert(id.clone(), tx);
@@ -218,6 +240,7 @@ impl Invoker {
                 id: id.clone(),
                 payload: Bytes::from(payload.to_owned()),
                 deadline_ms,
+                trace,
             })
             .await
             .map_err(|_| anyhow!("the runtime API is closed"))?;
