@@ -628,53 +628,64 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
                 )
                 .await
             }
-            other => self.override_op(&principal, other, now).await,
-        }
-    }
-
-    /// `pause`, `resume`, `delete` and `restore`: the admin's overrides.
-    async fn override_op(&self, principal: &Principal, request: AdminRequest, now: DateTime<Utc>) -> Outcome {
-        let (task_id, expected_version, edit) = match request {
+            // The overrides, each arm named: a new operation is a compile
+            // error here until it is dispatched.
             AdminRequest::Pause {
                 task_id,
                 expected_version,
                 note,
                 ..
-            } => (task_id, expected_version, OverrideEdit::Pause { note }),
+            } => {
+                let edit = OverrideEdit::Pause { note };
+                self.override_op(&principal, &task_id, expected_version, edit, now)
+                    .await
+            }
             AdminRequest::Resume {
                 task_id,
                 expected_version,
                 ..
-            } => (task_id, expected_version, OverrideEdit::Resume),
+            } => {
+                self.override_op(&principal, &task_id, expected_version, OverrideEdit::Resume, now)
+                    .await
+            }
             AdminRequest::Delete {
                 task_id,
                 expected_version,
                 note,
                 ..
-            } => (task_id, expected_version, OverrideEdit::Delete { note }),
+            } => {
+                let edit = OverrideEdit::Delete { note };
+                self.override_op(&principal, &task_id, expected_version, edit, now)
+                    .await
+            }
             AdminRequest::Restore {
                 task_id,
                 expected_version,
                 ..
-            } => (task_id, expected_version, OverrideEdit::Restore),
-            AdminRequest::List { .. }
-            | AdminRequest::Get { .. }
-            | AdminRequest::Approve { .. }
-            | AdminRequest::SkipNext { .. }
-            | AdminRequest::Unskip { .. }
-            | AdminRequest::RunNow { .. }
-            | AdminRequest::Runs { .. } => {
-                return Ok(Err(AdminRefusal::InvalidRequest("not an override operation".into())));
+            } => {
+                self.override_op(&principal, &task_id, expected_version, OverrideEdit::Restore, now)
+                    .await
             }
-        };
+        }
+    }
+
+    /// `pause`, `resume`, `delete` and `restore`: the admin's overrides.
+    async fn override_op(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        expected_version: u64,
+        edit: OverrideEdit,
+        now: DateTime<Utc>,
+    ) -> Outcome {
         if edit == OverrideEdit::Restore
-            && let Err(refusal) = self.restore_fits(principal, &task_id, now).await?
+            && let Err(refusal) = self.restore_fits(principal, task_id, now).await?
         {
             return Ok(Err(refusal));
         }
         self.change(
             principal,
-            &task_id,
+            task_id,
             expected_version,
             now,
             Unchanged::Write,
