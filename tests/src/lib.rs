@@ -466,6 +466,40 @@ use shared::app::reconcile::Reconciler;
 pub type TestReconciler = Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>;
 
 impl TestStack {
+    /// Writes items straight to the table, 25 a batch (a table as another
+    /// release or a large fleet left it), until none is left unprocessed.
+    pub async fn put_items(&self, items: Vec<shared::adapters::dynamo::Item>) {
+        use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+        for chunk in items.chunks(25) {
+            let mut requests: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|item| {
+                    WriteRequest::builder()
+                        .put_request(
+                            PutRequest::builder()
+                                .set_item(Some(item.clone()))
+                                .build()
+                                .expect("a put"),
+                        )
+                        .build()
+                })
+                .collect();
+            while !requests.is_empty() {
+                let out = self
+                    .dynamo
+                    .batch_write_item()
+                    .request_items(&self.stack.names.table, requests)
+                    .send()
+                    .await
+                    .expect("a batch write");
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut left| left.remove(&self.stack.names.table))
+                    .unwrap_or_default();
+            }
+        }
+    }
+
     pub fn reconciler(&self) -> TestReconciler {
         self.reconciler_with(self.rules())
     }

@@ -645,7 +645,6 @@ async fn a_secret_read_begun_at_start_that_never_answers_is_read_again_for_the_f
 /// Lambda's default would have it, the 17th page goes to the DLQ unworked.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daily_pass_of_more_than_sixteen_pages_goes_on_through_the_workers_own_queue() {
-    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
     use shared::adapters::dynamo::task_item;
     use shared::adapters::keys::SchedulableKey;
     use shared::domain::task::TaskId;
@@ -667,23 +666,7 @@ async fn a_daily_pass_of_more_than_sixteen_pages_goes_on_through_the_workers_own
             task.due = Some(at);
             items.push(task_item(&task).unwrap());
         }
-        let dynamo = aws_sdk_dynamodb::Client::new(&t.aws.sdk);
-        for chunk in items.chunks(25) {
-            let writes: Vec<WriteRequest> = chunk
-                .iter()
-                .map(|item| {
-                    WriteRequest::builder()
-                        .put_request(PutRequest::builder().set_item(Some(item.clone())).build().unwrap())
-                        .build()
-                })
-                .collect();
-            dynamo
-                .batch_write_item()
-                .request_items(&t.stack.names.table, writes)
-                .send()
-                .await
-                .unwrap();
-        }
+        t.put_items(items).await;
         let worker = Launch::new("reconcile", &t.aws, &t.stack)
             .unwrap()
             .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))

@@ -335,12 +335,7 @@ impl Dispatcher<'_> {
                     send = send.message_group_id(group).message_deduplication_id(&message.id);
                 }
                 send.send().await?;
-                self.sqs()
-                    .delete_message()
-                    .queue_url(queue_url)
-                    .receipt_handle(&message.handle)
-                    .send()
-                    .await?;
+                self.delete(queue_url, &message.handle).await?;
                 continue;
             }
             deepest = deepest.max(hops);
@@ -397,12 +392,7 @@ impl Dispatcher<'_> {
             let failed = batch_failures(&response);
             for message in &received {
                 if !failed.contains(&message.id) {
-                    self.sqs()
-                        .delete_message()
-                        .queue_url(queue_url)
-                        .receipt_handle(&message.handle)
-                        .send()
-                        .await?;
+                    self.delete(queue_url, &message.handle).await?;
                 }
             }
             let stuck = failed.len() == received.len();
@@ -412,6 +402,18 @@ impl Dispatcher<'_> {
             }
         }
         Ok(responses)
+    }
+
+    /// Deletes a received message, as the event source mapping does for
+    /// one the function acknowledged.
+    async fn delete(&self, queue_url: &str, handle: &str) -> anyhow::Result<()> {
+        self.sqs()
+            .delete_message()
+            .queue_url(queue_url)
+            .receipt_handle(handle)
+            .send()
+            .await?;
+        Ok(())
     }
 
     /// Moves SQS's clock forward: returned messages whose visibility passes

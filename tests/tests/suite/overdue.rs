@@ -368,35 +368,6 @@ async fn a_reminder_until_a_date_completes_on_its_last_occurrence_however_it_was
     }
 }
 
-/// Puts `items` into the table 25 at a time (`BatchWriteItem`), as a large
-/// table is loaded here in seconds rather than one request an item.
-async fn load(s: &RunStack, items: Vec<shared::adapters::dynamo::Item>) {
-    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
-    for chunk in items.chunks(25) {
-        let mut requests: Vec<WriteRequest> = chunk
-            .iter()
-            .map(|item| {
-                WriteRequest::builder()
-                    .put_request(PutRequest::builder().set_item(Some(item.clone())).build().unwrap())
-                    .build()
-            })
-            .collect();
-        while !requests.is_empty() {
-            let out =
-                s.t.dynamo
-                    .batch_write_item()
-                    .request_items(&s.t.stack.names.table, requests)
-                    .send()
-                    .await
-                    .expect("a batch write");
-            requests = out
-                .unprocessed_items
-                .and_then(|mut left| left.remove(&s.t.stack.names.table))
-                .unwrap_or_default();
-        }
-    }
-}
-
 /// The check at scale (SPEC §14; ARCHITECTURE, "The missed-occurrence
 /// check"): many tasks over every shard of both families, all due at one
 /// hour and all run but two, a reminder in the last shard and a connector
@@ -459,7 +430,7 @@ async fn a_lost_schedule_is_found_within_one_period_among_many_tasks() {
         }
     }
     let loading = std::time::Instant::now();
-    load(&s, items).await;
+    s.t.put_items(items).await;
     println!(
         "loaded {n} tasks and their records in {:.0} s",
         loading.elapsed().as_secs_f64()

@@ -250,6 +250,26 @@ async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once()
     );
 }
 
+/// The occurrence's first delivery (message `m1`, execution `e1`), its
+/// model call made, dies at its settle; answers when it began and its
+/// deadline (its lease runs out `LEASE_MARGIN_SECONDS` after it).
+async fn crash_at_settle(
+    s: &RunStack,
+    task: &Task,
+    at: chrono::DateTime<Utc>,
+) -> (chrono::DateTime<Utc>, chrono::DateTime<Utc>) {
+    let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
+    let now = Utc::now();
+    let short = now + Duration::seconds(20);
+    assert!(
+        crashing
+            .deliver("m1", &run_message(task, at, "e1"), now, short)
+            .await
+            .is_err()
+    );
+    (now, short)
+}
+
 /// The leak found on simulation seeds 52001 and 52002: an attempt taken
 /// over after a crash, then given back (the model unavailable before any
 /// tool call). The crashed attempt's reservation is committed at the
@@ -269,15 +289,7 @@ async fn a_crash_taken_over_then_given_back_is_carried_into_the_occurrences_one_
     let budget_used = |item: &Value| item["budget_used"][month.as_str()].as_f64().unwrap_or_default();
 
     // 1. The first attempt dies at its settle, its model call made.
-    let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
-    let now = Utc::now();
-    let short = now + Duration::seconds(20);
-    assert!(
-        crashing
-            .deliver("m1", &run_message(&task, at, "e1"), now, short)
-            .await
-            .is_err()
-    );
+    let (_, short) = crash_at_settle(&s, &task, at).await;
     // 2. After its lease, taken over while the model is unavailable: given back.
     let later = short + Duration::seconds(shared::app::run::LEASE_MARGIN_SECONDS + 1);
     s.model.fault(Some(local::converse::Fault::ServiceUnavailable)).await;
@@ -347,15 +359,7 @@ async fn a_skip_past_the_window_pays_for_the_crashed_claim_it_finds() {
     // Due almost an hour ago: the first delivery is just inside the window.
     let at = Utc::now() - Duration::seconds(3590);
     let (key, month) = (occurrence_key(at), period(at));
-    let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
-    let now = Utc::now();
-    let short = now + Duration::seconds(20);
-    assert!(
-        crashing
-            .deliver("m1", &run_message(&task, at, "e1"), now, short)
-            .await
-            .is_err()
-    );
+    let (now, _) = crash_at_settle(&s, &task, at).await;
     // Back after the queue's visibility: past the window, and past the lease.
     let later = now + Duration::seconds(2160);
     let got = s
@@ -399,15 +403,7 @@ async fn a_take_over_past_the_monthly_budget_is_skipped_and_pays_for_the_crash()
     let reserve = 0.25;
     let at = Utc::now() - Duration::seconds(5);
     let (key, month) = (occurrence_key(at), period(at));
-    let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
-    let now = Utc::now();
-    let short = now + Duration::seconds(20);
-    assert!(
-        crashing
-            .deliver("m1", &run_message(&task, at, "e1"), now, short)
-            .await
-            .is_err()
-    );
+    let (_, short) = crash_at_settle(&s, &task, at).await;
     let requests = s.model.requests().await.len();
     // After the lease, within the window: no room for a second attempt.
     let later = short + Duration::seconds(shared::app::run::LEASE_MARGIN_SECONDS + 1);
