@@ -9,7 +9,8 @@ one request at a time. Same arguments as moto_server (-H HOST -p PORT).
 It also gives SQS a clock that tests can move (see `_clock`), and keeps
 DynamoDB's `ClientRequestToken` promise for `TransactWriteItems`, which moto
 ignores (see `_transaction_token`), and backs up only what a transaction
-can change instead of every table it names (see `_transact_write_items`).
+can change instead of every table it names (see `_transact_write_items`),
+and reads one partition for a query of a table's key (see `_QueryView`).
 And it refuses a function's request its role in `template.yaml` does not
 allow, as AWS does and moto does not (`local_iam.py`).
 """
@@ -218,6 +219,50 @@ def _transact_write_items(self, transact_items):
 
 
 dynamodb_models.DynamoDBBackend.transact_write_items = _transact_write_items
+
+
+# A query of a table's own key reads one partition on DynamoDB; moto's reads
+# and sorts every item of the table and keeps those of the partition
+# (`Table.query` through `all_items`), so a check that queries each of
+# 20,000 tasks' records took hours. This hands moto's query the partition
+# alone: the same items, in the same order, whatever the table holds. A
+# query of an index still reads every item (moto keeps no index), unsorted:
+# moto sorts what it keeps by the index's keys and the table's, a total
+# order, so the sort of the whole table before it changes nothing.
+class _QueryView:
+    """A table as moto's `query` sees it: `hash_key`'s items, or all of
+    them unsorted (`hash_key` None)."""
+
+    def __init__(self, table, hash_key):
+        self._table = table
+        self._hash_key = hash_key
+
+    def __getattr__(self, name):
+        return getattr(self._table, name)
+
+    def _items_of(self, bucket):
+        return list(bucket.values()) if self._table.range_key_attr else [bucket]
+
+    def all_items(self):
+        if self._hash_key is None:
+            return [item for bucket in self._table.items.values() for item in self._items_of(bucket)]
+        bucket = self._table.items.get(self._hash_key)
+        return [] if bucket is None else self._items_of(bucket)
+
+
+_moto_query = Table.query
+
+
+def _query(self, hash_key, *args, **kwargs):
+    index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
+    if index_name is not None:
+        return _moto_query(_QueryView(self, None), hash_key, *args, **kwargs)
+    if hash_key is not None:
+        return _moto_query(_QueryView(self, hash_key), hash_key, *args, **kwargs)
+    return _moto_query(self, hash_key, *args, **kwargs)
+
+
+Table.query = _query
 
 
 # SQS keeps the trace header a request was sent with (`X-Amzn-Trace-Id`,

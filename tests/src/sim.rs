@@ -225,10 +225,24 @@ fn pick<T: Copy>(rng: &mut fastrand::Rng, items: &[T]) -> T {
     items[rng.usize(..items.len())]
 }
 
-const MODEL_FAULTS: [ModelFault; 3] = [
+/// Answers the model gives instead of a reply: load (throttling, 5xx, a
+/// fresh account's first-use refusal).
+const MODEL_FAULTS: [ModelFault; 5] = [
     ModelFault::Throttling,
     ModelFault::ServiceUnavailable,
     ModelFault::ModelNotReady,
+    ModelFault::InternalServer,
+    ModelFault::AccessDenied,
+];
+/// Those a run may meet until it gives up: the above, and no answer at all
+/// (a stall lasts the whole invocation, so only a short one meets it).
+const GIVE_UP_FAULTS: [ModelFault; 6] = [
+    ModelFault::Throttling,
+    ModelFault::ServiceUnavailable,
+    ModelFault::ModelNotReady,
+    ModelFault::InternalServer,
+    ModelFault::AccessDenied,
+    ModelFault::Stalled,
 ];
 const DYNAMO_FAULTS: [DynamoFault; 3] = [DynamoFault::Error, DynamoFault::Ghost, DynamoFault::GhostRetried];
 
@@ -288,7 +302,7 @@ fn fault(rng: &mut fastrand::Rng, kind: Kind) -> Fault {
             calls: rng.u32(1..=2),
         },
         _ => Fault::GiveUp {
-            kind: pick(rng, &MODEL_FAULTS),
+            kind: pick(rng, &GIVE_UP_FAULTS),
         },
     }
 }
@@ -995,6 +1009,12 @@ async fn run_occurrence(
                 if let Fault::GiveUp { kind } = *f
                     && now - real > Duration::seconds(1)
                 {
+                    // A stall would last the whole long invocation.
+                    let kind = if kind == ModelFault::Stalled {
+                        ModelFault::ServiceUnavailable
+                    } else {
+                        kind
+                    };
                     *f = Fault::Throttle { kind, calls: 2 };
                 }
             }
@@ -1134,7 +1154,7 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyh
     }
     let mut faulty = Vec::new();
     let mut stand_ins = Vec::new();
-    for kind in MODEL_FAULTS {
+    for kind in GIVE_UP_FAULTS {
         let stand_in = ConverseStandIn::start().await?;
         stand_in.fault(Some(kind)).await;
         let sdk = no_backoff(&local::sdk_config(&stand_in.endpoint()).await);

@@ -13,7 +13,8 @@
 //! ([`ConverseStandIn::throttle`], windows a test advances or a real period)
 //! and answer a fault on demand ([`ConverseStandIn::fault`]):
 //! `ThrottlingException` (429), `ServiceUnavailableException` (503),
-//! `ModelNotReadyException` (429).
+//! `ModelNotReadyException` (429), `InternalServerException` (500), a
+//! first-use `AccessDeniedException` (403), or no answer at all (a stall).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::net::Ipv4Addr;
@@ -95,6 +96,9 @@ pub enum Fault {
     /// `AccessDeniedException`, HTTP 403: what a fresh account's first
     /// calls answer for minutes while its model subscription completes.
     AccessDenied,
+    /// The request is read and never answered (the connection stays open):
+    /// an answer that stalls. The caller's own time is all that ends it.
+    Stalled,
 }
 
 impl Fault {
@@ -105,6 +109,7 @@ impl Fault {
             Fault::ModelNotReady => "ModelNotReadyException",
             Fault::InternalServer => "InternalServerException",
             Fault::AccessDenied => "AccessDeniedException",
+            Fault::Stalled => "Stalled",
         }
     }
 
@@ -114,6 +119,7 @@ impl Fault {
             Fault::ServiceUnavailable => 503,
             Fault::InternalServer => 500,
             Fault::AccessDenied => 403,
+            Fault::Stalled => 504,
         }
     }
 }
@@ -442,6 +448,10 @@ async fn converse(
     }
     if let Some(fault) = script.fault_now() {
         script.faulted += 1;
+        if fault == Fault::Stalled {
+            drop(script);
+            std::future::pending::<()>().await;
+        }
         return error_response(
             fault.status(),
             fault.code(),

@@ -2,7 +2,8 @@
 //! route, `initialize` and `prompts/list` answered, and every other method,
 //! `server/discover` among them, answered with an empty result rather than
 //! "method not found" (the MCP conformance suite's own server does the
-//! same). Loopback only. Counts the methods it was asked.
+//! same). Loopback only. Counts the methods it was asked and keeps the
+//! protocol versions `initialize` offered.
 
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,7 @@ use axum::routing::post;
 use serde_json::{Value, json};
 
 #[derive(Clone, Default)]
-struct Asked(Arc<Mutex<Vec<String>>>);
+struct Asked(Arc<Mutex<Vec<String>>>, Arc<Mutex<Vec<String>>>);
 
 pub struct Handwritten {
     port: u16,
@@ -35,6 +36,16 @@ async fn answer(State(asked): State<Asked>, body: String) -> axum::response::Res
     let method = request["method"].as_str().unwrap_or_default().to_owned();
     if let Ok(mut asked) = asked.0.lock() {
         asked.push(method.clone());
+    }
+    if method == "initialize"
+        && let Ok(mut offered) = asked.1.lock()
+    {
+        offered.push(
+            request["params"]["protocolVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
     }
     let Some(id) = request.get("id").cloned() else {
         // A notification.
@@ -73,5 +84,10 @@ impl Handwritten {
     /// The methods asked, in order.
     pub fn asked(&self) -> Vec<String> {
         self.asked.0.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    /// The protocol versions `initialize` offered, in order.
+    pub fn offered(&self) -> Vec<String> {
+        self.asked.1.lock().map(|a| a.clone()).unwrap_or_default()
     }
 }

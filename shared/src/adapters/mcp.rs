@@ -73,6 +73,9 @@ use crate::trace;
 
 /// Every MCP request ends within this, or fails the step that made it.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The protocol version `initialize` offers: the newest that opens with it
+/// (a server that does not know `server/discover` speaks one of those).
+const LEGACY_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 /// `prompts/list` and `tools/list` stop after this many pages.
 pub const MAX_PAGES: usize = 50;
 /// The most a whole list read (every page of `prompts/list` or
@@ -361,7 +364,12 @@ impl McpConnectors {
         );
         let serve = |lifecycle: ClientLifecycleMode| {
             let transport = StreamableHttpClientTransport::with_client(http.clone(), config.clone());
-            let client_config = client_config.clone();
+            // `initialize` offers the newest version that has it, as rmcp's
+            // own fall-back does; the newer ones open with `server/discover`.
+            let client_config = match lifecycle {
+                ClientLifecycleMode::Initialize => client_config.clone().with_protocol_version(LEGACY_VERSION),
+                _ => client_config.clone(),
+            };
             async move {
                 tokio::time::timeout(
                     REQUEST_TIMEOUT,
@@ -372,7 +380,7 @@ impl McpConnectors {
         };
         let auto = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28, ProtocolVersion::V_2025_11_25],
-            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            legacy_version: Some(LEGACY_VERSION),
         };
         let connected = match serve(auto).await.map_err(|_| timed_out("connect"))? {
             // A server written by hand often answers a method it does not

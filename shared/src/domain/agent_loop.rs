@@ -377,6 +377,18 @@ impl AgentLoop {
         self.fail(format!("time limit of {} s reached", self.limits.timeout_seconds))
     }
 
+    /// The model did not answer within the run's time (an answer that
+    /// stalled, or one slower than the run may wait): as a run throttled
+    /// to its end, back to the queue if it called no tool yet (the
+    /// occurrence runs again within its catch-up window), and out of time
+    /// after one (it cannot be repeated safely).
+    pub fn unanswered(&self) -> Ended {
+        if self.usage.tool_calls == 0 {
+            return self.no_answer_in_time(None);
+        }
+        self.out_of_time()
+    }
+
     /// A model call was throttled at `now` and the next try would wait
     /// `wait`: `None` to retry, when that still ends inside the wall time;
     /// else the run goes back to the queue if it called no tool yet (load,
@@ -867,6 +879,26 @@ mod tests {
             Some(MODEL_THROTTLED)
         );
         assert_eq!(reason(&run.paced(room)), Some(MODEL_THROTTLED));
+    }
+
+    #[test]
+    fn an_unanswered_call_requeues_before_a_tool_call_and_is_out_of_time_after_one() {
+        let mut run = with_tools(limits(), None);
+        assert_eq!(
+            run.unanswered(),
+            Ended::Requeue(Requeue {
+                usage: Usage::default(),
+                cost: 0.0,
+                room_at: None,
+            })
+        );
+        let turn = run.next_turn().unwrap();
+        let _ = run.answered(
+            &turn,
+            reply(StopReason::ToolUse, vec![use_tool("1", "issues__list")], 1, 1),
+        );
+        assert!(matches!(run.tool_call("1", "issues__list"), ToolCall::Allowed(_)));
+        assert_eq!(reason(&run.unanswered()), Some("time limit of 60 s reached"));
     }
 
     #[test]

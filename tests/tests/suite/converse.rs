@@ -329,8 +329,9 @@ async fn the_stand_in_throttles_above_its_rate_and_faults_on_demand() {
 /// Failures that are "not now" (SPEC §13: load is not a fault): a 500
 /// `InternalServerException`, the `AccessDeniedException` a fresh account's
 /// first calls answer while its model subscription completes, and no answer
-/// at all (nothing listening) are load that does not slow the pace; a
-/// reminder meeting them goes back to the queue whole, then runs.
+/// at all (nothing listening, or a connection reset) are load that does
+/// not slow the pace; a reminder meeting them goes back to the queue
+/// whole, then runs.
 #[tokio::test(flavor = "multi_thread")]
 async fn server_errors_a_fresh_accounts_access_and_no_answer_are_retried_not_failed() {
     let s = RunStack::start().await.unwrap();
@@ -353,6 +354,21 @@ async fn server_errors_a_fresh_accounts_access_and_no_answer_are_retried_not_fai
     let unanswered = BedrockModel::from_sdk(&s.model_sdk.to_builder().endpoint_url(nowhere).build());
     let err = unanswered.converse(tests::MODEL, &hello).await.unwrap_err();
     assert_eq!(err.kind, ModelErrorKind::Unavailable, "{}", err.message);
+    // A connection reset once the request is read.
+    let resetting = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let reset_at = format!("http://{}", resetting.local_addr().unwrap());
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        while let Ok((mut conn, _)) = resetting.accept().await {
+            let mut head = [0u8; 1024];
+            let _ = conn.read(&mut head).await;
+            let _ = conn.set_zero_linger();
+            drop(conn);
+        }
+    });
+    let reset = BedrockModel::from_sdk(&s.model_sdk.to_builder().endpoint_url(reset_at).build());
+    let err = reset.converse(tests::MODEL, &hello).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Unavailable, "{}", err.message);
 
     // A reminder while the account's access is still being given: back to
     // the queue whole, nothing recorded; once it is given, it runs.
@@ -374,6 +390,48 @@ async fn server_errors_a_fresh_accounts_access_and_no_answer_are_retried_not_fai
         .await
         .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+}
+
+/// An answer that stalls (the request read, nothing sent back) ends at the
+/// run's time: before any tool call the occurrence goes back to the queue
+/// whole, nothing recorded and its claim given back, and its next delivery
+/// runs it, with one outcome.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_model_answer_gives_the_occurrence_back_and_it_runs_once() {
+    let s = RunStack::start().await.unwrap();
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    let reminder = tests::reminder(at);
+    s.insert(&reminder).await;
+    s.model.fault(Some(Fault::Stalled)).await;
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&reminder, at, "e1"), Utc::now(), short_deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::ReturnToQueue);
+    assert_eq!(s.model.faulted().await, 1, "the one call that stalled");
+    assert!(s.run_record(&reminder.task_id, &occurrence_key(at)).await.is_none());
+    s.model.fault(None).await;
+    let got = s
+        .runner()
+        .deliver("m1", &run_message(&reminder, at, "e2"), Utc::now(), short_deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    let record = s
+        .run_record(&reminder.task_id, &occurrence_key(at))
+        .await
+        .expect("its one outcome");
+    assert_eq!(record["status"], "succeeded");
+    let again = s
+        .runner()
+        .deliver("m1", &run_message(&reminder, at, "e2"), Utc::now(), short_deadline())
+        .await
+        .unwrap();
+    assert!(
+        !matches!(again, Disposition::Ran(_)),
+        "a redelivery runs nothing: {again:?}"
+    );
 }
 
 const DOTTED: &str = "repos.issues.list";

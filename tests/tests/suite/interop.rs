@@ -113,4 +113,7 @@ async fn a_server_answering_unknown_methods_with_an_empty_result_is_read_after_i
     let asked = server.asked();
     assert_eq!(asked.first().map(String::as_str), Some("server/discover"), "{asked:?}");
     assert!(asked.iter().any(|m| m == "initialize"), "{asked:?}");
+    // `initialize` offers a version that has it, not the one that replaced
+    // it (the conformance suite's `initialize` scenario checks this too).
+    assert_eq!(server.offered(), ["2025-11-25"]);
 }

@@ -3,6 +3,7 @@
 
 mod caching;
 mod completion;
+mod conformance;
 mod converse;
 mod create;
 mod create_crash;

@@ -168,7 +168,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 return Err(turns.out_of_time());
             }
             match self.converse(turn, remaining).await {
-                Err(_) => return Err(turns.out_of_time()),
+                Err(_) => return Err(turns.unanswered()),
                 Ok(Ok(reply)) => {
                     self.charge_tokens(&booked.pace(pace), booked, &slots, &reply).await;
                     return Ok(reply);
@@ -390,7 +390,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 return Err(turns.out_of_time());
             }
             match self.converse(turn, remaining).await {
-                Err(_) => return Err(turns.out_of_time()),
+                Err(_) => return Err(turns.unanswered()),
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(e)) if e.kind.is_load() => {
                     let wait = backoff(throttled);
