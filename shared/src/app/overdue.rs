@@ -192,27 +192,41 @@ async fn judge_task<S: DueIndex + RunStore>(
             task.claims.get(&occurrence_key(at)).map_or(Trace::None, Trace::Claimed)
         }
     });
+    let record = |at: DateTime<Utc>, reason: SkipReason| async move {
+        let key = occurrence_key(at);
+        let occ = Delivery {
+            message: RunMessage {
+                task_id: task.task_id.to_string(),
+                workspace: task.workspace.clone(),
+                scheduled_time: key.clone(),
+                execution_id: CHECK_EXECUTION_ID.to_owned(),
+                attempt: "0".to_owned(),
+            },
+            task_id: task.task_id.clone(),
+            scheduled: at,
+            key,
+        };
+        record_skip(store, &occ, &reason, 0, now, settings.retention, Some(task)).await
+    };
+    // Skipped by its owner (or an admin) and never delivered: recorded as
+    // the runner would have recorded it, and not missed.
+    if let Some(at) = judged.skipped
+        && settings.write
+    {
+        let reason = match task.kind {
+            TaskKind::Reminder => SkipReason::SkippedByOwner,
+            TaskKind::Connector => SkipReason::SkippedByAdmin,
+        };
+        record(at, reason).await?;
+    }
     let mut missed = Vec::new();
     for at in &judged.missed {
-        let key = occurrence_key(*at);
-        let reason = match task.claims.get(&key) {
+        let reason = match task.claims.get(&occurrence_key(*at)) {
             Some(_) => SkipReason::NeverFinished,
             None => SkipReason::NeverDelivered,
         };
         if settings.write {
-            let occ = Delivery {
-                message: RunMessage {
-                    task_id: task.task_id.to_string(),
-                    workspace: task.workspace.clone(),
-                    scheduled_time: key.clone(),
-                    execution_id: CHECK_EXECUTION_ID.to_owned(),
-                    attempt: "0".to_owned(),
-                },
-                task_id: task.task_id.clone(),
-                scheduled: *at,
-                key,
-            };
-            record_skip(store, &occ, &reason, 0, now, settings.retention, Some(task)).await?;
+            record(*at, reason.clone()).await?;
         }
         missed.push(Missed {
             workspace: task.workspace.clone(),

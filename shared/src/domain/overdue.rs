@@ -85,6 +85,10 @@ pub fn refresh_due(before: Option<&Task>, after: &mut Task, now: DateTime<Utc>) 
 pub struct Judgement {
     /// The occurrences with no outcome: each is recorded skipped and counted.
     pub missed: Vec<DateTime<Utc>>,
+    /// The occurrence with no outcome that its owner (or an admin) asked to
+    /// skip (`skip_next`): recorded skipped for that reason, as the runner
+    /// would have, and not counted.
+    pub skipped: Option<DateTime<Utc>>,
     /// The task's `due` after this check (`None`: nothing left to expect).
     pub due: Option<DateTime<Utc>>,
 }
@@ -112,6 +116,7 @@ pub fn judge<'a>(
     let Some(due) = task.due else {
         return Judgement {
             missed: Vec::new(),
+            skipped: None,
             due: None,
         };
     };
@@ -119,6 +124,7 @@ pub fn judge<'a>(
         // Stopped firing by a path that did not refresh `due`: nothing is expected.
         return Judgement {
             missed: Vec::new(),
+            skipped: None,
             due: None,
         };
     }
@@ -126,6 +132,7 @@ pub fn judge<'a>(
         return judge_rate(due, period(*every, *unit), cutoff, recorded);
     }
     let mut missed = Vec::new();
+    let mut skipped = None;
     let mut next = Some(due);
     let mut judged = 0;
     while let Some(at) = next {
@@ -134,6 +141,7 @@ pub fn judge<'a>(
         }
         match trace(at) {
             Trace::Recorded => {}
+            Trace::None if super::skip::skips(task.skip_next.as_ref(), at) => skipped = Some(at),
             Trace::Claimed(claim) if claim.status == RunStatus::Running && claim.lease_until >= now.timestamp() => {
                 break;
             }
@@ -144,7 +152,11 @@ pub fn judge<'a>(
         judged += 1;
         next = first_due(task, at + Duration::seconds(1));
     }
-    Judgement { missed, due: next }
+    Judgement {
+        missed,
+        skipped,
+        due: next,
+    }
 }
 
 fn judge_rate(due: DateTime<Utc>, period: Duration, cutoff: DateTime<Utc>, recorded: &[DateTime<Utc>]) -> Judgement {
@@ -171,6 +183,7 @@ fn judge_rate(due: DateTime<Utc>, period: Duration, cutoff: DateTime<Utc>, recor
     }
     Judgement {
         missed,
+        skipped: None,
         due: Some(expected_by),
     }
 }
@@ -233,6 +246,26 @@ mod tests {
         });
         assert_eq!(judged.missed, vec![t(11, 0)]);
         assert_eq!(judged.due, Some(t(13, 0)));
+    }
+
+    #[test]
+    fn an_occurrence_its_owner_skipped_is_not_missed_when_nobody_delivers_it() {
+        let mut task = cron_task("0 * * * *");
+        refresh_due(None, &mut task, t(9, 30));
+        task.skip_next = Some(crate::domain::skip::SkipNext {
+            occurrence: t(11, 0),
+            by: "usr_1".into(),
+            at: t(9, 40),
+        });
+        let judged = judge(&task, t(13, 0), t(14, 0), &[], |at| {
+            if at == t(10, 0) { Trace::Recorded } else { Trace::None }
+        });
+        assert_eq!(judged.missed, vec![t(12, 0)]);
+        assert_eq!(judged.skipped, Some(t(11, 0)));
+        assert_eq!(judged.due, Some(t(13, 0)));
+        // Delivered, it has its record: nothing more to write.
+        let judged = judge(&task, t(13, 0), t(14, 0), &[], |_| Trace::Recorded);
+        assert_eq!((judged.missed.len(), judged.skipped), (0, None));
     }
 
     #[test]

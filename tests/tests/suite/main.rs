@@ -25,4 +25,5 @@ mod store;
 mod template;
 mod tls;
 mod traces;
+mod upgrade;
 mod webhooks;
