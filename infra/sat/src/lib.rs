@@ -159,7 +159,7 @@ fn answer<R: Report>(report: &R, json: bool) -> (String, u8) {
     let text = if json {
         serde_json::to_string_pretty(report).unwrap_or_default() + "\n"
     } else {
-        report.human()
+        render::terminal_safe(&report.human())
     };
     (text, if report.findings() { error::EXIT_FINDINGS } else { 0 })
 }

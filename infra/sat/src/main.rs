@@ -18,7 +18,7 @@ async fn main() -> ExitCode {
             ExitCode::from(status)
         }
         Err(error) => {
-            eprintln!("sat: {}", shared::error_chain(&error));
+            eprintln!("sat: {}", sat::render::terminal_safe(&shared::error_chain(&error)));
             ExitCode::from(sat::error::EXIT_ERROR)
         }
     }

@@ -63,3 +63,51 @@ pub fn usd(amount: f64) -> String {
 pub fn heading(text: &str) -> String {
     format!("\n{text}\n")
 }
+
+/// Whether `c` changes what a terminal shows rather than showing itself:
+/// a control character (ESC starts the sequences that move the cursor,
+/// rewrite lines or set the clipboard) or a bidirectional override or
+/// isolate (which reorders the text around it).
+fn acts_on_the_terminal(c: char) -> bool {
+    (c.is_control() && c != '\n')
+        || matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` as a terminal may print it: every character that would act on
+/// the terminal instead of showing (see [`acts_on_the_terminal`]) is
+/// written as its escape (`\u{1b}`), so text a connector server or an
+/// admin wrote shows as what it is. All human output goes through it.
+pub fn terminal_safe(text: &str) -> String {
+    if !text.chars().any(acts_on_the_terminal) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if acts_on_the_terminal(c) {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_would_act_on_the_terminal_is_shown_escaped() {
+        // A clipboard write (OSC 52), a line rewrite, a right-to-left
+        // override that would show "accepted" for "detpecca".
+        let hostile = "ok\u{1b}]52;c;Y3VybA==\u{7}\r\u{1b}[2Kaccepted \u{202E}detpecca\u{202C}";
+        let safe = terminal_safe(hostile);
+        assert!(!safe.chars().any(acts_on_the_terminal), "{safe}");
+        assert_eq!(
+            safe,
+            "ok\\u{1b}]52;c;Y3VybA==\\u{7}\\u{d}\\u{1b}[2Kaccepted \\u{202e}detpecca\\u{202c}"
+        );
+        let table = "┌─┐\n│ é 名 │\n";
+        assert_eq!(terminal_safe(table), table, "lines, box drawing and letters pass");
+    }
+}

@@ -90,7 +90,7 @@ fn step(step: &'static str, ok: bool, detail: String) -> Step {
 /// Prints a step as it is seen, for a person waiting on it.
 fn say(progress: bool, text: &str) {
     if progress {
-        eprintln!("sat verify: {text}");
+        eprintln!("sat verify: {}", crate::render::terminal_safe(text));
     }
 }
 

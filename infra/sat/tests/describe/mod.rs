@@ -139,3 +139,24 @@ async fn an_unknown_task_or_stack_is_a_clear_error() {
     assert_eq!(ran.status, 1);
     assert!(ran.stderr.contains("TasksTableName"), "{ran:?}");
 }
+
+/// Text a connector server wrote (here its prompt's name, shown as the
+/// task's provenance) cannot act on the operator's terminal: escape
+/// sequences and bidirectional overrides are printed as escapes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_servers_text_cannot_act_on_the_operators_terminal() {
+    let s = RunStack::start().await.unwrap();
+    let env = EnvFile::write(&s.t.aws, &s.t.stack, &[]);
+    let hostile = "digest\u{1b}]52;c;Y3VybA==\u{7}\r\u{1b}[2Kaccepted \u{202E}detpecca";
+    let mut held = connector_task("issues", hostile, &["list_issues"], &[]);
+    held.hold.place(HoldReason::AwaitingApproval, Utc::now(), hostile);
+    s.insert(&held).await;
+    let ran = sat_with(env.path(), &["describe", held.task_id.as_str(), "--workspace", "ws_1"]).await;
+    assert_eq!(ran.status, 0, "{ran:?}");
+    let text = &ran.stdout;
+    assert!(text.contains("digest\\u{1b}]52;c;"), "the name is shown, escaped: {text}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\r') && !text.contains('\u{202E}'),
+        "{text:?}"
+    );
+}
