@@ -4,7 +4,9 @@
 //! rest as the endpoint would (415 for another body, 403 without such a
 //! signature), and keeps every span it was sent for a test to read
 //! (`infra/FIDELITY.md`). It can also hang, never answering, to stand for
-//! an endpoint that does not answer in time.
+//! an endpoint that does not answer in time, refuse requests above a size
+//! (413, [`OtlpEndpoint::limit_body`]) and refuse the next requests' access
+//! (403, [`OtlpEndpoint::deny_next`], a credential's hiccup).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -55,6 +57,10 @@ pub struct Received {
     pub authorizations: Vec<String>,
     /// Why each refused request was refused.
     pub refused: Vec<String>,
+    /// Requests larger than this many bytes are refused (413).
+    max_body: Option<usize>,
+    /// The next this many requests are refused (403).
+    deny_next: u32,
 }
 
 #[derive(Clone)]
@@ -136,6 +142,25 @@ async fn traces(State(endpoint): State<Endpoint>, headers: HeaderMap, body: Byte
     }
     if let Err(why) = signed_for_xray(&headers) {
         return refuse(StatusCode::FORBIDDEN, why);
+    }
+    let (max_body, denied) = match endpoint.received.lock() {
+        Ok(mut received) => {
+            let denied = received.deny_next > 0;
+            received.deny_next = received.deny_next.saturating_sub(1);
+            (received.max_body, denied)
+        }
+        Err(_) => (None, false),
+    };
+    if denied {
+        return refuse(StatusCode::FORBIDDEN, "denied on request (deny_next)".into());
+    }
+    if let Some(max) = max_body
+        && body.len() > max
+    {
+        return refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("{} bytes, more than {max}", body.len()),
+        );
     }
     let content_type = headers
         .get("content-type")
@@ -229,6 +254,20 @@ impl OtlpEndpoint {
     /// What it received and refused.
     pub fn received(&self) -> &Arc<Mutex<Received>> {
         &self.received
+    }
+
+    /// Refuses (413) every request larger than `bytes`.
+    pub fn limit_body(&self, bytes: usize) {
+        if let Ok(mut received) = self.received.lock() {
+            received.max_body = Some(bytes);
+        }
+    }
+
+    /// Refuses (403) the next `requests` requests, signed or not.
+    pub fn deny_next(&self, requests: u32) {
+        if let Ok(mut received) = self.received.lock() {
+            received.deny_next = requests;
+        }
     }
 }
 

@@ -66,6 +66,35 @@ pub const MAX_BUFFERED_SPANS: usize = 4096;
 /// The SigV4 signing name of the CloudWatch OTLP traces endpoint.
 pub const SIGNING_NAME: &str = "xray";
 
+/// The longest span name sent, in characters (a name carries a server's
+/// tool name).
+pub const MAX_NAME_CHARS: usize = 256;
+/// The longest string attribute value sent, in characters.
+pub const MAX_VALUE_CHARS: usize = 1024;
+/// Refusals of the request's credentials or permission (401, 403) in a row
+/// after which a process sends no more: one is a credential's hiccup, a
+/// few in a row are a role or an account that is not set up.
+pub const REFUSALS_BEFORE_STOP: u32 = 3;
+
+fn cut(text: &str, max: usize) -> Option<String> {
+    (text.chars().count() > max).then(|| text.chars().take(max).collect())
+}
+
+/// `span` with its name and string values cut to [`MAX_NAME_CHARS`] and
+/// [`MAX_VALUE_CHARS`].
+fn capped(span: &mut SpanData) {
+    if let Some(name) = cut(&span.name, MAX_NAME_CHARS) {
+        span.name = name.into();
+    }
+    for attribute in &mut span.attributes {
+        if let opentelemetry::Value::String(value) = &attribute.value
+            && let Some(value) = cut(value.as_str(), MAX_VALUE_CHARS)
+        {
+            attribute.value = opentelemetry::Value::String(value.into());
+        }
+    }
+}
+
 /// Finished spans, until a flush takes them.
 #[derive(Debug, Default)]
 struct Buffer {
@@ -91,7 +120,8 @@ struct Collect(Arc<Buffer>);
 impl SpanProcessor for Collect {
     fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
 
-    fn on_end(&self, span: SpanData) {
+    fn on_end(&self, mut span: SpanData) {
+        capped(&mut span);
         match self.0.spans.lock() {
             Ok(mut spans) if spans.len() < MAX_BUFFERED_SPANS => spans.push(span),
             _ => {
@@ -111,8 +141,13 @@ impl SpanProcessor for Collect {
 
 /// Why a flush's request did not deliver its spans.
 enum SendError {
-    /// The endpoint refused the request for good (a 4xx other than 408 and
-    /// 429: no permission, Transaction Search off, a malformed request).
+    /// The endpoint refused the request's credentials or permission (401,
+    /// 403: no permission, Transaction Search off, a credential's hiccup).
+    Denied(reqwest::StatusCode),
+    /// The request was too large (413): its spans are sent again in halves.
+    TooLarge,
+    /// Another refusal (a 4xx other than 408 and 429): these spans are not
+    /// sent again.
     Refused(reqwest::StatusCode),
     /// Anything else (a timeout, a 5xx, a throttle, no connection).
     Failed(String),
@@ -120,10 +155,10 @@ enum SendError {
 
 /// Sends a flush's spans to the OTLP endpoint.
 struct OtlpExport {
-    /// Set once the endpoint refused a request for good: this process
+    /// 401s and 403s in a row; at [`REFUSALS_BEFORE_STOP`] this process
     /// sends no more (a cold start tries again), so a deployment the
-    /// endpoint refuses costs one request and one log line per process.
-    refused: std::sync::atomic::AtomicBool,
+    /// endpoint refuses costs a few requests and log lines per process.
+    denied: std::sync::atomic::AtomicU32,
     buffer: Arc<Buffer>,
     resource: ResourceAttributesWithSchema,
     endpoint: url::Url,
@@ -164,7 +199,7 @@ pub fn tracer(sdk: &aws_config::SdkConfig, config: &TracesConfig) -> Tracer {
         }
     };
     let export = OtlpExport {
-        refused: std::sync::atomic::AtomicBool::new(false),
+        denied: std::sync::atomic::AtomicU32::new(0),
         buffer,
         resource: (&resource).into(),
         endpoint: endpoint.clone(),
@@ -185,22 +220,43 @@ impl Export for OtlpExport {
                     "spans dropped: more finished between two flushes than are kept"
                 );
             }
-            if spans.is_empty() || self.refused.load(Ordering::Relaxed) {
+            if spans.is_empty() || self.denied.load(Ordering::Relaxed) >= REFUSALS_BEFORE_STOP {
                 return;
             }
             let count = spans.len();
-            let request = ExportTraceServiceRequest {
-                resource_spans: group_spans_by_resource_and_scope(spans, &self.resource),
-            };
-            match tokio::time::timeout(within, self.send(request.encode_to_vec())).await {
-                Ok(Ok(())) => {}
+            match tokio::time::timeout(within, self.send_spans(spans)).await {
+                Ok(Ok(())) => {
+                    self.denied.store(0, Ordering::Relaxed);
+                }
+                Ok(Err(SendError::Denied(status))) => {
+                    let denied = self.denied.fetch_add(1, Ordering::Relaxed) + 1;
+                    if denied >= REFUSALS_BEFORE_STOP {
+                        tracing::error!(
+                            spans = count,
+                            status = status.as_u16(),
+                            refusals = denied,
+                            "the traces endpoint refused the spans again: no more are sent from this process (is Transaction Search on, and may the role xray:PutSpans and xray:PutSpansForIndexing?)"
+                        );
+                    } else {
+                        tracing::warn!(
+                            spans = count,
+                            status = status.as_u16(),
+                            "the traces endpoint refused the spans"
+                        );
+                    }
+                }
                 Ok(Err(SendError::Refused(status))) => {
-                    self.refused.store(true, Ordering::Relaxed);
-                    tracing::error!(
+                    tracing::warn!(
                         spans = count,
                         status = status.as_u16(),
-                        "the traces endpoint refused the spans: no more are sent from this process (is Transaction Search on, and may the role xray:PutSpans and xray:PutSpansForIndexing?)"
-                    );
+                        "the traces endpoint refused the spans: they are not sent again"
+                    )
+                }
+                Ok(Err(SendError::TooLarge)) => {
+                    tracing::warn!(
+                        spans = count,
+                        "a span is larger than the traces endpoint takes: not sent"
+                    )
                 }
                 Ok(Err(SendError::Failed(error))) => {
                     tracing::warn!(spans = count, error = %error, "spans not delivered")
@@ -216,6 +272,29 @@ impl Export for OtlpExport {
 }
 
 impl OtlpExport {
+    /// `spans` in one request, or, when the endpoint says it is too large
+    /// (413), in two halves, each split again as it needs; a single span
+    /// too large is [`SendError::TooLarge`]. The first other failure ends it.
+    fn send_spans(
+        &self,
+        spans: Vec<SpanData>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), SendError>> + Send + '_>> {
+        Box::pin(async move {
+            let request = ExportTraceServiceRequest {
+                resource_spans: group_spans_by_resource_and_scope(spans.clone(), &self.resource),
+            };
+            match self.send(request.encode_to_vec()).await {
+                Err(SendError::TooLarge) if spans.len() > 1 => {
+                    let mut first = spans;
+                    let second = first.split_off(first.len() / 2);
+                    self.send_spans(first).await?;
+                    self.send_spans(second).await
+                }
+                answered => answered,
+            }
+        })
+    }
+
     /// One OTLP/HTTP request, SigV4-signed when the function has
     /// credentials and a region (a local collector ignores the signature).
     async fn send(&self, body: Vec<u8>) -> Result<(), SendError> {
@@ -234,6 +313,10 @@ impl OtlpExport {
         let response = self.http.execute(request).await.map_err(|e| failed(&e))?;
         match response.status() {
             status if status.is_success() => Ok(()),
+            reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN => {
+                Err(SendError::Denied(response.status()))
+            }
+            reqwest::StatusCode::PAYLOAD_TOO_LARGE => Err(SendError::TooLarge),
             status if status.is_client_error() && !matches!(status.as_u16(), 408 | 429) => {
                 Err(SendError::Refused(status))
             }

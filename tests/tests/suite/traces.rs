@@ -360,22 +360,78 @@ async fn create_and_a_reconcile_pass_are_traced_too() {
     );
 }
 
-/// An endpoint that refuses a request for good (here: unsigned, as for a
-/// role without credentials) is asked once per process, not per flush.
+/// An endpoint that refuses the request's access again and again (here:
+/// unsigned, as for a role without credentials) is asked a few times per
+/// process, not per flush.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_endpoint_that_refuses_the_spans_is_asked_once_per_process() {
+async fn an_endpoint_that_refuses_the_spans_is_asked_a_few_times_per_process() {
     let endpoint = OtlpEndpoint::start().await.unwrap();
     let unsigned = aws_config::SdkConfig::builder()
         .region(aws_config::Region::new("us-east-1"))
         .behavior_version(aws_config::BehaviorVersion::latest())
         .build();
     let tracer = tracer(&unsigned, &endpoint, "runner");
-    for id in ["m1", "m2"] {
+    for id in ["m1", "m2", "m3", "m4", "m5"] {
         tracer.delivery(id).end();
         tracer.flush(Duration::from_secs(10)).await;
     }
     let received = endpoint.received().lock().unwrap();
-    assert_eq!(received.refused.len(), 1, "asked once: {:?}", received.refused);
+    assert_eq!(
+        received.refused.len(),
+        shared::adapters::telemetry::REFUSALS_BEFORE_STOP as usize,
+        "asked until it stops: {:?}",
+        received.refused
+    );
     assert!(received.refused[0].contains("Authorization"), "{:?}", received.refused);
     assert!(received.spans.is_empty());
+}
+
+/// One refusal of access (a credential's hiccup) does not switch a warm
+/// process's traces off: the next flush is sent and taken.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_request_once_does_not_stop_the_traces() {
+    let endpoint = OtlpEndpoint::start().await.unwrap();
+    let sdk = local::sdk_config(&endpoint.url()).await;
+    let tracer = tracer(&sdk, &endpoint, "runner");
+    endpoint.deny_next(1);
+    for id in ["m1", "m2", "m3"] {
+        tracer.delivery(id).end();
+        tracer.flush(Duration::from_secs(10)).await;
+    }
+    let received = endpoint.received().lock().unwrap();
+    assert_eq!(received.refused.len(), 1, "{:?}", received.refused);
+    assert_eq!(received.spans.len(), 2, "the two later flushes are taken");
+}
+
+/// A flush larger than the endpoint takes (413) is sent again in halves
+/// until each part fits; a server's long tool name is cut in the span's
+/// name and attribute.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flush_too_large_for_the_endpoint_is_sent_in_parts_and_names_are_capped() {
+    use shared::adapters::telemetry::{MAX_NAME_CHARS, MAX_VALUE_CHARS};
+    let endpoint = OtlpEndpoint::start().await.unwrap();
+    let sdk = local::sdk_config(&endpoint.url()).await;
+    let tracer = tracer(&sdk, &endpoint, "runner");
+    endpoint.limit_body(4_000);
+    for i in 0..64 {
+        tracer.delivery(&format!("m{i}")).end();
+    }
+    let long = "t".repeat(10_000);
+    tracer.execute_tool(&long, "call_1").end();
+    tracer.flush(Duration::from_secs(30)).await;
+    let received = endpoint.received().lock().unwrap();
+    assert!(
+        received.refused.iter().any(|why| why.contains("more than 4000")),
+        "the whole flush was too large: {:?}",
+        received.refused
+    );
+    assert_eq!(received.spans.len(), 65, "every span, in parts");
+    let tool = received
+        .spans
+        .iter()
+        .find(|s| s.name.starts_with("execute_tool"))
+        .expect("the tool's span");
+    assert_eq!(tool.name.chars().count(), MAX_NAME_CHARS);
+    let name = tool.attribute("gen_ai.tool.name").and_then(|v| v.as_str()).unwrap();
+    assert_eq!(name.chars().count(), MAX_VALUE_CHARS);
 }

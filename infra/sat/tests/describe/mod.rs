@@ -154,7 +154,10 @@ async fn a_servers_text_cannot_act_on_the_operators_terminal() {
     let ran = sat_with(env.path(), &["describe", held.task_id.as_str(), "--workspace", "ws_1"]).await;
     assert_eq!(ran.status, 0, "{ran:?}");
     let text = &ran.stdout;
-    assert!(text.contains("digest\\u{1b}]52;c;"), "the name is shown, escaped: {text}");
+    assert!(
+        text.contains("digest\\u{1b}]52;c;"),
+        "the name is shown, escaped: {text}"
+    );
     assert!(
         !text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\r') && !text.contains('\u{202E}'),
         "{text:?}"
