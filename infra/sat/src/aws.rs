@@ -154,6 +154,20 @@ impl Queues {
         Ok(())
     }
 
+    /// Keeps a received message invisible for `seconds` from now; fails
+    /// when its receipt no longer holds it (its visibility ran out).
+    pub async fn hold(&self, url: &str, receipt_handle: &str, seconds: i32) -> Result<(), SatError> {
+        self.client
+            .change_message_visibility()
+            .queue_url(url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(seconds)
+            .send()
+            .await
+            .map_err(|e| SatError::aws(format!("holding a message of {url}"), e))?;
+        Ok(())
+    }
+
     /// Makes a received message visible again at once.
     pub async fn release(&self, url: &str, receipt_handle: &str) -> Result<(), SatError> {
         self.client

@@ -11,13 +11,18 @@
 //!
 //! SQS's own redrive returns messages only to a queue whose redrive policy
 //! names the DLQ, which the Scheduler DLQ is not; this does the same for
-//! all of them (the logic of `infra/python/redrive_scheduler_dlq.py`): a
-//! message is deleted only after its copy was sent, so a failure midway
-//! duplicates at most one message and loses none, and the runner's claim
-//! absorbs a duplicate run (an occurrence past its catch-up window is
-//! recorded as a `missed` skip, the honest outcome). Anything that is not
-//! what its DLQ takes is left there and said. `--dry-run` lists without
-//! moving (what it received is made visible again at once).
+//! all of them (the logic of `infra/python/redrive_scheduler_dlq.py`).
+//! It is at-least-once: a message is held again just before its copy is
+//! sent (a batch can outlast the hold it was received with) and deleted
+//! only after, so no message is lost and no other receive takes it
+//! meanwhile; a failure between the send and the delete leaves it in the
+//! DLQ, and the next redrive sends it again. The runner's claim absorbs a
+//! duplicate run (an occurrence past its catch-up window is recorded as a
+//! `missed` skip, the honest outcome); a notification may arrive twice. A
+//! failure makes everything received and not moved visible again at once.
+//! Anything that is not what its DLQ takes is left there and said.
+//! `--dry-run` lists without moving (what it received is made visible
+//! again at once).
 
 use std::collections::BTreeSet;
 
@@ -57,17 +62,6 @@ enum Destination {
     Fifo { group: String },
     /// Nowhere: why.
     Left(String),
-}
-
-impl Destination {
-    /// The output naming the queue it goes to.
-    fn output(&self) -> Option<&'static str> {
-        match self {
-            Destination::Queue(output) => Some(output),
-            Destination::Fifo { .. } => Some("ReconcileQueueUrl"),
-            Destination::Left(_) => None,
-        }
-    }
 }
 
 /// One message and where it went (or would go).
@@ -224,77 +218,127 @@ pub async fn run(args: &RedriveArgs, resources: &Resources) -> Result<RedriveRep
     for dlq in DLQS {
         let url = resources.output(dlq)?;
         let mut count = QueueCount { dlq, moved: 0, left: 0 };
-        let mut seen = BTreeSet::new();
-        // Received and not deleted: made visible again when the queue is done.
+        // Received and not deleted: made visible again when the queue is
+        // done, or at once when the redrive fails.
         let mut kept: Vec<String> = Vec::new();
-        'queue: while seen.len() < args.max {
-            let batch = queues.receive(url, HOLD_SECONDS, 0).await?;
-            if batch.is_empty() || batch.iter().all(|m| seen.contains(&m.message_id)) {
-                for m in batch.iter().filter(|m| seen.contains(&m.message_id)) {
-                    kept.push(m.receipt_handle.clone());
-                }
-                break;
-            }
-            for message in batch {
-                if !seen.insert(message.message_id.clone()) {
-                    kept.push(message.receipt_handle.clone());
-                    continue;
-                }
-                let (what, destination) = route(dlq, &message);
-                let mut entry = Moved {
-                    from: dlq,
-                    message_id: message.message_id.clone(),
-                    what,
-                    to: None,
-                    left: None,
-                    error: message.error.clone(),
-                };
-                match destination {
-                    Destination::Left(why) => {
-                        entry.left = Some(why);
-                        count.left += 1;
-                        kept.push(message.receipt_handle.clone());
-                    }
-                    destination if args.dry_run => {
-                        entry.to = destination.output();
-                        count.moved += 1;
-                        kept.push(message.receipt_handle.clone());
-                    }
-                    Destination::Queue(output) => {
-                        let to = resources.output(output)?;
-                        queues.send(to, &message.body, None).await?;
-                        queues.delete(url, &message.receipt_handle).await?;
-                        entry.to = Some(output);
-                        count.moved += 1;
-                    }
-                    Destination::Fifo { group } => {
-                        let to = resources.output("ReconcileQueueUrl")?;
-                        // A fresh deduplication id: the original may still
-                        // be inside the queue's five-minute window.
-                        let dedup = format!("redrive-{}", message.message_id);
-                        let body = if daily_pass(&message.body) {
-                            r#"{"type": "reconcile.all"}"#.to_owned()
-                        } else {
-                            message.body.clone()
-                        };
-                        queues.send(to, &body, Some((&group, &dedup))).await?;
-                        queues.delete(url, &message.receipt_handle).await?;
-                        entry.to = Some("ReconcileQueueUrl");
-                        count.moved += 1;
-                    }
-                }
-                report.messages.push(entry);
-                if seen.len() >= args.max {
-                    break 'queue;
-                }
+        let moved = redrive_queue(&queues, resources, args, dlq, url, &mut count, &mut report, &mut kept).await;
+        for handle in &kept {
+            if let Err(e) = queues.release(url, handle).await
+                && moved.is_ok()
+            {
+                return Err(e);
             }
         }
-        for handle in kept {
-            queues.release(url, &handle).await?;
-        }
+        moved?;
         report.queues.push(count);
     }
     Ok(report)
+}
+
+/// One DLQ's messages, each held again before its copy is sent (a batch
+/// can outlast the hold it was received with), deleted once sent. What is
+/// received and not moved goes to `kept`, the rest of a batch too when a
+/// step fails, so the caller makes it visible again at once.
+#[allow(clippy::too_many_arguments)]
+async fn redrive_queue(
+    queues: &Queues,
+    resources: &Resources,
+    args: &RedriveArgs,
+    dlq: &'static str,
+    url: &str,
+    count: &mut QueueCount,
+    report: &mut RedriveReport,
+    kept: &mut Vec<String>,
+) -> Result<(), SatError> {
+    let mut seen = BTreeSet::new();
+    while seen.len() < args.max {
+        let batch = queues.receive(url, HOLD_SECONDS, 0).await?;
+        if batch.is_empty() || batch.iter().all(|m| seen.contains(&m.message_id)) {
+            kept.extend(batch.into_iter().map(|m| m.receipt_handle));
+            return Ok(());
+        }
+        let mut batch = batch.into_iter();
+        while let Some(message) = batch.next() {
+            if !seen.insert(message.message_id.clone()) || seen.len() > args.max {
+                kept.push(message.receipt_handle.clone());
+                continue;
+            }
+            let handle = message.receipt_handle.clone();
+            match move_one(queues, resources, args, dlq, url, &message).await {
+                Ok((entry, moved)) => {
+                    if moved {
+                        count.moved += 1;
+                    } else {
+                        count.left += usize::from(entry.left.is_some());
+                        count.moved += usize::from(entry.to.is_some());
+                        kept.push(handle);
+                    }
+                    report.messages.push(entry);
+                }
+                Err(e) => {
+                    kept.push(handle);
+                    kept.extend(batch.map(|m| m.receipt_handle));
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One message: where it goes, and whether it was moved (sent, then
+/// deleted). A dry run, a message left, or one whose hold ran out before
+/// its copy was sent is not moved.
+async fn move_one(
+    queues: &Queues,
+    resources: &Resources,
+    args: &RedriveArgs,
+    dlq: &'static str,
+    url: &str,
+    message: &Received,
+) -> Result<(Moved, bool), SatError> {
+    let (what, destination) = route(dlq, message);
+    let mut entry = Moved {
+        from: dlq,
+        message_id: message.message_id.clone(),
+        what,
+        to: None,
+        left: None,
+        error: message.error.clone(),
+    };
+    let (output, body, group) = match destination {
+        Destination::Left(why) => {
+            entry.left = Some(why);
+            return Ok((entry, false));
+        }
+        Destination::Queue(output) => (output, message.body.clone(), None),
+        Destination::Fifo { group } => {
+            let body = if daily_pass(&message.body) {
+                r#"{"type": "reconcile.all"}"#.to_owned()
+            } else {
+                message.body.clone()
+            };
+            ("ReconcileQueueUrl", body, Some(group))
+        }
+    };
+    entry.to = Some(output);
+    if args.dry_run {
+        return Ok((entry, false));
+    }
+    // Held again before the send: a copy is sent only while no other
+    // receive can take the message.
+    if queues.hold(url, &message.receipt_handle, HOLD_SECONDS).await.is_err() {
+        entry.to = None;
+        entry.left = Some("its hold ran out before it was sent: run sat redrive again".into());
+        return Ok((entry, false));
+    }
+    // A fresh deduplication id on the FIFO queue: the original may still be
+    // inside its five-minute window.
+    let dedup = format!("redrive-{}", message.message_id);
+    let fifo = group.as_deref().map(|group| (group, dedup.as_str()));
+    queues.send(resources.output(output)?, &body, fifo).await?;
+    queues.delete(url, &message.receipt_handle).await?;
+    Ok((entry, true))
 }
 
 impl Report for RedriveReport {

@@ -129,3 +129,27 @@ async fn each_dead_letter_goes_where_it_belongs_and_the_rest_is_left_and_said() 
         .sum();
     assert_eq!(moved, 0, "{again}");
 }
+
+/// A redrive that cannot send (its destination is gone) fails, and what it
+/// received is visible again at once, not hidden for the rest of its hold;
+/// nothing is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redrive_that_cannot_send_gives_back_what_it_received_at_once() {
+    let s = TestStack::start().await.unwrap();
+    let gone = format!("{}-gone", s.stack.runs_queue_url);
+    let env = EnvFile::write(&s.aws, &s.stack, &[("RunsQueueUrl", gone)]);
+    let sqs = aws_sdk_sqs::Client::new(&s.aws.sdk);
+    for e in ["e1", "e2", "e3"] {
+        let run = json!({"task_id": format!("rem_{}", "a".repeat(32)), "workspace": "ws_1",
+                         "scheduled_time": "2026-12-24T18:00:00Z", "execution_id": e, "attempt": "1"});
+        send(&sqs, &s.stack.scheduler_dlq_url, &run.to_string(), None).await;
+    }
+    let ran = sat_with(env.path(), &["redrive"]).await;
+    assert_ne!(ran.status, 0, "{ran:?}");
+    assert_eq!(
+        bodies(&sqs, &s.stack.scheduler_dlq_url).await.len(),
+        3,
+        "all three are visible again at once"
+    );
+    assert!(bodies(&sqs, &s.stack.runs_queue_url).await.is_empty());
+}
