@@ -923,6 +923,22 @@ impl Default for SimConfig {
 /// Seeds a commit explores: `count` seeds from the first 12 hex digits of
 /// its id, far above the fixed seeds any test names, so every commit CI
 /// tests runs seeds nobody tuned to, and anyone replays them from the id.
+/// The commit under test: `SIM_COMMIT` (`infra/scripts/test.sh` sets it
+/// from git), else what git says of this checkout.
+pub fn commit_under_test() -> String {
+    if let Ok(commit) = std::env::var("SIM_COMMIT")
+        && !commit.is_empty()
+    {
+        return commit;
+    }
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git rev-parse HEAD (or set SIM_COMMIT)");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 pub fn seeds_of_commit(commit: &str, count: u64) -> anyhow::Result<(u64, u64)> {
     let hex = commit.get(..12).filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
     let hex = hex.with_context(|| format!("{commit:?} is no commit id (12 hex digits at least)"))?;

@@ -714,7 +714,16 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        if task.spec.schedule.is_one_time() {
+        // A key already used answers what it answered first, whatever the
+        // reminder became since (`run_now::request` replays it): only a new
+        // key is refused for a one-time reminder.
+        if task.spec.schedule.is_one_time()
+            && self
+                .store()
+                .idempotency_record(&principal.workspace, &principal.id, key)
+                .await?
+                .is_none()
+        {
             return Ok(Err(Refusal::invalid(
                 "run_now is for recurring reminders: a one-time reminder runs at its time (move it with update)",
             )));

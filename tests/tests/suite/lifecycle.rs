@@ -15,8 +15,11 @@
 //!   that won says);
 //! - the cap counts exactly the model's active reminders.
 //!
-//! CI runs a fixed small number of cases; a long run:
-//! `LIFECYCLE_CASES=500 cargo test -p tests --test suite lifecycle -- --nocapture`.
+//! CI runs a small number of sequences from a seed derived from the commit
+//! under test (each commit explores sequences of its own; the seed and the
+//! command that replays it are printed); a long run:
+//! `LIFECYCLE_CASES=1000 cargo test -p tests --test suite lifecycle -- --nocapture`
+//! (`LIFECYCLE_SEED=<n>` replays a seed).
 
 use std::collections::BTreeMap;
 
@@ -801,24 +804,65 @@ async fn run_case(s: RunStack, case: usize, ops: Vec<Op>) -> (RunStack, Result<(
     (world.s, result)
 }
 
+/// The proptest seed of this run: `LIFECYCLE_SEED` to replay one, else
+/// derived from the commit under test, so every commit explores sequences
+/// of its own.
+fn lifecycle_seed() -> u64 {
+    std::env::var("LIFECYCLE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            tests::sim::seeds_of_commit(&tests::sim::commit_under_test(), 1)
+                .expect("a commit id")
+                .0
+        })
+}
+
 #[test]
 fn a_reminders_life_holds_to_the_model() {
     let cases: u32 = std::env::var("LIFECYCLE_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(6);
+    let seed = lifecycle_seed();
+    println!(
+        "lifecycle: {cases} sequences from seed {seed}; replay with: \
+         LIFECYCLE_SEED={seed} LIFECYCLE_CASES={cases} cargo test -p tests --test suite lifecycle -- --nocapture"
+    );
+    // Its own thread, on a stack deep enough for the debug build's nested
+    // futures while proptest shrinks a failing sequence.
+    let checked = std::thread::Builder::new()
+        .name("lifecycle".into())
+        .stack_size(256 << 20)
+        .spawn(move || check_lives(cases, seed))
+        .expect("the model check's thread")
+        .join();
+    if let Err(panic) = checked {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn check_lives(cases: u32, seed: u64) {
+    use proptest::test_runner::{RngAlgorithm, TestRng};
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     let stack = std::sync::Mutex::new(Some(rt.block_on(RunStack::start()).unwrap()));
     let counter = std::sync::atomic::AtomicUsize::new(0);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        max_shrink_iters: 64,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut bytes = [0u8; 32];
+    for chunk in bytes.chunks_mut(8) {
+        chunk.copy_from_slice(&seed.to_le_bytes());
+    }
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases,
+            max_shrink_iters: 64,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+    );
     let result = runner.run(&proptest::collection::vec(op(), 1..60), |ops| {
         let case = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let s = stack.lock().unwrap().take().expect("the stack");
@@ -827,6 +871,6 @@ fn a_reminders_life_holds_to_the_model() {
         result
     });
     if let Err(e) = result {
-        panic!("{e}");
+        panic!("seed {seed}: {e}");
     }
 }

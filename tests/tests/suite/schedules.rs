@@ -553,6 +553,40 @@ async fn creates_and_updates_replay_and_a_key_with_another_input_conflicts() {
     );
 }
 
+/// A run-now key answers what it answered first, whatever the reminder
+/// became since (SPEC §11): here it was moved from daily to one time, for
+/// which a new key is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replayed_run_now_answers_the_same_after_the_reminder_became_one_time() {
+    let t = TestStack::start().await.unwrap();
+    let app = t.schedules_app();
+    let me = owner("usr_1");
+    let task = create(&app, &me, "k-daily", "Stand-up", daily("09:00", "UTC")).await;
+    let first = call(&app, op("run_now", &me, &task, json!({"idempotency_key": "now-1"}))).await;
+    assert_eq!(first["ok"], true, "{first}");
+    let moved = call(
+        &app,
+        op(
+            "update",
+            &me,
+            &first["task"],
+            json!({"idempotency_key": "move-1", "input": at_in(Duration::days(3))}),
+        ),
+    )
+    .await;
+    assert_eq!(moved["ok"], true, "{moved}");
+    let again = call(&app, op("run_now", &me, &task, json!({"idempotency_key": "now-1"}))).await;
+    assert_eq!(again["ok"], true, "the first answer, replayed: {again}");
+    assert_eq!(again["run_id"], first["run_id"]);
+    assert_eq!(again["replayed"], true);
+    let fresh = call(
+        &app,
+        op("run_now", &me, &moved["task"], json!({"idempotency_key": "now-2"})),
+    )
+    .await;
+    assert_eq!(code(&fresh), "invalid_request", "{fresh}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cap_holds_under_concurrent_creates_and_frees_a_place_on_cancel() {
     let t = TestStack::start().await.unwrap();

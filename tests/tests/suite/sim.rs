@@ -6,23 +6,7 @@
 //! every check held, and that faults struck at all; a failure prints the
 //! command that replays it.
 
-use tests::sim::{SimConfig, run, seeds_of_commit};
-
-/// The commit under test: `SIM_COMMIT` (test.sh sets it from git), else
-/// what git says of this checkout.
-fn commit() -> String {
-    if let Ok(commit) = std::env::var("SIM_COMMIT")
-        && !commit.is_empty()
-    {
-        return commit;
-    }
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("git rev-parse HEAD (or set SIM_COMMIT)");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
+use tests::sim::{SimConfig, commit_under_test as commit, run, seeds_of_commit};
 
 async fn slice(first_seed: u64, last_seed: u64) {
     let (size, per_task) = (30, 5);
