@@ -37,7 +37,9 @@ _run_simple = server.run_simple
 # runs queue's 2160 s, and one that made the message visible at once would
 # hide the defect that matters (a returned message comes back only after its
 # visibility). POST /_local/sqs-clock?advance=<seconds> moves this clock:
-# visibility, delays and retention then follow it as they follow time on AWS.
+# visibility, delays and retention then follow it as they follow time on AWS,
+# and so does a sent message's `SentTimestamp`. ?set=<seconds> puts it at an
+# offset (the dispatcher's fast-forward sends an occurrence at its time).
 _sqs_offset_seconds = 0.0
 _unix_time = sqs_models.unix_time
 _unix_time_millis = sqs_models.unix_time_millis
@@ -62,12 +64,20 @@ def _clock(environ, start_response):
     query = parse_qs(environ.get("QUERY_STRING", ""))
     try:
         advance = float(query.get("advance", ["0"])[0])
+        offset = float(query["set"][0]) if "set" in query else None
     except ValueError:
-        advance = -1.0
-    if environ.get("REQUEST_METHOD") != "POST" or not 0.0 <= advance <= 1_209_600.0:
+        advance, offset = -1.0, None
+    if (
+        environ.get("REQUEST_METHOD") != "POST"
+        or not 0.0 <= advance <= 1_209_600.0
+        or (offset is not None and not 0.0 <= offset <= 40_000_000.0)
+    ):
         start_response("400 Bad Request", [("Content-Type", "text/plain")])
-        return [b"POST /_local/sqs-clock?advance=<0..1209600 seconds>"]
-    _sqs_offset_seconds += advance
+        return [b"POST /_local/sqs-clock?advance=<0..1209600 seconds> or ?set=<0..40000000 seconds>"]
+    # `set` puts the clock at an offset from the wall's, back too: the
+    # dispatcher sends a fast-forwarded occurrence at its own time, then
+    # puts the clock back where it was.
+    _sqs_offset_seconds = offset if offset is not None else _sqs_offset_seconds + advance
     start_response("200 OK", [("Content-Type", "application/json")])
     return [('{"offset_seconds": %s}' % _sqs_offset_seconds).encode()]
 

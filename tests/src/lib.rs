@@ -283,10 +283,11 @@ impl RunStack {
     }
 
     /// Delivers `task`'s occurrence at `at` once through the real runner
-    /// (message `m1`, execution `e1`), now, with five minutes to go.
+    /// (message `m1`, execution `e1`), with five minutes to go: now, or, for
+    /// an occurrence still to come, at its time, as Scheduler delivers it.
     pub async fn deliver_once(&self, task: &Task, at: DateTime<Utc>) -> shared::app::run::Disposition {
         self.runner()
-            .deliver("m1", &run_message(task, at, "e1"), Utc::now(), deadline())
+            .deliver("m1", &run_message(task, at, "e1"), Utc::now().max(at), deadline())
             .await
             .expect("the delivery answers")
     }

@@ -741,6 +741,7 @@ impl Answer {
             Answer::Done(Disposition::Skipped(_)) => "skipped",
             Answer::Done(Disposition::Duplicate) => "duplicate, acknowledged",
             Answer::Done(Disposition::Malformed(_)) => "malformed",
+            Answer::Done(Disposition::NotYet) => "not due yet, acknowledged",
             Answer::Back(Disposition::ReturnToQueue) | Answer::Done(Disposition::ReturnToQueue) => {
                 "throttled, returned"
             }

@@ -61,7 +61,7 @@ async fn deliver(app: &App, record: &SqsMessage, deadline: DateTime<Utc>) -> Opt
         .get("ApproximateReceiveCount")
         .and_then(|n| n.parse::<u32>().ok())
         .unwrap_or(1);
-    match app.runner.deliver(&id, body, Utc::now(), deadline).await {
+    match app.runner.deliver(&id, body, seen_at(record), deadline).await {
         Ok(disposition) => {
             emit(&disposition);
             disposition
@@ -97,7 +97,22 @@ fn emit(disposition: &Disposition) {
         Disposition::Malformed(_) => metrics::count("MalformedMessages", 1, None),
         Disposition::ReturnToQueue => metrics::count("RunsReturnedThrottled", 1, None),
         Disposition::Paced(_) => metrics::count("RunsReturnedPaced", 1, None),
+        Disposition::NotYet => metrics::count("RunsNotYet", 1, None),
     }
+}
+
+/// When a record is delivered: now, or, if later, when SQS says it was
+/// sent (`SentTimestamp`, which SQS sets and no sender can). On AWS the two
+/// differ by clock skew; the local dispatcher fast-forwards a schedule by
+/// moving SQS's clock to the occurrence before it sends it.
+fn seen_at(record: &SqsMessage) -> DateTime<Utc> {
+    let sent = record
+        .attributes
+        .get("SentTimestamp")
+        .and_then(|ms| ms.parse::<i64>().ok())
+        .and_then(DateTime::from_timestamp_millis);
+    let now = Utc::now();
+    sent.map_or(now, |sent| sent.max(now))
 }
 
 /// Shortens a returned record's visibility to `seconds`. A failure is

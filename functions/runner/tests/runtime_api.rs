@@ -23,13 +23,19 @@ fn launch(s: &RunStack) -> Launch {
 }
 
 fn sqs_event(records: &[(&str, &str)]) -> Value {
+    sqs_event_sent(records, 1_767_225_600_000)
+}
+
+/// A batch whose records SQS took at `sent_ms` (`SentTimestamp`).
+fn sqs_event_sent(records: &[(&str, &str)], sent_ms: i64) -> Value {
+    let sent = sent_ms.to_string();
     let records: Vec<Value> = records
         .iter()
         .map(|(id, body)| {
             json!({
                 "messageId": id, "receiptHandle": format!("rh-{id}"), "body": body,
-                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1767225600000",
-                               "SenderId": "scheduler", "ApproximateFirstReceiveTimestamp": "1767225600000"},
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": sent,
+                               "SenderId": "scheduler", "ApproximateFirstReceiveTimestamp": sent},
                 "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
                 "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:runs", "awsRegion": "us-east-1"
             })
@@ -510,4 +516,46 @@ async fn the_binary_sends_a_delivery_s_trace_before_it_answers() {
         .expect("the model call's span");
     assert_eq!(chat.parent_span_id, agent.span_id);
     assert!(spans.iter().all(|s| s.trace_id == root.trace_id), "one trace");
+}
+
+/// A run message for an occurrence two hours ahead, sent now (by hand or a
+/// redrive), is acknowledged with nothing run, claimed or recorded, and
+/// counted; the same occurrence sent by Scheduler at its time (SQS's
+/// `SentTimestamp` then) runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_binary_takes_a_delivery_as_of_its_sent_time_and_refuses_one_not_due_yet() {
+    let s = RunStack::start().await.unwrap();
+    let at = Utc::now() + chrono::Duration::hours(2);
+    let task = reminder(at);
+    s.store().insert_task(&task).await.unwrap();
+    let api = launch(&s)
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let body = run_message(&task, at, "forged");
+    let now_ms = Utc::now().timestamp_millis();
+    let response = api
+        .invoke_ok(&sqs_event_sent(&[("early", &body)], now_ms))
+        .await
+        .unwrap();
+    assert!(failures(&response).is_empty(), "acknowledged: {response}");
+    let occurrence = shared::domain::occurrence::occurrence_key(at);
+    assert!(s.run_record(&task.task_id, &occurrence).await.is_none());
+    assert!(
+        s.task_item(&task).await["claims"]
+            .as_object()
+            .is_none_or(|c| c.is_empty())
+    );
+    assert!(s.model.requests().await.is_empty());
+    assert!(api.logs().unwrap().contains("RunsNotYet"), "counted");
+
+    let body = run_message(&task, at, "e1");
+    let on_time = api
+        .invoke_ok(&sqs_event_sent(&[("m1", &body)], at.timestamp_millis() + 2_000))
+        .await
+        .unwrap();
+    assert!(failures(&on_time).is_empty(), "{on_time}");
+    let record = s.run_record(&task.task_id, &occurrence).await.expect("its run");
+    assert_eq!(record["status"], "succeeded");
 }

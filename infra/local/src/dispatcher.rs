@@ -156,12 +156,30 @@ impl Dispatcher<'_> {
             )
             .replace("<aws.scheduler.execution-id>", &uuid::Uuid::new_v4().to_string())
             .replace("<aws.scheduler.attempt-number>", "1");
-        self.sqs()
+        // Scheduler sends at the occurrence: one fast-forwarded is sent with
+        // SQS's clock put there (its `SentTimestamp`, which the runner
+        // reads as the delivery's time), then put back.
+        let endpoint = self
+            .sdk
+            .endpoint_url()
+            .context("the dispatcher's SDK has no local endpoint")?;
+        let offset = crate::moto::sqs_clock_offset(endpoint)?;
+        let ahead = (scheduled - Utc::now()).num_milliseconds() as f64 / 1000.0;
+        let travel = ahead > offset;
+        if travel {
+            crate::moto::set_sqs_clock(endpoint, ahead)?;
+        }
+        let sent = self
+            .sqs()
             .send_message()
             .queue_url(&self.stack.runs_queue_url)
             .message_body(input)
             .send()
-            .await?;
+            .await;
+        if travel {
+            crate::moto::set_sqs_clock(endpoint, offset)?;
+        }
+        sent?;
         Ok(())
     }
 
@@ -271,6 +289,7 @@ impl Dispatcher<'_> {
             .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .message_system_attribute_names(MessageSystemAttributeName::AwsTraceHeader)
+            .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
             .send()
             .await?;
         let mut received = Vec::new();
@@ -283,6 +302,9 @@ impl Dispatcher<'_> {
                 let receives =
                     attribute(&MessageSystemAttributeName::ApproximateReceiveCount).unwrap_or_else(|| "1".to_owned());
                 let mut attributes = json!({"ApproximateReceiveCount": receives});
+                if let Some(sent) = attribute(&MessageSystemAttributeName::SentTimestamp) {
+                    attributes["SentTimestamp"] = json!(sent);
+                }
                 let group = attribute(&MessageSystemAttributeName::MessageGroupId);
                 if let Some(group) = &group {
                     attributes["MessageGroupId"] = json!(group);

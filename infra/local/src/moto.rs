@@ -104,6 +104,23 @@ impl Moto {
 /// delayed ones deliverable, as that much time had passed on AWS
 /// (`infra/python/moto_serial.py`). Only SQS's clock moves.
 pub fn advance_sqs_clock(endpoint: &str, seconds: u32) -> anyhow::Result<()> {
+    sqs_clock(endpoint, &format!("advance={seconds}")).map(|_| ())
+}
+
+/// How far SQS's clock on the moto at `endpoint` is ahead of the wall's,
+/// in seconds.
+pub fn sqs_clock_offset(endpoint: &str) -> anyhow::Result<f64> {
+    sqs_clock(endpoint, "advance=0")
+}
+
+/// Puts SQS's clock on the moto at `endpoint` `seconds` ahead of the wall's
+/// (back too, to where it was).
+pub fn set_sqs_clock(endpoint: &str, seconds: f64) -> anyhow::Result<()> {
+    sqs_clock(endpoint, &format!("set={seconds}")).map(|_| ())
+}
+
+/// One request to moto's SQS clock; its offset after it.
+fn sqs_clock(endpoint: &str, query: &str) -> anyhow::Result<f64> {
     use std::io::{Read, Write};
     let address = endpoint
         .strip_prefix("http://")
@@ -112,7 +129,7 @@ pub fn advance_sqs_clock(endpoint: &str, seconds: u32) -> anyhow::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         stream,
-        "POST /_local/sqs-clock?advance={seconds} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "POST /_local/sqs-clock?{query} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer)?;
@@ -120,7 +137,16 @@ pub fn advance_sqs_clock(endpoint: &str, seconds: u32) -> anyhow::Result<()> {
     if status != "200" {
         bail!("moto's SQS clock answered {status}: {answer}");
     }
-    Ok(())
+    // The JSON object of the body (which may come chunked).
+    let body = match (answer.find('{'), answer.rfind('}')) {
+        (Some(start), Some(end)) if start < end => &answer[start..=end],
+        _ => bail!("moto's SQS clock said {answer}"),
+    };
+    let offset: serde_json::Value =
+        serde_json::from_str(body).with_context(|| format!("moto's SQS clock said {body}"))?;
+    offset["offset_seconds"]
+        .as_f64()
+        .with_context(|| format!("moto's SQS clock said {body}"))
 }
 
 impl Drop for Moto {

@@ -143,6 +143,19 @@ pub struct Facts<'a> {
     pub task: TaskFacts<'a>,
 }
 
+/// How far ahead of now a delivery's occurrence may be: Scheduler delivers
+/// at the occurrence's time, and clocks drift by less.
+pub const EARLY_SECONDS: i64 = 120;
+
+/// Whether a delivery of the occurrence at `scheduled`, seen at `now`, is
+/// of one not due yet (more than [`EARLY_SECONDS`] ahead): no producer of
+/// the system sends one; a hand-sent or redriven message can. It is not
+/// run, claims nothing and records nothing, so the occurrence's own
+/// delivery, when its time comes, still runs it. Checked before the door.
+pub fn not_yet(scheduled: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    scheduled - now > Duration::seconds(EARLY_SECONDS)
+}
+
 /// The door's verdict, checks in this order: worker flag, lateness, task
 /// missing, tombstone, pause, hold, install, completion, current schedule,
 /// skip next.
@@ -219,6 +232,14 @@ mod tests {
 
     fn t0() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap()
+    }
+
+    #[test]
+    fn an_occurrence_more_than_two_minutes_ahead_is_not_yet_due() {
+        assert!(!not_yet(t0(), t0()));
+        assert!(!not_yet(t0() + Duration::seconds(EARLY_SECONDS), t0()), "clock drift");
+        assert!(not_yet(t0() + Duration::seconds(EARLY_SECONDS + 1), t0()));
+        assert!(!not_yet(t0() - Duration::days(1), t0()), "late is the door's, not this");
     }
 
     fn install(status: InstallStatus) -> Install {

@@ -1234,3 +1234,51 @@ async fn an_admin_runs_a_connector_task_now_exactly_once_per_key_within_its_budg
         .unwrap();
     assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
 }
+
+/// A delivery of an occurrence more than two minutes ahead (sent by hand,
+/// or redriven, never by Scheduler) is acknowledged as not due yet: not
+/// run, no claim, no record, nothing charged, the model never asked; the
+/// occurrence's own delivery at its time runs it. Even with the worker
+/// off, it records nothing (a skip would take the occurrence).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_of_an_occurrence_not_due_yet_runs_nothing_and_takes_nothing() {
+    let s = RunStack::start().await.unwrap();
+    let at = Utc::now() + Duration::hours(2);
+    let task = reminder(at);
+    s.insert(&task).await;
+    let before = s.task_item(&task).await;
+    for runner in [s.runner(), s.runner_on(s.store(), run_settings(false))] {
+        let got = runner
+            .deliver("early", &run_message(&task, at, "forged"), Utc::now(), deadline())
+            .await
+            .unwrap();
+        assert_eq!(got, Disposition::NotYet);
+        assert!(got.comes_back(1, Utc::now(), 0.5).is_none(), "acknowledged");
+    }
+    assert_eq!(s.task_item(&task).await, before, "no claim, nothing charged");
+    assert!(s.run_record(&task.task_id, &occurrence_key(at)).await.is_none());
+    assert!(s.model.requests().await.is_empty());
+    // Two minutes ahead is clock drift, not early.
+    let drift = Utc::now() + Duration::seconds(shared::domain::door::EARLY_SECONDS - 10);
+    let mut near = reminder(drift);
+    near.task_id = shared::domain::task::TaskId::for_reminder("ws_1", "usr_123", "near");
+    s.insert(&near).await;
+    let got = s
+        .runner()
+        .deliver("near", &run_message(&near, drift, "e1"), Utc::now(), deadline())
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    // Its own delivery, at its time, runs it.
+    let got = s
+        .runner()
+        .deliver(
+            "on-time",
+            &run_message(&task, at, "e1"),
+            at + Duration::seconds(3),
+            deadline(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+}

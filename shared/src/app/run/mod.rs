@@ -123,6 +123,10 @@ pub enum Disposition {
     /// slot for within its time: it goes back until the pace has room, from
     /// this instant (`redelivery::paced_return`).
     Paced(DateTime<Utc>),
+    /// A delivery of an occurrence not due yet (`door::not_yet`): nothing
+    /// claimed, nothing recorded, acknowledged; the occurrence's own
+    /// delivery runs it.
+    NotYet,
 }
 
 impl Disposition {
@@ -140,7 +144,11 @@ impl Disposition {
                 let room_in = (*room_at - now).num_milliseconds().saturating_add(999) / 1000;
                 Some(paced_return(receive_count, room_in, jitter))
             }
-            Disposition::Ran(_) | Disposition::Skipped(_) | Disposition::Duplicate | Disposition::Malformed(_) => None,
+            Disposition::Ran(_)
+            | Disposition::Skipped(_)
+            | Disposition::Duplicate
+            | Disposition::Malformed(_)
+            | Disposition::NotYet => None,
         }
     }
 }
@@ -180,6 +188,7 @@ impl Disposition {
             Disposition::Busy => "busy".into(),
             Disposition::ReturnToQueue => "returned".into(),
             Disposition::Paced(_) => "paced".into(),
+            Disposition::NotYet => "not_yet".into(),
         }
     }
 }
@@ -275,6 +284,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         trace.set(key::WORKSPACE, occ.message.workspace.clone());
         trace.set(key::OCCURRENCE, occ.key.clone());
 
+        // 0. Not due yet: nothing written.
+        if crate::domain::door::not_yet(occ.scheduled, now) {
+            tracing::warn!(
+                scheduled_time = %occ.key,
+                "a delivery of an occurrence not due yet: not run, nothing claimed or recorded"
+            );
+            return Ok(Disposition::NotYet);
+        }
         // 1. Door, before any read.
         if let Verdict::Skip(reason) = verdict(&self.facts(&occ, now, TaskFacts::Unknown)) {
             return self.skip_unclaimed(&occ, reason, now, 0, None).await;
