@@ -155,9 +155,10 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
     assert_eq!(s.events().await.len(), 1, "one event");
 }
 
-/// The first settle fails: the process dies after the model call and
-/// before the record (`after_the_write: false`), or right after the settle
-/// transaction, before its answer (`true`).
+/// The process dies at the first settle: after the model call and before
+/// the record (`after_the_write: false`), or right after the settle
+/// transaction, before its answer (`true`). The settle never answers; the
+/// delivery is given up on as a dead process's is ([`crashes`]).
 struct CrashAtSettle {
     crashed: std::sync::atomic::AtomicBool,
     after_the_write: bool,
@@ -188,13 +189,18 @@ impl RunStoreHook<shared::adapters::dynamo::DynamoStore> for CrashAtSettle {
             if self.after_the_write {
                 inner.settle(s).await?;
             }
-            return Err(shared::ports::StoreError::Request {
-                operation: "TransactWriteItems",
-                source: "injected crash".into(),
-            });
+            return std::future::pending().await;
         }
         inner.settle(s).await
     }
+}
+
+/// Whether a delivery died (its future never finished: the process is
+/// gone, its message goes back when its visibility passes).
+async fn crashes<T>(delivery: impl std::future::Future<Output = T>) -> bool {
+    tokio::time::timeout(std::time::Duration::from_secs(5), delivery)
+        .await
+        .is_err()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -206,8 +212,8 @@ async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once()
     let now = Utc::now();
     let short_deadline = now + Duration::seconds(20);
     assert!(
-        crashing.deliver("m1", &body, now, short_deadline).await.is_err(),
-        "the crash returns the message"
+        crashes(crashing.deliver("m1", &body, now, short_deadline)).await,
+        "the process dies at its settle"
     );
     let occurrence = occurrence_key(at);
     assert!(s.run_record(&task.task_id, &occurrence).await.is_none());
@@ -261,12 +267,7 @@ async fn crash_at_settle(
     let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
     let now = Utc::now();
     let short = now + Duration::seconds(20);
-    assert!(
-        crashing
-            .deliver("m1", &run_message(task, at, "e1"), now, short)
-            .await
-            .is_err()
-    );
+    assert!(crashes(crashing.deliver("m1", &run_message(task, at, "e1"), now, short)).await);
     (now, short)
 }
 
@@ -868,8 +869,8 @@ async fn a_crash_right_after_the_settle_still_notifies_once() {
     let runner = s.runner_on(CrashAtSettle::new(s.store(), true), run_settings(true));
     let body = run_message(&task, at, "e1");
     assert!(
-        runner.deliver("m1", &body, Utc::now(), deadline()).await.is_err(),
-        "the message goes back"
+        crashes(runner.deliver("m1", &body, Utc::now(), deadline())).await,
+        "the process dies before the settle's answer"
     );
     assert_eq!(
         s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap()["status"],
@@ -1281,4 +1282,58 @@ async fn a_delivery_of_an_occurrence_not_due_yet_runs_nothing_and_takes_nothing(
         .await
         .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+}
+
+/// A settle that collides with other writes (here: the store fails it for
+/// now three times, as a transaction cancelled by writes of the account
+/// from other runs would, after the adapter's own retries) is sent again
+/// within the invocation's time: recorded once, the model and the tool
+/// asked once, never run again by a take-over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_settle_that_keeps_colliding_is_sent_again_in_time_and_the_run_is_not_repeated() {
+    struct Colliding(std::sync::atomic::AtomicU32);
+    impl RunStoreHook<shared::adapters::dynamo::DynamoStore> for Colliding {
+        async fn settle(
+            &self,
+            inner: &shared::adapters::dynamo::DynamoStore,
+            s: &shared::ports::Settlement<'_>,
+        ) -> Result<shared::ports::Settled, shared::ports::StoreError> {
+            if self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 3 {
+                return Err(shared::ports::StoreError::Request {
+                    operation: "TransactWriteItems",
+                    source: "TransactionCanceledException: [TransactionConflict] (injected)".into(),
+                });
+            }
+            inner.settle(s).await
+        }
+    }
+    let s = RunStack::start().await.unwrap();
+    let fixture = installed_fixture(&s).await;
+    let task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
+    s.insert(&task).await;
+    s.model
+        .script([
+            Reply::tool("issues__list_issues", json!({}), 100, 10),
+            Reply::text("done", 100, 10),
+        ])
+        .await;
+    let at = Utc::now() - Duration::seconds(5);
+    let runner = s.runner_on(
+        Intercepted::new(s.store(), Colliding(Default::default())),
+        run_settings(true),
+    );
+    let got = runner
+        .deliver(
+            "m1",
+            &run_message(&task, at, "e1"),
+            Utc::now(),
+            Utc::now() + Duration::seconds(60),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    let record = s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap();
+    assert_eq!(record["attempts"], 1, "{record}");
+    assert_eq!(s.model.requests().await.len(), 2, "one run: a tool turn and an answer");
+    assert_eq!(fixture.state().read().await.calls.len(), 1, "the tool called once");
 }

@@ -328,7 +328,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Verdict::Run => None,
         };
         let Some(recorded) = self
-            .settle(&occ, &claimed, install.as_ref(), &outcome, skip, now)
+            .settle(&occ, &claimed, install.as_ref(), &outcome, skip, (now, deadline))
             .await?
         else {
             return Ok(Disposition::Duplicate);

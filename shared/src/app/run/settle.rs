@@ -16,6 +16,10 @@ use crate::domain::settlement;
 use crate::domain::task::{Provenance, Task};
 use crate::ports::{Connectors, Model, Release, RunStore, Settled, Settlement, StoreError, Unclaimed};
 
+/// A settle is not tried again when its next try could not begin this long
+/// before the invocation's deadline: the answer must still reach SQS.
+const SETTLE_GIVE_UP_MARGIN: i64 = 1;
+
 /// The account a run is charged to: one per install, a principal's for a
 /// reminder.
 fn account_of(task: &Task, install: Option<&Install>) -> Option<budget::Account> {
@@ -46,7 +50,11 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// Settles a claimed occurrence (`RunStore::settle`): its record, the
     /// claim finished, the budget settled, the account charged, fenced on
     /// the claim. The status recorded, or `None` when the claim was lost to
-    /// a take-over (that execution records the outcome).
+    /// a take-over (that execution records the outcome). A settle that
+    /// keeps failing for now (colliding with other writes of the account,
+    /// throttled) is sent again, the same transaction under its token,
+    /// until the invocation's `deadline` ([`Self::settle_in_time`]): the
+    /// run is never repeated to record its outcome while time is left.
     pub(super) async fn settle(
         &self,
         occ: &Delivery,
@@ -54,7 +62,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         install: Option<&Install>,
         outcome: &Outcome,
         skip: Option<&SkipReason>,
-        now: DateTime<Utc>,
+        (now, deadline): (DateTime<Utc>, DateTime<Utc>),
     ) -> Result<Option<RunStatus>, RunError> {
         let task = &claimed.task;
         let finished_at = Utc::now().max(now);
@@ -91,7 +99,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             complete: plan.complete,
             prune: plan.prune,
         };
-        let (settled, recorded) = match self.store.settle(&settlement).await {
+        let (settled, recorded) = match self.settle_in_time(&settlement, deadline).await {
             Ok(settled) => (settled, outcome.status),
             Err(error @ StoreError::Rejected { .. }) => self.settle_outcome_alone(&settlement, &error).await?,
             Err(error) => return Err(error.into()),
@@ -108,11 +116,41 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         Ok(Some(recorded))
     }
 
+    /// `RunStore::settle`, sent again after a failure that is not a
+    /// refusal (the store's own retries spent) after the growing, jittered
+    /// wait of a throttled model call (`backoff`), while the next try can begin before [`SETTLE_GIVE_UP_MARGIN`]
+    /// of `deadline`; the same settlement, so the same client request
+    /// token: a try that committed unseen makes the next succeed without
+    /// writing twice.
+    async fn settle_in_time(
+        &self,
+        settlement: &Settlement<'_>,
+        deadline: DateTime<Utc>,
+    ) -> Result<Settled, StoreError> {
+        let mut attempt = 0;
+        loop {
+            match self.store.settle(settlement).await {
+                Err(error @ StoreError::Request { .. }) => {
+                    let wait = super::backoff(attempt);
+                    attempt += 1;
+                    let next = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
+                    if next + chrono::Duration::seconds(SETTLE_GIVE_UP_MARGIN) >= deadline {
+                        return Err(error);
+                    }
+                    tracing::warn!(error = %crate::error_chain(&error), attempt, wait_ms = wait.as_millis() as u64, "the settle failed for now; sending it again");
+                    tokio::time::sleep(wait).await;
+                }
+                answered => return answered,
+            }
+        }
+    }
+
     /// The settle once more with the outcome alone ([`outcome_alone`]),
     /// after the store refused it as invalid: that would fail the same way
     /// on every redelivery, and a claim must not stay running nor a
-    /// reservation held because a record could not be written. (A transient
-    /// failure instead sends the message back: a take-over later.)
+    /// reservation held because a record could not be written. (A failure
+    /// for now is sent again in time, [`Self::settle_in_time`]; past the
+    /// deadline the message goes back: a take-over later.)
     async fn settle_outcome_alone(
         &self,
         settlement: &Settlement<'_>,
