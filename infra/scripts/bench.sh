@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmarks (README, "Benchmarks"): DynamoDB requests per operation,
+# The benchmarks (docs/benchmarks.md): DynamoDB requests per operation,
 # the daily pass's requests and time per invocation, cold start (process
 # start to the first answered invocation) beside a bare lambda_runtime
 # binary, instructions per create, run and reconcile pass under callgrind,

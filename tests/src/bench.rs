@@ -1,5 +1,5 @@
 //! The benchmarks of `infra/scripts/bench.sh`: measured and reported, never
-//! asserted (README, "Benchmarks"). DynamoDB requests per operation come
+//! asserted (docs/benchmarks.md). DynamoDB requests per operation come
 //! from the store adapter's counter with the use cases in process
 //! ([`requests`]); the daily pass per invocation, requests and time
 //! ([`pass`]); cold start, instructions and size from the release function
@@ -163,7 +163,7 @@ fn millions(n: u64) -> String {
     format!("{:.2} M", n as f64 / 1e6)
 }
 
-/// The report as the README's tables.
+/// The report as docs/benchmarks.md's tables.
 pub fn markdown(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Machine: {}.", report.machine);

@@ -763,3 +763,12 @@ where
         admin::answer(&self.0, payload.into(), now).await
     }
 }
+
+/// Answers `-h` or `--help` with `usage` and exits, before anything starts:
+/// every harness binary does.
+pub fn answer_help(usage: &str) {
+    if std::env::args().skip(1).any(|a| a == "-h" || a == "--help") {
+        println!("{usage}");
+        std::process::exit(0);
+    }
+}

@@ -1,4 +1,4 @@
-//! The main job, locally (README; SPEC §10): the whole system on one machine.
+//! The main job, locally (README, "Set up on a fresh machine"; SPEC §10): the whole system on one machine.
 //! moto stands in for AWS, a scripted stand-in for Bedrock `Converse`, and
 //! the five real function binaries run under Lambda Runtime API emulators.
 //! A local dispatcher does what Scheduler, the SQS event sources and the
@@ -239,6 +239,13 @@ struct ConnectorTasks {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().skip(1).any(|a| a == "-h" || a == "--help") {
+        println!(
+            "local [--serve]\n\nThe main job (infra/scripts/local.sh): the whole system on this machine, moto for AWS and a \
+             stand-in for Bedrock; --serve keeps it up afterwards and writes target/local.env."
+        );
+        return Ok(());
+    }
     let clock = Clock(Instant::now());
     clock.step("Starting the local AWS (moto on loopback), the stack, and the Bedrock stand-in");
     let (aws, stack) = LocalAws::with_stack("local").await?;
@@ -818,9 +825,7 @@ async fn serve(functions: &Functions, dispatch: &Dispatcher<'_>, backend: &ChatB
         "\n== Serving until Ctrl-C. The functions' environment and the stack's outputs are in {}.",
         path.display()
     );
-    println!(
-        "   Operate it: cargo run -p sat -- --env-file target/local.env describe <task_id>  (README, \"Operating it: sat\")"
-    );
+    println!("   Operate it: cargo run -p sat -- --env-file target/local.env describe <task_id>  (docs/operations.md)");
     println!("   In another shell:");
     println!("     cargo lambda watch -A 127.0.0.1 --env-file target/local.env");
     println!("     cargo lambda invoke create --data-file infra/events/create-reminder.json");

@@ -38,3 +38,16 @@ fn every_function_binary_is_linked_position_independent() {
         assert_eq!(kind, ET_DYN, "{name}: ELF type {kind}");
     }
 }
+
+/// The main job answers `--help` with its usage and starts nothing.
+#[test]
+fn the_main_job_answers_help_without_starting() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_local"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(said.starts_with("local [--serve]"), "{said}");
+    assert!(!said.contains("Starting"), "{said}");
+}

@@ -134,7 +134,7 @@ impl Key {
         let pk = match account {
             // Keyed by workspace too since this release: charges written
             // before it stay under `ACCOUNT#PRINCIPAL#<principal>`, which
-            // nothing reads (README, "Upgrading").
+            // nothing reads (docs/deploying.md, "Upgrading").
             Account::Principal { workspace, principal } => format!("ACCOUNT#PRINCIPAL#{workspace}#{principal}"),
             Account::Install(account) => format!("ACCOUNT#INSTALL#{account}"),
         };

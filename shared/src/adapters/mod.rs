@@ -30,8 +30,8 @@ pub mod tls;
 /// the first place the default chains look: the chains would also build,
 /// at every start, an STS client for web identity (its endpoint partitions
 /// parsed, their region patterns compiled) and an IMDS client, which a
-/// function never uses (about 1 M instructions of each cold start, README
-/// "Benchmarks").
+/// function never uses (about 1 M instructions of each cold start,
+/// docs/benchmarks.md).
 pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::environment::EnvironmentVariableRegionProvider::new())
@@ -44,8 +44,8 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
 /// An SDK client built at its first use and shared by the clones: for a
 /// client a function may never call (a secret's read, which a reminder's run
 /// never makes; a run's early return), so a start does not parse that SDK
-/// crate's endpoint partitions (about 0.7 M instructions, README
-/// "Benchmarks") for nothing.
+/// crate's endpoint partitions (about 0.7 M instructions,
+/// docs/benchmarks.md) for nothing.
 #[derive(Clone)]
 pub struct FirstUse<C> {
     sdk: aws_config::SdkConfig,

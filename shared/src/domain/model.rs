@@ -7,7 +7,7 @@
 //!
 //! Invariant: a profile's foundation model is its id without the prefix;
 //! that is the id the runner's IAM grants in every region the profile routes
-//! to (README, "Choosing a model"). Called by the configuration, which
+//! to (docs/deploying.md, "Choosing a model"). Called by the configuration, which
 //! refuses an id it cannot read, and by the template tests.
 
 /// The routing prefixes of Bedrock's system-defined inference profiles.

@@ -22,7 +22,7 @@
 //! them (approve: the pending or proposed bounds with argument values and
 //! bindings; the overrides for the rest). CI runs proptest's default
 //! number of cases; a long run: `PROPTEST_CASES=20000 cargo test -p shared
-//! --lib reconcile_model` (README, "Benchmarks").
+//! --lib reconcile_model` (docs/benchmarks.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -290,7 +290,7 @@ async fn reminders_pages() -> anyhow::Result<Vec<PassRow>> {
     ])
 }
 
-/// Every pass row, in the order of the README's table.
+/// Every pass row, in the order of docs/benchmarks.md's table.
 pub async fn measure() -> anyhow::Result<Vec<PassRow>> {
     eprintln!("bench: the installs' chain at {INSTALLS} installs ...");
     let mut rows = vec![installs_chain().await?];

@@ -58,7 +58,7 @@ fn weekly(max_turns: u32) -> FixturePrompt {
     )
 }
 
-/// Every operation's count, in the order of the README's table.
+/// Every operation's count, in the order of docs/benchmarks.md's table.
 pub async fn measure() -> anyhow::Result<Vec<Requests>> {
     let s = RunStack::start().await?;
     let mut rows = Vec::new();

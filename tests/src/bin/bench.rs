@@ -1,5 +1,5 @@
-//! The benchmarks (`infra/scripts/bench.sh`; `tests::bench`): prints the
-//! README's tables and writes them as JSON. Reports; asserts nothing.
+//! The benchmarks (`infra/scripts/bench.sh`; `tests::bench`): prints
+//! docs/benchmarks.md's tables and writes them as JSON. Reports; asserts nothing.
 //!
 //! `bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--invocations N] [--starts K]
 //! [--only requests,passes,caching,cold,instructions,sizes]` (`binaries`: the last three)
@@ -11,6 +11,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use tests::bench::{Options, markdown, run};
+
+const USAGE: &str = "bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--invocations N] [--starts K] [--only requests,passes,caching,cold,instructions,sizes]\n\nThe benchmarks (infra/scripts/bench.sh): prints the tables of docs/benchmarks.md and writes them as JSON.";
 
 fn parse(args: &[String]) -> anyhow::Result<Options> {
     let mut options = Options {
@@ -46,6 +48,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    tests::answer_help(USAGE);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let options = parse(&args)?;
     let report = run(&options).await?;

@@ -13,6 +13,8 @@
 use anyhow::Context;
 use tests::herd::{HerdConfig, run};
 
+const USAGE: &str = "herd [--tasks N] [--reminders M] [--rpm R] [--pace P] [--compression C] [--concurrency K] [--batch B] [--duplicate-every D]\n\nThe herd (infra/scripts/herd.sh): connector tasks due at one instant against a model quota, on a compressed clock; one table; non-zero when an invariant fails.";
+
 fn parse(args: &[String]) -> anyhow::Result<HerdConfig> {
     let mut config = HerdConfig::default();
     let mut args = args.iter();
@@ -39,6 +41,7 @@ fn parse(args: &[String]) -> anyhow::Result<HerdConfig> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    tests::answer_help(USAGE);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let config = parse(&args)?;
     eprintln!(

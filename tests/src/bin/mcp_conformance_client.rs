@@ -27,6 +27,9 @@ const RUN_ID: &str = "conformance";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
+    tests::answer_help(
+        "mcp-conformance-client <server-url>\n\nThe MCP conformance suite's client under test; MCP_CONFORMANCE_SCENARIO names the scenario (initialize, tools_call, sse-retry).",
+    );
     let url = std::env::args()
         .nth(1)
         .context("usage: mcp-conformance-client <server-url>")?;

@@ -15,6 +15,8 @@
 use anyhow::Context;
 use tests::sim::{SimConfig, run};
 
+const USAGE: &str = "sim [--seeds A..B] [--size N] [--per-task M] [--concurrency K] [--parallel P] [--schedule] [--tamper]\n\nThe seeded fault simulation (infra/scripts/sim.sh): each seed on its own local stack; one table; non-zero when a check found a violation.";
+
 fn parse(args: &[String]) -> anyhow::Result<SimConfig> {
     let mut config = SimConfig::default();
     let mut args = args.iter();
@@ -54,6 +56,7 @@ fn parse(args: &[String]) -> anyhow::Result<SimConfig> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    tests::answer_help(USAGE);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let config = parse(&args)?;
     eprintln!(

@@ -1,5 +1,5 @@
-//! The fixtures in `infra/events/` are what the README tells people to send:
-//! they must stay valid requests with the answers the README promises.
+//! The fixtures in `infra/events/` are what docs/integrating.md tells people to send:
+//! they must stay valid requests with the answers docs/integrating.md promises.
 
 use chrono::{TimeZone, Utc};
 use serde_json::Value;
@@ -64,7 +64,7 @@ async fn the_reconcile_admin_and_runner_fixtures_are_what_the_functions_take() {
     );
 }
 
-/// The schedules fixtures walk one reminder's life in the README's order:
+/// The schedules fixtures walk one reminder's life in docs/integrating.md's order:
 /// each answers as documented, against the versions the previous one left.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_schedules_fixtures_walk_a_daily_reminder_through_its_life() {
@@ -107,7 +107,7 @@ async fn the_schedules_fixtures_walk_a_daily_reminder_through_its_life() {
     assert_eq!(admin["error"]["code"], "not_found", "{admin}");
 }
 
-/// The recurring kinds' fixtures: each creates what the README shows.
+/// The recurring kinds' fixtures: each creates what docs/integrating.md shows.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_monthly_yearly_and_until_fixtures_create_what_the_readme_shows() {
     let t = TestStack::start().await.unwrap();

@@ -375,8 +375,8 @@ async fn a_reminder_until_a_date_completes_on_its_last_occurrence_however_it_was
 /// shards' checks it queues, each as the worker takes it) finds both, and
 /// every shard's check ends within the period (going on where it ran out
 /// of time, `CHECK_HOPS`) with no backlog left. CI runs 320 tasks (ten a
-/// shard); `OVERDUE_SCALE_TASKS=20000` the scale the issue names (README,
-/// "Testing": about four minutes here).
+/// shard); `OVERDUE_SCALE_TASKS=20000` the scale the issue names (docs/testing.md,
+///: about four minutes here).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_schedule_is_found_within_one_period_among_many_tasks() {
     use shared::adapters::dynamo::{task_item, to_item};

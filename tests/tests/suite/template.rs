@@ -1538,7 +1538,8 @@ fn the_runner_may_subscribe_the_account_to_its_model_on_the_first_call() {
     );
 }
 
-/// The deploy papercuts a team meets following the README to the letter.
+/// The deploy papercuts a team meets following the README and
+/// docs/deploying.md to the letter.
 #[test]
 fn sam_builds_non_interactively_and_the_readme_invokes_where_watch_listens() {
     let samconfig = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samconfig.toml")).unwrap();
@@ -1549,11 +1550,15 @@ fn sam_builds_non_interactively_and_the_readme_invokes_where_watch_listens() {
         "rust-cargolambda is a SAM beta feature: a non-interactive build needs the opt-in"
     );
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    assert!(!readme.contains("Enable the model in the Bedrock console"));
+    let deploying = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/deploying.md")).unwrap();
+    for text in [&readme, &deploying] {
+        assert!(!text.contains("Enable the model in the Bedrock console"));
+    }
+    let readme = deploying;
     let watch = readme
         .lines()
         .find(|l| l.starts_with("cargo lambda watch"))
-        .expect("the README runs cargo lambda watch");
+        .expect("docs/deploying.md runs cargo lambda watch");
     let address = watch.split_whitespace().skip_while(|w| *w != "-A").nth(1).unwrap();
     let invokes: Vec<&str> = readme
         .lines()

@@ -1,0 +1,59 @@
+//! Statements of the docs that the code can keep true: the README's layout
+//! names paths that exist, and docs/testing.md names every fuzz target.
+
+use std::path::Path;
+
+fn root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Every path the README's layout names is in the repository.
+#[test]
+fn the_readmes_layout_names_paths_that_exist() {
+    let readme = read("README.md");
+    let layout = readme
+        .split("## Layout")
+        .nth(1)
+        .and_then(|rest| rest.split("```").nth(1))
+        .expect("a layout block");
+    let mut named = 0;
+    for line in layout.lines().filter(|l| !l.starts_with(' ') && !l.trim().is_empty()) {
+        let path = line.split_whitespace().next().unwrap();
+        assert!(
+            root().join(path).exists(),
+            "the layout names {path}, which is not there"
+        );
+        named += 1;
+    }
+    assert!(named >= 15, "{named} paths in the layout");
+}
+
+/// docs/testing.md names each fuzz target of `shared/fuzz`, and no other.
+#[test]
+fn the_testing_doc_names_every_fuzz_target() {
+    let manifest = read("shared/fuzz/Cargo.toml");
+    let targets: Vec<&str> = manifest
+        .lines()
+        .filter_map(|l| l.strip_prefix("name = \""))
+        .filter_map(|l| l.strip_suffix('"'))
+        .filter(|name| *name != "shared-fuzz")
+        .collect();
+    let testing = read("docs/testing.md");
+    let fuzzing = testing.split("## Fuzzing").nth(1).expect("a fuzzing section");
+    let intro = fuzzing.split("```").next().unwrap();
+    for target in &targets {
+        assert!(
+            intro.contains(&format!("`{target}`")),
+            "docs/testing.md does not name {target}"
+        );
+    }
+    let count = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"][targets.len() - 1];
+    assert!(
+        fuzzing.contains(&format!("all {count}")),
+        "docs/testing.md says how many: {count}"
+    );
+}
