@@ -48,6 +48,13 @@ forbid "config.rs is the only reader of the environment" 'std::env::var|env::var
 forbid "Lambda event types and the runtime stay in functions/*" 'aws_lambda_events|lambda_runtime' shared/src
 forbid "AWS SDK calls stay in shared/src/adapters" 'aws_sdk_[a-z]+::' \
   $(find shared/src -name '*.rs' ! -path 'shared/src/adapters/*') functions/*/src
+# No circle among a folder's modules, no module reaching up to its crate's
+# root (infra/python/module_graph.py).
+for crate_and_folder in "shared/src shared/src/domain" "shared/src shared/src/app" \
+  "infra/local/src infra/local/src" "infra/sat/src infra/sat/src"; do
+  # shellcheck disable=SC2086
+  python infra/python/module_graph.py $crate_and_folder
+done
 echo "== one TLS crypto stack in each function (aws-lc-rs; ring never besides it)"
 for function in create runner reconcile admin schedules; do
   crates="$(cargo tree -p "$function" -e normal --prefix none --locked | cut -d' ' -f1 | sort -u)"

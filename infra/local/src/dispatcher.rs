@@ -37,8 +37,8 @@ use shared::domain::schedule::Expression;
 use shared::domain::schedule::preview::next_cron_fire;
 use shared::domain::webhook::WebhookSecret;
 
-use crate::Stack;
 use crate::runtime::RuntimeApi;
+use crate::stack::Stack;
 
 /// The most hops Lambda lets a chain Lambda -> SQS -> the same Lambda make
 /// before it stops it (about 16; the 17th is not invoked).
@@ -323,7 +323,7 @@ impl Dispatcher<'_> {
                 json!({"messageId": id, "receiptHandle": m.receipt_handle(), "body": m.body(),
                        "attributes": attributes,
                        "messageAttributes": {}, "eventSource": "aws:sqs", "eventSourceARN": arn,
-                       "awsRegion": crate::REGION})
+                       "awsRegion": crate::moto::REGION})
             })
             .collect();
         Ok((records, received))

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+/// The region of the local AWS.
+pub const REGION: &str = "us-east-1";
+
 /// The repository root, where `.venv` lives.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -369,7 +369,7 @@ pub fn template_variables(function: &str) -> anyhow::Result<Vec<&'static str>> {
 
 /// A function binary to start under its own [`RuntimeApi`], with the
 /// environment the template gives it on this stack ([`template_variables`]
-/// with their values from [`crate::Stack::function_env`], and the SDK's
+/// with their values from [`crate::stack::Stack::function_env`], and the SDK's
 /// variables pointing at moto), and the caller's overrides on top.
 pub struct Launch {
     name: String,
@@ -382,7 +382,7 @@ impl Launch {
     /// `function` on the stack: its template variables that have a local
     /// value, no log file (lines go to this process's stderr), 60 seconds
     /// per invocation.
-    pub fn new(function: &str, aws: &crate::LocalAws, stack: &crate::Stack) -> anyhow::Result<Self> {
+    pub fn new(function: &str, aws: &crate::aws::LocalAws, stack: &crate::stack::Stack) -> anyhow::Result<Self> {
         let names = template_variables(function)?;
         let mut env = aws.sdk_env();
         // Its role's key: moto_serial.py refuses what the role in

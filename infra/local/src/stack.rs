@@ -573,7 +573,7 @@ impl Stack {
     pub fn connector_secret_prefix(&self) -> String {
         format!(
             "arn:aws:secretsmanager:{}:123456789012:secret:{}",
-            crate::REGION,
+            crate::moto::REGION,
             self.names.connector_secrets
         )
     }

@@ -23,6 +23,7 @@
 //! the Bedrock adapter. Reports are serde structs (`--json`) with a human
 //! form ([`render::Report`]).
 
+pub mod args;
 pub mod aws;
 pub mod check;
 pub mod describe;
@@ -164,7 +165,4 @@ fn answer<R: Report>(report: &R, json: bool) -> (String, u8) {
     (text, if report.findings() { error::EXIT_FINDINGS } else { 0 })
 }
 
-/// A duration on the command line: `2m`, `90s`, `1h 30m`.
-pub fn duration(text: &str) -> Result<std::time::Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("`{text}` is not a duration such as 90s or 2m: {e}"))
-}
+pub use args::duration;

@@ -24,11 +24,11 @@ pub struct OverdueArgs {
     pub dry_run: bool,
     /// The runner's catch-up window (default: the deployment's
     /// CATCH_UP_SECONDS, else one hour).
-    #[arg(long, value_parser = crate::duration)]
+    #[arg(long, value_parser = crate::args::duration)]
     pub catch_up: Option<std::time::Duration>,
     /// How long the check may read before it stops (the rest waits for the
     /// next check).
-    #[arg(long, value_parser = crate::duration, default_value = "60s")]
+    #[arg(long, value_parser = crate::args::duration, default_value = "60s")]
     pub within: std::time::Duration,
 }
 

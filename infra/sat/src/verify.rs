@@ -45,10 +45,10 @@ pub const PRINCIPAL: &str = "sat-verify";
 pub struct VerifyArgs {
     /// When the reminder is due, from now (Scheduler fires `at()` schedules
     /// to the minute; locally, seconds do).
-    #[arg(long, default_value = "2m", value_parser = crate::duration)]
+    #[arg(long, default_value = "2m", value_parser = crate::args::duration)]
     pub due_in: Duration,
     /// How long to wait, after it is due, for its run and its notification.
-    #[arg(long, default_value = "5m", value_parser = crate::duration)]
+    #[arg(long, default_value = "5m", value_parser = crate::args::duration)]
     pub wait: Duration,
     /// The workspace of the check's reminder.
     #[arg(long, default_value = PRINCIPAL)]

@@ -9,15 +9,15 @@
 //! the same rule reconcile uses, `reconcile::settle_holds`); a need binds
 //! only as `binding::check_binding` allows; the task's schedule follows
 //! every change, and converges on the task's latest version when writers
-//! race (`reconcile::put_in_step`).
+//! race (`change::put_in_step`).
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::app::change::StepError;
 use crate::app::change::commit;
-use crate::app::reconcile::StepError;
 use crate::app::run_now::{self, Requested, RunNowFailure};
 use crate::domain::approval;
 use crate::domain::bounds::compare;

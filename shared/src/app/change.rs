@@ -17,7 +17,7 @@
 //!    from the task as read and as edited), with an idempotency record when
 //!    the caller has one;
 //! 4. a schedule that must stop firing is put after the write, re-read and
-//!    put again while the task moves on (`reconcile::put_in_step`), so an
+//!    put again while the task moves on ([`put_in_step`]), so an
 //!    owner's pause racing an admin's resume ends in step;
 //! 5. a lost race puts the schedule back as the task now is;
 //! 6. a reminder that this change finished (cancelled) expires
@@ -26,13 +26,54 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::app::reconcile::{StepError, put_in_step};
 use crate::domain::idempotency::IdempotencyRecord;
 use crate::domain::reconcile::Write;
 use crate::domain::schedule_definition::{Order, ScheduleDefinition};
 use crate::domain::task::{Provenance, Task};
 use crate::domain::{run_now, skip};
-use crate::ports::{ReminderStore, Schedules, TaskCatalog, TaskStore, UpdateWritten, Versioned};
+use crate::ports::{
+    ReminderStore, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, UpdateWritten, Versioned,
+};
+
+/// A schedule put that could not be brought in step.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error("task {0} has a schedule EventBridge cannot take: {1}")]
+    Unschedulable(String, String),
+}
+
+/// Puts re-read rounds after a write before leaving the rest to the writer
+/// that keeps changing the task (it runs this too).
+const STEP_ROUNDS: usize = 8;
+
+/// Puts `written`'s schedule, then re-reads the task and puts again while
+/// the task moved on: two writers whose task writes are ordered by their
+/// versions may have their schedule puts land in the other order, and the
+/// last one to put always confirms, by a read after its put, that it put
+/// the latest version. So the schedule ends in step with the task's final
+/// state, whatever the interleaving.
+pub async fn put_in_step<S: TaskStore, G: Schedules>(
+    store: &S,
+    schedules: &G,
+    written: &Task,
+) -> Result<(), StepError> {
+    let mut task = written.clone();
+    for _ in 0..STEP_ROUNDS {
+        let definition = ScheduleDefinition::for_task(&task)
+            .map_err(|e| StepError::Unschedulable(task.task_id.to_string(), e.to_string()))?;
+        schedules.put(&definition).await?;
+        match store.task(&task.workspace, &task.task_id).await? {
+            Some(fresh) if fresh.version != task.version => task = fresh,
+            _ => return Ok(()),
+        }
+    }
+    tracing::info!(task_id = %task.task_id, "the task kept changing; its latest writer puts its schedule");
+    Ok(())
+}
 
 /// How a change ended.
 #[derive(Debug, Clone, PartialEq)]

@@ -27,6 +27,7 @@ use crate::domain::reconcile::{self, ServerView, Write};
 use crate::domain::task::{Provenance, Task, TaskId};
 use serde::{Deserialize, Serialize};
 
+use crate::app::change::{StepError, put_in_step};
 use crate::app::mcp_step;
 use crate::domain::schedule_definition::ScheduleDefinition;
 use crate::domain::task::{TaskKind, TaskState};
@@ -37,46 +38,6 @@ use crate::ports::{
     StoreError, TaskCatalog, TaskStore, Versioned, WorkQueue,
 };
 use crate::trace::{Tracer, key};
-
-/// A schedule put that could not be brought in step.
-#[derive(Debug, thiserror::Error)]
-pub enum StepError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Schedule(#[from] ScheduleError),
-    #[error("task {0} has a schedule EventBridge cannot take: {1}")]
-    Unschedulable(String, String),
-}
-
-/// Puts re-read rounds after a write before leaving the rest to the writer
-/// that keeps changing the task (it runs this too).
-const STEP_ROUNDS: usize = 8;
-
-/// Puts `written`'s schedule, then re-reads the task and puts again while
-/// the task moved on: two writers whose task writes are ordered by their
-/// versions may have their schedule puts land in the other order, and the
-/// last one to put always confirms, by a read after its put, that it put
-/// the latest version. So the schedule ends in step with the task's final
-/// state, whatever the interleaving.
-pub async fn put_in_step<S: TaskStore, G: Schedules>(
-    store: &S,
-    schedules: &G,
-    written: &Task,
-) -> Result<(), StepError> {
-    let mut task = written.clone();
-    for _ in 0..STEP_ROUNDS {
-        let definition = ScheduleDefinition::for_task(&task)
-            .map_err(|e| StepError::Unschedulable(task.task_id.to_string(), e.to_string()))?;
-        schedules.put(&definition).await?;
-        match store.task(&task.workspace, &task.task_id).await? {
-            Some(fresh) if fresh.version != task.version => task = fresh,
-            _ => return Ok(()),
-        }
-    }
-    tracing::info!(task_id = %task.task_id, "the task kept changing; its latest writer puts its schedule");
-    Ok(())
-}
 
 /// A reconcile work item on the FIFO queue: a platform event, or a pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,8 +22,8 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use crate::app::change::StepError;
 use crate::app::change::{Changed, commit_with};
-use crate::app::reconcile::StepError;
 use crate::domain::door::{Facts, TaskFacts, Verdict, verdict};
 use crate::domain::idempotency::{Fingerprint, IdempotencyRecord, Replay};
 use crate::domain::install::Install;

@@ -26,9 +26,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::app::change::StepError;
 use crate::app::change::{Changed, commit, commit_with};
 use crate::app::create::{Answer, CreateError, CreateReminder, CreateSettings};
-use crate::app::reconcile::StepError;
 use crate::app::run_now::{self, Requested, RunNowFailure};
 use crate::domain::history::{self, RunView};
 use crate::domain::idempotency::{IdempotencyRecord, Replay};
