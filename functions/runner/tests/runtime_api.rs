@@ -22,6 +22,15 @@ fn launch(s: &RunStack) -> Launch {
         .model(&s.model.endpoint(), tests::MODEL, 3.0, 15.0)
 }
 
+/// The runner binary started as [`launch`] configures it, its log kept.
+async fn started(s: &RunStack) -> local::runtime::Function {
+    launch(s)
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap()
+}
+
 fn sqs_event(records: &[(&str, &str)]) -> Value {
     sqs_event_sent(records, 1_767_225_600_000)
 }
@@ -57,11 +66,7 @@ async fn the_binary_runs_a_batch_with_partial_failures() {
     let task = reminder(at);
     s.store().insert_task(&task).await.unwrap();
 
-    let api = launch(&s)
-        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
-        .start(Path::new(BINARY))
-        .await
-        .unwrap();
+    let api = started(&s).await;
 
     let body = run_message(&task, at, "exec-1");
     let batch = sqs_event(&[("m1", &body), ("m2", &body), ("poison", "{\"not\": \"a run\"}")]);
@@ -528,11 +533,7 @@ async fn the_binary_takes_a_delivery_as_of_its_sent_time_and_refuses_one_not_due
     let at = Utc::now() + chrono::Duration::hours(2);
     let task = reminder(at);
     s.store().insert_task(&task).await.unwrap();
-    let api = launch(&s)
-        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
-        .start(Path::new(BINARY))
-        .await
-        .unwrap();
+    let api = started(&s).await;
     let body = run_message(&task, at, "forged");
     let now_ms = Utc::now().timestamp_millis();
     let response = api

@@ -170,15 +170,7 @@ impl Queues {
 
     /// Makes a received message visible again at once.
     pub async fn release(&self, url: &str, receipt_handle: &str) -> Result<(), SatError> {
-        self.client
-            .change_message_visibility()
-            .queue_url(url)
-            .receipt_handle(receipt_handle)
-            .visibility_timeout(0)
-            .send()
-            .await
-            .map_err(|e| SatError::aws(format!("releasing a message of {url}"), e))?;
-        Ok(())
+        self.hold(url, receipt_handle, 0).await
     }
 
     /// How many messages wait in the queue (SQS's approximate count).

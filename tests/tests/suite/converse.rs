@@ -372,16 +372,23 @@ async fn server_errors_a_fresh_accounts_access_and_no_answer_are_retried_not_fai
 
     // A reminder while the account's access is still being given: back to
     // the queue whole, nothing recorded; once it is given, it runs.
+    given_back_then_run(&s, Fault::AccessDenied).await;
+}
+
+/// A due reminder delivered while the model answers `fault`: back to the
+/// queue whole, nothing recorded; delivered again once the fault is gone,
+/// it runs. Answers the reminder and its occurrence.
+async fn given_back_then_run(s: &RunStack, fault: Fault) -> (shared::domain::task::Task, chrono::DateTime<Utc>) {
     let at = Utc::now() - chrono::Duration::seconds(5);
     let reminder = tests::reminder(at);
     s.insert(&reminder).await;
-    s.model.fault(Some(Fault::AccessDenied)).await;
+    s.model.fault(Some(fault)).await;
     let got = s
         .runner()
         .deliver("m1", &run_message(&reminder, at, "e1"), Utc::now(), short_deadline())
         .await
         .unwrap();
-    assert_eq!(got, Disposition::ReturnToQueue);
+    assert_eq!(got, Disposition::ReturnToQueue, "{fault:?}");
     assert!(s.run_record(&reminder.task_id, &occurrence_key(at)).await.is_none());
     s.model.fault(None).await;
     let got = s
@@ -389,7 +396,8 @@ async fn server_errors_a_fresh_accounts_access_and_no_answer_are_retried_not_fai
         .deliver("m1", &run_message(&reminder, at, "e2"), Utc::now(), short_deadline())
         .await
         .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
+    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded), "{fault:?}");
+    (reminder, at)
 }
 
 /// An answer that stalls (the request read, nothing sent back) ends at the
@@ -399,25 +407,8 @@ async fn server_errors_a_fresh_accounts_access_and_no_answer_are_retried_not_fai
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stalled_model_answer_gives_the_occurrence_back_and_it_runs_once() {
     let s = RunStack::start().await.unwrap();
-    let at = Utc::now() - chrono::Duration::seconds(5);
-    let reminder = tests::reminder(at);
-    s.insert(&reminder).await;
-    s.model.fault(Some(Fault::Stalled)).await;
-    let got = s
-        .runner()
-        .deliver("m1", &run_message(&reminder, at, "e1"), Utc::now(), short_deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::ReturnToQueue);
+    let (reminder, at) = given_back_then_run(&s, Fault::Stalled).await;
     assert_eq!(s.model.faulted().await, 1, "the one call that stalled");
-    assert!(s.run_record(&reminder.task_id, &occurrence_key(at)).await.is_none());
-    s.model.fault(None).await;
-    let got = s
-        .runner()
-        .deliver("m1", &run_message(&reminder, at, "e2"), Utc::now(), short_deadline())
-        .await
-        .unwrap();
-    assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
     let record = s
         .run_record(&reminder.task_id, &occurrence_key(at))
         .await
