@@ -772,3 +772,18 @@ pub fn answer_help(usage: &str) {
         std::process::exit(0);
     }
 }
+
+/// An owner's `list` answer as each task id and its state.
+pub fn listed_states(listed: &Value) -> std::collections::BTreeMap<String, String> {
+    listed["tasks"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|t| {
+            (
+                t["task_id"].as_str().unwrap_or_default().to_owned(),
+                t["state"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}

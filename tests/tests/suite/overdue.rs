@@ -334,24 +334,14 @@ async fn a_reminder_until_a_date_completes_on_its_last_occurrence_however_it_was
             .handle(json!({"op": "list", "principal": owner("usr_1")}), checked_at)
             .await
             .expect("the list answers");
-    let states: Vec<(String, String)> = listed["tasks"]
-        .as_array()
-        .expect("a list")
-        .iter()
-        .map(|t| {
-            (
-                t["task_id"].as_str().unwrap().to_owned(),
-                t["state"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let states = tests::listed_states(&listed);
     assert!(
-        states.contains(&(runs_on.to_string(), "scheduled".to_owned())),
+        states.get(runs_on.as_str()).map(String::as_str) == Some("scheduled"),
         "{listed}"
     );
     for task in [&late, &off, &lost] {
         assert!(
-            !states.contains(&(task.to_string(), "scheduled".to_owned())),
+            states.get(task.as_str()).map(String::as_str) != Some("scheduled"),
             "{listed}"
         );
         // What its owner reads back: finished, nothing more to run.

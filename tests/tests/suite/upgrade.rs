@@ -173,17 +173,7 @@ async fn this_release_reads_runs_and_repairs_what_the_last_release_left() {
 
     // The owner reads back what they had, as they left it.
     let listed = u.owner(json!({"op": "list", "principal": me}), t0).await;
-    let states: BTreeMap<String, String> = listed["tasks"]
-        .as_array()
-        .expect("a list")
-        .iter()
-        .map(|t| {
-            (
-                t["task_id"].as_str().unwrap().to_owned(),
-                t["state"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let states = tests::listed_states(&listed);
     for (name, state) in [
         ("daily", "scheduled"),
         ("paused", "paused"),
