@@ -544,7 +544,9 @@ async fn at_unmeasured<T>(point: Point, call: impl Future<Output = T>) -> T {
         return call.await;
     };
     match delivery.at(point) {
-        Some(fault @ Fault::Dynamo { point: p, fault: f }) if p == point => {
+        // A store fault strikes the delivery's first call at its point: a
+        // call sent again (the settle, in the invocation's time) is answered.
+        Some(fault @ Fault::Dynamo { point: p, fault: f }) if p == point && !delivery.struck().contains(&fault) => {
             if local::faults::arm(f) {
                 delivery.strike(fault);
             }

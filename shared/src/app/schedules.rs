@@ -441,10 +441,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
                     Err(refusal) => return Ok(Err(refusal)),
                 };
                 let not_found = || Refusal::NotFound(format!("{task_id}: no run {run_id}"));
-                let Some(occurrence) = run_id
-                    .strip_prefix(task.task_id.as_str())
-                    .and_then(|rest| rest.strip_prefix('@'))
-                    .filter(|o| crate::domain::schedule::parse_instant(o).is_some_and(|t| format_utc(t) == *o))
+                let Some(occurrence) = crate::domain::occurrence::occurrence_of_run(&run_id, task.task_id.as_str())
                 else {
                     return Ok(Err(not_found()));
                 };

@@ -102,6 +102,15 @@ pub fn run_id(task_id: &str, scheduled: DateTime<Utc>) -> String {
     format!("{task_id}@{}", occurrence_key(scheduled))
 }
 
+/// The occurrence key of `run_id` if it is a run id of `task_id` as
+/// [`run_id`] builds it (the key exactly as [`occurrence_key`] writes it).
+pub fn occurrence_of_run<'a>(run_id: &'a str, task_id: &str) -> Option<&'a str> {
+    run_id
+        .strip_prefix(task_id)
+        .and_then(|rest| rest.strip_prefix('@'))
+        .filter(|key| super::schedule::parse_instant(key).is_some_and(|at| occurrence_key(at) == *key))
+}
+
 /// What the claim request's answer means.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClaimOutcome {
@@ -351,6 +360,22 @@ mod tests {
         assert_eq!(message.scheduled_time, "2026-12-24T18:00:00Z");
         assert_eq!(message.execution_id, "exec-1");
         assert_eq!(message.attempt, "1");
+    }
+
+    #[test]
+    fn a_run_id_reads_back_as_its_occurrence_of_its_task_only() {
+        use chrono::TimeZone;
+        let at = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
+        let id = run_id("rem_1", at);
+        assert_eq!(occurrence_of_run(&id, "rem_1"), Some("2026-12-24T18:00:00Z"));
+        assert_eq!(occurrence_of_run(&id, "rem_2"), None, "another task's");
+        assert_eq!(
+            occurrence_of_run("rem_1@2026-12-24T19:00:00+01:00", "rem_1"),
+            None,
+            "not as built"
+        );
+        assert_eq!(occurrence_of_run("rem_1@soon", "rem_1"), None);
+        assert_eq!(occurrence_of_run("rem_12026-12-24T18:00:00Z", "rem_1"), None);
     }
 }
 
