@@ -67,7 +67,11 @@ where
     G: Schedules,
     Q: RunQueue,
 {
-    let op = payload.value.get("op").and_then(Value::as_str).unwrap_or_default();
+    let op = payload
+        .value
+        .get("op")
+        .and_then(Value::as_str)
+        .and_then(shared::app::schedules::Op::named);
     let outcome = match app.gate(op).and_then(|()| decode(payload)) {
         Ok(request) => app.answer(request, now).await?,
         Err(refusal) => {

@@ -200,20 +200,20 @@ pub enum Request {
 
 impl Request {
     /// The operation's name, as `op` spells it.
-    pub fn op(&self) -> &'static str {
+    pub fn op(&self) -> Op {
         match self {
-            Request::List { .. } => "list",
-            Request::Get { .. } => "get",
-            Request::Runs { .. } => "runs",
-            Request::Run { .. } => "run",
-            Request::Create(_) => "create",
-            Request::Update { .. } => "update",
-            Request::Pause { .. } => "pause",
-            Request::Resume { .. } => "resume",
-            Request::Cancel { .. } => "cancel",
-            Request::SkipNext { .. } => "skip_next",
-            Request::Unskip { .. } => "unskip",
-            Request::RunNow { .. } => "run_now",
+            Request::List { .. } => Op::List,
+            Request::Get { .. } => Op::Get,
+            Request::Runs { .. } => Op::Runs,
+            Request::Run { .. } => Op::Run,
+            Request::Create(_) => Op::Create,
+            Request::Update { .. } => Op::Update,
+            Request::Pause { .. } => Op::Pause,
+            Request::Resume { .. } => Op::Resume,
+            Request::Cancel { .. } => Op::Cancel,
+            Request::SkipNext { .. } => Op::SkipNext,
+            Request::Unskip { .. } => Op::Unskip,
+            Request::RunNow { .. } => Op::RunNow,
         }
     }
 
@@ -235,16 +235,71 @@ impl Request {
     }
 }
 
-const WRITES: [&str; 8] = [
-    "create",
-    "update",
-    "pause",
-    "resume",
-    "cancel",
-    "skip_next",
-    "unskip",
-    "run_now",
-];
+/// An owner's operation, by the name a request gives it (`op`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    List,
+    Get,
+    Runs,
+    Run,
+    Create,
+    Update,
+    Pause,
+    Resume,
+    Cancel,
+    SkipNext,
+    Unskip,
+    RunNow,
+}
+
+impl Op {
+    pub const ALL: [Op; 12] = [
+        Op::List,
+        Op::Get,
+        Op::Runs,
+        Op::Run,
+        Op::Create,
+        Op::Update,
+        Op::Pause,
+        Op::Resume,
+        Op::Cancel,
+        Op::SkipNext,
+        Op::Unskip,
+        Op::RunNow,
+    ];
+
+    /// The operation a request's `op` names, if any.
+    pub fn named(name: &str) -> Option<Op> {
+        Op::ALL.into_iter().find(|op| op.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::List => "list",
+            Op::Get => "get",
+            Op::Runs => "runs",
+            Op::Run => "run",
+            Op::Create => "create",
+            Op::Update => "update",
+            Op::Pause => "pause",
+            Op::Resume => "resume",
+            Op::Cancel => "cancel",
+            Op::SkipNext => "skip_next",
+            Op::Unskip => "unskip",
+            Op::RunNow => "run_now",
+        }
+    }
+
+    /// Whether it writes (and so needs both feature flags).
+    pub fn writes(self) -> bool {
+        match self {
+            Op::List | Op::Get | Op::Runs | Op::Run => false,
+            Op::Create | Op::Update | Op::Pause | Op::Resume | Op::Cancel | Op::SkipNext | Op::Unskip | Op::RunNow => {
+                true
+            }
+        }
+    }
+}
 
 /// What schedules needs besides its ports.
 #[derive(Debug, Clone)]
@@ -347,12 +402,13 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
         self.create.schedules()
     }
 
-    /// Whether the operation named `op` is switched on: writes need both
-    /// feature flags, reads `AGENT_SCHEDULE_API_ENABLED`. Asked before the
-    /// payload is decoded, so a disabled surface says so whatever it is sent.
-    pub fn gate(&self, op: &str) -> Result<(), Refusal> {
+    /// Whether `op` is switched on: writes need both feature flags, reads
+    /// (and a name that is no operation) `AGENT_SCHEDULE_API_ENABLED`.
+    /// Asked before the payload is decoded, so a disabled surface says so
+    /// whatever it is sent.
+    pub fn gate(&self, op: Option<Op>) -> Result<(), Refusal> {
         let flags = self.settings.create.flags;
-        let enabled = if WRITES.contains(&op) {
+        let enabled = if op.is_some_and(Op::writes) {
             flags.create_enabled()
         } else {
             flags.api_enabled
@@ -368,7 +424,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
     /// (an `ok: false` answer); internal failures are errors (the caller
     /// retries).
     pub async fn answer(&self, request: Request, now: DateTime<Utc>) -> Outcome {
-        if let Err(refusal) = self.gate(request.op()) {
+        if let Err(refusal) = self.gate(Some(request.op())) {
             return Ok(Err(refusal));
         }
         let outcome = self.dispatch(request, now).await?;
@@ -986,4 +1042,35 @@ pub fn explain(task: &Task, principal: &Principal, now: DateTime<Utc>) -> String
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_is_a_request_variant_and_the_writes_are_the_edits() {
+        for op in Op::ALL {
+            assert_eq!(Op::named(op.name()), Some(op));
+            let error = serde_json::from_value::<Request>(serde_json::json!({"op": op.name()}))
+                .expect_err("no fields")
+                .to_string();
+            assert!(!error.contains("unknown variant"), "{}: {error}", op.name());
+        }
+        assert_eq!(Op::named("delete"), None);
+        let writes: Vec<&str> = Op::ALL.into_iter().filter(|op| op.writes()).map(Op::name).collect();
+        assert_eq!(
+            writes,
+            [
+                "create",
+                "update",
+                "pause",
+                "resume",
+                "cancel",
+                "skip_next",
+                "unskip",
+                "run_now"
+            ]
+        );
+    }
 }
