@@ -787,3 +787,12 @@ pub fn listed_states(listed: &Value) -> std::collections::BTreeMap<String, Strin
         })
         .collect()
 }
+
+/// Whether a delivery died: its future did not finish within five seconds
+/// (a hook that never answers stands for a process that is gone; its
+/// message goes back when its visibility passes).
+pub async fn crashes<T>(delivery: impl std::future::Future<Output = T>) -> bool {
+    tokio::time::timeout(std::time::Duration::from_secs(5), delivery)
+        .await
+        .is_err()
+}

@@ -158,7 +158,7 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
 /// The process dies at the first settle: after the model call and before
 /// the record (`after_the_write: false`), or right after the settle
 /// transaction, before its answer (`true`). The settle never answers; the
-/// delivery is given up on as a dead process's is ([`crashes`]).
+/// delivery is given up on as a dead process's is (`tests::crashes`).
 struct CrashAtSettle {
     crashed: std::sync::atomic::AtomicBool,
     after_the_write: bool,
@@ -195,14 +195,6 @@ impl RunStoreHook<shared::adapters::dynamo::DynamoStore> for CrashAtSettle {
     }
 }
 
-/// Whether a delivery died (its future never finished: the process is
-/// gone, its message goes back when its visibility passes).
-async fn crashes<T>(delivery: impl std::future::Future<Output = T>) -> bool {
-    tokio::time::timeout(std::time::Duration::from_secs(5), delivery)
-        .await
-        .is_err()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once() {
     let s = RunStack::start().await.unwrap();
@@ -212,7 +204,7 @@ async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once()
     let now = Utc::now();
     let short_deadline = now + Duration::seconds(20);
     assert!(
-        crashes(crashing.deliver("m1", &body, now, short_deadline)).await,
+        tests::crashes(crashing.deliver("m1", &body, now, short_deadline)).await,
         "the process dies at its settle"
     );
     let occurrence = occurrence_key(at);
@@ -267,7 +259,7 @@ async fn crash_at_settle(
     let crashing = s.runner_on(CrashAtSettle::new(s.store(), false), run_settings(true));
     let now = Utc::now();
     let short = now + Duration::seconds(20);
-    assert!(crashes(crashing.deliver("m1", &run_message(task, at, "e1"), now, short)).await);
+    assert!(tests::crashes(crashing.deliver("m1", &run_message(task, at, "e1"), now, short)).await);
     (now, short)
 }
 
@@ -869,7 +861,7 @@ async fn a_crash_right_after_the_settle_still_notifies_once() {
     let runner = s.runner_on(CrashAtSettle::new(s.store(), true), run_settings(true));
     let body = run_message(&task, at, "e1");
     assert!(
-        crashes(runner.deliver("m1", &body, Utc::now(), deadline())).await,
+        tests::crashes(runner.deliver("m1", &body, Utc::now(), deadline())).await,
         "the process dies before the settle's answer"
     );
     assert_eq!(
