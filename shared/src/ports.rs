@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::idempotency::IdempotencyRecord;
 use crate::domain::pace::Slots;
+use crate::domain::reminder;
 use crate::domain::schedule_definition::{ScheduleDefinition, ScheduleStatus};
 use crate::domain::task::{Task, TaskId};
 
@@ -73,33 +74,19 @@ pub struct OwnerReminders {
 }
 
 impl OwnerReminders {
-    /// Reminders that count against the cap: `scheduled` or `paused`.
+    /// Reminders that count against the cap (`reminder::takes_a_place`).
     pub fn active(&self) -> usize {
         self.tasks
             .iter()
-            .filter(|(_, t)| {
-                t.as_ref().is_some_and(|t| {
-                    matches!(
-                        t.state(),
-                        crate::domain::task::TaskState::Scheduled | crate::domain::task::TaskState::Paused
-                    )
-                })
-            })
+            .filter(|(_, t)| t.as_ref().is_some_and(|t| reminder::takes_a_place(t.state())))
             .count()
     }
 
-    /// The ids worth listing (not completed, not deleted).
+    /// The ids worth listing (`reminder::stays_listed`).
     pub fn kept(&self) -> Vec<TaskId> {
         self.tasks
             .iter()
-            .filter(|(_, t)| {
-                t.as_ref().is_some_and(|t| {
-                    !matches!(
-                        t.state(),
-                        crate::domain::task::TaskState::Completed | crate::domain::task::TaskState::Deleted
-                    )
-                })
-            })
+            .filter(|(_, t)| t.as_ref().is_some_and(|t| reminder::stays_listed(t.state())))
             .map(|(id, _)| id.clone())
             .collect()
     }

@@ -19,6 +19,12 @@
 //! characters (invisible text a model still reads), or nothing but
 //! whitespace and invisible characters. Called by `app::create` and
 //! `app::schedules`.
+//!
+//! The cap of SPEC §11 (`MAX_ACTIVE_REMINDERS` a principal) counts the
+//! reminders that take a place ([`takes_a_place`]: scheduled or paused) and
+//! its owner item lists those that stay listed ([`stays_listed`]); the store
+//! reads them (`ports::OwnerReminders`) and a capped insert is conditional on
+//! the owner item's version.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -725,6 +731,20 @@ impl CheckedUpdate {
     }
 }
 
+/// Whether a reminder in `state` takes one of its owner's places under the
+/// cap (SPEC §11): scheduled or paused; a finished or cancelled one frees it.
+pub fn takes_a_place(state: super::task::TaskState) -> bool {
+    use super::task::TaskState;
+    matches!(state, TaskState::Scheduled | TaskState::Paused)
+}
+
+/// Whether a reminder in `state` stays on its owner's list: until it has
+/// finished or been cancelled.
+pub fn stays_listed(state: super::task::TaskState) -> bool {
+    use super::task::TaskState;
+    !matches!(state, TaskState::Completed | TaskState::Deleted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -735,6 +755,21 @@ mod tests {
 
     fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 30, 10, 0, 0).unwrap()
+    }
+
+    #[test]
+    fn scheduled_and_paused_reminders_take_a_place_and_finished_ones_leave_the_list() {
+        use TaskState::*;
+        for (state, place, listed) in [
+            (Scheduled, true, true),
+            (Paused, true, true),
+            (Held, false, true),
+            (Completed, false, false),
+            (Deleted, false, false),
+        ] {
+            assert_eq!(takes_a_place(state), place, "{state:?}");
+            assert_eq!(stays_listed(state), listed, "{state:?}");
+        }
     }
 
     fn request() -> CreateRequest {
