@@ -17,8 +17,12 @@ use crate::domain::task::{Provenance, Task};
 use crate::ports::{Connectors, Model, Release, RunStore, Settled, Settlement, StoreError, Unclaimed};
 
 /// A settle is not tried again when its next try could not begin this long
-/// before the invocation's deadline: the answer must still reach SQS.
-const SETTLE_GIVE_UP_MARGIN: i64 = 1;
+/// before the invocation's deadline: the batch's returns (a
+/// `ChangeMessageVisibility` each), its traces' flush and its answer must
+/// still fit, or Lambda's timeout would hand back the whole batch. The run
+/// keeps `SETTLE_RESERVE_SECONDS` (10) for its settle, so a settle failing
+/// for now is tried for about seven seconds.
+const SETTLE_GIVE_UP_MARGIN: i64 = 3;
 
 /// The account a run is charged to: one per install, a principal's for a
 /// reminder.
