@@ -13,6 +13,7 @@ pub mod requests;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use anyhow::Context as _;
 use serde::Serialize;
 
 /// What to measure, from the command line.
@@ -31,6 +32,8 @@ pub struct Options {
     /// `instructions`, `sizes`; `binaries` is the last three); all when
     /// empty.
     pub only: Vec<String>,
+    /// docs/benchmarks.md, whose marked sections the measured ones replace.
+    pub doc: Option<PathBuf>,
 }
 
 impl Options {
@@ -43,6 +46,12 @@ impl Options {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub machine: String,
+    /// The commit measured (`git describe --always --dirty`), and the day.
+    pub commit: String,
+    pub date: String,
+    /// What `bench.sh` was asked (`--invocations`, `--starts`), for the stamps.
+    pub invocations: usize,
+    pub starts: usize,
     pub requests: Vec<requests::Requests>,
     /// The daily pass: requests and time per invocation.
     pub passes: Vec<pass::PassRow>,
@@ -81,6 +90,20 @@ pub fn machine() -> String {
         std::env::consts::OS,
         std::env::consts::ARCH
     )
+}
+
+/// The commit of the working tree measured, `-dirty` when it has changes
+/// not committed (a figure of those names no commit that reproduces it).
+pub fn commit() -> String {
+    std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty", "--abbrev=7"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or_else(
+            || "unknown".to_owned(),
+            |o| String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        )
 }
 
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
@@ -148,6 +171,10 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     };
     Ok(Report {
         machine: machine(),
+        commit: commit(),
+        date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
+        invocations: options.invocations,
+        starts: options.starts,
         requests,
         passes,
         caching,
@@ -163,12 +190,73 @@ fn millions(n: u64) -> String {
     format!("{:.2} M", n as f64 / 1e6)
 }
 
-/// The report as docs/benchmarks.md's tables.
+/// The sections of docs/benchmarks.md that `bench --doc` writes, each
+/// between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`, in this order.
+pub const SECTIONS: [&str; 6] = ["requests", "passes", "caching", "cold", "instructions", "sizes"];
+
+/// The cold-start goal: a function's cold start less its warm answer at
+/// most this many times the bare binary's (ARCHITECTURE, "Start").
+pub const COLD_GOAL: f64 = 3.0;
+
+/// The size bound per binary, MB (ARCHITECTURE, "Start").
+pub const SIZE_BOUND_MB: f64 = 10.0;
+
+/// The report as docs/benchmarks.md's tables, for the terminal.
 pub fn markdown(report: &Report) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "Machine: {}.", report.machine);
+    let mut out = format!("Machine: {}. Commit {}.\n", report.machine, report.commit);
+    for (_, table) in sections(report) {
+        let _ = write!(out, "\n{table}");
+    }
+    for skipped in &report.skipped {
+        let _ = writeln!(out, "\nNot measured: {skipped}.");
+    }
+    out
+}
+
+/// Where each measured section's figures came from: the command, the
+/// commit, the day and the machine.
+fn stamp(report: &Report, section: &str) -> String {
+    let options = match section {
+        "cold" => format!(" --starts {}", report.starts),
+        "instructions" => format!(" --invocations {}", report.invocations),
+        _ => String::new(),
+    };
+    format!(
+        "*Written by `infra/scripts/bench.sh --only {section}{options}` at commit `{}` on {}, {}.*\n",
+        report.commit, report.date, report.machine
+    )
+}
+
+/// Replaces what stands between `section`'s markers in `doc` with `body`;
+/// an error when the markers are missing or out of order, so a section is
+/// never appended where no reader looks.
+pub fn splice(doc: &str, section: &str, body: &str) -> anyhow::Result<String> {
+    let open = format!("<!-- bench:{section} -->");
+    let close = format!("<!-- /bench:{section} -->");
+    let start = doc.find(&open).with_context(|| format!("no {open} in the document"))? + open.len();
+    let end = doc[start..]
+        .find(&close)
+        .with_context(|| format!("no {close} after {open}"))?
+        + start;
+    Ok(format!("{}\n{}\n{}", &doc[..start], body.trim_end(), &doc[end..]))
+}
+
+/// Writes each measured section of `report` into `doc` (docs/benchmarks.md),
+/// stamped; the sections not measured keep what they had, with their own
+/// stamps.
+pub fn write_doc(report: &Report, doc: &std::path::Path) -> anyhow::Result<()> {
+    let mut text = std::fs::read_to_string(doc).with_context(|| format!("reading {}", doc.display()))?;
+    for (section, table) in sections(report) {
+        text = splice(&text, section, &format!("{}\n{table}", stamp(report, section)))?;
+    }
+    std::fs::write(doc, text).with_context(|| format!("writing {}", doc.display()))
+}
+
+/// Each measured section's table, by its name in [`SECTIONS`].
+pub fn sections(report: &Report) -> Vec<(&'static str, String)> {
+    let mut sections = Vec::new();
     if !report.requests.is_empty() {
-        let _ = writeln!(out, "\n| Operation | DynamoDB requests | Outcome |\n|---|---:|---|");
+        let mut out = String::from("| Operation | DynamoDB requests | Outcome |\n|---|---:|---|\n");
         for r in &report.requests {
             let _ = writeln!(
                 out,
@@ -178,11 +266,11 @@ pub fn markdown(report: &Report) -> String {
                 r.outcome.replace('|', "/")
             );
         }
+        sections.push(("requests", out));
     }
     if !report.passes.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n| Pass invocation | Items | Invocations (whole pass) | DynamoDB each | Scheduler each | SQS messages each | ms each, mean (max) |\n|---|---:|---:|---:|---:|---:|---:|"
+        let mut out = String::from(
+            "| Pass invocation | Items | Invocations (whole pass) | DynamoDB each | Scheduler each | SQS messages each | ms each, mean (max) |\n|---|---:|---:|---:|---:|---:|---:|\n",
         );
         for p in &report.passes {
             let _ = writeln!(
@@ -194,11 +282,11 @@ pub fn markdown(report: &Report) -> String {
         for p in &report.passes {
             let _ = writeln!(out, "\n{}: {} ({} measured).", p.pass, p.note, p.measured);
         }
+        sections.push(("passes", out));
     }
     if !report.caching.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n| Six-turn run, prompt ~3,000 tokens | Cache minimum | Input / cache write / cache read tokens | Billed input, cached | Same tokens uncached | Ratio |\n|---|---:|---:|---:|---:|---:|"
+        let mut out = String::from(
+            "| Six-turn run, prompt ~3,000 tokens | Cache minimum | Input / cache write / cache read tokens | Billed input, cached | Same tokens uncached | Ratio |\n|---|---:|---:|---:|---:|---:|\n",
         );
         for c in &report.caching {
             let _ = writeln!(
@@ -214,26 +302,19 @@ pub fn markdown(report: &Report) -> String {
                 c.ratio
             );
         }
+        sections.push(("caching", out));
     }
     if !report.cold_start.is_empty() {
-        let bare = report
-            .cold_start
-            .iter()
-            .find(|c| c.function == binaries::BARE)
-            .map_or(0.0, |c| c.median_ms);
-        let bare_extra = report
-            .cold_start
-            .iter()
-            .find(|c| c.function == binaries::BARE)
-            .map_or(0.0, |c| c.cold_extra_ms);
-        let _ = writeln!(
-            out,
-            "\n| Function | First invocation | Cold start, median (ms) | Ratio to bare ({bare:.1} ms) | Init alone (ms) | Same invocation warm (ms) | Cold start less warm (ms) | Ratio to bare's ({bare_extra:.1} ms) |\n|---|---|---:|---:|---:|---:|---:|---:|"
+        let bare = report.cold_start.iter().find(|c| c.function == binaries::BARE);
+        let bare_ms = bare.map_or(0.0, |c| c.median_ms);
+        let bare_extra = bare.map_or(0.0, |c| c.cold_extra_ms);
+        let mut out = format!(
+            "| Function | First invocation | Cold start, median (ms) | Ratio to bare ({bare_ms:.1} ms) | Init alone (ms) | Same invocation warm (ms) | Cold start less warm (ms) | Ratio to bare's ({bare_extra:.1} ms) | Within {COLD_GOAL} times |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n"
         );
         for c in report.cold_start.iter().filter(|c| c.function != binaries::BARE) {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2} |",
+                "| {} | {} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2} | {} |",
                 c.function,
                 c.invocation,
                 c.median_ms,
@@ -241,14 +322,19 @@ pub fn markdown(report: &Report) -> String {
                 c.init_ms,
                 c.warm_ms,
                 c.cold_extra_ms,
-                c.cold_extra_ratio
+                c.cold_extra_ratio,
+                if c.cold_extra_ratio <= COLD_GOAL {
+                    "yes"
+                } else {
+                    "**no**"
+                }
             );
         }
+        sections.push(("cold", out));
     }
     if !report.instructions.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n| Invocation | Instructions each | Top five functions (self instructions each) |\n|---|---:|---|"
+        let mut out = String::from(
+            "| Invocation | Start and exit, no invocation | Instructions each | Top five functions (self instructions each) |\n|---|---:|---:|---|\n",
         );
         for i in &report.instructions {
             let top: Vec<String> = i
@@ -258,22 +344,53 @@ pub fn markdown(report: &Report) -> String {
                 .collect();
             let _ = writeln!(
                 out,
-                "| {} ({}) | {} | {} |",
+                "| {} ({}) | {} | {} | {} |",
                 i.invocation,
                 i.function,
+                millions(i.init_and_exit),
                 millions(i.per_invocation),
                 top.join("; ")
             );
         }
+        sections.push(("instructions", out));
     }
     if !report.sizes.is_empty() {
-        let _ = writeln!(out, "\n| Function | Size, {} (MB) |\n|---|---:|", report.size_arch);
+        let mut out = format!(
+            "| Function | Size, {} (MB) | Within {SIZE_BOUND_MB} MB |\n|---|---:|---|\n",
+            report.size_arch
+        );
         for s in &report.sizes {
-            let _ = writeln!(out, "| {} | {:.2} |", s.function, s.bytes as f64 / 1e6);
+            let mb = s.bytes as f64 / 1e6;
+            let within = if mb <= SIZE_BOUND_MB { "yes" } else { "**no**" };
+            let _ = writeln!(out, "| {} | {mb:.2} | {within} |", s.function);
         }
+        sections.push(("sizes", out));
     }
-    for skipped in &report.skipped {
-        let _ = writeln!(out, "\nNot measured: {skipped}.");
+    sections
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_section_is_replaced_between_its_markers_and_nothing_else_moves() {
+        let doc = "intro\n<!-- bench:cold -->\nold table\n<!-- /bench:cold -->\nafter\n<!-- bench:sizes -->\nkept\n<!-- /bench:sizes -->\n";
+        let out = splice(doc, "cold", "new table\n").unwrap();
+        assert_eq!(
+            out,
+            "intro\n<!-- bench:cold -->\nnew table\n<!-- /bench:cold -->\nafter\n<!-- bench:sizes -->\nkept\n<!-- /bench:sizes -->\n"
+        );
+        assert_eq!(
+            splice(&out, "cold", "new table").unwrap(),
+            out,
+            "writing the same twice changes nothing"
+        );
     }
-    out
+
+    #[test]
+    fn a_section_without_its_markers_is_an_error_not_an_append() {
+        assert!(splice("no markers", "cold", "t").is_err());
+        assert!(splice("<!-- /bench:cold --> <!-- bench:cold -->", "cold", "t").is_err());
+    }
 }

@@ -42,10 +42,13 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
 }
 
 /// An SDK client built at its first use and shared by the clones: for a
-/// client a function may never call (a secret's read, which a reminder's run
-/// never makes; a run's early return), so a start does not parse that SDK
-/// crate's endpoint partitions (about 0.7 M instructions,
-/// docs/benchmarks.md) for nothing.
+/// client an invocation may never call (a secret's read, which a reminder's
+/// run never makes; a run's early return; Scheduler, which an admin's list
+/// or an unchanged install's pass never calls; the work queue, which only a
+/// pass that queues more work sends to), so a start does not parse that SDK
+/// crate's endpoint partitions (about 0.7 M instructions each, which the
+/// SDK's generated code does when a client is built, whatever resolver it
+/// is given; docs/benchmarks.md) for nothing.
 #[derive(Clone)]
 pub struct FirstUse<C> {
     sdk: aws_config::SdkConfig,
@@ -60,6 +63,15 @@ impl<C> FirstUse<C> {
             sdk: sdk.clone(),
             build,
             client: std::sync::Arc::default(),
+        }
+    }
+
+    /// A client already built (tests build theirs by hand).
+    pub fn ready(client: C) -> Self {
+        Self {
+            sdk: aws_config::SdkConfig::builder().build(),
+            build: |_| unreachable!("a ready client is never built"),
+            client: std::sync::Arc::new(std::sync::OnceLock::from(client)),
         }
     }
 

@@ -3,19 +3,22 @@
 
 use aws_sdk_sqs::Client;
 
+use super::FirstUse;
 use crate::domain::occurrence::RunMessage;
 use crate::ports::{QueueError, RunQueue, WorkQueue};
 
+/// Its client is built at its first send ([`FirstUse`]): an install's
+/// pass that changes nothing, and most webhooks' intake, send nothing.
 #[derive(Clone)]
 pub struct FifoQueue {
-    client: Client,
+    client: FirstUse<Client>,
     url: String,
 }
 
 impl FifoQueue {
     pub fn from_sdk(sdk: &aws_config::SdkConfig, url: impl Into<String>) -> Self {
         Self {
-            client: Client::new(sdk),
+            client: FirstUse::new(sdk, Client::new),
             url: url.into(),
         }
     }
@@ -36,6 +39,7 @@ pub fn sqs_id(text: &str) -> String {
 impl WorkQueue for FifoQueue {
     async fn enqueue(&self, group: &str, dedup_id: &str, body: &str) -> Result<(), QueueError> {
         self.client
+            .get()
             .send_message()
             .queue_url(&self.url)
             .message_group_id(sqs_id(group))

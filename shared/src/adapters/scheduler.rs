@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_scheduler::Client;
+
+use super::FirstUse;
 use aws_sdk_scheduler::types::{
     ActionAfterCompletion, DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode, RetryPolicy, ScheduleState,
     Target,
@@ -27,7 +29,7 @@ pub const RETRY_MAX_ATTEMPTS: i32 = 185;
 
 #[derive(Clone)]
 pub struct EventBridgeSchedules {
-    client: Client,
+    client: FirstUse<Client>,
     target: ScheduleTarget,
     requests: Arc<AtomicU64>,
 }
@@ -35,14 +37,20 @@ pub struct EventBridgeSchedules {
 impl EventBridgeSchedules {
     pub fn new(client: Client, target: ScheduleTarget) -> Self {
         Self {
-            client,
+            client: FirstUse::ready(client),
             target,
             requests: Arc::default(),
         }
     }
 
+    /// The client is built at its first request ([`FirstUse`]): an admin's
+    /// list, an owner's list and an unchanged install's pass send none.
     pub fn from_sdk(sdk: &aws_config::SdkConfig, target: ScheduleTarget) -> Self {
-        Self::new(Client::new(sdk), target)
+        Self {
+            client: FirstUse::new(sdk, Client::new),
+            target,
+            requests: Arc::default(),
+        }
     }
 
     /// Scheduler requests sent since this adapter was built.
@@ -119,6 +127,7 @@ impl Schedules for EventBridgeSchedules {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let created = self
             .client
+            .get()
             .create_schedule()
             .name(&schedule.name)
             .group_name(&self.target.group)
@@ -137,6 +146,7 @@ impl Schedules for EventBridgeSchedules {
             Err(err) if err.as_service_error().is_some_and(|e| e.is_conflict_exception()) => {
                 self.requests.fetch_add(1, Ordering::Relaxed);
                 self.client
+                    .get()
                     .update_schedule()
                     .name(&schedule.name)
                     .group_name(&self.target.group)
@@ -163,6 +173,7 @@ impl Schedules for EventBridgeSchedules {
         self.requests.fetch_add(1, Ordering::Relaxed);
         match self
             .client
+            .get()
             .delete_schedule()
             .name(name)
             .group_name(&self.target.group)
@@ -189,6 +200,7 @@ impl Schedules for EventBridgeSchedules {
         self.requests.fetch_add(1, Ordering::Relaxed);
         match self
             .client
+            .get()
             .get_schedule()
             .name(name)
             .group_name(&self.target.group)

@@ -6,7 +6,9 @@
 //!
 //! `RUST_LOG` takes `Targets` directives (`warn`, `shared=debug,info`): a
 //! level per target, without `EnvFilter`'s span and field matchers, whose
-//! regex engines would add to every binary.
+//! regex engines would add to every binary. Release builds stop at `debug`:
+//! trace-level call sites are compiled out (`tracing`'s
+//! `release_max_level_debug`), so `trace` there is `debug`.
 
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::filter::Targets;

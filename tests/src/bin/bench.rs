@@ -1,8 +1,10 @@
 //! The benchmarks (`infra/scripts/bench.sh`; `tests::bench`): prints
 //! docs/benchmarks.md's tables and writes them as JSON. Reports; asserts nothing.
 //!
-//! `bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--invocations N] [--starts K]
-//! [--only requests,passes,caching,cold,instructions,sizes]` (`binaries`: the last three)
+//! `bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--doc FILE] [--invocations N]
+//! [--starts K] [--only requests,passes,caching,cold,instructions,sizes]` (`binaries`: the
+//! last three). `--doc` writes each measured section into that file
+//! (docs/benchmarks.md), stamped with the command, commit and machine.
 
 // The SDK futures nest deeply; their layout needs more than the default depth.
 #![recursion_limit = "256"]
@@ -12,7 +14,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use tests::bench::{Options, markdown, run};
 
-const USAGE: &str = "bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--invocations N] [--starts K] [--only requests,passes,caching,cold,instructions,sizes]\n\nThe benchmarks (infra/scripts/bench.sh): prints the tables of docs/benchmarks.md and writes them as JSON.";
+const USAGE: &str = "bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--doc FILE] [--invocations N] [--starts K] [--only requests,passes,caching,cold,instructions,sizes]\n\nThe benchmarks (infra/scripts/bench.sh): prints the tables of docs/benchmarks.md, writes them as JSON, and with --doc into that file's marked sections, stamped with the command, commit and machine.";
 
 fn parse(args: &[String]) -> anyhow::Result<Options> {
     let mut options = Options {
@@ -23,6 +25,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
         invocations: 5,
         starts: 31,
         only: Vec::new(),
+        doc: None,
     };
     let mut args = args.iter();
     while let Some(flag) = args.next() {
@@ -37,6 +40,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
             "--sizes" => options.sizes = value.into(),
             "--arch" => options.arch.clone_from(value),
             "--out" => options.out = value.into(),
+            "--doc" => options.doc = Some(value.into()),
             "--invocations" => options.invocations = number()?,
             "--starts" => options.starts = number()?,
             "--only" => options.only = value.split(',').map(str::to_owned).collect(),
@@ -56,5 +60,9 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", options.out.display()))?;
     println!("{}", markdown(&report));
     eprintln!("bench: wrote {}", options.out.display());
+    if let Some(doc) = &options.doc {
+        tests::bench::write_doc(&report, doc)?;
+        eprintln!("bench: wrote the measured sections of {}", doc.display());
+    }
     Ok(())
 }

@@ -57,3 +57,32 @@ fn the_testing_doc_names_every_fuzz_target() {
         "docs/testing.md says how many: {count}"
     );
 }
+
+/// docs/benchmarks.md's measured tables are `bench.sh`'s to write: each
+/// section's markers stand in order, and what stands between them opens
+/// with the stamp of the command, commit and machine that wrote it.
+#[test]
+fn the_benchmarks_tables_are_the_ones_bench_wrote_with_their_stamps() {
+    let doc = read("docs/benchmarks.md");
+    let mut after = 0;
+    for section in tests::bench::SECTIONS {
+        let open = format!("<!-- bench:{section} -->");
+        let close = format!("<!-- /bench:{section} -->");
+        let start = doc.find(&open).unwrap_or_else(|| panic!("{open} is missing")) + open.len();
+        assert!(start > after, "{open} is out of order");
+        let end = doc[start..]
+            .find(&close)
+            .unwrap_or_else(|| panic!("{close} is missing"))
+            + start;
+        let body = doc[start..end].trim();
+        assert!(
+            body.is_empty() || body.starts_with("*Written by `infra/scripts/bench.sh --only "),
+            "the {section} section was not written by bench.sh: {body:.80}"
+        );
+        assert!(
+            !body.contains("-dirty`"),
+            "the {section} section was measured on changes never committed"
+        );
+        after = end;
+    }
+}
