@@ -124,7 +124,7 @@ impl ScheduleTarget {
 }
 
 /// `TRACES_ENDPOINT`: where the traced functions (create, runner, the
-/// reconcile worker) send their spans (SPEC §14, ARCHITECTURE "Traces").
+/// reconcile worker) send their spans (SPEC §14, docs/design.md "Traces").
 pub const TRACES_ENDPOINT: &str = "TRACES_ENDPOINT";
 
 /// Where a function's spans go, and the service it names.

@@ -34,7 +34,7 @@ pub fn init(directives: Option<String>) {
 
 // ---- Traces ---------------------------------------------------------------
 //
-// SPEC §14 and ARCHITECTURE "Traces": the spans of `crate::trace`, sent as
+// SPEC §14 and docs/design.md "Traces": the spans of `crate::trace`, sent as
 // OTLP/HTTP protobuf to `TRACES_ENDPOINT` (the CloudWatch OTLP endpoint,
 // `https://xray.<region>.amazonaws.com/v1/traces`), signed with SigV4 as
 // `xray` with the function's own credentials. Spans wait in memory (at most
