@@ -93,17 +93,32 @@ pub fn machine() -> String {
 }
 
 /// The commit of the working tree measured, `-dirty` when it has changes
-/// not committed (a figure of those names no commit that reproduces it).
+/// not committed (a figure of those names no commit that reproduces it);
+/// docs/benchmarks.md itself, which the bench writes, does not count.
 pub fn commit() -> String {
-    std::process::Command::new("git")
-        .args(["describe", "--always", "--dirty", "--abbrev=7"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map_or_else(
-            || "unknown".to_owned(),
-            |o| String::from_utf8_lossy(&o.stdout).trim().to_owned(),
-        )
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let Some(head) = git(&["rev-parse", "--short=7", "HEAD"]) else {
+        return "unknown".to_owned();
+    };
+    let changes = git(&[
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ".",
+        ":(exclude)docs/benchmarks.md",
+    ]);
+    match changes {
+        Some(changes) if changes.is_empty() => head,
+        _ => format!("{head}-dirty"),
+    }
 }
 
 pub async fn run(options: &Options) -> anyhow::Result<Report> {

@@ -17,18 +17,18 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::app::change::StepError;
-use crate::app::change::commit;
+use crate::app::change::{Target, commit};
 use crate::app::run_now::{self, Requested, RunNowFailure};
 use crate::domain::approval;
 use crate::domain::bounds::compare;
 use crate::domain::ceiling::{CostCeiling, cost_ceiling};
+use crate::domain::edit::{self, Actor, Decision, Edit};
+use crate::domain::explain::{self, Reader};
 use crate::domain::history::RunView;
-use crate::domain::hold::HoldReason;
 use crate::domain::install::Install;
-use crate::domain::overrides::{OverrideEdit, Overrides};
+use crate::domain::overrides::OverrideEdit;
 use crate::domain::reminder::Principal;
-use crate::domain::schedule::preview::{Fire, next_fires, upcoming};
-use crate::domain::schedule::{Schedule, format_utc};
+use crate::domain::schedule::preview::{Fire, next_fires};
 use crate::domain::skip;
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
 use crate::ports::{QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore};
@@ -115,56 +115,48 @@ pub enum AdminRequest {
         task_id: String,
     },
     Approve {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
         #[serde(default)]
         arguments: BTreeMap<String, String>,
         #[serde(default)]
         bindings: BTreeMap<String, Option<String>>,
     },
     Pause {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
         #[serde(default)]
         note: Option<String>,
     },
     Resume {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
     },
     Delete {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
         #[serde(default)]
         note: Option<String>,
     },
     Restore {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
     },
     /// An approved connector task skips its next occurrence (`domain::skip`).
     SkipNext {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
     },
     /// Takes a skip back before its occurrence comes.
     Unskip {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
     },
     /// One extra occurrence of an approved connector task now
     /// (`app::run_now`), exactly once per key.
     RunNow {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
         idempotency_key: String,
     },
     /// The latest run records of any task of the workspace, newest first.
@@ -181,15 +173,15 @@ impl AdminRequest {
         match self {
             AdminRequest::List { principal, .. }
             | AdminRequest::Get { principal, .. }
-            | AdminRequest::Approve { principal, .. }
-            | AdminRequest::Pause { principal, .. }
-            | AdminRequest::Resume { principal, .. }
-            | AdminRequest::Delete { principal, .. }
-            | AdminRequest::Restore { principal, .. }
-            | AdminRequest::SkipNext { principal, .. }
-            | AdminRequest::Unskip { principal, .. }
-            | AdminRequest::RunNow { principal, .. }
             | AdminRequest::Runs { principal, .. } => principal,
+            AdminRequest::Approve { target, .. }
+            | AdminRequest::Pause { target, .. }
+            | AdminRequest::Resume { target }
+            | AdminRequest::Delete { target, .. }
+            | AdminRequest::Restore { target }
+            | AdminRequest::SkipNext { target }
+            | AdminRequest::Unskip { target }
+            | AdminRequest::RunNow { target, .. } => &target.principal,
         }
     }
 }
@@ -284,105 +276,13 @@ pub enum AdminAnswer {
     },
 }
 
-/// The door's verdict in words: whether and when the task runs next, and why.
-pub fn explain(task: &Task, now: DateTime<Utc>) -> String {
-    let overrides = task.overrides.clone().unwrap_or_default();
-    let who = |o: &Overrides| {
-        format!(
-            "{} on {}",
-            o.by.as_deref().unwrap_or("an admin"),
-            o.at.map(|t| t.format("%Y-%m-%d").to_string()).unwrap_or_default()
-        )
-    };
-    let pending = task.pending.as_ref().map(|p| {
-        let widened: Vec<String> = compare(&task.spec, &p.spec)
-            .iter()
-            .filter(|d| d.widens)
-            .map(|d| d.to_string())
-            .collect();
-        widened.join("; ")
-    });
-    let base = match task.state() {
-        TaskState::Deleted => format!("never runs: deleted by {}", who(&overrides)),
-        TaskState::Completed => format!("completed on {}", task.completed_at.map(format_utc).unwrap_or_default()),
-        TaskState::Paused => {
-            let note = overrides.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
-            // Who paused it, whoever edited the overrides since.
-            let pause = Overrides {
-                by: overrides.pauser().map(str::to_owned).or(overrides.by.clone()),
-                ..overrides.clone()
-            };
-            format!("skipped: paused by {}{note}", who(&pause))
-        }
-        TaskState::Held if task.hold.has(HoldReason::AwaitingApproval) => {
-            "waits for an admin to approve it before its first run".to_owned()
-        }
-        TaskState::Held => {
-            let reasons: Vec<String> = task
-                .hold
-                .entries()
-                .map(|(r, e)| format!("{} ({})", r.as_str(), e.detail))
-                .collect();
-            format!("skipped: held, {}", reasons.join("; "))
-        }
-        TaskState::Scheduled => match upcoming(&task.spec.schedule, now, 2)
-            .into_iter()
-            .find(|at| !skip::skips(skip::pending(task.skip_next.as_ref(), now), *at))
-        {
-            Some(at) => format!("runs next at {}", format_utc(at)),
-            None => "has no further fire time".to_owned(),
-        },
-    };
-    let base = match skip::pending(task.skip_next.as_ref(), now) {
-        Some(skipped) if !matches!(task.state(), TaskState::Deleted | TaskState::Completed) => {
-            format!("{base}; {}", skip::describe(skipped, &skipped.by))
-        }
-        _ => base,
-    };
-    match pending {
-        Some(widened) if !widened.is_empty() => format!("{base}; a release waits for an admin to approve: {widened}"),
-        _ => base,
-    }
+/// The door's verdict in words, as an admin reads it (`domain::explain`).
+fn explain(task: &Task, now: DateTime<Utc>) -> String {
+    explain::explain(task, Reader::Admin, now)
 }
 
-/// What a change whose edit leaves the task as it was does: write it
-/// anyway (a new version, as the overrides and approval always have), or
-/// answer without a write (a skip of the one already skipped).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unchanged {
-    Write,
-    Answer,
-}
-
-/// An operation an admin runs on connector tasks only: a reminder's runs
-/// are its owner's to skip or run (SPEC §11).
-/// Whether an admin may bring a reminder back (`resume`, `restore`): not
-/// one whose time has passed (a one-time instant, or the last day of an
-/// `until`), which could never run and would hold its owner's cap place
-/// for good; not one its owner cancelled, which would run again on their
-/// account against their word. Connector tasks are the admins' own.
-fn revivable(task: &Task, edit: &OverrideEdit, now: DateTime<Utc>) -> Result<(), AdminRefusal> {
-    let Provenance::User { principal: owner } = &task.provenance else {
-        return Ok(());
-    };
-    let overrides = task.overrides.clone().unwrap_or_default();
-    if *edit == OverrideEdit::Restore && overrides.deleter() == Some(owner.as_str()) {
-        return Err(AdminRefusal::InvalidRequest(
-            "its owner cancelled this reminder: only they can create it again".into(),
-        ));
-    }
-    let passed = match task.spec.schedule {
-        Schedule::At { at } => at <= now,
-        _ => task.spec.schedule.is_over(now),
-    };
-    if passed {
-        return Err(AdminRefusal::InvalidRequest(
-            "its time has passed, so it could never run again: its owner can move it with update".into(),
-        ));
-    }
-    Ok(())
-}
-
+/// `run_now` is for connector tasks: a reminder's runs are its owner's to
+/// run (SPEC §11), as its skips are (`domain::edit`).
 fn connector_only(task: &Task, op: &str) -> Result<(), AdminRefusal> {
     match task.kind {
         TaskKind::Connector => Ok(()),
@@ -451,14 +351,13 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
     }
 
     /// `run_now`: one extra occurrence of an approved connector task now.
-    async fn run_now(
-        &self,
-        principal: &Principal,
-        task_id: &str,
-        expected_version: u64,
-        key: &str,
-        now: DateTime<Utc>,
-    ) -> Outcome {
+    async fn run_now(&self, target: &Target, key: &str, now: DateTime<Utc>) -> Outcome {
+        let Target {
+            principal,
+            task_id,
+            expected_version,
+        } = target;
+        let expected_version = *expected_version;
         if let Err(rejection) = crate::domain::reminder::check_id("idempotency_key", key) {
             return Ok(Err(AdminRefusal::InvalidRequest(rejection.to_string())));
         }
@@ -556,147 +455,46 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
         match request {
             AdminRequest::List { limit, cursor, .. } => self.list(&principal, limit, cursor).await,
             AdminRequest::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
+            AdminRequest::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
             AdminRequest::Approve {
-                task_id,
-                expected_version,
+                target,
                 arguments,
                 bindings,
-                ..
             } => {
-                self.change(
-                    &principal,
-                    &task_id,
-                    expected_version,
-                    now,
-                    Unchanged::Write,
-                    |task, installs| {
-                        approval::approve(task, installs, &principal.id, arguments, bindings, now)
-                            .map_err(|e| AdminRefusal::InvalidRequest(e.0))
-                    },
-                )
+                self.change(&target, now, |task, installs| {
+                    let mut approved = task.clone();
+                    approval::approve(&mut approved, installs, &principal.id, arguments, bindings, now)
+                        .map_err(|e| AdminRefusal::InvalidRequest(e.0))?;
+                    Ok(Decision::Write(Box::new(approved)))
+                })
                 .await
             }
-            AdminRequest::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
             AdminRequest::RunNow {
-                task_id,
-                expected_version,
+                target,
                 idempotency_key,
-                ..
-            } => {
-                self.run_now(&principal, &task_id, expected_version, &idempotency_key, now)
-                    .await
-            }
-            AdminRequest::SkipNext {
-                task_id,
-                expected_version,
-                ..
-            } => {
-                self.change(
-                    &principal,
-                    &task_id,
-                    expected_version,
-                    now,
-                    Unchanged::Answer,
-                    |task, _| {
-                        connector_only(task, "skip_next")?;
-                        let skip = skip::skip_next(&task.spec.schedule, task.skip_next.as_ref(), &principal.id, now)
-                            .map_err(|e| AdminRefusal::InvalidRequest(e.to_string()))?;
-                        task.skip_next = Some(skip);
-                        Ok(())
-                    },
-                )
-                .await
-            }
-            AdminRequest::Unskip {
-                task_id,
-                expected_version,
-                ..
-            } => {
-                self.change(
-                    &principal,
-                    &task_id,
-                    expected_version,
-                    now,
-                    Unchanged::Answer,
-                    |task, _| {
-                        connector_only(task, "unskip")?;
-                        if skip::pending(task.skip_next.as_ref(), now).is_some() {
-                            task.skip_next = None;
-                        }
-                        Ok(())
-                    },
-                )
-                .await
-            }
-            // The overrides, each arm named: a new operation is a compile
-            // error here until it is dispatched.
-            AdminRequest::Pause {
-                task_id,
-                expected_version,
-                note,
-                ..
-            } => {
-                let edit = OverrideEdit::Pause { note };
-                self.override_op(&principal, &task_id, expected_version, edit, now)
-                    .await
-            }
-            AdminRequest::Resume {
-                task_id,
-                expected_version,
-                ..
-            } => {
-                self.override_op(&principal, &task_id, expected_version, OverrideEdit::Resume, now)
-                    .await
-            }
-            AdminRequest::Delete {
-                task_id,
-                expected_version,
-                note,
-                ..
-            } => {
-                let edit = OverrideEdit::Delete { note };
-                self.override_op(&principal, &task_id, expected_version, edit, now)
-                    .await
-            }
-            AdminRequest::Restore {
-                task_id,
-                expected_version,
-                ..
-            } => {
-                self.override_op(&principal, &task_id, expected_version, OverrideEdit::Restore, now)
-                    .await
-            }
+            } => self.run_now(&target, &idempotency_key, now).await,
+            AdminRequest::SkipNext { target } => self.edit(&target, Edit::SkipNext, now).await,
+            AdminRequest::Unskip { target } => self.edit(&target, Edit::Unskip, now).await,
+            AdminRequest::Pause { target, note } => self.edit(&target, Edit::Pause { note }, now).await,
+            AdminRequest::Resume { target } => self.edit(&target, Edit::Resume, now).await,
+            AdminRequest::Delete { target, note } => self.edit(&target, Edit::Cancel { note }, now).await,
+            AdminRequest::Restore { target } => self.edit(&target, Edit::Restore, now).await,
         }
     }
 
-    /// `pause`, `resume`, `delete` and `restore`: the admin's overrides.
-    async fn override_op(
-        &self,
-        principal: &Principal,
-        task_id: &str,
-        expected_version: u64,
-        edit: OverrideEdit,
-        now: DateTime<Utc>,
-    ) -> Outcome {
-        if edit == OverrideEdit::Restore
-            && let Err(refusal) = self.restore_fits(principal, task_id, now).await?
+    /// `pause`, `resume`, `delete`, `restore`, `skip_next` and `unskip`:
+    /// the admin's rules are `domain::edit`'s; a restore must also fit its
+    /// owner's cap, which only the store can tell.
+    async fn edit(&self, target: &Target, edit: Edit, now: DateTime<Utc>) -> Outcome {
+        if edit == Edit::Restore
+            && let Err(refusal) = self.restore_fits(&target.principal, &target.task_id, now).await?
         {
             return Ok(Err(refusal));
         }
-        self.change(
-            principal,
-            task_id,
-            expected_version,
-            now,
-            Unchanged::Write,
-            |task, _| {
-                if matches!(edit, OverrideEdit::Resume | OverrideEdit::Restore) {
-                    revivable(task, &edit, now)?;
-                }
-                task.overrides = edit.apply(task.overrides.as_ref(), &principal.id, now);
-                Ok(())
-            },
-        )
+        self.change(target, now, |task, _| {
+            edit::decide(&edit, Actor::Admin(&target.principal.id), task, now)
+                .map_err(|refusal| AdminRefusal::InvalidRequest(refusal.to_string()))
+        })
         .await
     }
 
@@ -782,17 +580,20 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
         }))))
     }
 
-    /// Reads, checks the version, applies `edit`, writes conditionally, and
-    /// puts the schedule in step.
+    /// Reads, checks the version, decides the change, writes it
+    /// conditionally, and puts the schedule in step.
     async fn change(
         &self,
-        principal: &Principal,
-        task_id: &str,
-        expected_version: u64,
+        target: &Target,
         now: DateTime<Utc>,
-        unchanged: Unchanged,
-        edit: impl FnOnce(&mut Task, &BTreeMap<String, Install>) -> Result<(), AdminRefusal>,
+        decide: impl FnOnce(&Task, &BTreeMap<String, Install>) -> Result<Decision, AdminRefusal>,
     ) -> Outcome {
+        let Target {
+            principal,
+            task_id,
+            expected_version,
+        } = target;
+        let expected_version = *expected_version;
         let task = match self.load(principal, task_id).await? {
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),
@@ -810,17 +611,17 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
             .into_iter()
             .map(|i| (i.install_id.clone(), i))
             .collect();
-        let mut updated = task.clone();
-        if let Err(refusal) = edit(&mut updated, &installs) {
-            return Ok(Err(refusal));
-        }
-        if updated == task && unchanged == Unchanged::Answer {
+        let updated = match decide(&task, &installs) {
+            Ok(Decision::Write(updated)) => *updated,
             // Nothing to change (a skip of the one already skipped): no write.
-            return Ok(Ok(AdminAnswer::Changed {
-                task: view(&task),
-                explanation: explain(&task, now),
-            }));
-        }
+            Ok(Decision::Unchanged) => {
+                return Ok(Ok(AdminAnswer::Changed {
+                    task: view(&task),
+                    explanation: explain(&task, now),
+                }));
+            }
+            Err(refusal) => return Ok(Err(refusal)),
+        };
         let updated = match commit(
             &self.store,
             &self.schedules,

@@ -36,6 +36,17 @@ use crate::ports::{
 };
 
 /// A schedule put that could not be brought in step.
+/// What every edit of an existing task names, on both surfaces
+/// (`app::admin`, `app::schedules`): who asks, the task, and the version
+/// they read. Each request variant that edits carries it flattened, so the
+/// wire keeps its fields and every edit's use case takes the one type.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct Target {
+    pub principal: crate::domain::reminder::Principal,
+    pub task_id: String,
+    pub expected_version: u64,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StepError {
     #[error(transparent)]

@@ -27,19 +27,18 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::app::change::StepError;
-use crate::app::change::{Changed, commit, commit_with};
+use crate::app::change::{Changed, Target, commit, commit_with};
 use crate::app::create::{Answer, CreateError, CreateReminder, CreateSettings};
 use crate::app::run_now::{self, Requested, RunNowFailure};
+use crate::domain::edit::{self, Actor, Decision, Edit, EditRefusal};
+use crate::domain::explain::{self, Reader};
 use crate::domain::history::{self, RunView};
 use crate::domain::idempotency::{IdempotencyRecord, Replay};
-use crate::domain::overrides::{OverrideEdit, Overrides};
-use crate::domain::recurrence::{Recurrence, ScheduleView};
+use crate::domain::recurrence::ScheduleView;
 use crate::domain::reminder::{
     CreateRequest, ListCursor, Principal, Rejection, Surface, UpdateInput, WRITE_SCOPE, check_id,
 };
-use crate::domain::schedule::preview::upcoming;
-use crate::domain::schedule::{Schedule, format_utc};
-use crate::domain::skip;
+use crate::domain::schedule::format_utc;
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
 use crate::ports::{
     QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StateFilter, StoreError, TaskCatalog, TaskStore,
@@ -156,44 +155,37 @@ pub enum Request {
     },
     Create(Box<CreateRequest>),
     Update {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
         idempotency_key: String,
         input: Box<UpdateInput>,
     },
     Pause {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
     },
     Resume {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
     },
     Cancel {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
     },
     /// A recurring reminder skips its next occurrence (`domain::skip`).
     SkipNext {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
     },
     /// Takes a skip back before its occurrence comes.
     Unskip {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
     },
     /// One extra occurrence of a recurring reminder now (`app::run_now`).
     RunNow {
-        principal: Principal,
-        task_id: String,
-        expected_version: u64,
+        #[serde(flatten)]
+        target: Target,
         idempotency_key: String,
     },
 }
@@ -223,14 +215,14 @@ impl Request {
             Request::List { principal, .. }
             | Request::Get { principal, .. }
             | Request::Runs { principal, .. }
-            | Request::Run { principal, .. }
-            | Request::Update { principal, .. }
-            | Request::Pause { principal, .. }
-            | Request::Resume { principal, .. }
-            | Request::Cancel { principal, .. }
-            | Request::SkipNext { principal, .. }
-            | Request::Unskip { principal, .. }
-            | Request::RunNow { principal, .. } => principal,
+            | Request::Run { principal, .. } => principal,
+            Request::Update { target, .. }
+            | Request::Pause { target }
+            | Request::Resume { target }
+            | Request::Cancel { target }
+            | Request::SkipNext { target }
+            | Request::Unskip { target }
+            | Request::RunNow { target, .. } => &target.principal,
         }
     }
 }
@@ -288,6 +280,11 @@ impl Op {
             Op::Unskip => "unskip",
             Op::RunNow => "run_now",
         }
+    }
+
+    /// The scope it needs.
+    pub fn scope(self) -> &'static str {
+        if self.writes() { WRITE_SCOPE } else { READ_SCOPE }
     }
 
     /// Whether it writes (and so needs both feature flags).
@@ -375,16 +372,6 @@ pub enum OwnerAnswer {
     Run { run: RunView },
 }
 
-/// A pause, resume, cancel, skip next or unskip.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Switch {
-    Pause,
-    Resume,
-    Cancel,
-    SkipNext,
-    Unskip,
-}
-
 impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> OwnerSchedules<S, G, Q> {
     pub fn new(store: S, schedules: G, queue: Q, settings: SchedulesSettings) -> Self {
         Self {
@@ -436,17 +423,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
 
     async fn dispatch(&self, request: Request, now: DateTime<Utc>) -> Outcome {
         let principal = request.principal().clone();
-        let scope = match request {
-            Request::List { .. } | Request::Get { .. } | Request::Runs { .. } | Request::Run { .. } => READ_SCOPE,
-            Request::Create(_)
-            | Request::Update { .. }
-            | Request::Pause { .. }
-            | Request::Resume { .. }
-            | Request::Cancel { .. }
-            | Request::SkipNext { .. }
-            | Request::Unskip { .. }
-            | Request::RunNow { .. } => WRITE_SCOPE,
-        };
+        let scope = request.op().scope();
         if !principal.holds(scope) {
             return Ok(Err(Refusal::Forbidden(scope)));
         }
@@ -463,125 +440,91 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
             Request::List {
                 state, limit, cursor, ..
             } => self.list(&principal, state, limit, cursor, now).await,
-            Request::Get { task_id, .. } => {
-                let task = match self.owned(&principal, &task_id).await? {
-                    Ok(task) => task,
-                    Err(refusal) => return Ok(Err(refusal)),
-                };
-                Ok(Ok(OwnerAnswer::Detail {
-                    task: Box::new(Detail {
-                        summary: summary(&task, now),
-                        instruction: task.instruction.clone(),
-                        next_runs: next_runs(&task, now, NEXT_RUNS),
-                        explanation: explain(&task, &principal, now),
-                    }),
-                }))
-            }
-            Request::Runs { task_id, limit, .. } => {
-                let limit = match history::runs_limit(limit) {
-                    Ok(limit) => limit,
-                    Err(message) => return Ok(Err(Refusal::invalid(message))),
-                };
-                let task = match self.owned(&principal, &task_id).await? {
-                    Ok(task) => task,
-                    Err(refusal) => return Ok(Err(refusal)),
-                };
-                let runs = self.store().runs(&task.task_id, limit).await?;
-                Ok(Ok(OwnerAnswer::Runs {
-                    runs: runs.iter().map(|r| history::view(r, true)).collect(),
-                }))
-            }
-            Request::Run { task_id, run_id, .. } => {
-                let task = match self.owned(&principal, &task_id).await? {
-                    Ok(task) => task,
-                    Err(refusal) => return Ok(Err(refusal)),
-                };
-                let not_found = || Refusal::NotFound(format!("{task_id}: no run {run_id}"));
-                let Some(occurrence) = crate::domain::occurrence::occurrence_of_run(&run_id, task.task_id.as_str())
-                else {
-                    return Ok(Err(not_found()));
-                };
-                Ok(match self.store().run(&task.task_id, occurrence).await? {
-                    Some(record) => Ok(OwnerAnswer::Run {
-                        run: history::view(&record, true),
-                    }),
-                    None => Err(not_found()),
-                })
-            }
-            Request::Create(request) => {
-                let answer = self
-                    .create
-                    .create_as(*request, Surface::App, Some(self.settings.max_active), now)
-                    .await?;
-                Ok(match answer {
-                    Answer::Created { task, replayed } => Ok(OwnerAnswer::Written {
-                        replayed: Some(replayed),
-                        task: summary(&task, now),
-                    }),
-                    Answer::Rejected(rejection) => Err(rejection.into()),
-                    Answer::Descriptor(_) => Err(Refusal::invalid("unknown op")),
-                })
-            }
+            Request::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
+            Request::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
+            Request::Run { task_id, run_id, .. } => self.run(&principal, &task_id, &run_id).await,
+            Request::Create(request) => self.create(*request, now).await,
             Request::Update {
-                task_id,
-                expected_version,
+                target,
                 idempotency_key,
                 input,
-                ..
-            } => {
-                self.update(&principal, &task_id, expected_version, &idempotency_key, *input, now)
-                    .await
-            }
-            Request::Pause {
-                task_id,
-                expected_version,
-                ..
-            } => {
-                self.switch(&principal, &task_id, expected_version, Switch::Pause, now)
-                    .await
-            }
-            Request::Resume {
-                task_id,
-                expected_version,
-                ..
-            } => {
-                self.switch(&principal, &task_id, expected_version, Switch::Resume, now)
-                    .await
-            }
-            Request::Cancel {
-                task_id,
-                expected_version,
-                ..
-            } => {
-                self.switch(&principal, &task_id, expected_version, Switch::Cancel, now)
-                    .await
-            }
-            Request::SkipNext {
-                task_id,
-                expected_version,
-                ..
-            } => {
-                self.switch(&principal, &task_id, expected_version, Switch::SkipNext, now)
-                    .await
-            }
-            Request::Unskip {
-                task_id,
-                expected_version,
-                ..
-            } => {
-                self.switch(&principal, &task_id, expected_version, Switch::Unskip, now)
-                    .await
-            }
+            } => self.update(&target, &idempotency_key, *input, now).await,
+            Request::Pause { target } => self.switch(&target, Edit::Pause { note: None }, now).await,
+            Request::Resume { target } => self.switch(&target, Edit::Resume, now).await,
+            Request::Cancel { target } => self.switch(&target, Edit::Cancel { note: None }, now).await,
+            Request::SkipNext { target } => self.switch(&target, Edit::SkipNext, now).await,
+            Request::Unskip { target } => self.switch(&target, Edit::Unskip, now).await,
             Request::RunNow {
-                task_id,
-                expected_version,
+                target,
                 idempotency_key,
-                ..
-            } => {
-                self.run_now(&principal, &task_id, expected_version, &idempotency_key, now)
-                    .await
-            }
+            } => self.run_now(&target, &idempotency_key, now).await,
         }
+    }
+
+    /// `get`: the reminder with its instruction, next runs and explanation.
+    async fn get(&self, principal: &Principal, task_id: &str, now: DateTime<Utc>) -> Outcome {
+        let task = match self.owned(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        Ok(Ok(OwnerAnswer::Detail {
+            task: Box::new(Detail {
+                summary: summary(&task, now),
+                instruction: task.instruction.clone(),
+                next_runs: next_runs(&task, now, NEXT_RUNS),
+                explanation: explain::explain(&task, Reader::Owner(&principal.id), now),
+            }),
+        }))
+    }
+
+    /// `runs`: the reminder's latest run records, newest first.
+    async fn runs(&self, principal: &Principal, task_id: &str, limit: Option<u64>) -> Outcome {
+        let limit = match history::runs_limit(limit) {
+            Ok(limit) => limit,
+            Err(message) => return Ok(Err(Refusal::invalid(message))),
+        };
+        let task = match self.owned(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let runs = self.store().runs(&task.task_id, limit).await?;
+        Ok(Ok(OwnerAnswer::Runs {
+            runs: runs.iter().map(|r| history::view(r, true)).collect(),
+        }))
+    }
+
+    /// `run`: one run, by the id the `Scheduled run finished` event names.
+    async fn run(&self, principal: &Principal, task_id: &str, run_id: &str) -> Outcome {
+        let task = match self.owned(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let not_found = || Refusal::NotFound(format!("{task_id}: no run {run_id}"));
+        let Some(occurrence) = crate::domain::occurrence::occurrence_of_run(run_id, task.task_id.as_str()) else {
+            return Ok(Err(not_found()));
+        };
+        Ok(match self.store().run(&task.task_id, occurrence).await? {
+            Some(record) => Ok(OwnerAnswer::Run {
+                run: history::view(&record, true),
+            }),
+            None => Err(not_found()),
+        })
+    }
+
+    /// `create`: create's path, with the owner's cap.
+    async fn create(&self, request: CreateRequest, now: DateTime<Utc>) -> Outcome {
+        let answer = self
+            .create
+            .create_as(request, Surface::App, Some(self.settings.max_active), now)
+            .await?;
+        Ok(match answer {
+            Answer::Created { task, replayed } => Ok(OwnerAnswer::Written {
+                replayed: Some(replayed),
+                task: summary(&task, now),
+            }),
+            Answer::Rejected(rejection) => Err(rejection.into()),
+            Answer::Descriptor(_) => Err(Refusal::invalid("unknown op")),
+        })
     }
 
     /// The principal's own reminder, or `not_found` for anything else.
@@ -645,15 +588,13 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
         }))
     }
 
-    async fn update(
-        &self,
-        principal: &Principal,
-        task_id: &str,
-        expected_version: u64,
-        key: &str,
-        input: UpdateInput,
-        now: DateTime<Utc>,
-    ) -> Outcome {
+    async fn update(&self, target: &Target, key: &str, input: UpdateInput, now: DateTime<Utc>) -> Outcome {
+        let Target {
+            principal,
+            task_id,
+            expected_version,
+        } = target;
+        let expected_version = *expected_version;
         let checked = match input.check() {
             Ok(checked) => checked,
             Err(rejection) => return Ok(Err(rejection.into())),
@@ -752,14 +693,13 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
     }
 
     /// One extra occurrence of a recurring reminder now (`app::run_now`).
-    async fn run_now(
-        &self,
-        principal: &Principal,
-        task_id: &str,
-        expected_version: u64,
-        key: &str,
-        now: DateTime<Utc>,
-    ) -> Outcome {
+    async fn run_now(&self, target: &Target, key: &str, now: DateTime<Utc>) -> Outcome {
+        let Target {
+            principal,
+            task_id,
+            expected_version,
+        } = target;
+        let expected_version = *expected_version;
         if let Err(rejection) = check_id("idempotency_key", key) {
             return Ok(Err(rejection.into()));
         }
@@ -809,14 +749,15 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
         })
     }
 
-    async fn switch(
-        &self,
-        principal: &Principal,
-        task_id: &str,
-        expected_version: u64,
-        switch: Switch,
-        now: DateTime<Utc>,
-    ) -> Outcome {
+    /// A pause, resume, cancel, skip next or unskip: the owner's rules are
+    /// `domain::edit`'s.
+    async fn switch(&self, target: &Target, edit: Edit, now: DateTime<Utc>) -> Outcome {
+        let Target {
+            principal,
+            task_id,
+            expected_version,
+        } = target;
+        let expected_version = *expected_version;
         let task = match self.owned(principal, task_id).await? {
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),
@@ -827,65 +768,11 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
                 current: task.version,
             }));
         }
-        let state = task.state();
-        if switch != Switch::Cancel
-            && let Err(refusal) = still_open(&task)
-        {
-            return Ok(Err(refusal));
-        }
-        let mut updated = task.clone();
-        let edit = match switch {
-            Switch::Pause if state == TaskState::Paused => return Ok(Ok(unchanged(&task, now))),
-            Switch::Pause => Some(OverrideEdit::Pause { note: None }),
-            Switch::Resume if state != TaskState::Paused => return Ok(Ok(unchanged(&task, now))),
-            Switch::Resume => {
-                let overrides = task.overrides.clone().unwrap_or_default();
-                if overrides.pauser().is_some_and(|by| by != principal.id) {
-                    return Ok(Err(Refusal::invalid(
-                        "a workspace admin paused this reminder: only an admin resumes it",
-                    )));
-                }
-                if let Schedule::At { at } = task.spec.schedule
-                    && at <= now
-                {
-                    return Ok(Err(Rejection::Instant(crate::domain::schedule::InstantError::InPast {
-                        at: format_utc(at),
-                        now: format_utc(now),
-                    })
-                    .into()));
-                }
-                if let Some(until) = task.spec.schedule.until()
-                    && task.spec.schedule.is_over(now)
-                {
-                    return Ok(Err(Rejection::InvalidSchedule(format!(
-                        "its last day, {}, has passed, so it cannot be resumed: move it with update",
-                        until.format("%Y-%m-%d")
-                    ))
-                    .into()));
-                }
-                Some(OverrideEdit::Resume)
-            }
-            Switch::Cancel if state == TaskState::Deleted => return Ok(Ok(unchanged(&task, now))),
-            Switch::Cancel => Some(OverrideEdit::Delete { note: None }),
-            Switch::SkipNext => {
-                match skip::skip_next(&task.spec.schedule, task.skip_next.as_ref(), &principal.id, now) {
-                    Ok(skip) if task.skip_next.as_ref() == Some(&skip) => return Ok(Ok(unchanged(&task, now))),
-                    Ok(skip) => updated.skip_next = Some(skip),
-                    Err(why) => return Ok(Err(Refusal::invalid(why.to_string()))),
-                }
-                None
-            }
-            Switch::Unskip if skip::pending(task.skip_next.as_ref(), now).is_none() => {
-                return Ok(Ok(unchanged(&task, now)));
-            }
-            Switch::Unskip => {
-                updated.skip_next = None;
-                None
-            }
+        let updated = match edit::decide(&edit, Actor::Owner(&principal.id), &task, now) {
+            Ok(Decision::Unchanged) => return Ok(Ok(unchanged(&task, now))),
+            Ok(Decision::Write(updated)) => *updated,
+            Err(refusal) => return Ok(Err(owners_refusal(refusal))),
         };
-        if let Some(edit) = edit {
-            updated.overrides = edit.apply(task.overrides.as_ref(), &principal.id, now);
-        }
         let updated = match commit(
             self.store(),
             self.schedules(),
@@ -906,6 +793,16 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
         };
         tracing::info!(task_id = %updated.task_id, version = updated.version, state = updated.state().as_str(), "reminder switched");
         Ok(Ok(unchanged(&updated, now)))
+    }
+}
+
+/// An edit's refusal as the owner's answer names it: a passed time is the
+/// schedule's error, as create's and update's are.
+fn owners_refusal(refusal: EditRefusal) -> Refusal {
+    match refusal {
+        EditRefusal::InstantPassed(e) => Rejection::Instant(e).into(),
+        EditRefusal::UntilPassed { .. } => Rejection::InvalidSchedule(refusal.to_string()).into(),
+        other => Refusal::invalid(other.to_string()),
     }
 }
 
@@ -934,17 +831,11 @@ fn unchanged(task: &Task, now: DateTime<Utc>) -> OwnerAnswer {
     }
 }
 
-/// The next instants it fires at, while it is scheduled.
+/// The next instants it runs at, while it is scheduled, as the answers
+/// spell them.
 fn next_runs(task: &Task, now: DateTime<Utc>, count: usize) -> Vec<String> {
-    if task.state() != TaskState::Scheduled {
-        return Vec::new();
-    }
-    // The occurrence skipped next does not run.
-    let skipped = skip::pending(task.skip_next.as_ref(), now).map(|s| s.occurrence);
-    upcoming(&task.spec.schedule, now, count + 1)
+    explain::next_runs(task, now, count)
         .into_iter()
-        .filter(|at| Some(*at) != skipped)
-        .take(count)
         .map(format_utc)
         .collect()
 }
@@ -959,89 +850,6 @@ pub fn summary(task: &Task, now: DateTime<Utc>) -> Summary {
         next_run_at: next_runs(task, now, 1).into_iter().next(),
         version: task.version,
     }
-}
-
-/// Whether and when the reminder runs next, and why, in words; DST skips
-/// and repeats of a daily or weekly one in the coming year included.
-pub fn explain(task: &Task, principal: &Principal, now: DateTime<Utc>) -> String {
-    let overrides = task.overrides.clone().unwrap_or_default();
-    let who = |o: &Overrides| {
-        let by = match o.by.as_deref() {
-            Some(by) if by == principal.id => "you".to_owned(),
-            Some(_) => "a workspace admin".to_owned(),
-            None => "an admin".to_owned(),
-        };
-        let on =
-            o.at.map(|t| format!(" on {}", t.format("%Y-%m-%d")))
-                .unwrap_or_default();
-        format!("{by}{on}")
-    };
-    let recurrence = Recurrence::of(&task.spec.schedule);
-    let rhythm = recurrence.as_ref().map(Recurrence::describe).unwrap_or_default();
-    let mut text = match task.state() {
-        TaskState::Deleted => format!("never runs: cancelled by {}", who(&overrides)),
-        TaskState::Completed => match task.spec.schedule.until() {
-            Some(until) => format!(
-                "finished on {}: it ran until {}, its last day",
-                task.completed_at.map(format_utc).unwrap_or_default(),
-                until.format("%Y-%m-%d")
-            ),
-            None => format!(
-                "ran on {}; a one-time reminder runs once",
-                task.completed_at.map(format_utc).unwrap_or_default()
-            ),
-        },
-        TaskState::Paused => {
-            // Who paused it, whoever edited the overrides since.
-            let pause = Overrides {
-                by: overrides.pauser().map(str::to_owned).or(overrides.by.clone()),
-                ..overrides.clone()
-            };
-            let mut text = format!("does not run: paused by {}", who(&pause));
-            if let Schedule::At { at } = task.spec.schedule
-                && at <= now
-            {
-                text.push_str(&format!(
-                    "; its time {} has passed, so it cannot be resumed: move it with update",
-                    format_utc(at)
-                ));
-            }
-            if let Some(until) = task.spec.schedule.until()
-                && task.spec.schedule.is_over(now)
-            {
-                text.push_str(&format!(
-                    "; its last day, {}, has passed, so it cannot be resumed: move it with update",
-                    until.format("%Y-%m-%d")
-                ));
-            }
-            text
-        }
-        TaskState::Held => {
-            let reasons: Vec<&str> = task.hold.entries().map(|(r, _)| r.as_str()).collect();
-            format!("does not run: held ({})", reasons.join(", "))
-        }
-        TaskState::Scheduled => match (next_runs(task, now, 1).into_iter().next(), recurrence.is_some()) {
-            (Some(next), true) => format!("runs {rhythm}; next at {next}"),
-            (Some(next), false) => format!("runs once, at {next}"),
-            (None, _) => "has no further run".to_owned(),
-        },
-    };
-    if let Some(skipped) = skip::pending(task.skip_next.as_ref(), now)
-        && !matches!(task.state(), TaskState::Deleted | TaskState::Completed)
-    {
-        let who = if skipped.by == principal.id { "you" } else { "an admin" };
-        text.push_str("; ");
-        text.push_str(&skip::describe(skipped, who));
-    }
-    if let Some(r) = &recurrence
-        && !matches!(task.state(), TaskState::Deleted | TaskState::Completed)
-    {
-        for note in r.notes(now) {
-            text.push_str("; ");
-            text.push_str(&note);
-        }
-    }
-    text
 }
 
 #[cfg(test)]

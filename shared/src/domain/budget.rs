@@ -6,6 +6,33 @@
 //! agent loop never asks the model for more output tokens than the rest of
 //! the per-run budget can pay for. Periods are UTC calendar months of the
 //! occurrence's scheduled time.
+//!
+//! A reservation's life, each step and where it happens (the sums are
+//! DynamoDB update expressions, so each step is one atomic write; the
+//! simulation checks the invariant after every seed, `tests/src/sim.rs`):
+//! 1. **Reserve**, at the claim (`app::run::claim` ->
+//!    `adapters::runs` `claim`): `budget_used[period] += reservation`, on the
+//!    condition `budget_used[period] <= threshold` ([`reservation`],
+//!    [`threshold`]); a claim that does not fit is refused and the
+//!    occurrence skipped `budget_exhausted`.
+//! 2. **Take over** a dead claim (`adapters::runs` `take_over`): the
+//!    crashed attempt's reservation stays committed as `crashed_usd`, and
+//!    the new attempt reserves again within the same condition.
+//! 3. **Settle** (`app::run::settle` -> `adapters::runs` `settle`, one
+//!    transaction with the run record and the account):
+//!    `budget_used[period] += cost - reservation`, the account charged
+//!    `cost` ([`Account`]); the plan is `domain::settlement::plan`.
+//! 4. **Release** (a run given back for load, `adapters::runs` `release`):
+//!    `budget_used[period] -= reservation`, less what crashed attempts
+//!    committed, which stays (`claim::Claim::committed`).
+//! 5. **Pay a dead claim** a skip finds (`app::run::settle`
+//!    `pay_dead_claim`, `adapters::runs` `record_over_dead`): what it
+//!    committed (`Claim::committed`) becomes the skip record's cost and is
+//!    charged to the account, since a crash may have spent it.
+//!
+//! The invariant (docs/design.md, "The budget invariant"): a period's
+//! `budget_used` is its run records' costs plus what its claims hold
+//! (`Claim::committed`).
 
 use std::collections::BTreeMap;
 

@@ -76,7 +76,7 @@ fn the_benchmarks_tables_are_the_ones_bench_wrote_with_their_stamps() {
             + start;
         let body = doc[start..end].trim();
         assert!(
-            body.is_empty() || body.starts_with("*Written by `infra/scripts/bench.sh --only "),
+            body.starts_with("*Written by `infra/scripts/bench.sh --only "),
             "the {section} section was not written by bench.sh: {body:.80}"
         );
         assert!(
