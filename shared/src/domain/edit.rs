@@ -229,10 +229,8 @@ fn apply(
                 now,
             )?);
         }
-        Edit::Unskip => {
-            if skip::pending(task.skip_next.as_ref(), now).is_some() {
-                updated.skip_next = None;
-            }
+        Edit::Unskip if skip::pending(task.skip_next.as_ref(), now).is_some() => {
+            updated.skip_next = None;
         }
         _ => {}
     }
