@@ -50,8 +50,11 @@ forbid "AWS SDK calls stay in shared/src/adapters" 'aws_sdk_[a-z]+::' \
   $(find shared/src -name '*.rs' ! -path 'shared/src/adapters/*') functions/*/src
 # No circle among a folder's modules, no module reaching up to its crate's
 # root (infra/python/module_graph.py).
-for crate_and_folder in "shared/src shared/src/domain" "shared/src shared/src/app" \
-  "infra/local/src infra/local/src" "infra/sat/src infra/sat/src"; do
+# The domain's groups and the modules within each group alike.
+groups=""
+for group in shared/src/domain/*/; do groups="$groups|shared/src ${group%/}"; done
+IFS='|' read -r -a folders <<< "shared/src shared/src/domain$groups|shared/src shared/src/app|infra/local/src infra/local/src|infra/sat/src infra/sat/src"
+for crate_and_folder in "${folders[@]}"; do
   # shellcheck disable=SC2086
   python infra/python/module_graph.py $crate_and_folder
 done

@@ -5,7 +5,7 @@
 //! fails the start with its name. Parsers take a lookup function so tests can
 //! pass a map instead of mutating the process environment.
 
-use crate::domain::limits::{Ceilings, Limits};
+use crate::domain::task::limits::{Ceilings, Limits};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -253,9 +253,9 @@ impl CreateConfig {
 pub const DEFAULT_CATCH_UP_SECONDS: i64 = 3600;
 
 /// The shortest catch-up window the runner accepts: the longest time a
-/// message it returns takes to come back (`domain::redelivery`). A shorter
+/// message it returns takes to come back (`domain::run::redelivery`). A shorter
 /// window would turn every busy or throttled occurrence into `missed`.
-pub const MIN_CATCH_UP_SECONDS: i64 = crate::domain::redelivery::LONGEST_RETURN_SECONDS as i64;
+pub const MIN_CATCH_UP_SECONDS: i64 = crate::domain::run::redelivery::LONGEST_RETURN_SECONDS as i64;
 const _: () = assert!(DEFAULT_CATCH_UP_SECONDS >= MIN_CATCH_UP_SECONDS);
 
 /// `RETENTION_DAYS` when unset (SPEC §3, §9).
@@ -289,8 +289,10 @@ pub const MAX_MODEL_TOKENS_PER_MINUTE: u64 = 1_000_000_000;
 /// Bedrock quota for the model; unset, blank or 0, no pace (a throttled run
 /// backs off on its own). With it, `MODEL_TOKENS_PER_MINUTE` (0 to
 /// [`MAX_MODEL_TOKENS_PER_MINUTE`]; unset, blank or 0, requests only): the
-/// quota's tokens a minute, which the pace counts too (`domain::pace`).
-pub fn pace<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Option<crate::domain::pace::Pace>, ConfigError> {
+/// quota's tokens a minute, which the pace counts too (`domain::run::pace`).
+pub fn pace<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+) -> Result<Option<crate::domain::run::pace::Pace>, ConfigError> {
     const NAME: &str = "MODEL_REQUESTS_PER_MINUTE";
     const TOKENS: &str = "MODEL_TOKENS_PER_MINUTE";
     let tokens = match env.optional(TOKENS) {
@@ -312,7 +314,7 @@ pub fn pace<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Option<crate:
     };
     match text.trim().parse::<u32>() {
         Ok(requests) if requests <= MAX_MODEL_REQUESTS_PER_MINUTE => {
-            Ok(crate::domain::pace::Pace::per_minute(requests).map(|pace| pace.with_tokens(tokens)))
+            Ok(crate::domain::run::pace::Pace::per_minute(requests).map(|pace| pace.with_tokens(tokens)))
         }
         _ => Err(ConfigError::Malformed {
             name: NAME,
@@ -344,16 +346,16 @@ pub struct RunnerConfig {
     /// `AGENT_SCHEDULE_WORKER_ENABLED`
     pub worker_enabled: bool,
     /// `MODEL_ID`: a foundation model id or an inference profile id
-    /// (`domain::model`), checked at start.
+    /// (`domain::run::model`), checked at start.
     pub model_id: String,
     /// `MODEL_PRICES`
-    pub prices: crate::domain::budget::Prices,
+    pub prices: crate::domain::task::budget::Prices,
     /// `CATCH_UP_SECONDS` (default [`DEFAULT_CATCH_UP_SECONDS`], at least
     /// [`MIN_CATCH_UP_SECONDS`], at most [`MAX_CATCH_UP_SECONDS`])
     pub catch_up_seconds: i64,
     /// `CONNECTOR_SECRET_PREFIX`, `ALLOW_LOOPBACK_CONNECTORS`: where a
     /// connector may be and which credential it may have.
-    pub rules: crate::domain::webhook::InstallRules,
+    pub rules: crate::domain::connector::webhook::InstallRules,
     /// `SCHEDULE_CEILINGS`: a run's limits are its spec's, bounded by these.
     pub ceilings: Ceilings,
     /// `RETENTION_DAYS`: run records, and a completed reminder, expire
@@ -362,8 +364,8 @@ pub struct RunnerConfig {
     /// `TRACES_ENDPOINT`
     pub traces: TracesConfig,
     /// `MODEL_REQUESTS_PER_MINUTE`, `MODEL_TOKENS_PER_MINUTE`: the fleet's
-    /// pace of model requests and tokens (`domain::pace`); unset or 0, no pace.
-    pub pace: Option<crate::domain::pace::Pace>,
+    /// pace of model requests and tokens (`domain::run::pace`); unset or 0, no pace.
+    pub pace: Option<crate::domain::run::pace::Pace>,
 }
 
 /// The longest catch-up window: it bounds how long an occurrence's claim
@@ -373,7 +375,7 @@ pub const MAX_CATCH_UP_SECONDS: i64 = 21_600;
 
 impl RunnerConfig {
     /// No `EVENT_BUS_NAME`: the runner sends no event; the table's stream
-    /// carries each settled run to the bus (`domain::notification`).
+    /// carries each settled run to the bus (`domain::run::notification`).
     pub const VARIABLES: [&'static str; 11] = [
         "TABLE_NAME",
         "AGENT_SCHEDULE_WORKER_ENABLED",
@@ -393,14 +395,15 @@ impl RunnerConfig {
     }
 
     pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
-        let prices: std::collections::BTreeMap<String, crate::domain::budget::Price> = env.json("MODEL_PRICES")?;
-        let prices = crate::domain::budget::Prices::new(prices).map_err(|e| ConfigError::Malformed {
+        let prices: std::collections::BTreeMap<String, crate::domain::task::budget::Price> =
+            env.json("MODEL_PRICES")?;
+        let prices = crate::domain::task::budget::Prices::new(prices).map_err(|e| ConfigError::Malformed {
             name: "MODEL_PRICES",
             reason: e.to_string(),
         })?;
         let catch_up_seconds = catch_up_seconds(env)?;
         let model_id = env.required("MODEL_ID")?;
-        crate::domain::model::ModelId::parse(&model_id).map_err(|e| ConfigError::Malformed {
+        crate::domain::run::model::ModelId::parse(&model_id).map_err(|e| ConfigError::Malformed {
             name: "MODEL_ID",
             reason: e.to_string(),
         })?;
@@ -450,20 +453,20 @@ pub fn catch_up_seconds<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<i
 /// may name, for every function that talks to connectors or takes installs.
 pub fn install_rules<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
-) -> Result<crate::domain::webhook::InstallRules, ConfigError> {
+) -> Result<crate::domain::connector::webhook::InstallRules, ConfigError> {
     const PREFIX: &str = "CONNECTOR_SECRET_PREFIX";
     let allow_loopback = match (env.0)("ALLOW_LOOPBACK_CONNECTORS") {
         None => false,
         Some(_) => env.flag("ALLOW_LOOPBACK_CONNECTORS")?,
     };
-    let credentials = crate::domain::install::CredentialPrefix::parse(&env.required(PREFIX)?).map_err(|e| {
+    let credentials = crate::domain::task::install::CredentialPrefix::parse(&env.required(PREFIX)?).map_err(|e| {
         ConfigError::Malformed {
             name: PREFIX,
             reason: e.to_string(),
         }
     })?;
-    Ok(crate::domain::webhook::InstallRules {
-        endpoint: crate::domain::endpoint::EndpointPolicy { allow_loopback },
+    Ok(crate::domain::connector::webhook::InstallRules {
+        endpoint: crate::domain::connector::endpoint::EndpointPolicy { allow_loopback },
         credentials,
     })
 }
@@ -499,7 +502,7 @@ pub struct ReconcileConfig {
     /// `RECONCILE_QUEUE_URL`: the FIFO queue that serialises work per install.
     pub queue_url: String,
     /// `CONNECTOR_SECRET_PREFIX`, `ALLOW_LOOPBACK_CONNECTORS`
-    pub rules: crate::domain::webhook::InstallRules,
+    pub rules: crate::domain::connector::webhook::InstallRules,
     /// `WEBHOOK_SECRET_ARN`: the Standard Webhooks secret in Secrets Manager
     /// (the intake only).
     pub webhook_secret_arn: Option<String>,
@@ -756,7 +759,7 @@ mod tests {
         for (value, pace) in [
             ("0", None),
             (" ", None),
-            ("200", crate::domain::pace::Pace::per_minute(200)),
+            ("200", crate::domain::run::pace::Pace::per_minute(200)),
         ] {
             let mut paced = base.to_vec();
             paced.push(("MODEL_REQUESTS_PER_MINUTE", value));
@@ -882,7 +885,7 @@ mod tests {
     fn the_catch_up_window_is_never_shorter_than_a_return() {
         assert_eq!(
             MIN_CATCH_UP_SECONDS,
-            i64::from(crate::domain::redelivery::LONGEST_RETURN_SECONDS)
+            i64::from(crate::domain::run::redelivery::LONGEST_RETURN_SECONDS)
         );
         let at_bound = [
             ("TABLE_NAME", "tasks"),

@@ -16,16 +16,16 @@ use arbitrary::Unstructured;
 use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, SecondsFormat, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 
-use crate::domain::declaration;
-use crate::domain::limits::Ceilings;
-use crate::domain::occurrence::{RunMessage, occurrence_key};
-use crate::domain::recurrence::Recurrence;
+use crate::domain::connector::declaration;
+use crate::domain::connector::webhook::{Event, TOLERANCE_SECONDS, WebhookError, WebhookSecret};
 use crate::domain::reminder::{self, CreateRequest, Rejection};
+use crate::domain::run::occurrence::{RunMessage, occurrence_key};
 use crate::domain::schedule::cron::Cron;
 use crate::domain::schedule::preview::{self, instants};
+use crate::domain::schedule::recurrence::Recurrence;
 use crate::domain::schedule::{self, Expression, InstantError, Schedule};
+use crate::domain::task::limits::Ceilings;
 use crate::domain::task::{Task, TaskId, TaskKind};
-use crate::domain::webhook::{Event, TOLERANCE_SECONDS, WebhookError, WebhookSecret};
 
 /// One target's check: panics when a property breaks.
 pub type Check = fn(&[u8]);
@@ -51,7 +51,7 @@ pub fn now() -> DateTime<Utc> {
 
 /// SPEC §9's example `SCHEDULE_CEILINGS`.
 fn ceilings() -> Ceilings {
-    Ceilings::new(crate::domain::limits::EXAMPLE_CEILINGS)
+    Ceilings::new(crate::domain::task::limits::EXAMPLE_CEILINGS)
         .unwrap_or_else(|e| panic!("the example ceilings are valid: {e}"))
 }
 
@@ -705,12 +705,15 @@ fn check_schedule(stored: &Schedule, now: DateTime<Utc>) {
     .unwrap_or_else(|e| panic!("its own view {view} is refused: {e}"));
     let until = view
         .get("until")
-        .map(|u| crate::domain::recurrence::parse_until(u).unwrap_or_else(|e| panic!("{e}")));
+        .map(|u| crate::domain::schedule::recurrence::parse_until(u).unwrap_or_else(|e| panic!("{e}")));
     assert_eq!(Recurrence { until, ..again }, recurrence, "{view}");
     let ours = preview::upcoming(stored, now, 4);
     assert_eq!(ours, calendar_reference(&recurrence, now, 4), "{recurrence:?}");
     for at in &ours {
-        assert!(crate::domain::door::is_occurrence(stored, *at), "{at} is not its own");
+        assert!(
+            crate::domain::schedule::preview::is_occurrence(stored, *at),
+            "{at} is not its own"
+        );
         assert!(expression.end_date.is_none_or(|end| *at < end), "{at} after its end");
     }
 }
@@ -722,8 +725,8 @@ fn check_schedule(stored: &Schedule, now: DateTime<Utc>) {
 /// and the `until` date. The fuzz target and `recurrence`'s property test
 /// hold the preview to it.
 pub fn calendar_reference(r: &Recurrence, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
-    use crate::domain::recurrence::Rule;
     use crate::domain::schedule::calendar::MonthDay;
+    use crate::domain::schedule::recurrence::Rule;
     use chrono::{Datelike, NaiveDate};
     let zone = Tz::from_str(&r.timezone).unwrap_or(Tz::UTC);
     let weekday_of = |date: NaiveDate| date.weekday().num_days_from_monday() as u8;

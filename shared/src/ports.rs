@@ -9,10 +9,10 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::idempotency::IdempotencyRecord;
-use crate::domain::pace::Slots;
 use crate::domain::reminder;
-use crate::domain::schedule_definition::{ScheduleDefinition, ScheduleStatus};
+use crate::domain::run::definition::{ScheduleDefinition, ScheduleStatus};
+use crate::domain::run::pace::Slots;
+use crate::domain::task::idempotency::IdempotencyRecord;
 use crate::domain::task::{Task, TaskId};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -162,10 +162,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::domain::agent::{Message, ModelReply, ModelRequest};
-use crate::domain::claim::Claim;
-use crate::domain::install::Install;
-use crate::domain::occurrence::RunRecord;
+use crate::domain::run::agent::{Message, ModelReply, ModelRequest};
+use crate::domain::run::occurrence::RunRecord;
+use crate::domain::task::claim::Claim;
+use crate::domain::task::install::Install;
 
 /// A claim on one occurrence, written on its task item.
 #[derive(Debug, Clone)]
@@ -199,10 +199,10 @@ pub struct Settlement<'a> {
     /// Released from the period budget...
     pub reserved_usd: f64,
     /// ...and replaced by the actual cost, also charged to this account.
-    pub account: Option<&'a crate::domain::budget::Account>,
+    pub account: Option<&'a crate::domain::task::budget::Account>,
     pub record: &'a RunRecord,
-    /// Completes a one-time task (`domain::settlement::plan`).
-    pub complete: Option<crate::domain::settlement::Completion>,
+    /// Completes a one-time task (`domain::run::settlement::plan`).
+    pub complete: Option<crate::domain::run::settlement::Completion>,
     /// Finished claims old enough to forget.
     pub prune: Vec<String>,
 }
@@ -299,8 +299,8 @@ pub trait RunStore: Send + Sync {
     fn record_over_dead(
         &self,
         record: &RunRecord,
-        dead: &crate::domain::claim::Claim,
-        account: Option<&crate::domain::budget::Account>,
+        dead: &crate::domain::task::claim::Claim,
+        account: Option<&crate::domain::task::budget::Account>,
         period: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// The task as it is now (a strongly consistent read): what a skip that
@@ -324,7 +324,7 @@ pub trait RunStore: Send + Sync {
         workspace: &str,
         task_id: &crate::domain::task::TaskId,
         execution_id: &str,
-        completion: &crate::domain::settlement::Completion,
+        completion: &crate::domain::run::settlement::Completion,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Keeps a message that is not a run message, for an operator to read.
@@ -446,7 +446,7 @@ pub struct ServerTool {
 /// A tool's answer: text, JSON and image blocks (see `agent::tool_result`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolOutput {
-    pub content: Vec<crate::domain::agent::Block>,
+    pub content: Vec<crate::domain::run::agent::Block>,
     pub is_error: bool,
 }
 
@@ -467,7 +467,7 @@ pub trait McpSession: Send + Sync {
     /// The full `prompts/list`, all pages, with each prompt's marker.
     fn list_prompts(
         &self,
-    ) -> impl Future<Output = Result<Vec<crate::domain::reconcile::ListedPrompt>, McpError>> + Send;
+    ) -> impl Future<Output = Result<Vec<crate::domain::connector::reconcile::ListedPrompt>, McpError>> + Send;
     /// `tools/call`, its `_meta` carrying the run id (the same on every
     /// attempt of one occurrence), so a server can refuse to repeat a side
     /// effect after a crash.
@@ -486,7 +486,7 @@ pub trait Connectors: Send + Sync {
 
 // ---- Reconcile and admin ------------------------------------------------------
 
-use crate::domain::reconcile::Write;
+use crate::domain::connector::reconcile::Write;
 
 /// The outcome of a write conditional on the version read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -551,7 +551,7 @@ pub trait TaskCatalog: Send + Sync {
 }
 
 /// The two families of the schedulable index (`gsi3`), each in
-/// [`crate::domain::schedule_definition::REMINDER_SHARDS`] shards.
+/// [`crate::domain::run::definition::REMINDER_SHARDS`] shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
@@ -573,7 +573,7 @@ impl Family {
 }
 
 /// The missed-occurrence check's reads and writes (SPEC §14,
-/// `domain::overdue`): tasks by due time, their recorded occurrences, and
+/// `domain::operations::overdue`): tasks by due time, their recorded occurrences, and
 /// `due` moved on without a new version (an owner's or admin's
 /// `expected_version` never moves for it).
 pub trait DueIndex: Send + Sync {
@@ -671,12 +671,12 @@ pub trait WorkQueue: Send + Sync {
 }
 
 /// The runs queue (SQS standard), for an occurrence sent outside the
-/// schedule: a run now (`domain::run_now`), in the message shape Scheduler
-/// delivers (`domain::occurrence::RunMessage`).
+/// schedule: a run now (`domain::task::run_now`), in the message shape Scheduler
+/// delivers (`domain::run::occurrence::RunMessage`).
 pub trait RunQueue: Send + Sync {
     fn send_run(
         &self,
-        message: &crate::domain::occurrence::RunMessage,
+        message: &crate::domain::run::occurrence::RunMessage,
     ) -> impl Future<Output = Result<(), QueueError>> + Send;
 }
 

@@ -7,7 +7,7 @@
 //! `moto_serial.py`, as the stack runs it), `prompts/get` on the project's
 //! rmcp fixture server, `Converse` on the strict stand-in throttling above
 //! R requests per minute, the runner pacing its model requests at P a
-//! minute (`domain::pace`, its slots on the table; P = R unless told, 0 for
+//! minute (`domain::run::pace`, its slots on the table; P = R unless told, 0 for
 //! no pace). `concurrency` pollers each take a batch of
 //! `batch` records, deliver them concurrently and acknowledge or return
 //! them as the runner's handler does (a returned record's visibility
@@ -35,7 +35,7 @@
 //! another workspace, `ws_2`, has that many one-time reminders due at the
 //! same instant, their messages sent after all of the herd's (last in a
 //! queue that hands out in order). Each must run within its catch-up
-//! window (the reminders' lane of the pace, `domain::pace`); the ideal
+//! window (the reminders' lane of the pace, `domain::run::pace`); the ideal
 //! drain is then (N + reminders) / R.
 //!
 //! Checked from the table and the stand-in afterwards, not from what the
@@ -56,9 +56,9 @@ use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
 use serde_json::{Value, json};
 use shared::adapters::redelivery::Returns;
 use shared::app::run::{Disposition, RunSettings, SETTLE_RESERVE_SECONDS};
-use shared::domain::install::InstallScope;
-use shared::domain::pace::Pace;
-use shared::domain::redelivery::return_delay;
+use shared::domain::run::pace::Pace;
+use shared::domain::run::redelivery::return_delay;
+use shared::domain::task::install::InstallScope;
 use tokio::sync::Mutex;
 
 use crate::{RunStack, connector_task, install, run_message};
@@ -517,7 +517,7 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
                     // empty for the longest return (the duplicates it may hold).
                     let idle = *idle_since.get_or_insert_with(Instant::now);
                     let longest = StdDuration::from_secs_f64(
-                        f64::from(shared::domain::redelivery::LONGEST_RETURN_SECONDS) / compression + 1.0,
+                        f64::from(shared::domain::run::redelivery::LONGEST_RETURN_SECONDS) / compression + 1.0,
                     );
                     if settled.load(Ordering::Relaxed) >= settled_needed && idle.elapsed() > longest {
                         return anyhow::Ok(());
@@ -635,8 +635,8 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
     report.run_twice = answers.values().filter(|n| **n > 1).count();
 
     let items = s.t.scan_all().await?;
-    let occurrence = shared::domain::occurrence::occurrence_key(due);
-    let period = shared::domain::budget::period(due);
+    let occurrence = shared::domain::run::occurrence::occurrence_key(due);
+    let period = shared::domain::task::budget::period(due);
     let mut runs: BTreeMap<String, Value> = BTreeMap::new();
     for item in items.iter().filter(|i| i["entity"] == "run") {
         runs.insert(item["task_id"].as_str().unwrap_or_default().to_owned(), item.clone());

@@ -8,11 +8,11 @@
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
-use shared::domain::idempotency::IdempotencyRecord;
-use shared::domain::install::Install;
-use shared::domain::occurrence::RunRecord;
-use shared::domain::pace::Slots;
-use shared::domain::schedule_definition::{ScheduleDefinition, ScheduleStatus};
+use shared::domain::run::definition::{ScheduleDefinition, ScheduleStatus};
+use shared::domain::run::occurrence::RunRecord;
+use shared::domain::run::pace::Slots;
+use shared::domain::task::idempotency::IdempotencyRecord;
+use shared::domain::task::install::Install;
 use shared::domain::task::{Task, TaskId};
 use shared::ports::{
     ClaimAnswer, ClaimRequest, OwnerReminders, PaceAnswer, Release, ReminderInserted, RunStore, ScheduleError,
@@ -100,8 +100,8 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
     fn record_over_dead(
         &self,
         r: &RunRecord,
-        dead: &shared::domain::claim::Claim,
-        account: Option<&shared::domain::budget::Account>,
+        dead: &shared::domain::task::claim::Claim,
+        account: Option<&shared::domain::task::budget::Account>,
         period: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.inner.record_over_dead(r, dead, account, period)
@@ -114,7 +114,7 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
         w: &str,
         t: &TaskId,
         e: &str,
-        c: &shared::domain::settlement::Completion,
+        c: &shared::domain::run::settlement::Completion,
         n: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.inner.complete_unclaimed(w, t, e, c, n)

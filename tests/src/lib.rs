@@ -18,9 +18,9 @@ use local::{LocalAws, Stack};
 use serde_json::{Value, json};
 use shared::adapters::keys::Key;
 use shared::config::{CreateConfig, Flags};
-use shared::domain::limits::{Ceilings, Limits};
+use shared::domain::task::limits::{Ceilings, Limits};
 
-pub const CEILINGS: Limits = shared::domain::limits::EXAMPLE_CEILINGS;
+pub const CEILINGS: Limits = shared::domain::task::limits::EXAMPLE_CEILINGS;
 
 pub struct TestStack {
     pub aws: LocalAws,
@@ -222,11 +222,11 @@ use shared::adapters::bedrock::BedrockModel;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::mcp::McpConnectors;
 use shared::app::run::{RunSettings, Runner};
-use shared::domain::budget::Budget;
-use shared::domain::budget::{Price, Prices};
-use shared::domain::claim::RunStatus;
-use shared::domain::install::{Install, InstallScope, InstallStatus};
 use shared::domain::schedule::Schedule;
+use shared::domain::task::budget::Budget;
+use shared::domain::task::budget::{Price, Prices};
+use shared::domain::task::claim::RunStatus;
+use shared::domain::task::install::{Install, InstallScope, InstallStatus};
 use shared::domain::task::{Provenance, Spec, Task, TaskId, TaskKind};
 
 pub const MODEL: &str = "anthropic.claude-test-v1:0";
@@ -297,7 +297,7 @@ impl RunStack {
     pub async fn run_to(&self, task: &Task, at: DateTime<Utc>, status: RunStatus) -> Value {
         let got = self.deliver_once(task, at).await;
         assert_eq!(got, shared::app::run::Disposition::Ran(status));
-        let occurrence = shared::domain::occurrence::occurrence_key(at);
+        let occurrence = shared::domain::run::occurrence::occurrence_key(at);
         self.run_record(&task.task_id, &occurrence).await.expect("a run record")
     }
 
@@ -343,7 +343,7 @@ impl RunStack {
             .expect("task item")
     }
 
-    pub async fn account(&self, account: &shared::domain::budget::Account, period: &str) -> Option<Value> {
+    pub async fn account(&self, account: &shared::domain::task::budget::Account, period: &str) -> Option<Value> {
         self.t.item_at(Key::account(account, period)).await
     }
 }
@@ -634,7 +634,7 @@ impl TestStack {
         }
         assert_eq!(
             shards,
-            2 * usize::from(shared::domain::schedule_definition::REMINDER_SHARDS)
+            2 * usize::from(shared::domain::run::definition::REMINDER_SHARDS)
         );
         missed
     }
@@ -685,13 +685,13 @@ pub fn admin_principal() -> Value {
     json!({"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]})
 }
 
-pub fn installed(id: &str, server: &str, url: &str, scope: &str) -> shared::domain::webhook::Event {
+pub fn installed(id: &str, server: &str, url: &str, scope: &str) -> shared::domain::connector::webhook::Event {
     serde_json::from_value(json!({"type": "connector.installed", "workspace": "ws_1",
         "install": {"id": id, "server": server, "url": url, "scope": scope, "account": format!("acct_{id}")}}))
     .expect("event")
 }
 
-pub fn event(kind: &str, id: &str) -> shared::domain::webhook::Event {
+pub fn event(kind: &str, id: &str) -> shared::domain::connector::webhook::Event {
     serde_json::from_value(json!({"type": kind, "workspace": "ws_1", "install": {"id": id}})).expect("event")
 }
 

@@ -76,12 +76,12 @@ use shared::adapters::bedrock::BedrockModel;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::mcp::McpConnectors;
 use shared::app::run::{Disposition, RunSettings, Runner, SETTLE_RESERVE_SECONDS};
-use shared::domain::agent::{Message, ModelReply, ModelRequest};
-use shared::domain::budget;
-use shared::domain::install::{Install, InstallScope};
-use shared::domain::occurrence::{RunRecord, occurrence_key, run_id};
-use shared::domain::pace::Slots;
+use shared::domain::run::agent::{Message, ModelReply, ModelRequest};
+use shared::domain::run::occurrence::{RunRecord, occurrence_key, run_id};
+use shared::domain::run::pace::Slots;
 use shared::domain::schedule::Schedule;
+use shared::domain::task::budget;
+use shared::domain::task::install::{Install, InstallScope};
 use shared::domain::task::{Task, TaskId};
 use shared::ports::{
     ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, ModelError, PaceAnswer, Release, RunStore,
@@ -605,7 +605,7 @@ impl<S: RunStore> RunStore for SimStore<S> {
     async fn record_over_dead(
         &self,
         record: &RunRecord,
-        dead: &shared::domain::claim::Claim,
+        dead: &shared::domain::task::claim::Claim,
         account: Option<&budget::Account>,
         period: &str,
     ) -> Result<(), StoreError> {
@@ -619,7 +619,7 @@ impl<S: RunStore> RunStore for SimStore<S> {
         workspace: &str,
         task_id: &TaskId,
         execution_id: &str,
-        completion: &shared::domain::settlement::Completion,
+        completion: &shared::domain::run::settlement::Completion,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         self.0
@@ -707,7 +707,7 @@ impl<T: McpSession> McpSession for SimSession<T> {
     ) -> Result<Vec<ServerTool>, McpError> {
         at(Point::ToolsList, self.inner.list_tools(approved)).await
     }
-    async fn list_prompts(&self) -> Result<Vec<shared::domain::reconcile::ListedPrompt>, McpError> {
+    async fn list_prompts(&self) -> Result<Vec<shared::domain::connector::reconcile::ListedPrompt>, McpError> {
         self.inner.list_prompts().await
     }
     async fn call_tool(&self, name: &str, input: Value, run_id: &str) -> Result<ToolOutput, McpError> {
@@ -1085,7 +1085,7 @@ async fn run_occurrence(
                 Answer::Done(_) => continue,
                 Answer::Crashed => VISIBILITY_SECONDS,
                 Answer::Back(_) | Answer::Error => {
-                    i64::from(shared::domain::redelivery::return_delay(receives, rng.f64()))
+                    i64::from(shared::domain::run::redelivery::return_delay(receives, rng.f64()))
                 }
             };
             if receives >= MAX_RECEIVES {

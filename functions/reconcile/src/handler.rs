@@ -37,7 +37,7 @@ use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::adapters::secrets::{SecretError, SecretsReader};
 use shared::app::reconcile::{Delivery, InstallRules, Reconciler, intake};
 use shared::config::ReconcileConfig;
-use shared::domain::webhook::WebhookSecret;
+use shared::domain::connector::webhook::WebhookSecret;
 
 /// The webhook intake: the store (webhook ids), the work queue, the secret.
 pub struct Intake {

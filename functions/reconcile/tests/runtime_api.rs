@@ -12,7 +12,7 @@ use chrono::Utc;
 use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
 use local::runtime::Launch;
 use serde_json::{Value, json};
-use shared::domain::webhook::WebhookSecret;
+use shared::domain::connector::webhook::WebhookSecret;
 use tests::TestStack;
 use tokio::sync::Mutex;
 

@@ -4,7 +4,7 @@
 //! (a live lease elsewhere, a transient failure, a throttled model) is
 //! returned in the partial batch response; nothing is logged and dropped.
 //! Every returned record, whatever the reason, gets a short visibility
-//! (`domain::redelivery`: the growing return, or for a run the model pace
+//! (`domain::run::redelivery`: the growing return, or for a run the model pace
 //! turned away the time until the pace has room), so it comes back within
 //! the catch-up window instead of after the queue's visibility timeout.
 
@@ -70,15 +70,18 @@ async fn deliver(app: &App, record: &SqsMessage, deadline: DateTime<Utc>) -> Opt
         }
         Err(error) => {
             tracing::error!(message_id = %id, error = %shared::error_chain(&error), "delivery failed; returned to the queue");
-            Some((id, shared::domain::redelivery::return_delay(receives, fastrand::f64())))
+            Some((
+                id,
+                shared::domain::run::redelivery::return_delay(receives, fastrand::f64()),
+            ))
         }
     }
 }
 
 /// The delivery's metrics (CloudWatch EMF).
 fn emit(disposition: &Disposition) {
-    use shared::domain::claim::RunStatus;
-    use shared::domain::door::SkipReason;
+    use shared::domain::run::door::SkipReason;
+    use shared::domain::task::claim::RunStatus;
     match disposition {
         Disposition::Ran(status) => {
             metrics::count("RunsStarted", 1, None);

@@ -83,7 +83,7 @@ async fn the_binary_runs_a_batch_with_partial_failures() {
         "a duplicate of a finished run is acknowledged"
     );
 
-    let occurrence = shared::domain::occurrence::occurrence_key(at);
+    let occurrence = shared::domain::run::occurrence::occurrence_key(at);
     let record = s.run_record(&task.task_id, &occurrence).await.expect("run record");
     assert_eq!(record["status"], "succeeded");
     assert_eq!(s.t.items_of("malformed").await.len(), 1, "the poison message is kept");
@@ -109,9 +109,9 @@ async fn the_binary_runs_a_batch_with_partial_failures() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use shared::domain::claim::{Claim, RunStatus};
-    use shared::domain::occurrence::occurrence_key;
-    use shared::domain::redelivery::return_delay;
+    use shared::domain::run::occurrence::occurrence_key;
+    use shared::domain::run::redelivery::return_delay;
+    use shared::domain::task::claim::{Claim, RunStatus};
     use shared::ports::{ClaimRequest, RunStore};
 
     let s = RunStack::start().await.unwrap();
@@ -129,7 +129,7 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
         started_at: now,
         crashed_usd: 0.0,
     };
-    let period = shared::domain::budget::period(at);
+    let period = shared::domain::task::budget::period(at);
     s.store()
         .claim(&ClaimRequest {
             workspace: &task.workspace,
@@ -222,7 +222,7 @@ fn two_images() -> Vec<rmcp::model::ContentBlock> {
 async fn a_server_flooding_images_cannot_exhaust_the_runners_memory() {
     use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
     use rmcp::model::CallToolResult;
-    use shared::domain::install::InstallScope;
+    use shared::domain::task::install::InstallScope;
     /// The peak a run may reach with its server's flood: the held content's
     /// cap (8 MB), the requests that carry it, one call's answer in flight,
     /// and the process itself.
@@ -256,7 +256,7 @@ async fn a_server_flooding_images_cannot_exhaust_the_runners_memory() {
     task.spec.limits.max_turns = 10;
     task.spec.budget = None;
     s.store().insert_task(&task).await.unwrap();
-    let shots = shared::domain::agent::offered_name("cams", "shots");
+    let shots = shared::domain::run::agent::offered_name("cams", "shots");
     let mut replies: Vec<local::converse::Reply> = (0..8)
         .map(|_| local::converse::Reply::tool(&shots, json!({}), 100, 10))
         .collect();
@@ -276,7 +276,7 @@ async fn a_server_flooding_images_cannot_exhaust_the_runners_memory() {
         .unwrap();
     assert!(failures(&response).is_empty(), "{response}");
     let record = s
-        .run_record(&task.task_id, &shared::domain::occurrence::occurrence_key(at))
+        .run_record(&task.task_id, &shared::domain::run::occurrence::occurrence_key(at))
         .await
         .unwrap();
     assert_eq!(record["status"], "succeeded", "{record}");
@@ -300,7 +300,7 @@ async fn a_server_flooding_images_cannot_exhaust_the_runners_memory() {
         last.matches("\"image\"").count()
     );
     assert!(
-        last.contains(shared::domain::agent::HELD_LEFT_OUT),
+        last.contains(shared::domain::run::agent::HELD_LEFT_OUT),
         "past the run's cap, server content is named, not held"
     );
     let peak = api.process.peak_rss().expect("the runner's peak memory");
@@ -323,7 +323,7 @@ async fn a_server_flooding_images_cannot_exhaust_the_runners_memory() {
 async fn a_server_answering_16_mib_of_numbers_is_bounded_in_bytes_read() {
     use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
     use rmcp::model::CallToolResult;
-    use shared::domain::install::InstallScope;
+    use shared::domain::task::install::InstallScope;
     /// The process, its clients, and one bounded response in flight.
     const PEAK_BOUND: u64 = 160 * 1024 * 1024;
     let s = RunStack::start().await.unwrap();
@@ -377,7 +377,7 @@ async fn a_server_answering_16_mib_of_numbers_is_bounded_in_bytes_read() {
         .await
         .unwrap();
     assert!(failures(&response).is_empty(), "{response}");
-    let key = shared::domain::occurrence::occurrence_key;
+    let key = shared::domain::run::occurrence::occurrence_key;
     let record = s.run_record(&task.task_id, &key(at)).await.unwrap();
     assert_eq!(
         record["status"], "succeeded",
@@ -410,7 +410,7 @@ async fn a_server_answering_16_mib_of_numbers_is_bounded_in_bytes_read() {
 async fn twenty_image_calls_in_one_turn_are_bounded_as_they_arrive() {
     use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
     use rmcp::model::CallToolResult;
-    use shared::domain::install::InstallScope;
+    use shared::domain::task::install::InstallScope;
     const PEAK_BOUND: u64 = 160 * 1024 * 1024;
     let s = RunStack::start().await.unwrap();
     let images = two_images();
@@ -440,7 +440,7 @@ async fn twenty_image_calls_in_one_turn_are_bounded_as_they_arrive() {
     task.spec.limits.max_tool_calls = 20;
     task.spec.budget = None;
     s.store().insert_task(&task).await.unwrap();
-    let shots = shared::domain::agent::offered_name("cams", "shots");
+    let shots = shared::domain::run::agent::offered_name("cams", "shots");
     s.model
         .script([
             local::converse::Reply::ToolUses {
@@ -464,7 +464,7 @@ async fn twenty_image_calls_in_one_turn_are_bounded_as_they_arrive() {
         .unwrap();
     assert!(failures(&response).is_empty(), "{response}");
     let record = s
-        .run_record(&task.task_id, &shared::domain::occurrence::occurrence_key(at))
+        .run_record(&task.task_id, &shared::domain::run::occurrence::occurrence_key(at))
         .await
         .unwrap();
     assert_eq!(record["status"], "succeeded", "{record}");
@@ -472,7 +472,7 @@ async fn twenty_image_calls_in_one_turn_are_bounded_as_they_arrive() {
     let requests = s.model.requests().await;
     let last = requests.last().unwrap().1.to_string();
     assert!(
-        last.contains(shared::domain::agent::HELD_LEFT_OUT),
+        last.contains(shared::domain::run::agent::HELD_LEFT_OUT),
         "past the run's room, results are named, not held"
     );
     assert!(last.matches("\"image\"").count() <= 20);
@@ -541,7 +541,7 @@ async fn the_binary_takes_a_delivery_as_of_its_sent_time_and_refuses_one_not_due
         .await
         .unwrap();
     assert!(failures(&response).is_empty(), "acknowledged: {response}");
-    let occurrence = shared::domain::occurrence::occurrence_key(at);
+    let occurrence = shared::domain::run::occurrence::occurrence_key(at);
     assert!(s.run_record(&task.task_id, &occurrence).await.is_none());
     assert!(
         s.task_item(&task).await["claims"]

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 
 use aws_config::SdkConfig;
 use serde_json::{Value, json};
-use shared::domain::notification::RunFinished;
+use shared::domain::run::notification::RunFinished;
 
 use crate::runtime::RuntimeApi;
 

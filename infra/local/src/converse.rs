@@ -192,7 +192,7 @@ impl Script {
     /// the last point is written, and what lies after it is plain input.
     /// Answers (input, cache write, cache read).
     fn cache_usage(&mut self, model: &str, request: &Value, input: u64) -> (u64, u64, u64) {
-        let Some(minimum) = shared::domain::model::cache_minimum(model) else {
+        let Some(minimum) = shared::domain::run::model::cache_minimum(model) else {
             return (input, 0, 0);
         };
         let now = Instant::now();
@@ -350,16 +350,16 @@ fn check_cache_points(model: &str, request: &Value) -> Result<(), String> {
     if points.is_empty() {
         return Ok(());
     }
-    if shared::domain::model::cache_minimum(model).is_none() {
+    if shared::domain::run::model::cache_minimum(model).is_none() {
         return Err(format!(
             "You invoked an unsupported model or your request did not allow prompt caching: {model} does not support prompt caching (cachePoint at {}).",
             points[0].0
         ));
     }
-    if points.len() > shared::domain::agent::MAX_CACHE_POINTS {
+    if points.len() > shared::domain::run::agent::MAX_CACHE_POINTS {
         return Err(format!(
             "A maximum of {} blocks with cache_control may be provided. Found {}.",
-            shared::domain::agent::MAX_CACHE_POINTS,
+            shared::domain::run::agent::MAX_CACHE_POINTS,
             points.len()
         ));
     }
@@ -371,7 +371,7 @@ fn check_cache_points(model: &str, request: &Value) -> Result<(), String> {
                 "{at}.cachePoint must be {{\"type\": \"default\"}} (and an optional ttl of 5m or 1h)"
             ));
         }
-        if at.starts_with("toolConfig") && !shared::domain::model::caches_tools(model) {
+        if at.starts_with("toolConfig") && !shared::domain::run::model::caches_tools(model) {
             return Err(format!(
                 "{at}: this model does not support a cachePoint among its tools"
             ));
@@ -692,7 +692,7 @@ pub fn validate(model: &str, request: &Value) -> Result<(), String> {
         return Err("inferenceConfig.maxTokens must be at least 1".into());
     }
     // Bedrock refuses a maxTokens above the model's own ceiling.
-    let ceiling = i64::from(shared::domain::model::max_output_tokens(model));
+    let ceiling = i64::from(shared::domain::run::model::max_output_tokens(model));
     if let Some(max) = request["inferenceConfig"]["maxTokens"].as_i64()
         && max > ceiling
     {
@@ -725,7 +725,9 @@ pub fn validate(model: &str, request: &Value) -> Result<(), String> {
                 continue;
             }
             check_block(block, &format!("messages.{i}.content.{j}"))?;
-            if block["toolResult"].get("status").is_some() && !shared::domain::model::takes_tool_result_status(model) {
+            if block["toolResult"].get("status").is_some()
+                && !shared::domain::run::model::takes_tool_result_status(model)
+            {
                 return Err(format!(
                     "messages.{i}.content.{j}.toolResult.status: this model doesn't support the status field of a tool result"
                 ));

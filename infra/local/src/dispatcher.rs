@@ -33,9 +33,9 @@ use aws_config::SdkConfig;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
+use shared::domain::connector::webhook::WebhookSecret;
 use shared::domain::schedule::Expression;
 use shared::domain::schedule::preview::next_cron_fire;
-use shared::domain::webhook::WebhookSecret;
 
 use crate::runtime::RuntimeApi;
 use crate::stack::Stack;
@@ -262,7 +262,7 @@ impl Dispatcher<'_> {
                 .strip_prefix("rate(")
                 .and_then(|r| r.strip_suffix(')'))
                 .unwrap_or_default();
-            let (every, unit) = shared::domain::declaration::parse_rate(rate).context("a rate schedule")?;
+            let (every, unit) = shared::domain::connector::declaration::parse_rate(rate).context("a rate schedule")?;
             let minutes = i64::from(every)
                 * match unit {
                     shared::domain::schedule::RateUnit::Minutes => 1,

@@ -84,7 +84,7 @@ pub const OUTPUT_NAMES: [&str; 13] = [
 
 /// SPEC §9's example ceilings, as `SCHEDULE_CEILINGS` holds them.
 fn example_ceilings() -> String {
-    serde_json::to_value(shared::domain::limits::EXAMPLE_CEILINGS)
+    serde_json::to_value(shared::domain::task::limits::EXAMPLE_CEILINGS)
         .map(|v| v.to_string())
         .unwrap_or_default()
 }
@@ -331,7 +331,7 @@ async fn create_event_bus(sdk: &SdkConfig, sqs: &aws_sdk_sqs::Client, names: &St
         .put_rule()
         .name("capture")
         .event_bus_name(&names.event_bus)
-        .event_pattern(serde_json::json!({"source": [shared::domain::notification::SOURCE]}).to_string())
+        .event_pattern(serde_json::json!({"source": [shared::domain::run::notification::SOURCE]}).to_string())
         .send()
         .await?;
     events
@@ -585,10 +585,10 @@ impl Stack {
 
     /// The rules every function that takes installs or talks to connectors
     /// holds them to, here: loopback servers allowed (local runs only).
-    pub fn install_rules(&self) -> anyhow::Result<shared::domain::webhook::InstallRules> {
-        Ok(shared::domain::webhook::InstallRules {
-            endpoint: shared::domain::endpoint::EndpointPolicy { allow_loopback: true },
-            credentials: shared::domain::install::CredentialPrefix::parse(&self.connector_secret_prefix())?,
+    pub fn install_rules(&self) -> anyhow::Result<shared::domain::connector::webhook::InstallRules> {
+        Ok(shared::domain::connector::webhook::InstallRules {
+            endpoint: shared::domain::connector::endpoint::EndpointPolicy { allow_loopback: true },
+            credentials: shared::domain::task::install::CredentialPrefix::parse(&self.connector_secret_prefix())?,
         })
     }
 

@@ -280,8 +280,8 @@ impl Subscription {
             .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
             .unwrap_or_default();
         let pattern = serde_json::json!({
-            "source": [shared::domain::notification::SOURCE],
-            "detail-type": [shared::domain::notification::DETAIL_TYPE],
+            "source": [shared::domain::run::notification::SOURCE],
+            "detail-type": [shared::domain::run::notification::DETAIL_TYPE],
             "detail": {"task_id": [task_id]},
         });
         let rule_arn = self

@@ -4,12 +4,12 @@
 //! It connects with the same MCP client reconcile uses (`adapters::mcp`:
 //! its timeouts, version negotiation and bounds), reads the whole
 //! `prompts/list` and `tools/list`, and plans the server as a fresh
-//! workspace install with `domain::reconcile::plan`, the one function that
+//! workspace install with `domain::connector::reconcile::plan`, the one function that
 //! decides: each scheduled prompt either becomes a task (held until an
 //! admin approves it) or is refused with reconcile's own reason. Each
 //! marker is also validated against the published JSON Schema, whose
 //! errors point into the marker. The URL rule a deployed reconcile applies
-//! (`domain::endpoint`: public `https://` only) is reported, not enforced:
+//! (`domain::connector::endpoint`: public `https://` only) is reported, not enforced:
 //! the author's server may be on this machine.
 //!
 //! `--dry-run <prompt>` runs the first step of a run: `prompts/get` with
@@ -23,16 +23,16 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use shared::adapters::mcp::{McpClient, McpConnectors};
-use shared::domain::budget::{Budget, Price, Prices};
-use shared::domain::ceiling::{CostCeiling, cost_ceiling};
-use shared::domain::declaration::{MARKER, SCHEMA};
-use shared::domain::endpoint::{EndpointPolicy, connect_endpoint};
-use shared::domain::install::{Install, InstallScope, InstallStatus};
-use shared::domain::limits::{Ceilings, Limits};
-use shared::domain::reconcile::{self, ListedPrompt, ServerView};
+use shared::domain::connector::declaration::{MARKER, SCHEMA};
+use shared::domain::connector::endpoint::{EndpointPolicy, connect_endpoint};
+use shared::domain::connector::reconcile::{self, ListedPrompt, ServerView};
 use shared::domain::schedule::Schedule;
 use shared::domain::schedule::preview::{Fire, dst_changes, next_fires};
 use shared::domain::task::Task;
+use shared::domain::task::budget::{Budget, Price, Prices};
+use shared::domain::task::ceiling::{CostCeiling, cost_ceiling};
+use shared::domain::task::install::{Install, InstallScope, InstallStatus};
+use shared::domain::task::limits::{Ceilings, Limits};
 use shared::ports::McpSession;
 
 use crate::error::SatError;
@@ -40,7 +40,7 @@ use crate::render::{self, Report};
 use crate::resources::Resources;
 
 /// The template's default `ScheduleCeilings` (a test holds them together).
-pub const DEFAULT_CEILINGS: Limits = shared::domain::limits::EXAMPLE_CEILINGS;
+pub const DEFAULT_CEILINGS: Limits = shared::domain::task::limits::EXAMPLE_CEILINGS;
 /// The template's default `ModelId`.
 pub const DEFAULT_MODEL_ID: &str = "global.anthropic.claude-haiku-4-5-20251001-v1:0";
 /// The template's default `ModelPrices`.

@@ -2,7 +2,7 @@
 //! admin function reads it. The task, its explanation in words, its next
 //! fires, its pending bounds and their cost ceilings come from
 //! `app::admin`'s `get`, its recent runs with their reasons from admin
-//! `runs` (`domain::history`), both through the shared DynamoDB adapter:
+//! `runs` (`domain::operations::history`), both through the shared DynamoDB adapter:
 //! nothing here reads an item's attributes itself. Beside them: the
 //! coming year's DST skip and repeat, what the task committed against its
 //! budget this month, and whether Scheduler's schedule is in step with the
@@ -14,15 +14,15 @@ use serde::Serialize;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::admin::{Admin, AdminAnswer, AdminRefusal, AdminRequest, AdminSettings, DiffView, TaskDetail};
-use shared::domain::budget::{Budget, period};
-use shared::domain::ceiling::CostCeiling;
-use shared::domain::door::SkipReason;
-use shared::domain::history::RunView;
-use shared::domain::limits::Limits;
+use shared::domain::operations::history::RunView;
 use shared::domain::reminder::Principal;
+use shared::domain::run::definition::ScheduleDefinition;
+use shared::domain::run::door::SkipReason;
 use shared::domain::schedule::Schedule;
 use shared::domain::schedule::preview::dst_changes;
-use shared::domain::schedule_definition::ScheduleDefinition;
+use shared::domain::task::budget::{Budget, period};
+use shared::domain::task::ceiling::CostCeiling;
+use shared::domain::task::limits::Limits;
 use shared::domain::task::{Provenance, TaskId, TaskKind};
 use shared::ports::{Schedules, TaskCatalog};
 
@@ -38,7 +38,7 @@ struct NoRuns;
 impl shared::ports::RunQueue for NoRuns {
     async fn send_run(
         &self,
-        _message: &shared::domain::occurrence::RunMessage,
+        _message: &shared::domain::run::occurrence::RunMessage,
     ) -> Result<(), shared::ports::QueueError> {
         Err(shared::ports::QueueError {
             operation: "SendMessage",

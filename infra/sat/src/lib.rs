@@ -18,7 +18,7 @@
 //!   times: its tasks get one, and their place in the schedulable index.
 //!
 //! Nothing is decided here that the system decides elsewhere: declarations
-//! go through `domain::reconcile::plan`, a task's explanation through
+//! go through `domain::connector::reconcile::plan`, a task's explanation through
 //! `app::admin`, the first request through `app::run::first_request` and
 //! the Bedrock adapter. Reports are serde structs (`--json`) with a human
 //! form ([`render::Report`]).

@@ -29,7 +29,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 use serde_json::Value;
 use shared::app::reconcile::{Pass, Work};
-use shared::domain::occurrence::RunMessage;
+use shared::domain::run::occurrence::RunMessage;
 
 use crate::aws::{Queues, Received};
 use crate::error::SatError;

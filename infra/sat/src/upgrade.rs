@@ -59,7 +59,7 @@ pub async fn run(args: &UpgradeArgs, resources: &Resources) -> Result<UpgradeRep
         for task in &page.items {
             report.without_due += 1;
             let now = Utc::now();
-            let fires = task.should_fire() && shared::domain::overdue::first_due(task, now).is_some();
+            let fires = task.should_fire() && shared::domain::operations::overdue::first_due(task, now).is_some();
             if !fires {
                 report.not_firing += 1;
                 continue;

@@ -29,8 +29,8 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use shared::adapters::dynamo::DynamoStore;
-use shared::domain::claim::RunStatus;
 use shared::domain::task::TaskId;
+use shared::domain::task::claim::RunStatus;
 use shared::ports::ReminderStore;
 
 use crate::aws::{Queues, Subscription};
@@ -228,7 +228,7 @@ async fn walk(
         format!(
             "run {} {} at {} (scheduled {}), {} attempt(s), {} input and {} output tokens, USD {:.6}{}",
             record.run_id,
-            shared::domain::history::in_words(&record),
+            shared::domain::operations::history::in_words(&record),
             render::utc(record.finished_at),
             record.scheduled_time,
             record.attempts,

@@ -164,7 +164,7 @@ fn sat_reads_only_outputs_the_template_and_the_local_stack_have() {
 fn check_s_defaults_are_the_template_s() {
     let t = template();
     let default = |name: &str| t["Parameters"][name]["Default"].as_str().unwrap().to_owned();
-    let ceilings: shared::domain::limits::Limits = serde_json::from_str(&default("ScheduleCeilings")).unwrap();
+    let ceilings: shared::domain::task::limits::Limits = serde_json::from_str(&default("ScheduleCeilings")).unwrap();
     assert_eq!(ceilings, sat::check::DEFAULT_CEILINGS);
     assert_eq!(default("ModelId"), sat::check::DEFAULT_MODEL_ID);
     let prices: Value = serde_json::from_str(&default("ModelPrices")).unwrap();

@@ -20,7 +20,7 @@ use aws_sdk_bedrockruntime::types::{
 use aws_smithy_types::{Blob, Document, Number};
 use serde_json::Value;
 
-use crate::domain::agent::{Block, ImageFormat, Message, ModelReply, ModelRequest, Role, StopReason};
+use crate::domain::run::agent::{Block, ImageFormat, Message, ModelReply, ModelRequest, Role, StopReason};
 use crate::ports::{Model, ModelError, ModelErrorKind};
 
 /// The error codes that mean load, not a bad request: retried by the run.
@@ -223,7 +223,7 @@ impl BedrockModel {
         model_id: &str,
         request: &ModelRequest,
     ) -> Result<aws_sdk_bedrockruntime::operation::converse::builders::ConverseFluentBuilder, ModelError> {
-        let status = crate::domain::model::takes_tool_result_status(model_id);
+        let status = crate::domain::run::model::takes_tool_result_status(model_id);
         let cache_point = || {
             CachePointBlock::builder()
                 .r#type(CachePointType::Default)
@@ -416,7 +416,7 @@ mod tests {
     /// sends, and nothing is sent (there is no endpoint or credential here).
     #[tokio::test]
     async fn a_request_renders_as_the_wire_body_without_a_call() {
-        use crate::domain::agent::{Message, ToolSpec};
+        use crate::domain::run::agent::{Message, ToolSpec};
         let request = ModelRequest {
             system: "be brief".into(),
             messages: vec![Message::user_text("hello")],

@@ -17,9 +17,9 @@ use super::keys::Family;
 use super::keys::{
     GSI1PK, GSI1SK, GSI3PK, GSI3SK, INDEX, INSTALLED, IndexKey, Key, PK, SCHEDULABLE_INDEX, SK, SchedulableKey,
 };
-use crate::domain::install::Install;
-use crate::domain::occurrence::occurrence_key;
-use crate::domain::reconcile::Write;
+use crate::domain::connector::reconcile::Write;
+use crate::domain::run::occurrence::occurrence_key;
+use crate::domain::task::install::Install;
 use crate::domain::task::{Task, TaskId};
 use crate::ports::{Cursor, DueIndex, Inserted, Page, StoreError, TaskCatalog, Versioned};
 

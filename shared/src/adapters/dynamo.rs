@@ -19,8 +19,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::keys::{ENTITY, IndexKey, Key, OwnerIndexKey, PK, SchedulableKey};
-use crate::domain::budget;
-use crate::domain::idempotency::IdempotencyRecord;
+use crate::domain::task::budget;
+use crate::domain::task::idempotency::IdempotencyRecord;
 use crate::domain::task::{Task, TaskId};
 use crate::ports::{Inserted, OwnerReminders, ReminderInserted, StoreError, TaskStore};
 
@@ -229,7 +229,7 @@ impl DynamoStore {
     }
 
     /// Writes an install as the platform reported it.
-    pub async fn put_install(&self, install: &crate::domain::install::Install) -> Result<(), StoreError> {
+    pub async fn put_install(&self, install: &crate::domain::task::install::Install) -> Result<(), StoreError> {
         self.counted();
         let key = Key::install(&install.workspace, &install.install_id);
         let mut item = to_item(install, &key, "install")?;

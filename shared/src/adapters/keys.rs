@@ -80,7 +80,7 @@ pub const SCHEDULABLE_INDEX: &str = "gsi3";
 pub const GSI3PK: &str = "gsi3pk";
 pub const GSI3SK: &str = "gsi3sk";
 /// The shards of the schedulable-reminder index.
-pub const SCHEDULABLE_SHARDS: u8 = crate::domain::schedule_definition::REMINDER_SHARDS;
+pub const SCHEDULABLE_SHARDS: u8 = crate::domain::run::definition::REMINDER_SHARDS;
 
 /// A primary key: `pk` and `sk`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,8 +129,8 @@ impl Key {
     /// What an account was charged in a month. A principal's and an
     /// install's accounts live in distinct namespaces, so no install account
     /// string can reach a principal's charges.
-    pub fn account(account: &crate::domain::budget::Account, period: &str) -> Self {
-        use crate::domain::budget::Account;
+    pub fn account(account: &crate::domain::task::budget::Account, period: &str) -> Self {
+        use crate::domain::task::budget::Account;
         let pk = match account {
             // Keyed by workspace too since this release: charges written
             // before it stay under `ACCOUNT#PRINCIPAL#<principal>`, which
@@ -168,7 +168,7 @@ impl Key {
         }
     }
 
-    /// The fleet's pace of requests to one model (`domain::pace`).
+    /// The fleet's pace of requests to one model (`domain::run::pace`).
     pub fn pace(model_id: &str) -> Self {
         Self {
             pk: format!("PACE#{model_id}"),
@@ -401,11 +401,17 @@ mod tests {
 
     #[test]
     fn a_principals_account_and_an_installs_cannot_collide() {
-        use crate::domain::budget::Account;
-        let principal = Key::account(&crate::domain::budget::account_of_principal("ws_1", "usr_1"), "2026-12");
+        use crate::domain::task::budget::Account;
+        let principal = Key::account(
+            &crate::domain::task::budget::account_of_principal("ws_1", "usr_1"),
+            "2026-12",
+        );
         assert_eq!(principal.pk, "ACCOUNT#PRINCIPAL#ws_1#usr_1");
         assert_ne!(
-            Key::account(&crate::domain::budget::account_of_principal("ws_2", "usr_1"), "2026-12"),
+            Key::account(
+                &crate::domain::task::budget::account_of_principal("ws_2", "usr_1"),
+                "2026-12"
+            ),
             principal,
             "one principal id in two workspaces is two accounts"
         );

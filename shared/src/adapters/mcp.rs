@@ -34,7 +34,7 @@
 //! Secrets Manager call and a rotated secret is picked up within minutes.
 //!
 //! Trust (SPEC §6): before anything is sent or read, the install's URL is
-//! checked (`domain::endpoint`), its host resolved here and every address it
+//! checked (`domain::connector::endpoint`), its host resolved here and every address it
 //! resolves to checked, and the HTTP client pinned to the checked address
 //! (`reqwest`'s `resolve`), with no proxy and no redirects, so DNS cannot
 //! swap the address after the check. Each connection's client is built on
@@ -62,12 +62,12 @@ use base64::Engine;
 
 use crate::adapters::secrets::SecretsReader;
 use crate::adapters::tls::Tls;
-use crate::domain::agent::{Block, ImageFormat, Message, RUN_ID_META, Role};
-use crate::domain::declaration::MARKER;
-use crate::domain::endpoint::{Endpoint, EndpointPolicy, connect_endpoint};
-use crate::domain::install::Install;
-use crate::domain::reconcile::ListedPrompt;
-use crate::domain::webhook::InstallRules;
+use crate::domain::connector::declaration::MARKER;
+use crate::domain::connector::endpoint::{Endpoint, EndpointPolicy, connect_endpoint};
+use crate::domain::connector::reconcile::ListedPrompt;
+use crate::domain::connector::webhook::InstallRules;
+use crate::domain::run::agent::{Block, ImageFormat, Message, RUN_ID_META, Role};
+use crate::domain::task::install::Install;
 use crate::ports::{Connectors, McpError, McpSession, ServerTool, ToolOutput};
 use crate::trace;
 
@@ -147,7 +147,7 @@ impl Reading {
 }
 
 fn cap(text: &str, max: usize) -> String {
-    crate::domain::occurrence::cap_chars(text, max)
+    crate::domain::run::occurrence::cap_chars(text, max)
 }
 
 fn failed(operation: &'static str, error: ServiceError) -> McpError {

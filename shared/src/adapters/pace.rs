@@ -1,4 +1,4 @@
-//! The model pace's item (`domain::pace`), one per model id on the table
+//! The model pace's item (`domain::run::pace`), one per model id on the table
 //! (`keys::Key::pace`): `next_ms`, `gap_ms`, `changed_ms`. Each write is one
 //! conditional `UpdateItem` that does what the domain's `Slots` says, in
 //! DynamoDB's expression language, so the fleet's instances never read
@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 
 use super::dynamo::{DynamoStore, Item, request_error};
 use super::keys::Key;
-use crate::domain::pace::Slots;
+use crate::domain::run::pace::Slots;
 use crate::ports::{PaceAnswer, StoreError};
 
 const NEXT: &str = "next_ms";

@@ -4,7 +4,7 @@
 use aws_sdk_sqs::Client;
 
 use super::FirstUse;
-use crate::domain::occurrence::RunMessage;
+use crate::domain::run::occurrence::RunMessage;
 use crate::ports::{QueueError, RunQueue, WorkQueue};
 
 /// Its client is built at its first send ([`FirstUse`]): an install's

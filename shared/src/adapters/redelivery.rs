@@ -1,6 +1,6 @@
 //! Returning run messages sooner: `ChangeMessageVisibility` on the record's
 //! own queue (named by the record's `eventSourceARN`), so a record the
-//! runner returns comes back after `domain::redelivery::return_delay`, not
+//! runner returns comes back after `domain::run::redelivery::return_delay`, not
 //! the queue's visibility timeout. Best effort by design: when the call
 //! fails the message still comes back, at the queue's timeout, which the
 //! catch-up window covers (template `CatchUpSeconds`).
@@ -35,7 +35,7 @@ impl Returns {
 
     /// Makes the received message visible again after `seconds`.
     pub async fn return_after(&self, queue_arn: &str, receipt_handle: &str, seconds: i32) -> Result<(), ReturnError> {
-        let url = crate::domain::redelivery::queue_url_of_arn(queue_arn)
+        let url = crate::domain::run::redelivery::queue_url_of_arn(queue_arn)
             .ok_or_else(|| ReturnError::NotAQueue(queue_arn.to_owned()))?;
         self.client
             .get()

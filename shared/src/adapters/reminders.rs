@@ -13,9 +13,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use super::catalog::TaskChange;
 use super::dynamo::{DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
 use super::keys::{GSI2PK, Key, OWNER_INDEX, OwnerIndexKey, PK, SK};
-use crate::domain::idempotency::IdempotencyRecord;
-use crate::domain::occurrence::RunRecord;
-use crate::domain::reconcile::Write;
+use crate::domain::connector::reconcile::Write;
+use crate::domain::run::occurrence::RunRecord;
+use crate::domain::task::idempotency::IdempotencyRecord;
 use crate::domain::task::{Task, TaskId};
 use crate::ports::{ListCursor, OwnedPage, ReminderStore, StateFilter, StoreError, UpdateWritten};
 

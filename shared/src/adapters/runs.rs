@@ -22,7 +22,7 @@
 //! without the completion, so the stored `state` stays `deleted`. The
 //! run record it writes is also the
 //! notification's outbox: the table's stream carries it to the event bus
-//! (`domain::notification`), so the runner sends no event itself.
+//! (`domain::run::notification`), so the runner sends no event itself.
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -33,12 +33,12 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::dynamo::{Cancellation, DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
 use super::keys::{GSI3PK, GSI3SK, Key, PK, SK};
-use crate::domain::claim::{Claim, RunStatus};
-use crate::domain::install::Install;
-use crate::domain::occurrence::{RunRecord, cap_output, occurrence_key};
-use crate::domain::pace::Slots;
-use crate::domain::settlement::Completion;
+use crate::domain::run::occurrence::{RunRecord, cap_output, occurrence_key};
+use crate::domain::run::pace::Slots;
+use crate::domain::run::settlement::Completion;
 use crate::domain::task::Task;
+use crate::domain::task::claim::{Claim, RunStatus};
+use crate::domain::task::install::Install;
 use crate::ports::{
     ClaimAnswer, ClaimRequest, PaceAnswer, Release, RunStore, Settled, Settlement, StoreError, TakeOver, Unclaimed,
 };
@@ -140,7 +140,7 @@ impl DynamoStore {
     /// `runs` by one when a run is recorded.
     fn account_charge(
         &self,
-        account: &crate::domain::budget::Account,
+        account: &crate::domain::task::budget::Account,
         period: &str,
         usd: f64,
         a_run: bool,
@@ -263,7 +263,7 @@ impl DynamoStore {
             .expression_attribute_values(":running", s(RunStatus::Running.as_str()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         if let Some(completion) = &settlement.complete {
-            // The tombstone is `override.deleted` (`domain::overrides`),
+            // The tombstone is `override.deleted` (`domain::task::overrides`),
             // written true by the admin's delete and the owner's cancel, and
             // removed with the whole map when no override is left; the
             // instant (a recurring task's whole schedule) is the one the
@@ -622,7 +622,7 @@ impl RunStore for DynamoStore {
         &self,
         record: &RunRecord,
         dead: &Claim,
-        account: Option<&crate::domain::budget::Account>,
+        account: Option<&crate::domain::task::budget::Account>,
         period: &str,
     ) -> Result<(), StoreError> {
         let key = Key::run(&record.task_id, &record.scheduled_time);
@@ -768,7 +768,10 @@ impl RunStore for DynamoStore {
             (PK.to_owned(), s(&key.pk)),
             (SK.to_owned(), s(&key.sk)),
             ("entity".to_owned(), s("malformed")),
-            ("reason".to_owned(), s(&crate::domain::occurrence::cap_reason(reason))),
+            (
+                "reason".to_owned(),
+                s(&crate::domain::run::occurrence::cap_reason(reason)),
+            ),
             ("body".to_owned(), s(&cap_output(body))),
             ("received_at".to_owned(), s(&crate::domain::schedule::format_utc(now))),
             ("ttl".to_owned(), n((now + Duration::days(MALFORMED_DAYS)).timestamp())),

@@ -19,7 +19,7 @@ use aws_sdk_scheduler::types::{
 };
 
 use crate::config::ScheduleTarget;
-use crate::domain::schedule_definition::{ScheduleDefinition, ScheduleStatus};
+use crate::domain::run::definition::{ScheduleDefinition, ScheduleStatus};
 use crate::ports::{ScheduleError, Schedules};
 
 /// Scheduler keeps retrying a failed delivery to the queue for this long; the
@@ -273,7 +273,7 @@ mod tests {
             Spec {
                 schedule,
                 tools: Default::default(),
-                limits: crate::domain::limits::Limits {
+                limits: crate::domain::task::limits::Limits {
                     max_turns: 1,
                     max_tool_calls: 0,
                     max_output_tokens: 100,
@@ -398,7 +398,7 @@ mod tests {
             until: None,
         });
         assert!(!ScheduleDefinition::for_task(&recurring).unwrap().retired);
-        recurring.overrides = Some(crate::domain::overrides::Overrides {
+        recurring.overrides = Some(crate::domain::task::overrides::Overrides {
             deleted: true,
             ..Default::default()
         });

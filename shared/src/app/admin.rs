@@ -19,17 +19,17 @@ use serde::{Deserialize, Serialize};
 use crate::app::change::StepError;
 use crate::app::change::{Target, commit};
 use crate::app::run_now::{self, Requested, RunNowFailure};
-use crate::domain::approval;
-use crate::domain::bounds::compare;
-use crate::domain::ceiling::{CostCeiling, cost_ceiling};
-use crate::domain::edit::{self, Actor, Decision, Edit};
-use crate::domain::explain::{self, Reader};
-use crate::domain::history::RunView;
-use crate::domain::install::Install;
-use crate::domain::overrides::OverrideEdit;
+use crate::domain::connector::approval;
+use crate::domain::operations::history::RunView;
 use crate::domain::reminder::Principal;
 use crate::domain::schedule::preview::{Fire, next_fires};
-use crate::domain::skip;
+use crate::domain::task::bounds::compare;
+use crate::domain::task::ceiling::{CostCeiling, cost_ceiling};
+use crate::domain::task::edit::{self, Actor, Decision, Edit};
+use crate::domain::task::explain::{self, Reader};
+use crate::domain::task::install::Install;
+use crate::domain::task::overrides::OverrideEdit;
+use crate::domain::task::skip;
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
 use crate::ports::{QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore};
 
@@ -142,7 +142,7 @@ pub enum AdminRequest {
         #[serde(flatten)]
         target: Target,
     },
-    /// An approved connector task skips its next occurrence (`domain::skip`).
+    /// An approved connector task skips its next occurrence (`domain::task::skip`).
     SkipNext {
         #[serde(flatten)]
         target: Target,
@@ -238,7 +238,7 @@ pub struct TaskDetail {
     pub next_fires: Vec<Fire>,
     pub explanation: String,
     /// What the approved bounds, and a pending widening, can cost in a
-    /// month (`domain::ceiling`): an admin sees it before approving.
+    /// month (`domain::task::ceiling`): an admin sees it before approving.
     pub cost_ceiling: CostCeilings,
 }
 
@@ -276,13 +276,13 @@ pub enum AdminAnswer {
     },
 }
 
-/// The door's verdict in words, as an admin reads it (`domain::explain`).
+/// The door's verdict in words, as an admin reads it (`domain::task::explain`).
 fn explain(task: &Task, now: DateTime<Utc>) -> String {
     explain::explain(task, Reader::Admin, now)
 }
 
 /// `run_now` is for connector tasks: a reminder's runs are its owner's to
-/// run (SPEC §11), as its skips are (`domain::edit`).
+/// run (SPEC §11), as its skips are (`domain::task::edit`).
 fn connector_only(task: &Task, op: &str) -> Result<(), AdminRefusal> {
     match task.kind {
         TaskKind::Connector => Ok(()),
@@ -320,9 +320,9 @@ fn admin_task(task: &Task) -> Task {
 
 impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admin<S, G, Q> {
     /// `runs`: the task's latest run records, newest first, with the skip
-    /// and failure reasons in words (`domain::history`).
+    /// and failure reasons in words (`domain::operations::history`).
     async fn runs(&self, principal: &Principal, task_id: &str, limit: Option<u64>) -> Outcome {
-        let limit = match crate::domain::history::runs_limit(limit) {
+        let limit = match crate::domain::operations::history::runs_limit(limit) {
             Ok(limit) => limit,
             Err(message) => return Ok(Err(AdminRefusal::InvalidRequest(message))),
         };
@@ -334,7 +334,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
         Ok(Ok(AdminAnswer::Runs {
             runs: runs
                 .iter()
-                .map(|r| crate::domain::history::view(r, task.kind == TaskKind::Connector))
+                .map(|r| crate::domain::operations::history::view(r, task.kind == TaskKind::Connector))
                 .collect(),
         }))
     }
@@ -483,7 +483,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
     }
 
     /// `pause`, `resume`, `delete`, `restore`, `skip_next` and `unskip`:
-    /// the admin's rules are `domain::edit`'s; a restore must also fit its
+    /// the admin's rules are `domain::task::edit`'s; a restore must also fit its
     /// owner's cap, which only the store can tell.
     async fn edit(&self, target: &Target, edit: Edit, now: DateTime<Utc>) -> Outcome {
         if edit == Edit::Restore

@@ -2,15 +2,15 @@
 //! reminder owner's update, pause, resume and cancel, and reconcile's
 //! planned changes (a new task is inserted, not changed). The caller has read
 //! the task at the version it was shown and applied a typed edit
-//! (`domain::overrides::OverrideEdit`, `domain::reminder`'s checked update,
-//! `domain::approval`); [`commit`] does the rest, the same way for all:
+//! (`domain::task::overrides::OverrideEdit`, `domain::reminder`'s checked update,
+//! `domain::connector::approval`); [`commit`] does the rest, the same way for all:
 //!
 //! 1. the new version and time; a skip of the next occurrence moved to
 //!    the new schedule's next one, or forgotten once spent
-//!    (`domain::skip::carry`); recorded run-now occurrences forgotten
+//!    (`domain::task::skip::carry`); recorded run-now occurrences forgotten
 //!    when the schedule changed or the task stopped running
-//!    (`domain::run_now::carry`);
-//! 2. the order of the two writes (`domain::schedule_definition::Order`):
+//!    (`domain::task::run_now::carry`);
+//! 2. the order of the two writes (`domain::run::definition::Order`):
 //!    a schedule that must fire again, elsewhere or never is put first;
 //! 3. the task written conditionally on the version read, exactly the
 //!    attributes the edit changed (`Write::change`; the store derives them
@@ -26,11 +26,11 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::domain::idempotency::IdempotencyRecord;
-use crate::domain::reconcile::Write;
-use crate::domain::schedule_definition::{Order, ScheduleDefinition};
+use crate::domain::connector::reconcile::Write;
+use crate::domain::run::definition::{Order, ScheduleDefinition};
+use crate::domain::task::idempotency::IdempotencyRecord;
 use crate::domain::task::{Provenance, Task};
-use crate::domain::{run_now, skip};
+use crate::domain::{task::run_now, task::skip};
 use crate::ports::{
     ReminderStore, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, UpdateWritten, Versioned,
 };

@@ -36,13 +36,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::Flags;
-use crate::domain::descriptor::tool_descriptor;
-use crate::domain::idempotency::Replay;
-use crate::domain::limits::Ceilings;
 use crate::domain::payload::Payload;
+use crate::domain::reminder::descriptor::tool_descriptor;
 use crate::domain::reminder::{CreateRequest, Rejection, Surface};
+use crate::domain::run::definition::ScheduleDefinition;
 use crate::domain::schedule::{Schedule, format_utc};
-use crate::domain::schedule_definition::ScheduleDefinition;
+use crate::domain::task::idempotency::Replay;
+use crate::domain::task::limits::Ceilings;
 use crate::domain::task::{Task, TaskId};
 use crate::ports::{ReminderInserted, ScheduleError, Schedules, StoreError, TaskStore};
 use crate::trace::{Tracer, key};

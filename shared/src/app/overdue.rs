@@ -1,5 +1,5 @@
 //! The missed-occurrence check (SPEC §14): every task whose `due` lies
-//! before the cutoff (`domain::overdue::cutoff`: its catch-up window and a
+//! before the cutoff (`domain::operations::overdue::cutoff`: its catch-up window and a
 //! margin ago) is judged against its run records and claims; each
 //! occurrence with no outcome is recorded `skipped` (never delivered, or
 //! never finished) the way the runner's door records a skip (a skip sends
@@ -26,11 +26,11 @@ use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
 use crate::app::run::record_skip;
-use crate::domain::door::SkipReason;
-use crate::domain::occurrence::{Delivery, RunMessage, occurrence_key};
-use crate::domain::overdue::{self, CHECK_EXECUTION_ID, Trace};
+use crate::domain::operations::overdue::{self, CHECK_EXECUTION_ID, Trace};
+use crate::domain::run::definition::REMINDER_SHARDS;
+use crate::domain::run::door::SkipReason;
+use crate::domain::run::occurrence::{Delivery, RunMessage, occurrence_key};
 use crate::domain::schedule::Schedule;
-use crate::domain::schedule_definition::REMINDER_SHARDS;
 use crate::domain::task::{Task, TaskKind};
 use crate::ports::{DueIndex, Family, RunStore, StoreError};
 

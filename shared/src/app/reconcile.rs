@@ -21,18 +21,18 @@ use chrono::{DateTime, Duration, Utc};
 
 use crate::app::overdue::{CheckSettings, adopt, check_shard};
 
-use crate::domain::install::{Install, InstallStatus};
-use crate::domain::limits::Ceilings;
-use crate::domain::reconcile::{self, ServerView, Write};
+use crate::domain::connector::reconcile::{self, ServerView, Write};
+use crate::domain::task::install::{Install, InstallStatus};
+use crate::domain::task::limits::Ceilings;
 use crate::domain::task::{Provenance, Task, TaskId};
 use serde::{Deserialize, Serialize};
 
 use crate::app::change::{StepError, put_in_step};
 use crate::app::mcp_step;
-use crate::domain::schedule_definition::ScheduleDefinition;
+pub use crate::domain::connector::webhook::InstallRules;
+use crate::domain::connector::webhook::{Event, InstallRef, WebhookError, WebhookSecret};
+use crate::domain::run::definition::ScheduleDefinition;
 use crate::domain::task::{TaskKind, TaskState};
-pub use crate::domain::webhook::InstallRules;
-use crate::domain::webhook::{Event, InstallRef, WebhookError, WebhookSecret};
 use crate::ports::{
     Connectors, Cursor, DueIndex, McpError, McpSession, QueueError, ReminderStore, RunStore, ScheduleError, Schedules,
     StoreError, TaskCatalog, TaskStore, Versioned, WorkQueue,
@@ -494,7 +494,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
             Work::Pass(Pass::Overdue) => {
                 let check = now.timestamp_millis();
                 for family in crate::ports::Family::ALL {
-                    for shard in 0..crate::domain::schedule_definition::REMINDER_SHARDS {
+                    for shard in 0..crate::domain::run::definition::REMINDER_SHARDS {
                         self.enqueue_pass(&Pass::OverdueShard {
                             family,
                             shard,
@@ -565,7 +565,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
         self.enqueue_pass(&Pass::Installs { pass, after: None }).await?;
         // Each shard's pages run in their own message group: in parallel
         // across the worker's concurrency, in order within a shard.
-        for shard in 0..crate::domain::schedule_definition::REMINDER_SHARDS {
+        for shard in 0..crate::domain::run::definition::REMINDER_SHARDS {
             self.enqueue_pass(&Pass::Reminders {
                 pass,
                 shard,
@@ -574,7 +574,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
             .await?;
         }
         tracing::info!("queued the daily pass's first pages");
-        Ok(1 + usize::from(crate::domain::schedule_definition::REMINDER_SHARDS))
+        Ok(1 + usize::from(crate::domain::run::definition::REMINDER_SHARDS))
     }
 
     /// Queues a page of the pass. Its dedup id names the pass and the page
@@ -606,7 +606,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
             return Ok(());
         };
         if let Some(mut install) = TaskCatalog::install(&self.store, &workspace, &install_id).await? {
-            install.last_error = Some(crate::domain::occurrence::cap_reason(&format!(
+            install.last_error = Some(crate::domain::run::occurrence::cap_reason(&format!(
                 "{}: {reason}",
                 crate::domain::schedule::format_utc(now)
             )));

@@ -8,7 +8,7 @@
 //!    (a crash after the write and before the send); another input under
 //!    the key is a conflict.
 //! 2. **Occurrence**: a whole second from now that is none of the task's
-//!    (`domain::run_now::occurrence`), recorded on the task.
+//!    (`domain::task::run_now::occurrence`), recorded on the task.
 //! 3. **Door**: the door's verdict on that occurrence of the task as it
 //!    would be; any skip (paused, held, cancelled, completed, uninstalled)
 //!    refuses the request with the door's reason, and nothing is written.
@@ -24,14 +24,14 @@ use sha2::{Digest, Sha256};
 
 use crate::app::change::StepError;
 use crate::app::change::{Changed, commit_with};
-use crate::domain::door::{Facts, TaskFacts, Verdict, verdict};
-use crate::domain::idempotency::{Fingerprint, IdempotencyRecord, Replay};
-use crate::domain::install::Install;
-use crate::domain::occurrence::{RunMessage, occurrence_key, run_id};
 use crate::domain::reminder::Principal;
-use crate::domain::run_now::{self, RunNow};
+use crate::domain::run::door::{Facts, TaskFacts, Verdict, verdict};
+use crate::domain::run::occurrence::{RunMessage, occurrence_key, run_id};
 use crate::domain::schedule::format_utc;
 use crate::domain::task::Task;
+use crate::domain::task::idempotency::{Fingerprint, IdempotencyRecord, Replay};
+use crate::domain::task::install::Install;
+use crate::domain::task::run_now::{self, RunNow};
 use crate::ports::{QueueError, ReminderStore, RunQueue, Schedules, StoreError, TaskCatalog, TaskStore};
 
 /// How a run now ended.

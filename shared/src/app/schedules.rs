@@ -30,15 +30,15 @@ use crate::app::change::StepError;
 use crate::app::change::{Changed, Target, commit, commit_with};
 use crate::app::create::{Answer, CreateError, CreateReminder, CreateSettings};
 use crate::app::run_now::{self, Requested, RunNowFailure};
-use crate::domain::edit::{self, Actor, Decision, Edit, EditRefusal};
-use crate::domain::explain::{self, Reader};
-use crate::domain::history::{self, RunView};
-use crate::domain::idempotency::{IdempotencyRecord, Replay};
-use crate::domain::recurrence::ScheduleView;
+use crate::domain::operations::history::{self, RunView};
 use crate::domain::reminder::{
     CreateRequest, ListCursor, Principal, Rejection, Surface, UpdateInput, WRITE_SCOPE, check_id,
 };
 use crate::domain::schedule::format_utc;
+use crate::domain::schedule::recurrence::ScheduleView;
+use crate::domain::task::edit::{self, Actor, Decision, Edit, EditRefusal};
+use crate::domain::task::explain::{self, Reader};
+use crate::domain::task::idempotency::{IdempotencyRecord, Replay};
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
 use crate::ports::{
     QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StateFilter, StoreError, TaskCatalog, TaskStore,
@@ -172,7 +172,7 @@ pub enum Request {
         #[serde(flatten)]
         target: Target,
     },
-    /// A recurring reminder skips its next occurrence (`domain::skip`).
+    /// A recurring reminder skips its next occurrence (`domain::task::skip`).
     SkipNext {
         #[serde(flatten)]
         target: Target,
@@ -500,7 +500,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
             Err(refusal) => return Ok(Err(refusal)),
         };
         let not_found = || Refusal::NotFound(format!("{task_id}: no run {run_id}"));
-        let Some(occurrence) = crate::domain::occurrence::occurrence_of_run(run_id, task.task_id.as_str()) else {
+        let Some(occurrence) = crate::domain::run::occurrence::occurrence_of_run(run_id, task.task_id.as_str()) else {
             return Ok(Err(not_found()));
         };
         Ok(match self.store().run(&task.task_id, occurrence).await? {
@@ -677,7 +677,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
         &self,
         principal: &Principal,
         record: &IdempotencyRecord,
-        fingerprint: &crate::domain::idempotency::Fingerprint,
+        fingerprint: &crate::domain::task::idempotency::Fingerprint,
         now: DateTime<Utc>,
     ) -> Outcome {
         match record.replay(fingerprint) {
@@ -750,7 +750,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
     }
 
     /// A pause, resume, cancel, skip next or unskip: the owner's rules are
-    /// `domain::edit`'s.
+    /// `domain::task::edit`'s.
     async fn switch(&self, target: &Target, edit: Edit, now: DateTime<Utc>) -> Outcome {
         let Target {
             principal,

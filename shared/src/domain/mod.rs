@@ -1,52 +1,38 @@
 //! The domain: what the spec names, as pure code. No I/O, no AWS SDK, the
 //! clock passed in as `now`. `cargo check -p shared --no-default-features`
 //! proves it builds without the SDK.
+//!
+//! Grouped by what each part serves, each folder opening with its
+//! invariants; a group names only the groups above it in this list, so
+//! there is no circle among them (the graph test below, and
+//! `infra/python/module_graph.py` in `test.sh`, for the groups and within
+//! each):
+//! - [`schedule`]: instants and expressions, Scheduler's rules, a
+//!   reminder's recurrence;
+//! - [`task`]: the task item and what it carries: limits, budget and its
+//!   claims, holds, overrides and their edits, skips, run nows, installs;
+//! - [`run`]: an occurrence's delivery: the message, the door, the agent
+//!   loop, the settle, the model pace, the schedule a task fires by;
+//! - [`operations`]: what operators and people read back: the
+//!   missed-occurrence check, run history;
+//! - [`reminder`]: the create contract and a reminder's rules;
+//! - [`connector`]: declarations, reconcile's plan, approvals, bindings,
+//!   webhooks and the connector URL rule;
+//! - [`payload`]: invoke payloads decoded strictly, for every surface.
 
-pub mod agent;
-pub mod agent_loop;
-pub mod approval;
-pub mod binding;
-pub mod bounds;
-pub mod budget;
-pub mod ceiling;
-pub mod claim;
-pub mod declaration;
-pub mod descriptor;
-pub mod door;
-pub mod edit;
-pub mod endpoint;
-pub mod explain;
-pub mod history;
-pub mod hold;
-pub mod idempotency;
-pub mod install;
-pub mod limits;
-pub mod model;
-pub mod notification;
-pub mod occurrence;
-pub mod overdue;
-pub mod overrides;
-pub mod pace;
+pub mod connector;
+pub mod operations;
 pub mod payload;
-pub mod reconcile;
-// Test-only: the reconcile model check (no test executable of its own:
-// each links the AWS SDK, and CI's disk is finite).
-#[cfg(test)]
-mod reconcile_model;
-pub mod recurrence;
-pub mod redelivery;
 pub mod reminder;
-pub mod run_now;
+pub mod run;
 pub mod schedule;
-pub mod schedule_definition;
-pub mod settlement;
-pub mod skip;
 pub mod task;
-pub mod webhook;
 
-/// The module graph of the domain, read from its source: which modules name
-/// which (`use super::x`, `crate::domain::x`, in code and tests alike). It
-/// must be acyclic, so a concept the others build on stays below them.
+/// The module graph of the domain's groups, read from their source: which
+/// name which (`use super::x`, `crate::domain::x`, in code and tests alike).
+/// It must be acyclic, so a concept the others build on stays below them;
+/// `test.sh` checks the modules within each group the same way
+/// (`infra/python/module_graph.py`).
 #[cfg(test)]
 mod graph {
     use std::collections::{BTreeMap, BTreeSet};
@@ -178,8 +164,8 @@ mod graph {
     #[test]
     fn the_domain_module_graph_has_no_cycle() {
         let graph = graph();
-        assert!(graph["occurrence"].contains("task"), "the graph is read: {graph:?}");
-        assert!(graph["task"].contains("claim") && graph["task"].contains("budget"));
+        assert!(graph["run"].contains("task"), "the graph is read: {graph:?}");
+        assert!(graph["task"].contains("schedule") && graph["connector"].contains("run"));
         if let Some(cycle) = cycle(&graph) {
             panic!(
                 "the domain's modules name each other in a circle: {}",

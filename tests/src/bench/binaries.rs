@@ -54,7 +54,7 @@ impl Bench {
                 ("AGENT_SCHEDULE_WORKER_ENABLED", "true".to_owned()),
                 (
                     "SCHEDULE_CEILINGS",
-                    serde_json::to_string(&shared::domain::limits::EXAMPLE_CEILINGS)?,
+                    serde_json::to_string(&shared::domain::task::limits::EXAMPLE_CEILINGS)?,
                 ),
                 ("MODEL_ID", crate::MODEL.to_owned()),
                 (
@@ -267,7 +267,7 @@ async fn cold_payloads(bench: &Bench, deployed: &Deployed, n: usize) -> anyhow::
                 .collect()
         }
         "reconcile (intake)" => {
-            let secret = shared::domain::webhook::WebhookSecret::parse(&bench.s.t.stack.webhook_secret)
+            let secret = shared::domain::connector::webhook::WebhookSecret::parse(&bench.s.t.stack.webhook_secret)
                 .context("the stack's webhook secret")?;
             let body =
                 json!({"type": "prompts.list_changed", "workspace": "ws_1", "install": {"id": "ins_1"}}).to_string();

@@ -14,10 +14,10 @@ use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde::Serialize;
 use serde_json::{Value, json};
-use shared::domain::agent::offered_name;
-use shared::domain::budget::{Budget, Price, Prices, Tokens};
-use shared::domain::install::InstallScope;
-use shared::domain::occurrence::occurrence_key;
+use shared::domain::run::agent::offered_name;
+use shared::domain::run::occurrence::occurrence_key;
+use shared::domain::task::budget::{Budget, Price, Prices, Tokens};
+use shared::domain::task::install::InstallScope;
 
 use crate::{RunStack, connector_task, install, run_message, run_settings};
 
@@ -141,7 +141,7 @@ pub async fn measure() -> anyhow::Result<Vec<CacheRow>> {
         let uncached = input_cost(Tokens::plain(whole, 0));
         rows.push(CacheRow {
             model: model.to_owned(),
-            cache_minimum: shared::domain::model::cache_minimum(model).unwrap_or_default(),
+            cache_minimum: shared::domain::run::model::cache_minimum(model).unwrap_or_default(),
             turns: TURNS,
             input_tokens: tokens.input,
             cache_write_tokens: tokens.cache_write,

@@ -27,9 +27,9 @@ use serde::Serialize;
 use shared::adapters::dynamo::task_item;
 use shared::adapters::keys::SchedulableKey;
 use shared::app::reconcile::{PASS_PAGE, Pass, Work};
-use shared::domain::install::InstallScope;
-use shared::domain::schedule_definition::REMINDER_SHARDS;
+use shared::domain::run::definition::REMINDER_SHARDS;
 use shared::domain::task::TaskId;
+use shared::domain::task::install::InstallScope;
 
 use crate::{TestReconciler, TestStack, install, reminder};
 
@@ -209,7 +209,7 @@ async fn seed_reminders(t: &TestStack, n: usize) -> anyhow::Result<(Vec<usize>, 
         task.workspace = workspace;
         task.provenance = shared::domain::task::Provenance::User { principal };
         // Due at its instant, as create sets it.
-        shared::domain::overdue::refresh_due(None, &mut task, Utc::now());
+        shared::domain::operations::overdue::refresh_due(None, &mut task, Utc::now());
         shards[usize::from(SchedulableKey::shard_of(task.task_id.as_str()))] += 1;
         let item = task_item(&task)?;
         bytes = bytes.max(item_bytes(&item));

@@ -12,10 +12,10 @@ use shared::adapters::keys::Key;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::admin::Admin;
 use shared::app::run::Disposition;
-use shared::domain::install::InstallScope;
-use shared::domain::overrides::Overrides;
 use shared::domain::payload::Payload;
 use shared::domain::task::TaskId;
+use shared::domain::task::install::InstallScope;
+use shared::domain::task::overrides::Overrides;
 
 use crate::{
     ENABLED, RunStack, admin_principal, connector_task, create_request, event, install, installed, reminder,

@@ -19,7 +19,7 @@
 use anyhow::{Context, bail};
 use serde_json::json;
 use shared::adapters::mcp::McpConnectors;
-use shared::domain::endpoint::EndpointPolicy;
+use shared::domain::connector::endpoint::EndpointPolicy;
 use shared::ports::McpSession;
 
 /// The run id a call carries (a scheduled run's, here a fixed one).

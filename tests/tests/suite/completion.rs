@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::run::Disposition;
-use shared::domain::claim::RunStatus;
-use shared::domain::occurrence::occurrence_key;
-use shared::domain::schedule_definition::ScheduleDefinition;
+use shared::domain::run::definition::ScheduleDefinition;
+use shared::domain::run::occurrence::occurrence_key;
+use shared::domain::task::claim::RunStatus;
 use shared::ports::{RunStore, Schedules, Settled, Settlement, StoreError, TaskStore};
 use tests::intercept::{Intercepted, RunStoreHook};
 use tests::{AdminFunction, RunStack, admin_principal, reminder, run_message, run_settings};
@@ -139,7 +139,7 @@ async fn a_reminder_deleted_while_its_run_runs_is_recorded_and_stays_deleted() {
     );
     let account = s
         .account(
-            &shared::domain::budget::account_of_principal("ws_1", "usr_123"),
+            &shared::domain::task::budget::account_of_principal("ws_1", "usr_123"),
             &period,
         )
         .await

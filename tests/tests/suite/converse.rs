@@ -10,10 +10,12 @@ use rmcp::model::{CallToolResult, ContentBlock, PromptMessage, ResourceContents,
 use serde_json::{Value, json};
 use shared::adapters::bedrock::BedrockModel;
 use shared::app::run::Disposition;
-use shared::domain::agent::{Block, EMPTY_RESULT, Message, ModelRequest, PROMPT_OPENING, Role, ToolSpec, offered_name};
-use shared::domain::claim::RunStatus;
-use shared::domain::install::InstallScope;
-use shared::domain::occurrence::occurrence_key;
+use shared::domain::run::agent::{
+    Block, EMPTY_RESULT, Message, ModelRequest, PROMPT_OPENING, Role, ToolSpec, offered_name,
+};
+use shared::domain::run::occurrence::occurrence_key;
+use shared::domain::task::claim::RunStatus;
+use shared::domain::task::install::InstallScope;
 use shared::ports::{Model, ModelErrorKind};
 use tests::{RunStack, connector_task, install, run_message};
 
@@ -160,7 +162,7 @@ async fn the_stand_in_refuses_what_bedrock_refuses_with_its_error() {
         (
             "maxTokens above the model's own ceiling",
             ModelRequest {
-                max_tokens: shared::domain::model::max_output_tokens(tests::MODEL) + 1,
+                max_tokens: shared::domain::run::model::max_output_tokens(tests::MODEL) + 1,
                 ..request(vec![user("go")], vec![])
             },
         ),
@@ -195,7 +197,7 @@ async fn the_stand_in_refuses_what_bedrock_refuses_with_its_error() {
                     role: Role::User,
                     content: (0..21)
                         .map(|_| Block::Image {
-                            format: shared::domain::agent::ImageFormat::Png,
+                            format: shared::domain::run::agent::ImageFormat::Png,
                             data: base64_png(),
                         })
                         .collect(),
@@ -209,7 +211,7 @@ async fn the_stand_in_refuses_what_bedrock_refuses_with_its_error() {
                 vec![Message {
                     role: Role::User,
                     content: vec![Block::Image {
-                        format: shared::domain::agent::ImageFormat::Png,
+                        format: shared::domain::run::agent::ImageFormat::Png,
                         data: png_header(8_001, 100),
                     }],
                 }],
@@ -222,7 +224,7 @@ async fn the_stand_in_refuses_what_bedrock_refuses_with_its_error() {
                 vec![Message {
                     role: Role::User,
                     content: vec![Block::Image {
-                        format: shared::domain::agent::ImageFormat::Jpeg,
+                        format: shared::domain::run::agent::ImageFormat::Jpeg,
                         data: base64_png(),
                     }],
                 }],
@@ -260,7 +262,7 @@ async fn the_stand_in_refuses_what_bedrock_refuses_with_its_error() {
                 vec![
                     Block::Json(json!({"a": 1})),
                     Block::Image {
-                        format: shared::domain::agent::ImageFormat::Png,
+                        format: shared::domain::run::agent::ImageFormat::Png,
                         data: base64_png(),
                     },
                 ],
@@ -896,7 +898,7 @@ async fn a_run_throttled_after_a_tool_call_fails_as_model_throttled_and_before_o
 #[tokio::test(flavor = "multi_thread")]
 async fn schemas_prompts_images_and_max_tokens_bedrock_refuses_are_made_ones_it_takes() {
     use local::mcp_fixture::tool_with_schema;
-    use shared::domain::agent::{IMAGE_LEFT_OUT, MAX_IMAGES_PER_REQUEST, PROMPT_CONTINUE};
+    use shared::domain::run::agent::{IMAGE_LEFT_OUT, MAX_IMAGES_PER_REQUEST, PROMPT_CONTINUE};
     let s = RunStack::start().await.unwrap();
     let images: Vec<ContentBlock> = (0..8).map(|_| ContentBlock::image(PNG_1X1, "image/png")).collect();
     let prompt = vec![
@@ -937,7 +939,7 @@ async fn schemas_prompts_images_and_max_tokens_bedrock_refuses_are_made_ones_it_
         .await;
     // Ceilings that let the task ask more output than the model gives.
     let mut settings = tests::run_settings(true);
-    settings.ceilings = shared::domain::limits::Ceilings::new(shared::domain::limits::Limits {
+    settings.ceilings = shared::domain::task::limits::Ceilings::new(shared::domain::task::limits::Limits {
         max_output_tokens: 50_000,
         ..tests::CEILINGS
     })
@@ -969,7 +971,7 @@ async fn schemas_prompts_images_and_max_tokens_bedrock_refuses_are_made_ones_it_
     for tool in tools {
         assert_eq!(tool["toolSpec"]["inputSchema"]["json"]["type"], "object", "{tool}");
     }
-    let max = shared::domain::model::max_output_tokens(tests::MODEL);
+    let max = shared::domain::run::model::max_output_tokens(tests::MODEL);
     for (_, request) in &requests {
         assert!(request["inferenceConfig"]["maxTokens"].as_u64().unwrap() <= u64::from(max));
         let images = request.to_string().matches("\"image\"").count();

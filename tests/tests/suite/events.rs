@@ -31,12 +31,12 @@ async fn the_event_fixtures_answer_as_documented() {
 async fn the_reconcile_admin_and_runner_fixtures_are_what_the_functions_take() {
     let webhook =
         std::fs::read(local::moto::repo_root().join("infra/events/webhook-connector-installed.json")).unwrap();
-    let event = shared::domain::webhook::Event::parse(&webhook).unwrap();
+    let event = shared::domain::connector::webhook::Event::parse(&webhook).unwrap();
     assert_eq!(event.install_id(), "ins_1");
 
     let batch = fixture("runner-sqs-batch.json");
     let body = batch["Records"][0]["body"].as_str().unwrap();
-    let message: shared::domain::occurrence::RunMessage = serde_json::from_str(body).unwrap();
+    let message: shared::domain::run::occurrence::RunMessage = serde_json::from_str(body).unwrap();
     assert!(shared::domain::task::TaskId::parse(&message.task_id).is_some());
     assert!(message.scheduled().is_some());
 

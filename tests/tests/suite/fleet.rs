@@ -20,7 +20,7 @@ async fn seed_reminders(t: &TestStack, n: usize) {
             task.task_id = TaskId::for_reminder("ws_fleet", &format!("usr_{}", i % 97), &format!("k{i}"));
             task.workspace = "ws_fleet".into();
             // Due at its instant, as create sets it.
-            shared::domain::overdue::refresh_due(None, &mut task, Utc::now());
+            shared::domain::operations::overdue::refresh_due(None, &mut task, Utc::now());
             let put = PutRequest::builder()
                 .set_item(Some(task_item(&task).unwrap()))
                 .build()
@@ -113,7 +113,7 @@ fn marker() -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_declaring_too_many_and_too_large_prompts_is_bounded_and_told_why() {
     use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
-    use shared::domain::reconcile::{MAX_REFUSAL_CHARS, MAX_SCHEDULED_PROMPTS};
+    use shared::domain::connector::reconcile::{MAX_REFUSAL_CHARS, MAX_SCHEDULED_PROMPTS};
     let t = TestStack::start().await.unwrap();
     let mut prompts: Vec<_> = (0..150)
         .map(|i| scheduled_prompt(&format!("p{i:03}"), marker(), &[], "Report."))

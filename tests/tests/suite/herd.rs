@@ -17,7 +17,7 @@ async fn fifty_tasks_and_another_workspaces_reminders_due_at_once_all_run_once_w
         concurrency: 20,
         batch: 5,
         duplicate_every: 5,
-        // Paced at the quota (`domain::pace`).
+        // Paced at the quota (`domain::run::pace`).
         pace: None,
         // Sent after the herd's 60 messages: reminders keep their lane.
         reminders: 10,
@@ -50,7 +50,7 @@ async fn an_occurrence_returned_past_five_times_stays_off_the_dlq_and_then_runs(
     use local::converse::Window;
     use shared::adapters::redelivery::Returns;
     use shared::app::run::Disposition;
-    use shared::domain::redelivery::return_delay;
+    use shared::domain::run::redelivery::return_delay;
     let s = tests::RunStack::start().await.unwrap();
     let sqs = aws_sdk_sqs::Client::new(&s.t.aws.sdk);
     let (queue, arn, dlq) = (
@@ -114,7 +114,7 @@ async fn an_occurrence_returned_past_five_times_stays_off_the_dlq_and_then_runs(
             elapsed += i64::from(delay) + 1;
             continue;
         }
-        assert_eq!(got, Disposition::Ran(shared::domain::claim::RunStatus::Succeeded));
+        assert_eq!(got, Disposition::Ran(shared::domain::task::claim::RunStatus::Succeeded));
         sqs.delete_message()
             .queue_url(&queue)
             .receipt_handle(m.receipt_handle().unwrap())

@@ -5,9 +5,9 @@ use chrono::{Duration, Utc};
 use local::everything::ServerEverything;
 use shared::adapters::mcp::McpConnectors;
 use shared::app::run::Disposition;
-use shared::domain::claim::RunStatus;
-use shared::domain::install::InstallScope;
-use shared::domain::occurrence::occurrence_key;
+use shared::domain::run::occurrence::occurrence_key;
+use shared::domain::task::claim::RunStatus;
+use shared::domain::task::install::InstallScope;
 use shared::ports::McpSession;
 use tests::{RunStack, connector_task, install, run_message};
 
@@ -16,7 +16,7 @@ async fn open_on_loopback(url: &str) -> shared::adapters::mcp::McpClient {
     McpConnectors::open(
         url,
         None,
-        shared::domain::endpoint::EndpointPolicy { allow_loopback: true },
+        shared::domain::connector::endpoint::EndpointPolicy { allow_loopback: true },
     )
     .await
     .unwrap()

@@ -32,8 +32,8 @@ use shared::adapters::keys::Key;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::admin::{Admin, AdminSettings};
 use shared::app::run::Disposition;
-use shared::domain::door::SkipReason;
-use shared::domain::occurrence::occurrence_key;
+use shared::domain::run::door::SkipReason;
+use shared::domain::run::occurrence::occurrence_key;
 use shared::ports::TaskStore;
 use tests::{AdminFunction, ENABLED, RunStack, run_settings, schedules_create};
 

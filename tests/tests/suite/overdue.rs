@@ -10,11 +10,11 @@ use chrono::{DateTime, Duration, DurationRound, Timelike, Utc};
 use serde_json::{Value, json};
 use shared::app::overdue::{CheckSettings, Missed, check};
 use shared::app::run::Disposition;
-use shared::domain::claim::{Claim, RunStatus};
-use shared::domain::occurrence::occurrence_key;
-use shared::domain::overdue::{MARGIN_MINUTES, refresh_due};
+use shared::domain::operations::overdue::{MARGIN_MINUTES, refresh_due};
+use shared::domain::run::occurrence::occurrence_key;
 use shared::domain::schedule::Schedule;
 use shared::domain::task::TaskId;
+use shared::domain::task::claim::{Claim, RunStatus};
 use shared::ports::{ClaimAnswer, ClaimRequest, RunStore};
 use tests::{RunStack, owner, run_settings, schedules_create};
 
@@ -63,7 +63,7 @@ async fn claim(s: &RunStack, task_id: &TaskId, at: DateTime<Utc>, lease_until: D
             workspace: "ws_1",
             task_id,
             occurrence: &occurrence_key(at),
-            period: &shared::domain::budget::period(at),
+            period: &shared::domain::task::budget::period(at),
             claim: &claim,
             now: at,
         })
@@ -297,13 +297,13 @@ async fn a_reminder_until_a_date_completes_on_its_last_occurrence_however_it_was
             .expect("the delivery answers");
         assert_eq!(
             answer,
-            Disposition::Skipped(shared::domain::door::SkipReason::Missed),
+            Disposition::Skipped(shared::domain::run::door::SkipReason::Missed),
             "delivered after the catch-up window"
         );
     }
     assert!(matches!(
         deliver(&s, &off, h, false).await,
-        Disposition::Skipped(shared::domain::door::SkipReason::WorkerDisabled)
+        Disposition::Skipped(shared::domain::run::door::SkipReason::WorkerDisabled)
     ));
     let r = s.t.reconciler();
     let checked_at = h + CATCH_UP + Duration::minutes(MARGIN_MINUTES) + Duration::minutes(1);
@@ -371,7 +371,7 @@ async fn a_reminder_until_a_date_completes_on_its_last_occurrence_however_it_was
 async fn a_lost_schedule_is_found_within_one_period_among_many_tasks() {
     use shared::adapters::dynamo::{task_item, to_item};
     use shared::adapters::keys::{Key, SchedulableKey};
-    use shared::domain::schedule_definition::REMINDER_SHARDS;
+    use shared::domain::run::definition::REMINDER_SHARDS;
     let n: usize = std::env::var("OVERDUE_SCALE_TASKS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -1,4 +1,4 @@
-//! The model pace (`domain::pace`): its item on the real table does what the
+//! The model pace (`domain::run::pace`): its item on the real table does what the
 //! domain's slots say, one conditional write each, under concurrent
 //! bookings too; a run the pace has no slot for goes back before any model
 //! call, whole, until the pace has room; a throttle at a paced slot slows
@@ -8,8 +8,8 @@ use chrono::{Duration, Utc};
 use local::converse::Window;
 use shared::adapters::keys::Key;
 use shared::app::run::{Disposition, RunSettings};
-use shared::domain::occurrence::occurrence_key;
-use shared::domain::pace::{Pace, Slots, latest_slot};
+use shared::domain::run::occurrence::occurrence_key;
+use shared::domain::run::pace::{Pace, Slots, latest_slot};
 use shared::ports::{PaceAnswer, RunStore};
 use tests::{MODEL, RunStack, run_message};
 
@@ -142,7 +142,7 @@ async fn a_paced_run_with_no_slot_in_its_time_goes_back_whole_before_calling_the
         )
         .await
         .unwrap();
-    assert_eq!(got, Disposition::Ran(shared::domain::claim::RunStatus::Succeeded));
+    assert_eq!(got, Disposition::Ran(shared::domain::task::claim::RunStatus::Succeeded));
 
     let at = at - Duration::seconds(1);
     let second = tests::reminder(at);
@@ -182,7 +182,7 @@ async fn a_paced_run_with_no_slot_in_its_time_goes_back_whole_before_calling_the
     assert!(used.abs() < 1e-12, "the reservation is released: {used}");
     assert_eq!(
         got.comes_back(1, now, 0.0),
-        Some(shared::domain::redelivery::LONGEST_RETURN_SECONDS),
+        Some(shared::domain::run::redelivery::LONGEST_RETURN_SECONDS),
         "an hour away: back after the longest return, to be turned away again or run"
     );
 }
@@ -225,8 +225,8 @@ async fn a_throttle_at_a_paced_slot_slows_the_pace_and_the_call_books_again() {
 /// reminders have booked ahead it goes back to the queue instead.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_connector_herd_cannot_hold_back_a_reminder() {
-    use shared::domain::install::InstallScope;
-    use shared::domain::pace::Lane;
+    use shared::domain::run::pace::Lane;
+    use shared::domain::task::install::InstallScope;
     let s = RunStack::start().await.unwrap();
     let fixture = digest_server().await;
     s.store()
@@ -261,7 +261,7 @@ async fn a_connector_herd_cannot_hold_back_a_reminder() {
         .unwrap();
     assert_eq!(
         got,
-        Disposition::Ran(shared::domain::claim::RunStatus::Succeeded),
+        Disposition::Ran(shared::domain::task::claim::RunStatus::Succeeded),
         "the reminder runs"
     );
 
@@ -306,13 +306,13 @@ async fn a_connector_herd_cannot_hold_back_a_reminder() {
 /// credit is an item of its own.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_workspace_past_its_share_cannot_hold_the_lane_against_another() {
-    use shared::domain::install::InstallScope;
-    use shared::domain::pace::{Lane, share_id};
+    use shared::domain::run::pace::{Lane, share_id};
     use shared::domain::task::TaskId;
+    use shared::domain::task::install::InstallScope;
     let s = RunStack::start().await.unwrap();
     let fixture = digest_server().await;
     let herd_install = tests::install("ins_1", "issues", &fixture.url(), InstallScope::Workspace);
-    let other_install = shared::domain::install::Install {
+    let other_install = shared::domain::task::install::Install {
         workspace: "ws_2".into(),
         ..tests::install("ins_2", "issues", &fixture.url(), InstallScope::Workspace)
     };
@@ -374,7 +374,7 @@ async fn a_workspace_past_its_share_cannot_hold_the_lane_against_another() {
     let got = deliver(&other, "m2").await;
     assert_eq!(
         got,
-        Disposition::Ran(shared::domain::claim::RunStatus::Succeeded),
+        Disposition::Ran(shared::domain::task::claim::RunStatus::Succeeded),
         "the other workspace's run books behind the herd and runs"
     );
     assert_eq!(s.model.requests().await.len(), 1);
@@ -402,7 +402,7 @@ async fn a_workspace_past_its_share_cannot_hold_the_lane_against_another() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_answered_call_moves_its_lane_on_by_the_tokens_it_counted() {
     use local::converse::Reply;
-    use shared::domain::pace::{Lane, counted_tokens};
+    use shared::domain::run::pace::{Lane, counted_tokens};
     let s = RunStack::start().await.unwrap();
     // Reminders: 120 requests (a slot every 500 ms) and 1,200 tokens a minute.
     let p = pace(600, 60_000).with_tokens(6_000);
@@ -417,7 +417,7 @@ async fn an_answered_call_moves_its_lane_on_by_the_tokens_it_counted() {
         .deliver("m1", &run_message(&reminder, at, "e1"), now, now + Duration::minutes(5))
         .await
         .unwrap();
-    assert_eq!(got, Disposition::Ran(shared::domain::claim::RunStatus::Succeeded));
+    assert_eq!(got, Disposition::Ran(shared::domain::task::claim::RunStatus::Succeeded));
     let counted = counted_tokens(100, 0, 20);
     assert_eq!(counted, 200);
     let charge = lane.token_charge_ms(counted, lane.gap_ms()).unwrap();

@@ -9,10 +9,10 @@ use chrono::{DateTime, Duration, DurationRound, Utc};
 use serde_json::{Value, json};
 use shared::adapters::keys::Key;
 use shared::app::run::Disposition;
-use shared::domain::claim::{Claim, RunStatus};
-use shared::domain::door::SkipReason;
-use shared::domain::occurrence::occurrence_key;
+use shared::domain::run::door::SkipReason;
+use shared::domain::run::occurrence::occurrence_key;
 use shared::domain::task::TaskId;
+use shared::domain::task::claim::{Claim, RunStatus};
 use shared::ports::{ClaimAnswer, ClaimRequest, RunStore};
 use tests::{ENABLED, RunStack, TestStack, admin_principal, owner, owner_in, run_settings, schedules_create};
 
@@ -426,7 +426,7 @@ async fn a_late_delivery_of_a_claimed_occurrence_waits_for_its_run_and_then_pays
             workspace: &task.workspace,
             task_id: &task.task_id,
             occurrence: &key,
-            period: &shared::domain::budget::period(at),
+            period: &shared::domain::task::budget::period(at),
             claim: &claim,
             now: Utc::now(),
         })
@@ -701,7 +701,7 @@ async fn a_release_that_finds_its_claim_gone_sends_the_occurrence_back() {
     let s = RunStack::start().await.unwrap();
     let (task, at) = s.due_reminder().await;
     let key = occurrence_key(at);
-    let period = shared::domain::budget::period(at);
+    let period = shared::domain::task::budget::period(at);
     let claim = Claim {
         status: RunStatus::Running,
         lease_until: (Utc::now() + Duration::minutes(10)).timestamp(),

@@ -110,7 +110,7 @@ impl World {
             .await
             .unwrap()
             .unwrap();
-        stale.overrides = Some(shared::domain::overrides::Overrides {
+        stale.overrides = Some(shared::domain::task::overrides::Overrides {
             paused: true,
             ..Default::default()
         });
@@ -118,7 +118,7 @@ impl World {
             &self.t.aws.sdk,
             self.t.create_config(tests::ENABLED).target,
         )
-        .put(&shared::domain::schedule_definition::ScheduleDefinition::for_task(&stale).unwrap())
+        .put(&shared::domain::run::definition::ScheduleDefinition::for_task(&stale).unwrap())
         .await
         .unwrap();
         assert_eq!(self.schedule_state().await, "DISABLED");
@@ -532,7 +532,7 @@ async fn a_pass_repairs_a_schedule_out_of_step_with_its_task() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pass_leaves_a_schedule_in_step_alone() {
     use shared::adapters::scheduler::EventBridgeSchedules;
-    use shared::domain::schedule_definition::ScheduleDefinition;
+    use shared::domain::run::definition::ScheduleDefinition;
     use shared::ports::{ScheduleError, Schedules};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tests::intercept::{Intercepted, SchedulesHook};
@@ -679,7 +679,7 @@ async fn concurrent_admin_writes_leave_the_schedule_in_step_with_the_task() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daily_pass_puts_reminders_schedules_back_in_step() {
-    use shared::domain::schedule_definition::ScheduleDefinition;
+    use shared::domain::run::definition::ScheduleDefinition;
     use shared::ports::{Schedules, TaskStore};
     let t = TestStack::start().await.unwrap();
     let app = t.create_app();
@@ -751,7 +751,7 @@ async fn the_daily_pass_puts_reminders_schedules_back_in_step() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_lifecycle_event_is_recorded_and_ignored() {
     use shared::app::reconcile::{Stamped, Work};
-    use shared::domain::install::InstallStatus;
+    use shared::domain::task::install::InstallStatus;
     let w = World::start().await;
     let r = w.t.reconciler();
     let t0 = Utc::now() - chrono::Duration::minutes(30);

@@ -7,13 +7,13 @@ use local::converse::Reply;
 use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
 use serde_json::{Value, json};
 use shared::app::run::Disposition;
-use shared::domain::claim::RunStatus;
-use shared::domain::door::SkipReason;
-use shared::domain::hold::HoldReason;
-use shared::domain::install::{InstallScope, InstallStatus};
-use shared::domain::occurrence::occurrence_key;
-use shared::domain::overrides::Overrides;
+use shared::domain::run::door::SkipReason;
+use shared::domain::run::occurrence::occurrence_key;
 use shared::domain::task::Task;
+use shared::domain::task::claim::RunStatus;
+use shared::domain::task::hold::HoldReason;
+use shared::domain::task::install::{InstallScope, InstallStatus};
+use shared::domain::task::overrides::Overrides;
 use shared::ports::RunStore;
 use tests::intercept::{Intercepted, RunStoreHook};
 use tests::{RunStack, connector_task, deadline, install, reminder, run_message, run_settings};
@@ -84,7 +84,7 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
     assert_eq!(item["claims"][&occurrence]["status"], "succeeded");
     let account = s
         .account(
-            &shared::domain::budget::account_of_principal("ws_1", "usr_123"),
+            &shared::domain::task::budget::account_of_principal("ws_1", "usr_123"),
             &at.format("%Y-%m").to_string(),
         )
         .await
@@ -146,7 +146,7 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
     assert_eq!(s.model.requests().await.len(), 1, "one model call");
     let account = s
         .account(
-            &shared::domain::budget::account_of_principal("ws_1", "usr_123"),
+            &shared::domain::task::budget::account_of_principal("ws_1", "usr_123"),
             &at.format("%Y-%m").to_string(),
         )
         .await
@@ -235,7 +235,7 @@ async fn a_crash_before_the_record_is_taken_over_after_the_lease_and_runs_once()
     );
     let account = s
         .account(
-            &shared::domain::budget::account_of_principal("ws_1", "usr_123"),
+            &shared::domain::task::budget::account_of_principal("ws_1", "usr_123"),
             &at.format("%Y-%m").to_string(),
         )
         .await
@@ -271,7 +271,7 @@ async fn crash_at_settle(
 /// costs and the account is charged what the record says, once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_taken_over_then_given_back_is_carried_into_the_occurrences_one_record() {
-    use shared::domain::budget::{Account, period};
+    use shared::domain::task::budget::{Account, period};
     let s = RunStack::start().await.unwrap();
     let _fixture = installed_fixture(&s).await;
     let task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
@@ -343,7 +343,7 @@ async fn a_crash_taken_over_then_given_back_is_carried_into_the_occurrences_one_
 /// account is charged it, so nothing committed is left unrecorded.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_skip_past_the_window_pays_for_the_crashed_claim_it_finds() {
-    use shared::domain::budget::{Account, period};
+    use shared::domain::task::budget::{Account, period};
     let s = RunStack::start().await.unwrap();
     let _fixture = installed_fixture(&s).await;
     let task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
@@ -383,7 +383,7 @@ async fn a_skip_past_the_window_pays_for_the_crashed_claim_it_finds() {
 /// crash committed, never running past the monthly budget.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_take_over_past_the_monthly_budget_is_skipped_and_pays_for_the_crash() {
-    use shared::domain::budget::{Account, Budget, period};
+    use shared::domain::task::budget::{Account, Budget, period};
     let s = RunStack::start().await.unwrap();
     let _fixture = installed_fixture(&s).await;
     let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
@@ -424,7 +424,7 @@ async fn a_take_over_past_the_monthly_budget_is_skipped_and_pays_for_the_crash()
 /// reminders in two workspaces are two people's, charged to two accounts.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_principal_id_in_two_workspaces_is_charged_to_two_accounts() {
-    use shared::domain::budget::{account_of_principal, period};
+    use shared::domain::task::budget::{account_of_principal, period};
     use shared::domain::task::{Provenance, TaskId};
     let s = RunStack::start().await.unwrap();
     let at = Utc::now() - Duration::seconds(5);
@@ -617,7 +617,10 @@ async fn a_connector_task_gets_its_prompt_and_only_its_approved_tools() {
         "the reservation settled to the cost"
     );
     let account = s
-        .account(&shared::domain::budget::Account::Install("acct_ins_1".into()), &period)
+        .account(
+            &shared::domain::task::budget::Account::Install("acct_ins_1".into()),
+            &period,
+        )
         .await
         .unwrap();
     assert!(
@@ -684,7 +687,7 @@ async fn the_per_run_budget_stops_the_loop() {
     let s = RunStack::start().await.unwrap();
     let _fixture = installed_fixture(&s).await;
     let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
-    task.spec.budget = Some(shared::domain::budget::Budget {
+    task.spec.budget = Some(shared::domain::task::budget::Budget {
         max_usd_per_run: 0.01,
         max_usd_per_month: 5.0,
     });
@@ -717,7 +720,7 @@ async fn a_per_run_budget_the_first_input_exceeds_makes_no_model_call() {
     let s = RunStack::start().await.unwrap();
     let _fixture = installed_fixture(&s).await;
     let mut task = connector_task("issues", "weekly_summary", &["list_issues"], &[("repo", "acme/web")]);
-    task.spec.budget = Some(shared::domain::budget::Budget {
+    task.spec.budget = Some(shared::domain::task::budget::Budget {
         max_usd_per_run: 0.000_1,
         max_usd_per_month: 5.0,
     });
@@ -891,7 +894,7 @@ async fn a_crash_right_after_the_settle_still_notifies_once() {
     assert_eq!(s.model.requests().await.len(), 1, "the run itself never repeated");
     let account = s
         .account(
-            &shared::domain::budget::account_of_principal("ws_1", "usr_123"),
+            &shared::domain::task::budget::account_of_principal("ws_1", "usr_123"),
             &at.format("%Y-%m").to_string(),
         )
         .await
@@ -1169,7 +1172,7 @@ async fn an_admin_runs_a_connector_task_now_exactly_once_per_key_within_its_budg
     );
 
     // Over its monthly budget: asked, then skipped at the claim like any run.
-    let period = shared::domain::budget::period(now);
+    let period = shared::domain::task::budget::period(now);
     let mut broke = connector_task("issues", "expensive", &[], &[("repo", "acme/web")]);
     broke.spec.schedule = task.spec.schedule.clone();
     broke.budget_used.insert(period, 5.0);
@@ -1252,7 +1255,7 @@ async fn a_delivery_of_an_occurrence_not_due_yet_runs_nothing_and_takes_nothing(
     assert!(s.run_record(&task.task_id, &occurrence_key(at)).await.is_none());
     assert!(s.model.requests().await.is_empty());
     // Two minutes ahead is clock drift, not early.
-    let drift = Utc::now() + Duration::seconds(shared::domain::door::EARLY_SECONDS - 10);
+    let drift = Utc::now() + Duration::seconds(shared::domain::run::door::EARLY_SECONDS - 10);
     let mut near = reminder(drift);
     near.task_id = shared::domain::task::TaskId::for_reminder("ws_1", "usr_123", "near");
     s.insert(&near).await;

@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use shared::adapters::keys::Key;
 use shared::app::run::Disposition;
 use shared::config::Flags;
-use shared::domain::claim::RunStatus;
 use shared::domain::schedule::Expression;
 use shared::domain::schedule::preview::next_cron_fire;
 use shared::domain::task::TaskId;
+use shared::domain::task::claim::RunStatus;
 use tests::{ENABLED, RunStack, TestStack, code, owner, owner_in, schedules_create};
 
 async fn call(app: &schedules::App, payload: Value) -> Value {
@@ -819,7 +819,7 @@ async fn a_daily_reminder_runs_every_occurrence_once_across_dst_changes() {
     );
     let march = s
         .account(
-            &shared::domain::budget::account_of_principal("ws_1", "usr_1"),
+            &shared::domain::task::budget::account_of_principal("ws_1", "usr_1"),
             "2027-03",
         )
         .await
@@ -827,7 +827,7 @@ async fn a_daily_reminder_runs_every_occurrence_once_across_dst_changes() {
     assert_eq!(march["runs"], 3);
     let november = s
         .account(
-            &shared::domain::budget::account_of_principal("ws_1", "usr_1"),
+            &shared::domain::task::budget::account_of_principal("ws_1", "usr_1"),
             "2027-11",
         )
         .await
@@ -1167,7 +1167,7 @@ async fn monthly_and_yearly_reminders_run_on_their_days_and_name_the_months_with
     let stray = runner_deliver(&s, &task, utc(2027, 4, 30, 7, 0)).await;
     assert_eq!(
         stray,
-        Disposition::Skipped(shared::domain::door::SkipReason::Rescheduled)
+        Disposition::Skipped(shared::domain::run::door::SkipReason::Rescheduled)
     );
     let runs = call(
         &app,
@@ -1311,7 +1311,7 @@ async fn a_daily_reminder_until_a_date_completes_after_its_last_run_and_frees_it
         .unwrap()
         .unwrap();
     assert!(
-        shared::domain::schedule_definition::ScheduleDefinition::for_task(&task)
+        shared::domain::run::definition::ScheduleDefinition::for_task(&task)
             .unwrap()
             .retired
     );
@@ -1392,7 +1392,7 @@ async fn skip_next_skips_exactly_the_next_occurrence_and_unskip_takes_it_back() 
     let task = task_of(&s, &daily).await;
     assert_eq!(
         runner_deliver(&s, &task, utc(2027, 5, 4, 7, 0)).await,
-        Disposition::Skipped(shared::domain::door::SkipReason::SkippedByOwner)
+        Disposition::Skipped(shared::domain::run::door::SkipReason::SkippedByOwner)
     );
     assert_eq!(
         runner_deliver(&s, &task, utc(2027, 5, 5, 7, 0)).await,
@@ -1477,7 +1477,7 @@ async fn skip_next_stays_the_next_one_across_a_dst_change_and_an_update() {
     let task = task_of(&s, &night).await;
     assert_eq!(
         runner_deliver(&s, &task, utc(2027, 3, 15, 6, 30)).await,
-        Disposition::Skipped(shared::domain::door::SkipReason::SkippedByOwner),
+        Disposition::Skipped(shared::domain::run::door::SkipReason::SkippedByOwner),
         "the 15th is the next one: the 14th has no 02:30"
     );
     assert_eq!(
@@ -1511,12 +1511,12 @@ async fn skip_next_stays_the_next_one_across_a_dst_change_and_an_update() {
     );
     assert_eq!(
         runner_deliver(&s, &task, utc(2027, 5, 4, 7, 0)).await,
-        Disposition::Skipped(shared::domain::door::SkipReason::Rescheduled),
+        Disposition::Skipped(shared::domain::run::door::SkipReason::Rescheduled),
         "the old time is no occurrence any more"
     );
     assert_eq!(
         runner_deliver(&s, &task, utc(2027, 5, 4, 8, 0)).await,
-        Disposition::Skipped(shared::domain::door::SkipReason::SkippedByOwner)
+        Disposition::Skipped(shared::domain::run::door::SkipReason::SkippedByOwner)
     );
     s.model.script([Reply::text("Stretch!", 100, 10)]).await;
     assert_eq!(
@@ -1606,7 +1606,7 @@ async fn run_now_runs_one_extra_occurrence_exactly_once_per_key() {
     );
     let account = s
         .account(
-            &shared::domain::budget::account_of_principal("ws_1", "usr_1"),
+            &shared::domain::task::budget::account_of_principal("ws_1", "usr_1"),
             &at.format("%Y-%m").to_string(),
         )
         .await
@@ -1712,7 +1712,7 @@ async fn a_stale_run_now_is_skipped_like_any_other() {
     let body = s.t.take_run_messages().await.remove(0);
     assert_eq!(
         deliver_body(&s, &body, now + Duration::seconds(2)).await,
-        Disposition::Skipped(shared::domain::door::SkipReason::Rescheduled)
+        Disposition::Skipped(shared::domain::run::door::SkipReason::Rescheduled)
     );
     let asked = call_at(
         &app,
@@ -1726,7 +1726,7 @@ async fn a_stale_run_now_is_skipped_like_any_other() {
     let body = s.t.take_run_messages().await.remove(0);
     assert_eq!(
         deliver_body(&s, &body, now + Duration::seconds(2)).await,
-        Disposition::Skipped(shared::domain::door::SkipReason::Rescheduled),
+        Disposition::Skipped(shared::domain::run::door::SkipReason::Rescheduled),
         "paused since it was asked: stale even after the resume"
     );
 }

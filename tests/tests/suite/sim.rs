@@ -297,8 +297,8 @@ async fn stream_records(t: &tests::TestStack) -> usize {
 async fn a_message_throttled_on_two_deliveries_of_one_execution_is_released_both_times() {
     use chrono::{Duration, Utc};
     use shared::app::run::{Disposition, SETTLE_RESERVE_SECONDS};
-    use shared::domain::claim::RunStatus;
-    use shared::domain::occurrence::occurrence_key;
+    use shared::domain::run::occurrence::occurrence_key;
+    use shared::domain::task::claim::RunStatus;
 
     let s = tests::RunStack::start().await.unwrap();
     let at = Utc::now() - Duration::seconds(5);

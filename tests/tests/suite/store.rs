@@ -7,12 +7,12 @@ use chrono::{TimeZone, Utc};
 use serde_json::json;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::keys::Key;
-use shared::domain::budget::Budget;
-use shared::domain::hold::{Hold, HoldReason};
-use shared::domain::idempotency::{Fingerprint, IdempotencyRecord};
-use shared::domain::limits::Limits;
-use shared::domain::overrides::Overrides;
 use shared::domain::schedule::Schedule;
+use shared::domain::task::budget::Budget;
+use shared::domain::task::hold::{Hold, HoldReason};
+use shared::domain::task::idempotency::{Fingerprint, IdempotencyRecord};
+use shared::domain::task::limits::Limits;
+use shared::domain::task::overrides::Overrides;
 use shared::domain::task::{Pending, Provenance, Spec, Task, TaskId, TaskKind};
 use shared::ports::{ReminderInserted, TaskStore};
 use tests::TestStack;
@@ -82,14 +82,14 @@ fn connector_task() -> Task {
         }),
         approval: None,
         completed_at: None,
-        skip_next: Some(shared::domain::skip::SkipNext {
+        skip_next: Some(shared::domain::task::skip::SkipNext {
             occurrence: t0 + chrono::Duration::days(1),
             by: "adm_1".into(),
             at: t0,
         }),
         run_now: BTreeMap::from([(
             "2026-11-01T09:30:00Z".to_owned(),
-            shared::domain::run_now::RunNow {
+            shared::domain::task::run_now::RunNow {
                 key: "now_1".into(),
                 by: "adm_1".into(),
                 requested_at: t0,

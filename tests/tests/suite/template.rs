@@ -345,7 +345,7 @@ fn run_stream_record(event: &str, status: &str) -> serde_json::Value {
 /// template gives them (and the local stand-in applies them).
 #[test]
 fn the_pipe_notifies_settled_runs_with_ids_and_status_only() {
-    use shared::domain::notification::{DETAIL_TYPE, RunFinished, SOURCE};
+    use shared::domain::run::notification::{DETAIL_TYPE, RunFinished, SOURCE};
     let spec = local::pipe::PipeSpec::from_template().unwrap();
     assert_eq!(spec.detail_type, DETAIL_TYPE);
     assert_eq!(spec.source, SOURCE);
@@ -410,7 +410,7 @@ fn reference(v: &Value) -> String {
 /// reading it.
 #[test]
 fn the_run_finished_queue_receives_every_notification_and_matches_the_local_stack() {
-    use shared::domain::notification::{DETAIL_TYPE, SOURCE};
+    use shared::domain::run::notification::{DETAIL_TYPE, SOURCE};
     let t = template();
     let rule = props(&t, "RunFinishedRule");
     assert_eq!(resource(&t, "RunFinishedRule")["Type"], "AWS::Events::Rule");
@@ -540,7 +540,7 @@ fn only_the_rule_may_send_to_the_run_finished_queue_and_its_dlq() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_settled_runs_event_reaches_the_run_finished_queue_and_a_skip_none() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use shared::domain::notification::{DETAIL_TYPE, RunFinished, SOURCE};
+    use shared::domain::run::notification::{DETAIL_TYPE, RunFinished, SOURCE};
     let t = tests::TestStack::start().await.unwrap();
     let task = shared::domain::task::TaskId::for_reminder("ws_1", "usr_1", "k").to_string();
     let runs = [
@@ -1035,7 +1035,7 @@ fn model_arn(region: &str, id: &str) -> String {
 /// global profile), with the profile in the request context; a plain model,
 /// the model in this region.
 fn converse_is_allowed(statements: &[Statement], model_id: &str, routed_to: &str) -> bool {
-    let model = shared::domain::model::ModelId::parse(model_id).unwrap();
+    let model = shared::domain::run::model::ModelId::parse(model_id).unwrap();
     let none = BTreeMap::new();
     if model.is_inference_profile() {
         let context = BTreeMap::from([("bedrock:InferenceProfileArn", profile_arn(model_id))]);
@@ -1065,7 +1065,7 @@ fn the_default_model_is_current_reached_through_a_global_profile_and_priced() {
         !id.contains("claude-3-5-haiku"),
         "Claude 3.5 Haiku reached its end of life"
     );
-    let model = shared::domain::model::ModelId::parse(id).unwrap();
+    let model = shared::domain::run::model::ModelId::parse(id).unwrap();
     assert_eq!(model.profile_prefix(), Some("global"));
     assert_eq!(
         parameters["ModelFoundationId"]["Default"].as_str().unwrap(),
@@ -1098,7 +1098,7 @@ fn the_default_model_is_current_reached_through_a_global_profile_and_priced() {
     .unwrap();
     let price = config.prices.of(&config.model_id).unwrap();
     assert!(
-        price.caches() && shared::domain::model::cache_minimum(&config.model_id).is_some(),
+        price.caches() && shared::domain::run::model::cache_minimum(&config.model_id).is_some(),
         "the default model caches its prompt, priced"
     );
 }
@@ -1192,7 +1192,7 @@ fn the_runner_may_converse_through_a_global_profile_in_every_region_it_routes_to
 fn the_runner_may_converse_through_a_geographic_profile_or_with_a_plain_model() {
     let t = json_form(&template());
     let us = "us.anthropic.claude-haiku-4-5-20251001-v1:0";
-    let foundation = shared::domain::model::ModelId::parse(us)
+    let foundation = shared::domain::run::model::ModelId::parse(us)
         .unwrap()
         .foundation_model()
         .to_owned();
@@ -1232,7 +1232,7 @@ fn the_runner_may_converse_through_a_geographic_profile_or_with_a_plain_model() 
 /// only, and the catch-up window cannot be shorter than a return.
 #[test]
 fn returned_runs_come_back_within_the_catch_up_window() {
-    use shared::domain::redelivery::{LONGEST_RETURN_SECONDS, return_delay};
+    use shared::domain::run::redelivery::{LONGEST_RETURN_SECONDS, return_delay};
     let t = json_form(&template());
     let deployment = Deployment::of(&t, "sat", &[]);
     let statements = runner_statements(&deployment);
@@ -1282,7 +1282,7 @@ fn returned_runs_come_back_within_the_catch_up_window() {
     // queue's maxReceiveCount, so it reaches the DLQ only after the window.
     let longest = catch_up["MaxValue"].as_i64().unwrap();
     assert_eq!(longest, shared::config::MAX_CATCH_UP_SECONDS);
-    let within = shared::domain::redelivery::receives_within(longest);
+    let within = shared::domain::run::redelivery::receives_within(longest);
     assert!(
         u64::from(within) < receives,
         "{within} receives within {longest} s, maxReceiveCount {receives}"

@@ -13,8 +13,8 @@ use serde_json::json;
 use shared::adapters::mcp::McpConnectors;
 use shared::adapters::tls::{Tls, sdk_http_client};
 use shared::app::run::Disposition;
-use shared::domain::claim::RunStatus;
-use shared::domain::endpoint::EndpointPolicy;
+use shared::domain::connector::endpoint::EndpointPolicy;
+use shared::domain::task::claim::RunStatus;
 use tests::{RunStack, connector_task, installed};
 
 const LOOPBACK: EndpointPolicy = EndpointPolicy { allow_loopback: true };

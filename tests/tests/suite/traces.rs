@@ -15,11 +15,11 @@ use serde_json::{Value, json};
 use shared::app::reconcile::{Pass, Work};
 use shared::app::run::Disposition;
 use shared::config::TracesConfig;
-use shared::domain::agent::RUN_ID_META;
-use shared::domain::claim::RunStatus;
-use shared::domain::install::InstallScope;
-use shared::domain::occurrence::run_id;
+use shared::domain::run::agent::RUN_ID_META;
+use shared::domain::run::occurrence::run_id;
 use shared::domain::task::AgentPin;
+use shared::domain::task::claim::RunStatus;
+use shared::domain::task::install::InstallScope;
 use shared::trace::Tracer;
 use tests::{MODEL, RunStack, TestStack, connector_task, create_request, install, installed, run_message};
 
@@ -271,7 +271,7 @@ async fn an_endpoint_that_never_answers_delays_the_flush_only_to_its_bound() {
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
     // Returns although the endpoint never answers; the run is recorded.
     tracer.flush(Duration::from_millis(300)).await;
-    let occurrence = shared::domain::occurrence::occurrence_key(at);
+    let occurrence = shared::domain::run::occurrence::occurrence_key(at);
     assert_eq!(
         s.run_record(&task.task_id, &occurrence).await.unwrap()["status"],
         "succeeded"

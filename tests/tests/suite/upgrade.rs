@@ -21,9 +21,9 @@ use aws_sdk_scheduler::types::{
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use shared::app::run::Disposition;
-use shared::domain::claim::RunStatus;
-use shared::domain::occurrence::occurrence_key;
-use shared::domain::overdue::MARGIN_MINUTES;
+use shared::domain::operations::overdue::MARGIN_MINUTES;
+use shared::domain::run::occurrence::occurrence_key;
+use shared::domain::task::claim::RunStatus;
 use shared::domain::task::{Task, TaskId};
 use shared::ports::TaskStore;
 use tests::{RunStack, admin_principal, owner, run_message};

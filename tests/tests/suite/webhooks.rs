@@ -5,7 +5,7 @@
 use chrono::{Duration, Utc};
 use serde_json::json;
 use shared::app::reconcile::{Delivery, WebhookAnswer, intake};
-use shared::domain::webhook::{WebhookError, WebhookSecret};
+use shared::domain::connector::webhook::{WebhookError, WebhookSecret};
 use tests::TestStack;
 
 fn body() -> Vec<u8> {

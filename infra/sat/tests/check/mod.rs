@@ -139,7 +139,7 @@ async fn the_deployment_s_ceilings_decide_and_a_dry_run_renders_the_first_reques
     let dry = &ran.json()["dry_run"];
     let request = &dry["request"];
     assert_eq!(request["modelId"], sat::check::DEFAULT_MODEL_ID);
-    assert_eq!(request["system"][0]["text"], shared::domain::agent::SYSTEM_PROMPT);
+    assert_eq!(request["system"][0]["text"], shared::domain::run::agent::SYSTEM_PROMPT);
     assert_eq!(request["messages"][0]["role"], "user");
     assert!(
         request["messages"][0]["content"][0]["text"]

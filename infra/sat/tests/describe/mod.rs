@@ -4,8 +4,8 @@
 
 use chrono::{Duration, Utc};
 use local::converse::Reply;
-use shared::domain::hold::HoldReason;
 use shared::domain::schedule::Schedule;
+use shared::domain::task::hold::HoldReason;
 use tests::{RunStack, connector_task, deadline, run_message};
 
 use crate::{EnvFile, sat, sat_with};

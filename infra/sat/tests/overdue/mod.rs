@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use chrono::{Duration, Utc};
 use serde_json::Value;
-use shared::domain::overdue::refresh_due;
+use shared::domain::operations::overdue::refresh_due;
 use shared::domain::schedule::Schedule;
 use tests::{RunStack, connector_task};
 

@@ -118,7 +118,7 @@ async fn each_dead_letter_goes_where_it_belongs_and_the_rest_is_left_and_said() 
     assert!(bodies(&sqs, &stack.run_finished.dlq_url).await.is_empty());
 
     // The moved run is one the runner takes: it reads as a delivery.
-    assert!(shared::domain::occurrence::RunMessage::parse(&run).is_ok());
+    assert!(shared::domain::run::occurrence::RunMessage::parse(&run).is_ok());
     // Again: nothing more moves; the two left are said again.
     let again = sat_with(env.path(), &["--json", "redrive"]).await.json();
     let moved: u64 = again["queues"]

@@ -1,7 +1,7 @@
 //! Step 5, the agent loop's I/O: each model call and each tool call, around
-//! the decisions of `domain::agent_loop::AgentLoop` (what may be called,
+//! the decisions of `domain::run::agent_loop::AgentLoop` (what may be called,
 //! when the loop stops, what the run used) and, with a model pace, of
-//! `domain::pace` (the slot a call waits for, how a throttle slows the pace).
+//! `domain::run::pace` (the slot a call waits for, how a throttle slows the pace).
 
 use std::sync::atomic::Ordering;
 
@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{Runner, backoff};
-use crate::domain::agent::{Block, ModelReply, tool_result};
-use crate::domain::agent_loop::{AgentLoop, Ended, Next, ToolCall, Turn};
-use crate::domain::pace::{self, Lane, Pace, Refusal, Slots, Try};
+use crate::domain::run::agent::{Block, ModelReply, tool_result};
+use crate::domain::run::agent_loop::{AgentLoop, Ended, Next, ToolCall, Turn};
+use crate::domain::run::pace::{self, Lane, Pace, Refusal, Slots, Try};
 use crate::ports::{Connectors, McpSession, Model, ModelError, ModelErrorKind, PaceAnswer, RunStore, StoreError};
 use crate::trace::key;
 
@@ -125,7 +125,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         }
     }
 
-    /// One model call at a slot the fleet's pace gave it (`domain::pace`),
+    /// One model call at a slot the fleet's pace gave it (`domain::run::pace`),
     /// in the run's lane or, that one full, the other's as far as
     /// `Lane::borrow_reach_ms` lets it, and as far as the workspace's
     /// credit lets it: booked, waited for, then sent; answered, the tokens

@@ -3,11 +3,11 @@
 use chrono::{DateTime, Duration, Utc};
 
 use super::{Disposition, LEASE_MARGIN_SECONDS, RunError, Runner};
-use crate::domain::budget;
-use crate::domain::claim::{Claim, RunStatus};
-use crate::domain::door::{SkipReason, TaskFacts, Verdict, verdict};
-use crate::domain::install::Install;
-use crate::domain::occurrence::{ClaimOutcome, Delivery, diagnose};
+use crate::domain::run::door::{SkipReason, TaskFacts, Verdict, verdict};
+use crate::domain::run::occurrence::{ClaimOutcome, Delivery, diagnose};
+use crate::domain::task::budget;
+use crate::domain::task::claim::{Claim, RunStatus};
+use crate::domain::task::install::Install;
 use crate::domain::task::{Provenance, Task};
 use crate::ports::{ClaimAnswer, ClaimRequest, Connectors, Model, RunStore, StoreError, TakeOver};
 

@@ -4,7 +4,7 @@
 //! port calls it makes named beside it, one at a time, so a crash can fall
 //! between any two of them:
 //!
-//! 1. **Door** before any read: worker flag, lateness (`domain::door`, no
+//! 1. **Door** before any read: worker flag, lateness (`domain::run::door`, no
 //!    I/O). A skip is recorded (`skip_unclaimed`: `RunStore::record_unclaimed`).
 //! 2. **Claim** (`claim`: `RunStore::claim`): one conditional write on the
 //!    task item claims the occurrence (a lease until the function's
@@ -23,11 +23,11 @@
 //!    Any MCP error fails the run; it never withdraws the task.
 //! 5. **Agent loop** (`agent_loop`): each model call (`model_call`:
 //!    `Model::converse`; with a model pace, at a slot the fleet booked
-//!    with `RunStore::pace_book`, `domain::pace`; retried while throttled)
+//!    with `RunStore::pace_book`, `domain::run::pace`; retried while throttled)
 //!    and each tool call
 //!    (`tool_call`: `McpSession::call_tool`) is one step; what is offered,
 //!    whether a call is allowed and when the loop stops are decided by
-//!    `domain::agent_loop`.
+//!    `domain::run::agent_loop`.
 //! 6. **Settle** (`settle`: `RunStore::settle`): one transaction writes the
 //!    run record, finishes the claim, settles the budget to the actual cost
 //!    and charges the account; it is fenced on this execution still holding
@@ -38,7 +38,7 @@
 //!    goes back to the queue.
 //! 7. **Notify**: the settle's run record is the outbox. The table's stream
 //!    carries a succeeded or failed record to the bus through an EventBridge
-//!    Pipe (`domain::notification`): after accounting by construction, one
+//!    Pipe (`domain::run::notification`): after accounting by construction, one
 //!    event per settled run, none for a skip, and nothing for a duplicate
 //!    delivery or a crash after the settle to get wrong.
 //!
@@ -65,13 +65,13 @@ use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::domain::agent_loop::Ended;
-use crate::domain::budget::Prices;
-use crate::domain::claim::RunStatus;
-use crate::domain::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
-use crate::domain::limits::Ceilings;
-use crate::domain::occurrence::{Delivery, Outcome, RunMessage};
-use crate::domain::pace::Pace;
+use crate::domain::run::agent_loop::Ended;
+use crate::domain::run::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
+use crate::domain::run::occurrence::{Delivery, Outcome, RunMessage};
+use crate::domain::run::pace::Pace;
+use crate::domain::task::budget::Prices;
+use crate::domain::task::claim::RunStatus;
+use crate::domain::task::limits::Ceilings;
 use crate::ports::{Connectors, Model, RunStore, StoreError};
 use crate::trace::{self, Tracer, key};
 
@@ -93,7 +93,7 @@ pub struct RunSettings {
     /// long after they finish.
     pub retention: Duration,
     /// `MODEL_REQUESTS_PER_MINUTE`: the fleet's pace of model requests
-    /// (`domain::pace`); `None`, each run only backs off when throttled.
+    /// (`domain::run::pace`); `None`, each run only backs off when throttled.
     pub pace: Option<Pace>,
 }
 
@@ -136,7 +136,7 @@ impl Disposition {
     /// paced, when the pace has room (`redelivery::paced_return`); anything
     /// else is acknowledged (`None`). `jitter` in `[0, 1)` spreads returns.
     pub fn comes_back(&self, receive_count: u32, now: DateTime<Utc>, jitter: f64) -> Option<i32> {
-        use crate::domain::redelivery::{paced_return, return_delay};
+        use crate::domain::run::redelivery::{paced_return, return_delay};
         match self {
             Disposition::Busy | Disposition::ReturnToQueue => Some(return_delay(receive_count, jitter)),
             Disposition::Paced(room_at) => {
@@ -203,7 +203,7 @@ pub struct Runner<S, M, C> {
     /// for never), by `agent::lane_index`: which write a booking tries
     /// first (`pace::first_try`), and whether it needs one (`pace::seen_full`).
     pace_seen: [std::sync::atomic::AtomicI64; 2],
-    /// The same for workspaces' credits (`domain::pace`, "Workspaces'
+    /// The same for workspaces' credits (`domain::run::pace`, "Workspaces'
     /// shares"), by item id; bounded (`agent::SHARES_SEEN`).
     shares_seen: std::sync::Mutex<std::collections::HashMap<String, i64>>,
 }
@@ -285,7 +285,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         trace.set(key::OCCURRENCE, occ.key.clone());
 
         // 0. Not due yet: nothing written.
-        if crate::domain::door::not_yet(occ.scheduled, now) {
+        if crate::domain::run::door::not_yet(occ.scheduled, now) {
             tracing::warn!(
                 scheduled_time = %occ.key,
                 "a delivery of an occurrence not due yet: not run, nothing claimed or recorded"

@@ -7,10 +7,10 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::{RunSettings, Runner, SETTLE_RESERVE_SECONDS};
 use crate::app::mcp_step;
-use crate::domain::agent::{Message, ModelRequest, ToolSpec, prompt_conversation};
-use crate::domain::agent_loop::{self, AgentLoop, Ended, Toolbox, reminder_prompt, time_left};
-use crate::domain::install::Install;
-use crate::domain::occurrence::{Outcome, Usage, run_id};
+use crate::domain::run::agent::{Message, ModelRequest, ToolSpec, prompt_conversation};
+use crate::domain::run::agent_loop::{self, AgentLoop, Ended, Toolbox, reminder_prompt, time_left};
+use crate::domain::run::occurrence::{Outcome, Usage, run_id};
+use crate::domain::task::install::Install;
 use crate::domain::task::{Provenance, Task, TaskKind};
 use crate::ports::{Connectors, McpError, McpSession, Model, RunStore, ServerTool};
 use crate::trace::{AgentFacts, key};
@@ -85,8 +85,8 @@ fn agent_loop_of(
     let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
     Ok(
         AgentLoop::new(messages, toolbox, limits, run_budget, price, wall_deadline)
-            .with_model_max_tokens(crate::domain::model::max_output_tokens(&settings.model_id))
-            .with_cache_minimum(crate::domain::model::cache_minimum(&settings.model_id)),
+            .with_model_max_tokens(crate::domain::run::model::max_output_tokens(&settings.model_id))
+            .with_cache_minimum(crate::domain::run::model::cache_minimum(&settings.model_id)),
     )
 }
 
@@ -180,7 +180,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Err(e) => return failed(e),
         };
         let run = run_id(task.task_id.as_str(), scheduled);
-        let lane = crate::domain::pace::Lane::of(task.kind);
+        let lane = crate::domain::run::pace::Lane::of(task.kind);
         match self
             .agent_loop(turns, &setup.sessions, &run, lane, &task.workspace)
             .await
@@ -220,7 +220,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let usage = match &ended {
             Ended::Run(outcome) => {
                 span.set(key::OUTCOME, outcome.status.as_str());
-                if outcome.status == crate::domain::claim::RunStatus::Failed {
+                if outcome.status == crate::domain::task::claim::RunStatus::Failed {
                     span.fail("run_failed");
                 }
                 outcome.usage
@@ -302,7 +302,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     async fn bound_install(&self, task: &Task, install_id: &str) -> Result<Option<Install>, McpError> {
         match self.store.install(&task.workspace, install_id).await {
             Ok(Some(bound))
-                if crate::domain::binding::check_binding(
+                if crate::domain::connector::binding::check_binding(
                     task,
                     install_id,
                     &BTreeMap::from([(install_id.to_owned(), bound.clone())]),

@@ -6,13 +6,13 @@ use chrono::{DateTime, Utc};
 
 use super::claim::Claimed;
 use super::{Disposition, RunError, Runner};
-use crate::domain::agent_loop::Requeue;
-use crate::domain::budget;
-use crate::domain::claim::RunStatus;
-use crate::domain::door::SkipReason;
-use crate::domain::install::Install;
-use crate::domain::occurrence::{Delivery, Outcome, RunRecord, cap_reason, claim_retention};
-use crate::domain::settlement;
+use crate::domain::run::agent_loop::Requeue;
+use crate::domain::run::door::SkipReason;
+use crate::domain::run::occurrence::{Delivery, Outcome, RunRecord, cap_reason, claim_retention};
+use crate::domain::run::settlement;
+use crate::domain::task::budget;
+use crate::domain::task::claim::RunStatus;
+use crate::domain::task::install::Install;
 use crate::domain::task::{Provenance, Task};
 use crate::ports::{Connectors, Model, Release, RunStore, Settled, Settlement, StoreError, Unclaimed};
 
@@ -173,7 +173,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// message can come back and run as if it never had: what crashed
     /// attempts reserved and this one spent stays committed, carried by the
     /// released claim into the occurrence's one record and its settle's
-    /// charge to the account (`domain::claim::Claim::committed`).
+    /// charge to the account (`domain::task::claim::Claim::committed`).
     pub(super) async fn release(
         &self,
         occ: &Delivery,

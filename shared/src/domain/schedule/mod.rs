@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 pub mod calendar;
 pub mod cron;
 pub mod preview;
+pub mod recurrence;
 
 use calendar::Calendar;
 

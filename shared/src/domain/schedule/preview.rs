@@ -399,6 +399,23 @@ pub fn instants(fires: &[Fire]) -> Vec<DateTime<Utc>> {
     fires.iter().filter_map(|f| f.at).collect()
 }
 
+/// Whether `scheduled` is an occurrence of `schedule` as it now is: a
+/// one-time task's instant, a cron's fire time in its zone (Scheduler's DST
+/// rule included). A rate has no fixed phase to check against: any time is
+/// one of its occurrences.
+pub fn is_occurrence(schedule: &Schedule, scheduled: DateTime<Utc>) -> bool {
+    match schedule {
+        Schedule::At { at } => *at == scheduled,
+        Schedule::Rate { .. } => true,
+        // The first fire after the instant before it, past any local time
+        // DST skips or day a month lacks.
+        Schedule::Cron { .. } | Schedule::Calendar { .. } => next_fire(schedule, scheduled - Duration::seconds(1))
+            .map(|next| next == Some(scheduled))
+            // An expression that cannot be read could not have been scheduled.
+            .unwrap_or(true),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,8 +32,8 @@ use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
 use serde_json::{Value, json};
 use shared::adapters::keys::Key;
 use shared::app::reconcile::{Delivery, WebhookAnswer, intake};
+use shared::domain::connector::webhook::WebhookSecret;
 use shared::domain::task::TaskId;
-use shared::domain::webhook::WebhookSecret;
 use shared::ports::TaskCatalog;
 use tests::{TestReconciler, TestStack, admin_principal, code, event, installed};
 
@@ -156,7 +156,7 @@ async fn a_personal_install_never_takes_over_a_workspace_task() {
     let mine = issues_server().await;
     let arn = secret(&t, &t.stack.connector_secret_name("ws_1", "ins_me"), "my-own-token").await;
     let mut personal = installed("ins_me", "issues", &mine.url(), "personal");
-    if let shared::domain::webhook::Event::Installed { install, .. } = &mut personal {
+    if let shared::domain::connector::webhook::Event::Installed { install, .. } = &mut personal {
         install.credential_secret_arn = Some(arn);
     }
     r.apply(&personal, Utc::now()).await.unwrap();
@@ -361,7 +361,7 @@ async fn an_install_stored_with_the_webhook_secret_as_credential_never_reads_it(
         "ins_1",
         "issues",
         &issues.url(),
-        shared::domain::install::InstallScope::Workspace,
+        shared::domain::task::install::InstallScope::Workspace,
     );
     record.credential_secret_arn = Some(t.stack.webhook_secret_arn.clone());
     t.admin_store().put_install(&record).await.unwrap();
@@ -424,7 +424,7 @@ async fn a_name_resolving_to_loopback_is_refused_when_connecting_with_the_flag_o
         "ins_1",
         "issues",
         &format!("https://localhost:{port}/mcp"),
-        shared::domain::install::InstallScope::Workspace,
+        shared::domain::task::install::InstallScope::Workspace,
     );
     record.credential_secret_arn = Some(arn);
     t.admin_store().put_install(&record).await.unwrap();
@@ -495,7 +495,7 @@ async fn an_install_id_re_declared_as_another_server_is_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_attached_to_a_personal_install_is_skipped_at_the_door() {
     use shared::app::run::Disposition;
-    use shared::domain::door::SkipReason;
+    use shared::domain::run::door::SkipReason;
     let s = tests::RunStack::start().await.unwrap();
     let mine = issues_server().await;
     let arn = secret(&s.t, &s.t.stack.connector_secret_name("ws_1", "ins_me"), "my-own-token").await;
@@ -503,7 +503,7 @@ async fn a_task_attached_to_a_personal_install_is_skipped_at_the_door() {
         "ins_me",
         "issues",
         &mine.url(),
-        shared::domain::install::InstallScope::Personal,
+        shared::domain::task::install::InstallScope::Personal,
     );
     personal.credential_secret_arn = Some(arn);
     s.store().put_install(&personal).await.unwrap();
@@ -539,7 +539,7 @@ async fn a_task_attached_to_a_personal_install_is_skipped_at_the_door() {
     assert!(s.model.requests().await.is_empty(), "no model call");
     let account = s
         .account(
-            &shared::domain::budget::Account::Install("acct_ins_me".into()),
+            &shared::domain::task::budget::Account::Install("acct_ins_me".into()),
             &at.format("%Y-%m").to_string(),
         )
         .await;
@@ -561,7 +561,7 @@ async fn a_stored_binding_to_the_declaring_install_is_never_honoured() {
     let mut bound = task.clone();
     bound.spec.bindings = [("summary_channel".to_owned(), Some("ins_1".to_owned()))].into();
     bound.version += 1;
-    let write = shared::domain::reconcile::Write::change(&task, bound, vec![]);
+    let write = shared::domain::connector::reconcile::Write::change(&task, bound, vec![]);
     assert_eq!(
         store.write_task(&write).await.unwrap(),
         shared::ports::Versioned::Written

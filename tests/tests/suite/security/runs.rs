@@ -11,13 +11,13 @@ use serde_json::json;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::mcp::{MAX_TEXT_CHARS, MAX_TOOLS, MAX_TOOLS_READ};
 use shared::app::run::Disposition;
-use shared::domain::agent::RUN_ID_META;
-use shared::domain::claim::RunStatus;
-use shared::domain::install::InstallScope;
-use shared::domain::limits::{Ceilings, Limits};
-use shared::domain::occurrence::{occurrence_key, run_id};
+use shared::domain::run::agent::RUN_ID_META;
+use shared::domain::run::occurrence::{occurrence_key, run_id};
 use shared::domain::schedule::{RateUnit, Schedule};
 use shared::domain::task::Task;
+use shared::domain::task::claim::RunStatus;
+use shared::domain::task::install::InstallScope;
+use shared::domain::task::limits::{Ceilings, Limits};
 use shared::ports::{RunStore, Settled, Settlement, StoreError};
 use tests::intercept::{Intercepted, RunStoreHook};
 use tests::{RunStack, connector_task, deadline, install, run_message, run_settings};
@@ -151,7 +151,7 @@ async fn a_crash_after_a_side_effect_is_paid_for_and_the_rerun_carries_the_same_
     assert_eq!(item["claims"][occurrence_key(at)]["status"], "succeeded");
     let account = s
         .account(
-            &shared::domain::budget::Account::Install("acct_ins_1".into()),
+            &shared::domain::task::budget::Account::Install("acct_ins_1".into()),
             &month(at),
         )
         .await
@@ -278,7 +278,7 @@ async fn a_megabyte_error_from_a_server_is_cut_and_the_run_still_settles() {
     let record = s.run_to(&task, at, RunStatus::Failed).await;
     let reason = record["reason"].as_str().unwrap();
     assert!(reason.contains("-32602"), "{reason}");
-    assert!(reason.chars().count() <= shared::domain::occurrence::MAX_REASON_CHARS);
+    assert!(reason.chars().count() <= shared::domain::run::occurrence::MAX_REASON_CHARS);
     let item = s.task_item(&task).await;
     assert_eq!(
         item["claims"][occurrence_key(at)]["status"],
@@ -380,7 +380,7 @@ async fn a_settle_that_keeps_failing_leaves_no_claim_running_and_no_reservation_
     );
     let account = s
         .account(
-            &shared::domain::budget::Account::Install("acct_ins_1".into()),
+            &shared::domain::task::budget::Account::Install("acct_ins_1".into()),
             &month(at),
         )
         .await
@@ -430,7 +430,7 @@ async fn a_one_minute_task_over_thirty_days_keeps_its_item_small() {
     }
     let item = s.task_item(&task).await;
     let claims = item["claims"].as_object().unwrap();
-    let retention = shared::domain::occurrence::claim_retention(Duration::seconds(3600));
+    let retention = shared::domain::run::occurrence::claim_retention(Duration::seconds(3600));
     let window = (retention.num_minutes() + 2) as usize;
     assert!(claims.len() <= window, "{} claims kept, at most {window}", claims.len());
     let retained = |occurrence: &String| {
