@@ -4,7 +4,7 @@ moto checks no IAM: a function whose role lacks an action works locally and
 is refused on AWS. The local stack gives each function process an access key
 naming its template resources (`iam-RunnerFunction`; the local reconcile
 process is both intake and worker: `iam-ReconcileFunction+WebhookFunction`,
-see `infra/local/src/runtime.rs`). A request signed with such a key is
+see `tests/local/src/runtime.rs`). A request signed with such a key is
 allowed only when one of those functions' policy statements in
 `template.yaml` allows its action, and refused as AWS refuses it otherwise
 (`AccessDeniedException`). Other keys (the tests' own clients, the local
@@ -193,7 +193,7 @@ def _record_use(functions, action):
 
 
 # A role key ending so is checked the same, by a test that expects its
-# refusals (`infra/local/tests/iam.rs`): they are not recorded as the
+# refusals (`tests/local/tests/iam.rs`): they are not recorded as the
 # suite's failures.
 PROBE_SUFFIX = "~probe"
 

@@ -53,10 +53,17 @@ forbid "AWS SDK calls stay in shared/src/adapters" 'aws_sdk_[a-z]+::' \
 # The domain's groups and the modules within each group alike.
 groups=""
 for group in shared/src/domain/*/; do groups="$groups|shared/src ${group%/}"; done
-IFS='|' read -r -a folders <<< "shared/src shared/src/domain$groups|shared/src shared/src/app|infra/local/src infra/local/src|infra/sat/src infra/sat/src"
+IFS='|' read -r -a folders <<< "shared/src shared/src/domain$groups|shared/src shared/src/app|tests/local/src tests/local/src|infra/sat/src infra/sat/src"
 for crate_and_folder in "${folders[@]}"; do
   # shellcheck disable=SC2086
   python infra/python/module_graph.py $crate_and_folder
+done
+echo "== what ships depends on nothing that only tests (ARCHITECTURE, \"Code map\")"
+for shipped in create runner reconcile admin schedules sat; do
+  if cargo tree -p "$shipped" -e normal --prefix none --locked | cut -d' ' -f1 | grep -qxE 'local|tests'; then
+    echo "$shipped depends on the local stack or the test harness outside its dev-dependencies" >&2
+    exit 1
+  fi
 done
 echo "== one TLS crypto stack in each function (aws-lc-rs; ring never besides it)"
 for function in create runner reconcile admin schedules; do
