@@ -29,6 +29,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use shared::adapters::dynamo::DynamoStore;
+use shared::domain::run::occurrence::RunRecord;
 use shared::domain::task::TaskId;
 use shared::domain::task::claim::RunStatus;
 use shared::ports::ReminderStore;
@@ -153,10 +154,37 @@ async fn walk(
     subscription: &Subscription,
     progress: bool,
 ) -> Result<(), SatError> {
-    let create_function = resources.output("CreateFunctionArn")?;
-    let table = resources.output("TasksTableName")?;
-    let queue_url = resources.output("RunFinishedQueueUrl")?;
     // 1. create, as a chat backend does.
+    let Some(task_id) = create(args, resources, report, key, due, now, progress).await? else {
+        return Ok(());
+    };
+    // 2. its run record, once Scheduler fired it and the runner settled it.
+    let deadline = tokio::time::Instant::now() + args.due_in + args.wait;
+    let Some(record) = settled(args, resources, report, &task_id, deadline, progress).await? else {
+        return Ok(());
+    };
+    // 3. its event on the bus, through the subscription; 4. on RunFinishedQueue.
+    say(progress, "waiting for its event on the bus and on RunFinishedQueue");
+    let queue_url = resources.output("RunFinishedQueueUrl")?;
+    let (on_bus, on_queue) = events(resources, subscription, queue_url, &task_id, deadline).await?;
+    report
+        .steps
+        .extend(event_steps(&record, on_bus.as_ref(), on_queue.as_ref()));
+    Ok(())
+}
+
+/// Step 1: the reminder created through the create function, as a chat
+/// backend creates one; its task id when create answered ok.
+async fn create(
+    args: &VerifyArgs,
+    resources: &Resources,
+    report: &mut VerifyReport,
+    key: &str,
+    due: DateTime<Utc>,
+    now: DateTime<Utc>,
+    progress: bool,
+) -> Result<Option<TaskId>, SatError> {
+    let create_function = resources.output("CreateFunctionArn")?;
     say(
         progress,
         &format!(
@@ -181,7 +209,7 @@ async fn walk(
             None => format!("create answered {}", invoked.payload),
         };
         report.steps.push(step("create", false, why));
-        return Ok(());
+        return Ok(None);
     };
     report.task_id = Some(task_id.as_str().to_owned());
     report.steps.push(step(
@@ -194,13 +222,23 @@ async fn walk(
             invoked.payload["task"]["at"].as_str().unwrap_or("?")
         ),
     ));
+    Ok(Some(task_id))
+}
 
-    // 2. its run record, once Scheduler fired it and the runner settled it.
-    let deadline = tokio::time::Instant::now() + args.due_in + args.wait;
+/// Step 2: the run record the runner settled, waited for until `deadline`;
+/// the record when the run succeeded.
+async fn settled(
+    args: &VerifyArgs,
+    resources: &Resources,
+    report: &mut VerifyReport,
+    task_id: &TaskId,
+    deadline: tokio::time::Instant,
+    progress: bool,
+) -> Result<Option<RunRecord>, SatError> {
     say(progress, &format!("waiting for {}'s run record", task_id.as_str()));
-    let store = DynamoStore::from_sdk(&resources.sdk, table);
+    let store = DynamoStore::from_sdk(&resources.sdk, resources.output("TasksTableName")?);
     let record = loop {
-        let runs = store.runs(&task_id, 1).await?;
+        let runs = store.runs(task_id, 1).await?;
         if let Some(record) = runs.into_iter().find(|r| r.status != RunStatus::Running) {
             break Some(record);
         }
@@ -219,7 +257,7 @@ async fn walk(
                 task_id.as_str()
             ),
         ));
-        return Ok(());
+        return Ok(None);
     };
     let ran = record.status == RunStatus::Succeeded;
     report.steps.push(step(
@@ -242,19 +280,26 @@ async fn walk(
                 .unwrap_or_default()
         ),
     ));
-    if !ran {
-        return Ok(());
-    }
+    Ok(ran.then_some(record))
+}
 
-    // 3. its event on the bus, through the subscription; 4. on RunFinishedQueue.
-    say(progress, "waiting for its event on the bus and on RunFinishedQueue");
+/// Steps 3 and 4, watched together: the run's event on the bus (through
+/// the subscription) and on RunFinishedQueue, each until `deadline`; once
+/// the bus has it, the queue has 30 s more to show it. Another task's
+/// message on the queue is the platform's and goes back at once.
+async fn events(
+    resources: &Resources,
+    subscription: &Subscription,
+    queue_url: &str,
+    task_id: &TaskId,
+    deadline: tokio::time::Instant,
+) -> Result<(Option<Value>, Option<Value>), SatError> {
     let queues = Queues::new(&resources.sdk);
     let ours = |body: &str| {
         let event: Value = serde_json::from_str(body).unwrap_or(Value::Null);
         (event["detail"]["task_id"] == task_id.as_str()).then_some(event)
     };
     let (mut on_bus, mut on_queue) = (None, None);
-    // Once the bus has it, the queue has a little longer to show it.
     let mut queue_deadline = deadline;
     loop {
         if on_bus.is_none() {
@@ -272,69 +317,71 @@ async fn walk(
                         queues.delete(queue_url, &message.receipt_handle).await?;
                         on_queue = Some(event);
                     }
-                    // The platform's: back at once.
                     None => queues.release(queue_url, &message.receipt_handle).await?,
                 }
             }
         }
         let now = tokio::time::Instant::now();
         if (on_bus.is_some() && on_queue.is_some()) || now >= deadline || (on_bus.is_some() && now >= queue_deadline) {
-            break;
+            return Ok((on_bus, on_queue));
         }
     }
-    let described = |event: &Value, place: &str| {
-        let detail = &event["detail"];
-        let content_free = detail.as_object().is_some_and(|d| {
-            d.keys()
-                .all(|k| ["workspace", "task_id", "run_id", "scheduled_time", "status"].contains(&k.as_str()))
-        });
-        let ok = content_free && detail["run_id"] == record.run_id.as_str();
-        let text = format!(
-            "`{}` event from {} {place}: run {} {}{}",
-            event["detail-type"].as_str().unwrap_or("?"),
-            event["source"].as_str().unwrap_or("?"),
-            detail["run_id"].as_str().unwrap_or("?"),
-            detail["status"].as_str().unwrap_or("?"),
-            if content_free {
-                ", ids and status only"
-            } else {
-                "; it carries more than ids and status"
-            }
-        );
-        (ok, text)
-    };
-    match &on_bus {
-        Some(event) => {
-            let (ok, text) = described(event, "on the bus");
-            report.steps.push(step("bus", ok, text));
+}
+
+/// An event as a step says it: whether it is the run's and carries ids and
+/// status only, and what it showed.
+fn described(event: &Value, place: &str, record: &RunRecord) -> (bool, String) {
+    let detail = &event["detail"];
+    let content_free = detail.as_object().is_some_and(|d| {
+        d.keys()
+            .all(|k| ["workspace", "task_id", "run_id", "scheduled_time", "status"].contains(&k.as_str()))
+    });
+    let ok = content_free && detail["run_id"] == record.run_id.as_str();
+    let text = format!(
+        "`{}` event from {} {place}: run {} {}{}",
+        event["detail-type"].as_str().unwrap_or("?"),
+        event["source"].as_str().unwrap_or("?"),
+        detail["run_id"].as_str().unwrap_or("?"),
+        detail["status"].as_str().unwrap_or("?"),
+        if content_free {
+            ", ids and status only"
+        } else {
+            "; it carries more than ids and status"
         }
-        None => report.steps.push(step(
+    );
+    (ok, text)
+}
+
+/// Steps 3 and 4 from what was seen.
+fn event_steps(record: &RunRecord, on_bus: Option<&Value>, on_queue: Option<&Value>) -> [Step; 2] {
+    let bus = match on_bus {
+        Some(event) => {
+            let (ok, text) = described(event, "on the bus", record);
+            step("bus", ok, text)
+        }
+        None => step(
             "bus",
             false,
             "no event for it on the bus: check the notification pipe (RunFinishedPipe, RunFinishedDeadLetterAlarm)"
                 .to_owned(),
-        )),
-    }
-    match (&on_queue, &on_bus) {
+        ),
+    };
+    let queue = match (on_queue, on_bus) {
         (Some(event), _) => {
-            let (ok, text) = described(event, "on RunFinishedQueue");
-            report.steps.push(step("queue", ok, text));
+            let (ok, text) = described(event, "on RunFinishedQueue", record);
+            step("queue", ok, text)
         }
-        (None, Some(_)) => report.steps.push(Step {
+        (None, Some(_)) => Step {
             step: "queue",
             verdict: "not seen",
             detail: "not seen on RunFinishedQueue: a consumer of the queue (the platform's backend) took it first, \
                      or RunFinishedRule did not deliver it (RunFinishedQueueDeadLetterAlarm)"
                 .to_owned(),
             at: render::utc(Utc::now()),
-        }),
-        (None, None) => report.steps.push(step(
-            "queue",
-            false,
-            "no event for it on RunFinishedQueue either".to_owned(),
-        )),
-    }
-    Ok(())
+        },
+        (None, None) => step("queue", false, "no event for it on RunFinishedQueue either".to_owned()),
+    };
+    [bus, queue]
 }
 
 impl Report for VerifyReport {
