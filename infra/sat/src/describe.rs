@@ -366,6 +366,29 @@ fn report(
 
 impl Report for DescribeReport {
     fn human(&self) -> String {
+        let mut text = render::fields(&self.fields());
+        if !self.pending.is_empty() {
+            let mut table = render::table(&["pending change", "from", "to", "widens"]);
+            for diff in &self.pending {
+                table.add_row(vec![
+                    diff.what.clone(),
+                    diff.from.clone(),
+                    diff.to.clone(),
+                    if diff.widens { "yes" } else { "no" }.to_owned(),
+                ]);
+            }
+            text.push_str(&format!("{table}\n"));
+        }
+        text.push_str(&self.fires_text());
+        text.push_str(&self.runs_text());
+        text
+    }
+}
+
+impl DescribeReport {
+    /// The task's fields, one a line: what it is, its state and why, its
+    /// schedule, bounds, budget and cost.
+    fn fields(&self) -> Vec<(&'static str, String)> {
         let origin = match &self.provenance {
             Provenance::Connector {
                 server,
@@ -376,20 +399,6 @@ impl Report for DescribeReport {
             }
             Provenance::User { principal } => format!("reminder of {principal}"),
         };
-        let budget = self.budget.map_or_else(
-            || "none".to_owned(),
-            |b| {
-                format!(
-                    "{} a run, {} a month",
-                    render::usd(b.max_usd_per_run),
-                    render::usd(b.max_usd_per_month)
-                )
-            },
-        );
-        let mut cost = format!("USD {:.4} committed in {}", self.cost.committed_usd, self.cost.period);
-        if let Some(b) = self.budget {
-            cost.push_str(&format!(" of {} a month", render::usd(b.max_usd_per_month)));
-        }
         let mut pairs = vec![
             ("task", format!("{} in workspace {}", self.task_id, self.workspace)),
             ("what", origin),
@@ -424,29 +433,40 @@ impl Report for DescribeReport {
                     self.limits.timeout_seconds
                 ),
             ),
-            ("budget", budget),
-            ("cost", cost),
         ]);
+        pairs.extend(self.money());
+        pairs
+    }
+
+    /// Budget, cost this month and the cost ceilings.
+    fn money(&self) -> Vec<(&'static str, String)> {
+        let budget = self.budget.map_or_else(
+            || "none".to_owned(),
+            |b| {
+                format!(
+                    "{} a run, {} a month",
+                    render::usd(b.max_usd_per_run),
+                    render::usd(b.max_usd_per_month)
+                )
+            },
+        );
+        let mut cost = format!("USD {:.4} committed in {}", self.cost.committed_usd, self.cost.period);
+        if let Some(b) = self.budget {
+            cost.push_str(&format!(" of {} a month", render::usd(b.max_usd_per_month)));
+        }
+        let mut pairs = vec![("budget", budget), ("cost", cost)];
         if let Some(ceiling) = &self.cost.ceiling {
             pairs.push(("ceiling", ceiling.words.clone()));
         }
         if let Some(ceiling) = &self.cost.pending_ceiling {
             pairs.push(("if approved", ceiling.words.clone()));
         }
-        let mut text = render::fields(&pairs);
-        if !self.pending.is_empty() {
-            let mut table = render::table(&["pending change", "from", "to", "widens"]);
-            for diff in &self.pending {
-                table.add_row(vec![
-                    diff.what.clone(),
-                    diff.from.clone(),
-                    diff.to.clone(),
-                    if diff.widens { "yes" } else { "no" }.to_owned(),
-                ]);
-            }
-            text.push_str(&format!("{table}\n"));
-        }
-        text.push_str(&render::heading("Next fires"));
+        pairs
+    }
+
+    /// The next fires, and the DST notes of the coming year.
+    fn fires_text(&self) -> String {
+        let mut text = render::heading("Next fires");
         if self.next_fires.is_empty() {
             text.push_str("none\n");
         } else {
@@ -460,35 +480,40 @@ impl Report for DescribeReport {
                 fire.utc.as_ref().map(|u| format!(" ({u})")).unwrap_or_default()
             ));
         }
-        text.push_str(&render::heading(&format!(
+        text
+    }
+
+    /// The recent runs, in the task's zone and UTC.
+    fn runs_text(&self) -> String {
+        let mut text = render::heading(&format!(
             "Recent runs (latest {}; missed: {})",
             self.runs.len(),
             self.missed
-        )));
+        ));
         if self.runs.is_empty() {
             text.push_str("none yet\n");
-        } else {
-            let mut table = render::table(&[
-                &format!("scheduled ({})", self.timezone),
-                "UTC",
-                "status",
-                "why",
-                "cost",
-            ]);
-            for run in &self.runs {
-                let local = DateTime::parse_from_rfc3339(&run.scheduled_time)
-                    .map(|t| render::local(t.with_timezone(&Utc), &self.timezone))
-                    .unwrap_or_default();
-                table.add_row(vec![
-                    local,
-                    run.scheduled_time.clone(),
-                    format!("{:?}", run.status).to_lowercase(),
-                    run.explanation.clone(),
-                    format!("{:.4}", run.cost_usd),
-                ]);
-            }
-            text.push_str(&format!("{table}\n"));
+            return text;
         }
+        let mut table = render::table(&[
+            &format!("scheduled ({})", self.timezone),
+            "UTC",
+            "status",
+            "why",
+            "cost",
+        ]);
+        for run in &self.runs {
+            let local = DateTime::parse_from_rfc3339(&run.scheduled_time)
+                .map(|t| render::local(t.with_timezone(&Utc), &self.timezone))
+                .unwrap_or_default();
+            table.add_row(vec![
+                local,
+                run.scheduled_time.clone(),
+                format!("{:?}", run.status).to_lowercase(),
+                run.explanation.clone(),
+                format!("{:.4}", run.cost_usd),
+            ]);
+        }
+        text.push_str(&format!("{table}\n"));
         text
     }
 }
