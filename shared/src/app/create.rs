@@ -41,7 +41,7 @@ use crate::domain::reminder::descriptor::tool_descriptor;
 use crate::domain::reminder::{CreateRequest, Rejection, Surface};
 use crate::domain::run::definition::ScheduleDefinition;
 use crate::domain::schedule::{Schedule, format_utc};
-use crate::domain::task::idempotency::Replay;
+use crate::domain::task::idempotency::{IdempotencyRecord, Replay};
 use crate::domain::task::limits::Ceilings;
 use crate::domain::task::{Task, TaskId};
 use crate::ports::{ReminderInserted, ScheduleError, Schedules, StoreError, TaskStore};
@@ -234,38 +234,9 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
             Ok(built) => built,
             Err(rejection) => return Ok(rejected(rejection)),
         };
-        let mut owner = None;
-        if let Some(max) = cap {
-            let counted = self.store.owner_reminders(&task.workspace, &principal).await?;
-            if counted.active() >= max {
-                return Ok(rejected(Rejection::TooManyActive { max }));
-            }
-            owner = Some(counted);
-        }
-        self.schedules.put(&schedule_of(&task)?).await?;
-        let mut attempts = 0;
-        let inserted = loop {
-            match self
-                .store
-                .insert_with_idempotency(&task, &record, owner.as_ref())
-                .await?
-            {
-                ReminderInserted::OwnerMoved if attempts < OWNER_RETRIES => {
-                    attempts += 1;
-                    let counted = self.store.owner_reminders(&task.workspace, &principal).await?;
-                    if let Some(max) = cap.filter(|max| counted.active() >= *max) {
-                        // The last place went to another create: no residue.
-                        self.schedules.delete(task.task_id.as_str()).await?;
-                        return Ok(rejected(Rejection::TooManyActive { max }));
-                    }
-                    owner = Some(counted);
-                }
-                ReminderInserted::OwnerMoved => {
-                    self.schedules.delete(task.task_id.as_str()).await?;
-                    return Err(CreateError::OwnerBusy(principal));
-                }
-                other => break other,
-            }
+        let inserted = match self.insert(&task, &record, &principal, cap).await? {
+            Ok(inserted) => inserted,
+            Err(answer) => return Ok(answer),
         };
         match inserted {
             ReminderInserted::Created | ReminderInserted::OwnerMoved => {
@@ -288,6 +259,49 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
                     self.schedules.put(&schedule_of(&winner_task)?).await?;
                 }
                 self.replay(replay, &winner.workspace).await
+            }
+        }
+    }
+
+    /// Steps 2 and 3 of the order of writes: the schedule put, then the task
+    /// and its key's record in one transaction, with the owner's item when
+    /// `cap` counts their reminders (read again, up to `OWNER_RETRIES`
+    /// times, while other writes move it). A cap reached meanwhile is the
+    /// answer, with the schedule taken back: no residue.
+    async fn insert(
+        &self,
+        task: &Task,
+        record: &IdempotencyRecord,
+        principal: &str,
+        cap: Option<usize>,
+    ) -> Result<Result<ReminderInserted, Answer>, CreateError> {
+        let mut owner = None;
+        if let Some(max) = cap {
+            let counted = self.store.owner_reminders(&task.workspace, principal).await?;
+            if counted.active() >= max {
+                return Ok(Err(rejected(Rejection::TooManyActive { max })));
+            }
+            owner = Some(counted);
+        }
+        self.schedules.put(&schedule_of(task)?).await?;
+        let mut attempts = 0;
+        loop {
+            match self.store.insert_with_idempotency(task, record, owner.as_ref()).await? {
+                ReminderInserted::OwnerMoved if attempts < OWNER_RETRIES => {
+                    attempts += 1;
+                    let counted = self.store.owner_reminders(&task.workspace, principal).await?;
+                    if let Some(max) = cap.filter(|max| counted.active() >= *max) {
+                        // The last place went to another create: no residue.
+                        self.schedules.delete(task.task_id.as_str()).await?;
+                        return Ok(Err(rejected(Rejection::TooManyActive { max })));
+                    }
+                    owner = Some(counted);
+                }
+                ReminderInserted::OwnerMoved => {
+                    self.schedules.delete(task.task_id.as_str()).await?;
+                    return Err(CreateError::OwnerBusy(principal.to_owned()));
+                }
+                other => return Ok(Ok(other)),
             }
         }
     }

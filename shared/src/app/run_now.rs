@@ -100,6 +100,47 @@ fn message(task: &Task, at: DateTime<Utc>, key: &str, now: DateTime<Utc>) -> Run
     }
 }
 
+/// Steps 2 and 3: the extra occurrence (a free whole second), recorded on
+/// the task as `updated`, and the door's verdict on it, asked as if it were
+/// delivered at once; why not, in words.
+fn planned(
+    task: &Task,
+    principal: &Principal,
+    key: &str,
+    install: Option<&Install>,
+    now: DateTime<Utc>,
+) -> Result<(DateTime<Utc>, Task), String> {
+    let at = run_now::occurrence(
+        &task.spec.schedule,
+        |k| task.claims.contains_key(k) || task.run_now.contains_key(k),
+        now,
+    );
+    let mut updated = task.clone();
+    let asked = RunNow {
+        key: key.to_owned(),
+        by: principal.id.clone(),
+        requested_at: now,
+    };
+    updated.run_now = run_now::record(&task.run_now, at, asked, now).map_err(|why| why.to_string())?;
+    let facts = Facts {
+        worker_enabled: true,
+        scheduled: at,
+        now,
+        catch_up: AT_ONCE,
+        task: TaskFacts::Present {
+            task: &updated,
+            install,
+        },
+    };
+    match verdict(&facts) {
+        Verdict::Skip(reason) => Err(format!(
+            "it would not run now: the door skips it ({})",
+            reason.describe()
+        )),
+        Verdict::Run => Ok((at, updated)),
+    }
+}
+
 /// One run now of `task` (read at `expected_version`) by `principal` with
 /// `key`, at `now`; `install` is a connector task's (for the door). See
 /// the module doc for the steps.
@@ -132,43 +173,11 @@ where
     if task.version != expected_version {
         return Ok(Requested::VersionMoved { current: task.version });
     }
-    // 2. Occurrence.
-    let at = run_now::occurrence(
-        &task.spec.schedule,
-        |k| task.claims.contains_key(k) || task.run_now.contains_key(k),
-        now,
-    );
-    let mut updated = task.clone();
-    updated.run_now = match run_now::record(
-        &task.run_now,
-        at,
-        RunNow {
-            key: key.to_owned(),
-            by: principal.id.clone(),
-            requested_at: now,
-        },
-        now,
-    ) {
-        Ok(recorded) => recorded,
-        Err(why) => return Ok(Requested::Refused(why.to_string())),
+    // 2. Occurrence; 3. door.
+    let (at, updated) = match planned(task, principal, key, install, now) {
+        Ok(planned) => planned,
+        Err(why) => return Ok(Requested::Refused(why)),
     };
-    // 3. Door.
-    let facts = Facts {
-        worker_enabled: true,
-        scheduled: at,
-        now,
-        catch_up: AT_ONCE,
-        task: TaskFacts::Present {
-            task: &updated,
-            install,
-        },
-    };
-    if let Verdict::Skip(reason) = verdict(&facts) {
-        return Ok(Requested::Refused(format!(
-            "it would not run now: the door skips it ({})",
-            reason.describe()
-        )));
-    }
     // 4. Write.
     let record = IdempotencyRecord {
         principal: principal.id.clone(),

@@ -613,18 +613,12 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
         {
             return self.replay(principal, &record, &fingerprint, now).await;
         }
-        let task = match self.owned(principal, task_id).await? {
+        let task = match self.editable(target).await? {
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),
         };
         if let Err(refusal) = still_open(&task) {
             return Ok(Err(refusal));
-        }
-        if task.version != expected_version {
-            return Ok(Err(Refusal::VersionConflict {
-                expected: expected_version,
-                current: task.version,
-            }));
         }
         let mut updated = task.clone();
         if let Err(rejection) = checked.apply(&mut updated, now) {
@@ -640,7 +634,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
             ttl: Some((now + self.settings.retention).timestamp()),
             occurrence: None,
         };
-        match commit_with(
+        let changed = commit_with(
             self.store(),
             self.schedules(),
             &task,
@@ -649,8 +643,23 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
             self.settings.retention,
             Some(&record),
         )
-        .await?
-        {
+        .await?;
+        self.updated(target, key, &fingerprint, changed, now).await
+    }
+
+    /// An update's write as its answer: the reminder written, a version
+    /// conflict, or, when another request took the key first, that
+    /// request's answer replayed.
+    async fn updated(
+        &self,
+        target: &Target,
+        key: &str,
+        fingerprint: &crate::domain::task::idempotency::Fingerprint,
+        changed: Changed,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let principal = &target.principal;
+        match changed {
             Changed::Written(updated) => {
                 tracing::info!(task_id = %updated.task_id, version = updated.version, "reminder updated");
                 Ok(Ok(OwnerAnswer::Written {
@@ -659,7 +668,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
                 }))
             }
             Changed::VersionMoved { current } => Ok(Err(Refusal::VersionConflict {
-                expected: expected_version,
+                expected: target.expected_version,
                 current,
             })),
             Changed::KeyTaken => match self
@@ -667,10 +676,25 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
                 .idempotency_record(&principal.workspace, &principal.id, key)
                 .await?
             {
-                Some(winner) => self.replay(principal, &winner, &fingerprint, now).await,
+                Some(winner) => self.replay(principal, &winner, fingerprint, now).await,
                 None => Ok(Err(Refusal::Reminder(Rejection::IdempotencyConflict))),
             },
         }
+    }
+
+    /// The principal's own reminder at the version the caller read.
+    async fn editable(&self, target: &Target) -> Result<Result<Task, Refusal>, SchedulesError> {
+        let task = match self.owned(&target.principal, &target.task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if task.version != target.expected_version {
+            return Ok(Err(Refusal::VersionConflict {
+                expected: target.expected_version,
+                current: task.version,
+            }));
+        }
+        Ok(Ok(task))
     }
 
     async fn replay(
@@ -754,20 +778,14 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
     async fn switch(&self, target: &Target, edit: Edit, now: DateTime<Utc>) -> Outcome {
         let Target {
             principal,
-            task_id,
             expected_version,
+            ..
         } = target;
         let expected_version = *expected_version;
-        let task = match self.owned(principal, task_id).await? {
+        let task = match self.editable(target).await? {
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        if task.version != expected_version {
-            return Ok(Err(Refusal::VersionConflict {
-                expected: expected_version,
-                current: task.version,
-            }));
-        }
         let updated = match edit::decide(&edit, Actor::Owner(&principal.id), &task, now) {
             Ok(Decision::Unchanged) => return Ok(Ok(unchanged(&task, now))),
             Ok(Decision::Write(updated)) => *updated,
