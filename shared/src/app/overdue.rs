@@ -66,6 +66,23 @@ pub struct Missed {
     pub explanation: String,
 }
 
+impl Missed {
+    fn of(task: &Task, at: DateTime<Utc>, reason: &SkipReason) -> Self {
+        Missed {
+            workspace: task.workspace.clone(),
+            task_id: task.task_id.to_string(),
+            kind: match task.kind {
+                TaskKind::Reminder => "reminder",
+                TaskKind::Connector => "connector",
+            },
+            scheduled_time: at,
+            timezone: task.spec.schedule.timezone().to_owned(),
+            reason: reason.code(),
+            explanation: reason.describe(),
+        }
+    }
+}
+
 /// What one check found.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Checked {
@@ -166,6 +183,34 @@ pub async fn check_shard<S: DueIndex + RunStore>(
     Ok(checked)
 }
 
+/// Records a judged occurrence as the runner records a skip, under the
+/// check's own execution id.
+async fn record_judged<S: RunStore>(
+    store: &S,
+    settings: &CheckSettings,
+    task: &Task,
+    at: DateTime<Utc>,
+    reason: SkipReason,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let key = occurrence_key(at);
+    let occ = Delivery {
+        message: RunMessage {
+            task_id: task.task_id.to_string(),
+            workspace: task.workspace.clone(),
+            scheduled_time: key.clone(),
+            execution_id: CHECK_EXECUTION_ID.to_owned(),
+            attempt: "0".to_owned(),
+        },
+        task_id: task.task_id.clone(),
+        scheduled: at,
+        key,
+    };
+    record_skip(store, &occ, &reason, 0, now, settings.retention, Some(task))
+        .await
+        .map(drop)
+}
+
 /// Judges one task, records what it missed and moves its `due`; what it
 /// missed is reported only if this check moved `due` (another check that
 /// got there first reports it).
@@ -192,22 +237,6 @@ async fn judge_task<S: DueIndex + RunStore>(
             task.claims.get(&occurrence_key(at)).map_or(Trace::None, Trace::Claimed)
         }
     });
-    let record = |at: DateTime<Utc>, reason: SkipReason| async move {
-        let key = occurrence_key(at);
-        let occ = Delivery {
-            message: RunMessage {
-                task_id: task.task_id.to_string(),
-                workspace: task.workspace.clone(),
-                scheduled_time: key.clone(),
-                execution_id: CHECK_EXECUTION_ID.to_owned(),
-                attempt: "0".to_owned(),
-            },
-            task_id: task.task_id.clone(),
-            scheduled: at,
-            key,
-        };
-        record_skip(store, &occ, &reason, 0, now, settings.retention, Some(task)).await
-    };
     // Skipped by its owner (or an admin) and never delivered: recorded as
     // the runner would have recorded it, and not missed.
     if let Some(at) = judged.skipped
@@ -217,7 +246,7 @@ async fn judge_task<S: DueIndex + RunStore>(
             TaskKind::Reminder => SkipReason::SkippedByOwner,
             TaskKind::Connector => SkipReason::SkippedByAdmin,
         };
-        record(at, reason).await?;
+        record_judged(store, settings, task, at, reason, now).await?;
     }
     let mut missed = Vec::new();
     for at in &judged.missed {
@@ -226,20 +255,9 @@ async fn judge_task<S: DueIndex + RunStore>(
             None => SkipReason::NeverDelivered,
         };
         if settings.write {
-            record(*at, reason.clone()).await?;
+            record_judged(store, settings, task, *at, reason.clone(), now).await?;
         }
-        missed.push(Missed {
-            workspace: task.workspace.clone(),
-            task_id: task.task_id.to_string(),
-            kind: match task.kind {
-                TaskKind::Reminder => "reminder",
-                TaskKind::Connector => "connector",
-            },
-            scheduled_time: *at,
-            timezone: task.spec.schedule.timezone().to_owned(),
-            reason: reason.code(),
-            explanation: reason.describe(),
-        });
+        missed.push(Missed::of(task, *at, &reason));
     }
     if !settings.write || judged.due == task.due {
         return Ok(missed);

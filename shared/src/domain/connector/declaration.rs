@@ -181,9 +181,26 @@ pub fn parse(
     }
     let raw: Raw = serde_json::from_value(marker.clone()).map_err(|e| DeclarationError::Malformed(e.to_string()))?;
     let schedule = schedule(raw.schedule)?;
+    let tools = own_tools(raw.tools, server_tools)?;
+    raw.limits.check()?;
+    // Declared limits stand as declared (a missing one takes the ceiling)
+    // and must be within the ceilings.
+    let limits = ceilings.fill(&raw.limits);
+    limits.check_within(ceilings)?;
+    Ok(Declaration {
+        schedule,
+        tools,
+        limits,
+        budget: budget(raw.budget)?,
+        needs: needs(raw.needs)?,
+    })
+}
 
+/// The declared tools: each a tool of the declaring server, by a name of
+/// bounded length.
+fn own_tools(declared: Vec<String>, server_tools: &BTreeSet<String>) -> Result<BTreeSet<String>, DeclarationError> {
     let mut tools = BTreeSet::new();
-    for tool in raw.tools {
+    for tool in declared {
         if tool.chars().count() > MAX_NAME_CHARS {
             return Err(DeclarationError::Malformed(format!(
                 "a tool name is longer than {MAX_NAME_CHARS} characters"
@@ -194,16 +211,13 @@ pub fn parse(
         }
         tools.insert(tool);
     }
+    Ok(tools)
+}
 
-    raw.limits.check()?;
-    // Declared limits stand as declared (a missing one takes the ceiling)
-    // and must be within the ceilings.
-    let limits = ceilings.fill(&raw.limits);
-    limits.check_within(ceilings)?;
-
-    let budget = raw
-        .budget
-        .ok_or_else(|| DeclarationError::Budget("a budget is required".into()))?;
+/// The declared budget: required, both amounts positive, a run's within a
+/// month's.
+fn budget(declared: Option<Budget>) -> Result<Budget, DeclarationError> {
+    let budget = declared.ok_or_else(|| DeclarationError::Budget("a budget is required".into()))?;
     let ok = |v: f64| v.is_finite() && v > 0.0;
     if !ok(budget.max_usd_per_run) || !ok(budget.max_usd_per_month) {
         return Err(DeclarationError::Budget("amounts must be positive".into()));
@@ -213,9 +227,14 @@ pub fn parse(
             "max_usd_per_run exceeds max_usd_per_month".into(),
         ));
     }
+    Ok(budget)
+}
 
+/// The declared needs by id: ids of `[A-Za-z0-9_-]{1,64}`, each once, each
+/// with a description of bounded length.
+fn needs(declared: Vec<Need>) -> Result<BTreeMap<String, String>, DeclarationError> {
     let mut needs = BTreeMap::new();
-    for need in raw.needs {
+    for need in declared {
         let valid_id = !need.id.is_empty()
             && need.id.len() <= 64
             && need
@@ -241,13 +260,7 @@ pub fn parse(
             return Err(DeclarationError::Needs(format!("`{}` is declared twice", need.id)));
         }
     }
-    Ok(Declaration {
-        schedule,
-        tools,
-        limits,
-        budget,
-        needs,
-    })
+    Ok(needs)
 }
 
 #[cfg(test)]
