@@ -65,6 +65,43 @@ struct Spec {
     names_from: u8,
 }
 
+const MINUTE: Spec = Spec {
+    name: "minute",
+    min: 0,
+    max: 59,
+    names: &[],
+    names_from: 0,
+};
+const HOUR: Spec = Spec {
+    name: "hour",
+    min: 0,
+    max: 23,
+    names: &[],
+    names_from: 0,
+};
+const DAY_OF_MONTH: Spec = Spec {
+    name: "day-of-month",
+    min: 1,
+    max: 31,
+    names: &[],
+    names_from: 0,
+};
+const MONTH: Spec = Spec {
+    name: "month",
+    min: 1,
+    max: 12,
+    names: &MONTHS,
+    names_from: 1,
+};
+/// 0 to 7: 7 is Sunday too.
+const DAY_OF_WEEK: Spec = Spec {
+    name: "day-of-week",
+    min: 0,
+    max: 7,
+    names: &DAYS,
+    names_from: 0,
+};
+
 /// A number as cron writes it: decimal digits only (Rust's `u8::parse`
 /// also takes a leading `+`, which no cron does).
 fn number(text: &str) -> Option<u8> {
@@ -134,56 +171,11 @@ impl Cron {
         if fields.len() != 5 {
             return Err(CronError::FieldCount(fields.len()));
         }
-        let minutes = all(
-            &Spec {
-                name: "minute",
-                min: 0,
-                max: 59,
-                names: &[],
-                names_from: 0,
-            },
-            fields[0],
-        )?;
-        let hours = all(
-            &Spec {
-                name: "hour",
-                min: 0,
-                max: 23,
-                names: &[],
-                names_from: 0,
-            },
-            fields[1],
-        )?;
-        let (dom_star, dom) = field(
-            &Spec {
-                name: "day-of-month",
-                min: 1,
-                max: 31,
-                names: &[],
-                names_from: 0,
-            },
-            fields[2],
-        )?;
-        let months = all(
-            &Spec {
-                name: "month",
-                min: 1,
-                max: 12,
-                names: &MONTHS,
-                names_from: 1,
-            },
-            fields[3],
-        )?;
-        let (dow_star, dow) = field(
-            &Spec {
-                name: "day-of-week",
-                min: 0,
-                max: 7,
-                names: &DAYS,
-                names_from: 0,
-            },
-            fields[4],
-        )?;
+        let minutes = all(&MINUTE, fields[0])?;
+        let hours = all(&HOUR, fields[1])?;
+        let (dom_star, dom) = field(&DAY_OF_MONTH, fields[2])?;
+        let months = all(&MONTH, fields[3])?;
+        let (dow_star, dow) = field(&DAY_OF_WEEK, fields[4])?;
         // 7 is Sunday too.
         let dow: BTreeSet<u8> = dow.into_iter().map(|d| d % 7).collect();
         let (dom_full, dow_full) = (dom.len() == 31, dow.len() == 7);

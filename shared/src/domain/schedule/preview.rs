@@ -295,29 +295,7 @@ fn walk(expression: &Expression, after: DateTime<Utc>, count: usize, notes: bool
                 let Some(local) = date.and_hms_opt(hour, minute, 0) else {
                     continue;
                 };
-                let fire = match zone.from_local_datetime(&local) {
-                    LocalResult::Single(t) => Fire {
-                        at: Some(t.with_timezone(&Utc)),
-                        local: wall(local),
-                        note: None,
-                    },
-                    LocalResult::Ambiguous(first, _) => Fire {
-                        at: Some(first.with_timezone(&Utc)),
-                        local: wall(local),
-                        note: Some(format!(
-                            "{} happens twice as clocks go back; it fires once, the first time",
-                            local.format("%H:%M")
-                        )),
-                    },
-                    LocalResult::None => Fire {
-                        at: None,
-                        local: wall(local),
-                        note: Some(format!(
-                            "{} does not exist as clocks go forward; this run is skipped",
-                            local.format("%Y-%m-%d %H:%M")
-                        )),
-                    },
-                };
+                let fire = fire_at(&zone, local);
                 // Skipped times are listed by their local day; fires by instant.
                 let later = match fire.at {
                     Some(at) => at > after,
@@ -347,6 +325,34 @@ fn walk(expression: &Expression, after: DateTime<Utc>, count: usize, notes: bool
         date += Duration::days(1);
     }
     Ok(out)
+}
+
+/// A local time of a cron's as Scheduler fires it in `zone`: once, the
+/// first of two that DST repeats, and none that DST skips (named).
+fn fire_at(zone: &Tz, local: NaiveDateTime) -> Fire {
+    match zone.from_local_datetime(&local) {
+        LocalResult::Single(t) => Fire {
+            at: Some(t.with_timezone(&Utc)),
+            local: wall(local),
+            note: None,
+        },
+        LocalResult::Ambiguous(first, _) => Fire {
+            at: Some(first.with_timezone(&Utc)),
+            local: wall(local),
+            note: Some(format!(
+                "{} happens twice as clocks go back; it fires once, the first time",
+                local.format("%H:%M")
+            )),
+        },
+        LocalResult::None => Fire {
+            at: None,
+            local: wall(local),
+            note: Some(format!(
+                "{} does not exist as clocks go forward; this run is skipped",
+                local.format("%Y-%m-%d %H:%M")
+            )),
+        },
+    }
 }
 
 /// The most fires [`dst_changes`] reads: a year of a cron firing every
