@@ -342,6 +342,33 @@ impl TaskStore for DynamoStore {
                 reminders: Vec::new(),
             });
         let ids: Vec<TaskId> = owner.reminders.iter().filter_map(|id| TaskId::parse(id)).collect();
+        let mut found = self.tasks_by_id(workspace, &ids).await?;
+        let mut tasks: Vec<(TaskId, Option<Task>)> = ids
+            .into_iter()
+            .map(|id| {
+                let task = found.remove(id.as_str());
+                (id, task)
+            })
+            .collect();
+        // Reminders the create function made are not listed on the owner
+        // item: the owner index finds them (it may lag a fresh one by a
+        // moment; those are not capped anyway).
+        for task in self.indexed_reminders(workspace, principal).await? {
+            if !tasks.iter().any(|(id, _)| *id == task.task_id) {
+                tasks.push((task.task_id.clone(), Some(task)));
+            }
+        }
+        Ok(OwnerReminders {
+            version: owner.version,
+            tasks,
+        })
+    }
+}
+
+impl DynamoStore {
+    /// The workspace's tasks of these ids that exist, strongly consistent,
+    /// 100 a `BatchGetItem`, unprocessed keys asked again.
+    async fn tasks_by_id(&self, workspace: &str, ids: &[TaskId]) -> Result<HashMap<String, Task>, StoreError> {
         let mut found: HashMap<String, Task> = HashMap::new();
         for chunk in ids.chunks(100) {
             let keys: Vec<Item> = chunk
@@ -375,16 +402,13 @@ impl TaskStore for DynamoStore {
                 pending = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table));
             }
         }
-        let mut tasks: Vec<(TaskId, Option<Task>)> = ids
-            .into_iter()
-            .map(|id| {
-                let task = found.remove(id.as_str());
-                (id, task)
-            })
-            .collect();
-        // Reminders the create function made are not listed on the owner
-        // item: the owner index finds them (it may lag a fresh one by a
-        // moment; those are not capped anyway).
+        Ok(found)
+    }
+
+    /// Every reminder of the owner's the owner index holds, not deleted,
+    /// read page by page.
+    async fn indexed_reminders(&self, workspace: &str, principal: &str) -> Result<Vec<Task>, StoreError> {
+        let mut tasks = Vec::new();
         let mut after = None;
         loop {
             let page = crate::ports::ReminderStore::owned(
@@ -396,20 +420,12 @@ impl TaskStore for DynamoStore {
                 after.as_ref(),
             )
             .await?;
-            for task in page.tasks {
-                if !tasks.iter().any(|(id, _)| *id == task.task_id) {
-                    tasks.push((task.task_id.clone(), Some(task)));
-                }
-            }
+            tasks.extend(page.tasks);
             match page.next {
                 Some(next) => after = Some(next),
-                None => break,
+                None => return Ok(tasks),
             }
         }
-        Ok(OwnerReminders {
-            version: owner.version,
-            tasks,
-        })
     }
 }
 
