@@ -418,29 +418,9 @@ pub async fn run(args: &CheckArgs, resources: Option<&Resources>) -> Result<Chec
     })
 }
 
-/// The dry run of one accepted declaration: its approved bounds as
-/// declared, the given argument values, the run's first request.
-async fn dry_run(
-    args: &CheckArgs,
-    settings: &Settings,
-    session: &McpClient,
-    server: &str,
-    prompt: &str,
-    created: &BTreeMap<&str, &Task>,
-    now: DateTime<Utc>,
-) -> Result<DryRun, SatError> {
-    let Some(task) = created.get(prompt) else {
-        let known: Vec<&str> = created.keys().copied().collect();
-        return Err(SatError::Usage(format!(
-            "--dry-run {prompt}: not an accepted scheduled prompt of this server (accepted: {})",
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
-        )));
-    };
-    let mut task = (*task).clone();
+/// The `--arg` values for `prompt`, as an admin gives them at approval:
+/// none the prompt does not have, every one it requires.
+fn given_arguments(args: &CheckArgs, prompt: &str, task: &Task) -> Result<BTreeMap<String, String>, SatError> {
     let arguments: BTreeMap<String, String> = args.arguments.iter().cloned().collect();
     let unknown: Vec<&String> = arguments
         .keys()
@@ -470,6 +450,33 @@ async fn dry_run(
             missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
         )));
     }
+    Ok(arguments)
+}
+
+/// The dry run of one accepted declaration: its approved bounds as
+/// declared, the given argument values, the run's first request.
+async fn dry_run(
+    args: &CheckArgs,
+    settings: &Settings,
+    session: &McpClient,
+    server: &str,
+    prompt: &str,
+    created: &BTreeMap<&str, &Task>,
+    now: DateTime<Utc>,
+) -> Result<DryRun, SatError> {
+    let Some(task) = created.get(prompt) else {
+        let known: Vec<&str> = created.keys().copied().collect();
+        return Err(SatError::Usage(format!(
+            "--dry-run {prompt}: not an accepted scheduled prompt of this server (accepted: {})",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )));
+    };
+    let mut task = (*task).clone();
+    let arguments = given_arguments(args, prompt, &task)?;
     task.spec.arguments = arguments.clone();
     let mut report = DryRun {
         prompt: prompt.to_owned(),
@@ -670,11 +677,10 @@ impl DryRun {
     }
 }
 
-impl Report for CheckReport {
-    fn human(&self) -> String {
-        let accepted = self.declarations.iter().filter(|d| d.task.is_some()).count();
-        let refused = self.declarations.len() - accepted;
-        let mut text = render::fields(&[
+impl CheckReport {
+    /// The server, what it offers, the ceilings and how it is planned.
+    fn fields(&self) -> Vec<(&'static str, String)> {
+        vec![
             (
                 "server",
                 format!(
@@ -707,12 +713,11 @@ impl Report for CheckReport {
                 ),
             ),
             ("checked at", self.checked_at.clone()),
-        ]);
-        if let Some(why) = &self.url_refused {
-            text.push_str(&format!(
-                "\nNote: a deployed reconcile would refuse this URL: {why}. Install the server at a public https:// address.\n"
-            ));
-        }
+        ]
+    }
+
+    /// One row a scheduled prompt: its verdict, schedule and task or reason.
+    fn summary(&self) -> comfy_table::Table {
         let mut summary = render::table(&["scheduled prompt", "verdict", "schedule", "task or reason"]);
         for d in &self.declarations {
             summary.add_row(vec![
@@ -726,8 +731,22 @@ impl Report for CheckReport {
                 },
             ]);
         }
+        summary
+    }
+}
+
+impl Report for CheckReport {
+    fn human(&self) -> String {
+        let accepted = self.declarations.iter().filter(|d| d.task.is_some()).count();
+        let refused = self.declarations.len() - accepted;
+        let mut text = render::fields(&self.fields());
+        if let Some(why) = &self.url_refused {
+            text.push_str(&format!(
+                "\nNote: a deployed reconcile would refuse this URL: {why}. Install the server at a public https:// address.\n"
+            ));
+        }
         if !self.declarations.is_empty() {
-            text.push_str(&format!("\n{summary}\n"));
+            text.push_str(&format!("\n{}\n", self.summary()));
         }
         for d in &self.declarations {
             text.push_str(&render::heading(&format!("{}: {}", d.prompt, d.verdict)));
