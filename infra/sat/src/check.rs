@@ -330,6 +330,41 @@ async fn connect(args: &CheckArgs) -> Result<McpClient, SatError> {
         })
 }
 
+/// Each listed prompt once, by name: a scheduled one with reconcile's
+/// verdict on it (and, accepted, the task it would be), or its name among
+/// those not scheduled.
+fn verdicts(
+    prompts: &[ListedPrompt],
+    created: &BTreeMap<&str, &Task>,
+    refused: &BTreeMap<String, String>,
+    fires: usize,
+    now: DateTime<Utc>,
+) -> (Vec<Declared>, Vec<String>) {
+    let mut listed: Vec<&ListedPrompt> = prompts.iter().collect();
+    listed.sort_by(|a, b| a.name.cmp(&b.name));
+    listed.dedup_by(|a, b| a.name == b.name);
+    let mut declarations = Vec::new();
+    let mut unmarked = Vec::new();
+    for prompt in listed {
+        let Some(marker) = &prompt.marker else {
+            unmarked.push(prompt.name.clone());
+            continue;
+        };
+        let task = created.get(prompt.name.as_str());
+        declarations.push(Declared {
+            prompt: prompt.name.clone(),
+            verdict: if task.is_some() { "accepted" } else { "refused" },
+            refusal: refused.get(&prompt.name).cloned().or_else(|| {
+                task.is_none()
+                    .then(|| "refused by reconcile (past the bounds on what one server may declare)".to_owned())
+            }),
+            schema_errors: schema_errors(marker),
+            task: task.map(|t| would_be(t, fires, now)),
+        });
+    }
+    (declarations, unmarked)
+}
+
 pub async fn run(args: &CheckArgs, resources: Option<&Resources>) -> Result<CheckReport, SatError> {
     let settings = settings(args, resources)?;
     let now = Utc::now();
@@ -376,29 +411,7 @@ pub async fn run(args: &CheckArgs, resources: Option<&Resources>) -> Result<Chec
         })
         .collect();
 
-    let mut listed: Vec<&ListedPrompt> = prompts.iter().collect();
-    listed.sort_by(|a, b| a.name.cmp(&b.name));
-    listed.dedup_by(|a, b| a.name == b.name);
-    let mut declarations = Vec::new();
-    let mut unmarked = Vec::new();
-    for prompt in listed {
-        let Some(marker) = &prompt.marker else {
-            unmarked.push(prompt.name.clone());
-            continue;
-        };
-        let task = created.get(prompt.name.as_str());
-        declarations.push(Declared {
-            prompt: prompt.name.clone(),
-            verdict: if task.is_some() { "accepted" } else { "refused" },
-            refusal: plan.refused.get(&prompt.name).cloned().or_else(|| {
-                task.is_none()
-                    .then(|| "refused by reconcile (past the bounds on what one server may declare)".to_owned())
-            }),
-            schema_errors: schema_errors(marker),
-            task: task.map(|t| would_be(t, args.fires, now)),
-        });
-    }
-
+    let (declarations, unmarked) = verdicts(&prompts, &created, &plan.refused, args.fires, now);
     let dry_run = match &args.dry_run {
         Some(prompt) => Some(dry_run(args, &settings, &session, &server, prompt, &created, now).await?),
         None => None,

@@ -147,34 +147,34 @@ fn admin_error(e: shared::app::admin::AdminError) -> SatError {
     SatError::Admin(format!("reading the task: {}", shared::error_chain(&e)))
 }
 
-pub async fn run(args: &DescribeArgs, resources: &Resources) -> Result<DescribeReport, SatError> {
-    let now = Utc::now();
-    let table = resources.output("TasksTableName")?;
-    let group = resources.output("ScheduleGroupName")?;
-    let store = DynamoStore::from_sdk(&resources.sdk, table);
+/// The task's own workspace: a task of none is not found, and a wrong
+/// `--workspace` is said as such.
+async fn home_workspace(args: &DescribeArgs, resources: &Resources, store: &DynamoStore) -> Result<String, SatError> {
     let Some(id) = TaskId::parse(&args.task_id) else {
         return Err(SatError::NotFound {
             task_id: args.task_id.clone(),
             where_: ": a task id is rem_ or con_ and 32 hex digits".into(),
         });
     };
-    // The task's own workspace: a wrong --workspace is said as such.
-    let home = store.task_workspace(&id).await?;
-    let workspace = match (&args.workspace, home) {
-        (_, None) => {
-            return Err(SatError::NotFound {
-                task_id: args.task_id.clone(),
-                where_: format!(" in {}", resources.source),
-            });
-        }
-        (Some(given), Some(home)) if *given != home => {
-            return Err(SatError::NotFound {
-                task_id: args.task_id.clone(),
-                where_: format!(" in workspace {given} (it is in workspace {home})"),
-            });
-        }
-        (_, Some(home)) => home,
-    };
+    match (&args.workspace, store.task_workspace(&id).await?) {
+        (_, None) => Err(SatError::NotFound {
+            task_id: args.task_id.clone(),
+            where_: format!(" in {}", resources.source),
+        }),
+        (Some(given), Some(home)) if *given != home => Err(SatError::NotFound {
+            task_id: args.task_id.clone(),
+            where_: format!(" in workspace {given} (it is in workspace {home})"),
+        }),
+        (_, Some(home)) => Ok(home),
+    }
+}
+
+pub async fn run(args: &DescribeArgs, resources: &Resources) -> Result<DescribeReport, SatError> {
+    let now = Utc::now();
+    let table = resources.output("TasksTableName")?;
+    let group = resources.output("ScheduleGroupName")?;
+    let store = DynamoStore::from_sdk(&resources.sdk, table);
+    let workspace = home_workspace(args, resources, &store).await?;
     // The admin's reads; the settings only bound writes, which sat makes none of.
     let schedules = EventBridgeSchedules::from_sdk(
         &resources.sdk,
