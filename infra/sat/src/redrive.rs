@@ -112,69 +112,78 @@ fn daily_pass(body: &str) -> bool {
     }
 }
 
+/// A message of Scheduler's or the runs queue's DLQ: a run message goes
+/// back to the runs queue, the daily pass and a missed-occurrence check
+/// (Scheduler's) to the reconcile queue in their groups.
+fn scheduled(dlq: &'static str, body: &str) -> (String, Destination) {
+    let from_scheduler = dlq == "SchedulerDeadLetterQueueUrl";
+    if let Some(what) = run_message(body) {
+        (what, Destination::Queue("RunsQueueUrl"))
+    } else if from_scheduler && daily_pass(body) {
+        (
+            "the daily reconcile pass".to_owned(),
+            Destination::Fifo {
+                group: DAILY_GROUP.to_owned(),
+            },
+        )
+    } else if from_scheduler && matches!(serde_json::from_str::<Work>(body), Ok(Work::Pass(Pass::Overdue))) {
+        (
+            "a missed-occurrence check".to_owned(),
+            Destination::Fifo {
+                group: OVERDUE_GROUP.to_owned(),
+            },
+        )
+    } else {
+        (
+            "not a run message".to_owned(),
+            Destination::Left("neither a run message nor the daily pass: read it and decide".into()),
+        )
+    }
+}
+
+/// A message of the reconcile queue's DLQ: reconcile work goes back in its
+/// own message group (or the group its work names).
+fn reconcile_work(message: &Received) -> (String, Destination) {
+    let work = match serde_json::from_str::<Work>(&message.body) {
+        Ok(work) => work,
+        Err(e) => {
+            return (
+                "not reconcile work".to_owned(),
+                Destination::Left(format!("not a reconcile work item: {e}")),
+            );
+        }
+    };
+    let what = match &work {
+        Work::Event(event) => format!(
+            "reconcile event for install {} of {}",
+            event.install_id(),
+            event.workspace()
+        ),
+        Work::Pass(Pass::Install { workspace, install }) => {
+            format!("reconcile pass of install {} of {workspace}", install.id)
+        }
+        Work::Pass(Pass::OverdueShard { family, shard, .. }) => {
+            format!("the missed-occurrence check of {} shard {shard:02}", family.as_str())
+        }
+        Work::Pass(_) => "a page of the daily pass".to_owned(),
+    };
+    let group = message.group.clone().unwrap_or_else(|| match &work {
+        Work::Event(event) => shared::app::reconcile::group(event.workspace(), event.install_id()),
+        Work::Pass(Pass::Install { workspace, install }) => shared::app::reconcile::group(workspace, &install.id),
+        Work::Pass(Pass::OverdueShard { family, shard, .. }) => {
+            format!("overdue/{}/{shard:02}", family.as_str())
+        }
+        Work::Pass(_) => "pass".to_owned(),
+    });
+    (what, Destination::Fifo { group })
+}
+
 /// Where a message of `dlq` belongs, and what it is.
 fn route(dlq: &'static str, message: &Received) -> (String, Destination) {
     let body = message.body.as_str();
     match dlq {
-        "SchedulerDeadLetterQueueUrl" | "RunsDeadLetterQueueUrl" => {
-            if let Some(what) = run_message(body) {
-                (what, Destination::Queue("RunsQueueUrl"))
-            } else if dlq == "SchedulerDeadLetterQueueUrl" && daily_pass(body) {
-                (
-                    "the daily reconcile pass".to_owned(),
-                    Destination::Fifo {
-                        group: DAILY_GROUP.to_owned(),
-                    },
-                )
-            } else if dlq == "SchedulerDeadLetterQueueUrl"
-                && matches!(serde_json::from_str::<Work>(body), Ok(Work::Pass(Pass::Overdue)))
-            {
-                (
-                    "a missed-occurrence check".to_owned(),
-                    Destination::Fifo {
-                        group: OVERDUE_GROUP.to_owned(),
-                    },
-                )
-            } else {
-                (
-                    "not a run message".to_owned(),
-                    Destination::Left("neither a run message nor the daily pass: read it and decide".into()),
-                )
-            }
-        }
-        "ReconcileDeadLetterQueueUrl" => match serde_json::from_str::<Work>(body) {
-            Ok(work) => {
-                let what = match &work {
-                    Work::Event(event) => format!(
-                        "reconcile event for install {} of {}",
-                        event.install_id(),
-                        event.workspace()
-                    ),
-                    Work::Pass(Pass::Install { workspace, install }) => {
-                        format!("reconcile pass of install {} of {workspace}", install.id)
-                    }
-                    Work::Pass(Pass::OverdueShard { family, shard, .. }) => {
-                        format!("the missed-occurrence check of {} shard {shard:02}", family.as_str())
-                    }
-                    Work::Pass(_) => "a page of the daily pass".to_owned(),
-                };
-                let group = message.group.clone().unwrap_or_else(|| match &work {
-                    Work::Event(event) => shared::app::reconcile::group(event.workspace(), event.install_id()),
-                    Work::Pass(Pass::Install { workspace, install }) => {
-                        shared::app::reconcile::group(workspace, &install.id)
-                    }
-                    Work::Pass(Pass::OverdueShard { family, shard, .. }) => {
-                        format!("overdue/{}/{shard:02}", family.as_str())
-                    }
-                    Work::Pass(_) => "pass".to_owned(),
-                });
-                (what, Destination::Fifo { group })
-            }
-            Err(e) => (
-                "not reconcile work".to_owned(),
-                Destination::Left(format!("not a reconcile work item: {e}")),
-            ),
-        },
+        "SchedulerDeadLetterQueueUrl" | "RunsDeadLetterQueueUrl" => scheduled(dlq, body),
+        "ReconcileDeadLetterQueueUrl" => reconcile_work(message),
         "RunFinishedQueueDeadLetterQueueUrl" => match serde_json::from_str::<Value>(body) {
             Ok(event) if event["detail-type"] == "Scheduled run finished" => (
                 format!(
