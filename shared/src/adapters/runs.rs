@@ -135,6 +135,73 @@ fn task_from(item: Option<Item>) -> Result<Option<Box<Task>>, StoreError> {
         .transpose()
 }
 
+/// The schedule a completion was decided on, as a condition on the task
+/// item with `placeholder` for its value: a one-time task's instant, or a
+/// recurring one's whole schedule (its `until` and rule), which its owner
+/// may have changed since.
+fn schedule_fence(completion: &Completion, placeholder: &str) -> Result<(String, AttributeValue), StoreError> {
+    let corrupt = |what: &str, e: serde_dynamo::Error| StoreError::Corrupt {
+        what: what.into(),
+        source: Box::new(e),
+    };
+    Ok(match &completion.schedule {
+        None => (
+            format!("spec.#schedule.#at = {placeholder}"),
+            serde_dynamo::to_attribute_value(completion.at).map_err(|e| corrupt("instant", e))?,
+        ),
+        Some(schedule) => (
+            format!("spec.#schedule = {placeholder}"),
+            serde_dynamo::to_attribute_value(schedule).map_err(|e| corrupt("schedule", e))?,
+        ),
+    })
+}
+
+/// A settle that completes the task: fenced also on no tombstone and on
+/// the schedule the plan completed (the owner may have moved it), it sets
+/// `completed_at`, the state, a new version and, for a reminder, the expiry.
+fn completing(
+    mut update: aws_sdk_dynamodb::types::builders::UpdateBuilder,
+    set: &mut Vec<String>,
+    completion: &Completion,
+    record: &RunRecord,
+) -> Result<aws_sdk_dynamodb::types::builders::UpdateBuilder, StoreError> {
+    // The tombstone is `override.deleted` (`domain::task::overrides`),
+    // written true by the admin's delete and the owner's cancel, and
+    // removed with the whole map when no override is left; the
+    // instant (a recurring task's whole schedule) is the one the
+    // owner may have moved meanwhile.
+    let (fence, value) = schedule_fence(completion, ":at")?;
+    update = update
+        .condition_expression(format!(
+            "claims.#occ.execution_id = :exec AND claims.#occ.#status = :running \
+                 AND (attribute_not_exists(#override.deleted) OR #override.deleted = :kept) \
+                 AND {fence}"
+        ))
+        .expression_attribute_names("#override", "override")
+        .expression_attribute_names("#schedule", "schedule")
+        .expression_attribute_values(":kept", AttributeValue::Bool(false))
+        .expression_attribute_values(":at", value);
+    if completion.schedule.is_none() {
+        update = update.expression_attribute_names("#at", "at");
+    }
+    set.push("completed_at = :finished".into());
+    set.push("#state = :completed".into());
+    set.push("updated_at = :finished".into());
+    set.push("version = version + :one".into());
+    update = update
+        .expression_attribute_names("#state", "state")
+        .expression_attribute_values(":finished", s(&crate::domain::schedule::format_utc(record.finished_at)))
+        .expression_attribute_values(":completed", s("completed"))
+        .expression_attribute_values(":one", n(1));
+    if let Some(ttl) = completion.expires {
+        set.push("#ttl = :ttl".into());
+        update = update
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":ttl", n(ttl));
+    }
+    Ok(update)
+}
+
 impl DynamoStore {
     /// An account's charge for a period: `spent_usd` grows by `usd`, and
     /// `runs` by one when a run is recorded.
@@ -230,6 +297,31 @@ impl DynamoStore {
         Ok(items)
     }
 
+    /// A run record of a task that is not there, written once: a record
+    /// already there stays.
+    async fn record_alone(&self, item: Item) -> Result<(), StoreError> {
+        self.counted();
+        let result = self
+            .client()
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", PK)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(request_error("PutItem", e)),
+        }
+    }
+
     /// The run record, written once, with the outcome.
     fn run_record_put(&self, record: &RunRecord) -> Result<Put, StoreError> {
         let run_key = Key::run(&record.task_id, &record.scheduled_time);
@@ -263,53 +355,7 @@ impl DynamoStore {
             .expression_attribute_values(":running", s(RunStatus::Running.as_str()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         if let Some(completion) = &settlement.complete {
-            // The tombstone is `override.deleted` (`domain::task::overrides`),
-            // written true by the admin's delete and the owner's cancel, and
-            // removed with the whole map when no override is left; the
-            // instant (a recurring task's whole schedule) is the one the
-            // owner may have moved meanwhile.
-            let corrupt = |e: serde_dynamo::Error| StoreError::Corrupt {
-                what: "schedule".into(),
-                source: Box::new(e),
-            };
-            let (fence, value) = match &completion.schedule {
-                None => (
-                    "spec.#schedule.#at = :at",
-                    serde_dynamo::to_attribute_value(completion.at).map_err(corrupt)?,
-                ),
-                Some(schedule) => (
-                    "spec.#schedule = :at",
-                    serde_dynamo::to_attribute_value(schedule).map_err(corrupt)?,
-                ),
-            };
-            update = update
-                .condition_expression(format!(
-                    "claims.#occ.execution_id = :exec AND claims.#occ.#status = :running \
-                     AND (attribute_not_exists(#override.deleted) OR #override.deleted = :kept) \
-                     AND {fence}"
-                ))
-                .expression_attribute_names("#override", "override")
-                .expression_attribute_names("#schedule", "schedule")
-                .expression_attribute_values(":kept", AttributeValue::Bool(false))
-                .expression_attribute_values(":at", value);
-            if completion.schedule.is_none() {
-                update = update.expression_attribute_names("#at", "at");
-            }
-            set.push("completed_at = :finished".into());
-            set.push("#state = :completed".into());
-            set.push("updated_at = :finished".into());
-            set.push("version = version + :one".into());
-            update = update
-                .expression_attribute_names("#state", "state")
-                .expression_attribute_values(":finished", s(&crate::domain::schedule::format_utc(record.finished_at)))
-                .expression_attribute_values(":completed", s("completed"))
-                .expression_attribute_values(":one", n(1));
-            if let Some(ttl) = completion.expires {
-                set.push("#ttl = :ttl".into());
-                update = update
-                    .expression_attribute_names("#ttl", "ttl")
-                    .expression_attribute_values(":ttl", n(ttl));
-            }
+            update = completing(update, &mut set, completion, record)?;
         }
         let mut expression = format!("SET {}", set.join(", "));
         let mut removals: Vec<String> = (0..settlement.prune.len()).map(|i| format!("claims.#old{i}")).collect();
@@ -596,26 +642,8 @@ impl RunStore for DynamoStore {
             });
         }
         // No task at all (a skip as missing): the record alone, once.
-        self.counted();
-        let result = self
-            .client()
-            .put_item()
-            .table_name(self.table())
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", PK)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(Unclaimed::Done),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(Unclaimed::Done)
-            }
-            Err(e) => Err(request_error("PutItem", e)),
-        }
+        self.record_alone(item).await?;
+        Ok(Unclaimed::Done)
     }
 
     async fn record_over_dead(
@@ -682,23 +710,7 @@ impl RunStore for DynamoStore {
         completion: &Completion,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let corrupt = |what: &str, e: serde_dynamo::Error| StoreError::Corrupt {
-            what: what.into(),
-            source: Box::new(e),
-        };
-        // The schedule the completion was decided on: a one-time task's
-        // instant, or a recurring one's whole schedule (its `until` and
-        // rule), which its owner may have changed since.
-        let (fence, value) = match &completion.schedule {
-            None => (
-                "spec.#schedule.#at = :fence",
-                serde_dynamo::to_attribute_value(completion.at).map_err(|e| corrupt("instant", e))?,
-            ),
-            Some(schedule) => (
-                "spec.#schedule = :fence",
-                serde_dynamo::to_attribute_value(schedule).map_err(|e| corrupt("schedule", e))?,
-            ),
-        };
+        let (fence, value) = schedule_fence(completion, ":fence")?;
         let mut update = self
             .client()
             .update_item()
