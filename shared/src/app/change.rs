@@ -127,6 +127,28 @@ where
     )
 }
 
+/// The edited task as it is written: the next version, stamped `now`; a
+/// skip of the next occurrence kept the next one across a move, a run now
+/// dropped once stale (the task moved or stopped running); the expiry a
+/// finished reminder takes.
+fn stamp(before: &Task, after: &mut Task, now: DateTime<Utc>, retention: Duration) {
+    after.version = before.version + 1;
+    after.updated_at = now;
+    after.skip_next = skip::carry(
+        &before.spec.schedule,
+        &after.spec.schedule,
+        after.skip_next.as_ref(),
+        now,
+    );
+    after.run_now = run_now::carry(
+        &before.spec.schedule,
+        &after.spec.schedule,
+        after.should_fire(),
+        &after.run_now,
+    );
+    after.ttl = after.expiry_after_change(now, retention);
+}
+
 /// [`commit`], with an idempotency record written in the same transaction
 /// (`None`: without one).
 pub async fn commit_with<S, G>(
@@ -142,23 +164,7 @@ where
     S: TaskStore + TaskCatalog + ReminderStore,
     G: Schedules,
 {
-    after.version = before.version + 1;
-    after.updated_at = now;
-    // A skip of the next occurrence stays the next one across a move; a
-    // run now is stale once the task moved or stopped running.
-    after.skip_next = skip::carry(
-        &before.spec.schedule,
-        &after.spec.schedule,
-        after.skip_next.as_ref(),
-        now,
-    );
-    after.run_now = run_now::carry(
-        &before.spec.schedule,
-        &after.spec.schedule,
-        after.should_fire(),
-        &after.run_now,
-    );
-    after.ttl = after.expiry_after_change(now, retention);
+    stamp(before, &mut after, now, retention);
     let order = Order::of(before, &after).map_err(|e| unschedulable(&after, e))?;
     if order == Order::ScheduleFirst {
         let definition = ScheduleDefinition::for_task(&after).map_err(|e| unschedulable(&after, e))?;

@@ -492,18 +492,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
                 Ok(Summary::default())
             }
             Work::Pass(Pass::Overdue) => {
-                let check = now.timestamp_millis();
-                for family in crate::ports::Family::ALL {
-                    for shard in 0..crate::domain::run::definition::REMINDER_SHARDS {
-                        self.enqueue_pass(&Pass::OverdueShard {
-                            family,
-                            shard,
-                            check,
-                            hop: 0,
-                        })
-                        .await?;
-                    }
-                }
+                self.queue_overdue_shards(now).await?;
                 Ok(Summary::default())
             }
             Work::Pass(Pass::OverdueShard {
@@ -511,39 +500,67 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
                 shard,
                 check,
                 hop,
-            }) => {
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(CHECK_SECONDS);
-                let checked = check_shard(&self.store, self.overdue, family, shard, now, deadline).await?;
-                // Out of time: it goes on from its cursor now, a few times a
-                // period, rather than a whole period later.
-                if !checked.complete && hop < CHECK_HOPS {
-                    self.enqueue_pass(&Pass::OverdueShard {
-                        family,
-                        shard,
-                        check,
-                        hop: hop + 1,
-                    })
-                    .await?;
-                }
-                tracing::info!(
-                    family = family.as_str(),
+            }) => self.check_overdue_shard(family, shard, check, hop, now).await,
+        }
+    }
+
+    /// The missed-occurrence check's period: one message a shard of each
+    /// family, each its own invocation.
+    async fn queue_overdue_shards(&self, now: DateTime<Utc>) -> Result<(), ReconcileError> {
+        let check = now.timestamp_millis();
+        for family in crate::ports::Family::ALL {
+            for shard in 0..crate::domain::run::definition::REMINDER_SHARDS {
+                self.enqueue_pass(&Pass::OverdueShard {
+                    family,
                     shard,
-                    tasks = checked.tasks,
-                    missed = checked.missed.len(),
-                    complete = checked.complete,
-                    backlog_seconds = checked.backlog.num_seconds(),
-                    "missed-occurrence check"
-                );
-                Ok(Summary {
-                    overdue: Some(checked.missed.len()),
-                    overdue_check: Some(CheckFigures {
-                        unfinished: !checked.complete,
-                        backlog_seconds: checked.backlog.num_seconds(),
-                    }),
-                    ..Summary::default()
+                    check,
+                    hop: 0,
                 })
+                .await?;
             }
         }
+        Ok(())
+    }
+
+    /// One shard's missed-occurrence check, within its invocation's time;
+    /// out of time, it goes on from its cursor now, a few times a period,
+    /// rather than a whole period later.
+    async fn check_overdue_shard(
+        &self,
+        family: crate::ports::Family,
+        shard: u8,
+        check: i64,
+        hop: u8,
+        now: DateTime<Utc>,
+    ) -> Result<Summary, ReconcileError> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(CHECK_SECONDS);
+        let checked = check_shard(&self.store, self.overdue, family, shard, now, deadline).await?;
+        if !checked.complete && hop < CHECK_HOPS {
+            self.enqueue_pass(&Pass::OverdueShard {
+                family,
+                shard,
+                check,
+                hop: hop + 1,
+            })
+            .await?;
+        }
+        tracing::info!(
+            family = family.as_str(),
+            shard,
+            tasks = checked.tasks,
+            missed = checked.missed.len(),
+            complete = checked.complete,
+            backlog_seconds = checked.backlog.num_seconds(),
+            "missed-occurrence check"
+        );
+        Ok(Summary {
+            overdue: Some(checked.missed.len()),
+            overdue_check: Some(CheckFigures {
+                unfinished: !checked.complete,
+                backlog_seconds: checked.backlog.num_seconds(),
+            }),
+            ..Summary::default()
+        })
     }
 
     /// The daily pass, at deploy too: it only queues its first pages
@@ -903,6 +920,32 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
         Ok(())
     }
 
+    /// What an install's server declares: its prompts and its tools' names,
+    /// each MCP step traced.
+    async fn read_server(
+        &self,
+        install: &Install,
+    ) -> Result<(Vec<reconcile::ListedPrompt>, BTreeSet<String>), ReconcileError> {
+        let mcp = |source| ReconcileError::Mcp {
+            install: install.install_id.clone(),
+            source,
+        };
+        let step = |method| self.tracer.mcp(method, None);
+        let session = mcp_step(step("initialize"), self.connectors.connect(install))
+            .await
+            .map_err(mcp)?;
+        let prompts = mcp_step(step("prompts/list"), session.list_prompts())
+            .await
+            .map_err(mcp)?;
+        let tools: BTreeSet<String> = mcp_step(step("tools/list"), session.list_tools(None))
+            .await
+            .map_err(mcp)?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        Ok((prompts, tools))
+    }
+
     /// One install's pass: read its server, plan, write. Callers box it:
     /// with the MCP session's futures inside, it is too large to nest on a
     /// thread's stack unboxed in a debug build.
@@ -927,23 +970,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
             tracing::info!("personal install: its prompts are never reconciled");
             return Ok(Summary::default());
         }
-        let mcp = |source| ReconcileError::Mcp {
-            install: install_id.to_owned(),
-            source,
-        };
-        let step = |method| self.tracer.mcp(method, None);
-        let session = mcp_step(step("initialize"), self.connectors.connect(&install))
-            .await
-            .map_err(mcp)?;
-        let prompts = mcp_step(step("prompts/list"), session.list_prompts())
-            .await
-            .map_err(mcp)?;
-        let tools: BTreeSet<String> = mcp_step(step("tools/list"), session.list_tools(None))
-            .await
-            .map_err(mcp)?
-            .into_iter()
-            .map(|t| t.name)
-            .collect();
+        let (prompts, tools) = self.read_server(&install).await?;
 
         let mut summary = Summary::default();
         for _ in 0..ATTEMPTS {

@@ -208,6 +208,16 @@ pub struct Runner<S, M, C> {
     shares_seen: std::sync::Mutex<std::collections::HashMap<String, i64>>,
 }
 
+/// The delivery's ids on its log span and its trace span.
+fn label(span: &tracing::Span, trace: &trace::Span, occ: &Delivery) {
+    span.record("task_id", occ.task_id.as_str());
+    span.record("workspace", occ.message.workspace.as_str());
+    span.record("occurrence", occ.key.as_str());
+    trace.set(key::TASK_ID, occ.task_id.to_string());
+    trace.set(key::WORKSPACE, occ.message.workspace.clone());
+    trace.set(key::OCCURRENCE, occ.key.clone());
+}
+
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     pub fn new(store: S, model: M, connectors: C, settings: RunSettings) -> Self {
         Self {
@@ -277,12 +287,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Ok(occ) => occ,
             Err(reason) => return self.record_malformed(message_id, body, reason, now).await,
         };
-        span.record("task_id", occ.task_id.as_str());
-        span.record("workspace", occ.message.workspace.as_str());
-        span.record("occurrence", occ.key.as_str());
-        trace.set(key::TASK_ID, occ.task_id.to_string());
-        trace.set(key::WORKSPACE, occ.message.workspace.clone());
-        trace.set(key::OCCURRENCE, occ.key.clone());
+        label(&span, trace, &occ);
 
         // 0. Not due yet: nothing written.
         if crate::domain::run::door::not_yet(occ.scheduled, now) {
