@@ -341,17 +341,7 @@ impl McpConnectors {
         tls: &Tls,
         reading: Reading,
     ) -> Result<McpClient, McpError> {
-        let mut http = tls
-            .reqwest()
-            .pool_max_idle_per_host(0)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy();
-        if let Some(name) = &endpoint.name {
-            http = http.resolve(name, std::net::SocketAddr::new(address, endpoint.port));
-        }
-        let http = http
-            .build()
-            .map_err(|e| refused(format!("no HTTP client for the connector: {e}")))?;
+        let http = pinned_http(endpoint, address, tls)?;
         let mut config = StreamableHttpClientTransportConfig::with_uri(endpoint.url.as_str().to_owned())
             .max_json_response_size(reading.response_bytes())
             .max_sse_event_size(reading.response_bytes());
@@ -409,6 +399,22 @@ impl McpConnectors {
             server: (host, endpoint.port),
         })
     }
+}
+
+/// The HTTP client of one connection: the endpoint's name resolves to the
+/// checked address and nothing else, no proxy, no redirect, no pooled
+/// connection, verified with the process's TLS configuration.
+fn pinned_http(endpoint: &Endpoint, address: std::net::IpAddr, tls: &Tls) -> Result<reqwest::Client, McpError> {
+    let mut http = tls
+        .reqwest()
+        .pool_max_idle_per_host(0)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy();
+    if let Some(name) = &endpoint.name {
+        http = http.resolve(name, std::net::SocketAddr::new(address, endpoint.port));
+    }
+    http.build()
+        .map_err(|e| refused(format!("no HTTP client for the connector: {e}")))
 }
 
 impl Connectors for McpConnectors {
