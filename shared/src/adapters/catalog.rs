@@ -321,18 +321,8 @@ impl TaskCatalog for DynamoStore {
             &key,
             "webhook",
         )?;
-        self.counted();
-        let result = self
-            .client()
-            .put_item()
-            .table_name(self.table())
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", PK)
-            .send()
-            .await;
-        // A condition failure is a duplicate recorded meanwhile: nothing to do.
-        written("PutItem", result).map(|_| ())
+        // Not written: a duplicate recorded meanwhile, nothing to do.
+        self.put_new(item).await.map(drop)
     }
 }
 

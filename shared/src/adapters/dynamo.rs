@@ -208,20 +208,26 @@ impl DynamoStore {
         &self.table
     }
 
-    /// Writes a new task, unless one already has its key. Reconcile creates
-    /// connector tasks this way.
-    pub async fn insert_task(&self, task: &Task) -> Result<Inserted, StoreError> {
+    /// Puts `item` unless an item has its key: whether it was written (one
+    /// already there stays as it is).
+    pub(crate) async fn put_new(&self, item: Item) -> Result<bool, StoreError> {
         self.counted();
         let result = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(task_item(task)?))
+            .set_item(Some(item))
             .condition_expression("attribute_not_exists(#pk)")
             .expression_attribute_names("#pk", PK)
             .send()
             .await;
-        Ok(if written("PutItem", result)? {
+        written("PutItem", result)
+    }
+
+    /// Writes a new task, unless one already has its key. Reconcile creates
+    /// connector tasks this way.
+    pub async fn insert_task(&self, task: &Task) -> Result<Inserted, StoreError> {
+        Ok(if self.put_new(task_item(task)?).await? {
             Inserted::Created
         } else {
             Inserted::KeyTaken

@@ -297,31 +297,6 @@ impl DynamoStore {
         Ok(items)
     }
 
-    /// A run record of a task that is not there, written once: a record
-    /// already there stays.
-    async fn record_alone(&self, item: Item) -> Result<(), StoreError> {
-        self.counted();
-        let result = self
-            .client()
-            .put_item()
-            .table_name(self.table())
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", PK)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(request_error("PutItem", e)),
-        }
-    }
-
     /// The run record, written once, with the outcome.
     fn run_record_put(&self, record: &RunRecord) -> Result<Put, StoreError> {
         let run_key = Key::run(&record.task_id, &record.scheduled_time);
@@ -642,7 +617,7 @@ impl RunStore for DynamoStore {
             });
         }
         // No task at all (a skip as missing): the record alone, once.
-        self.record_alone(item).await?;
+        self.put_new(item).await?;
         Ok(Unclaimed::Done)
     }
 
