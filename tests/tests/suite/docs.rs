@@ -88,3 +88,29 @@ fn the_benchmarks_tables_are_the_ones_bench_wrote_with_their_stamps() {
         after = end;
     }
 }
+
+/// ARCHITECTURE's code map names every trait of `shared/src/ports.rs`, and
+/// no trait that is not there.
+#[test]
+fn the_code_map_names_every_port() {
+    let ports: std::collections::BTreeSet<String> = read("shared/src/ports.rs")
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub trait "))
+        .map(|rest| rest.chars().take_while(|c| c.is_alphanumeric()).collect())
+        .collect();
+    assert!(ports.len() >= 10, "the ports are read: {ports:?}");
+    let architecture = read("ARCHITECTURE.md");
+    let entry = architecture
+        .split("- `ports.rs`: ")
+        .nth(1)
+        .and_then(|rest| rest.split(") and their data").next())
+        .expect("the code map's ports entry");
+    let named: std::collections::BTreeSet<String> = entry
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .flat_map(|name| name.split('/'))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(named, ports, "ARCHITECTURE's ports list and shared/src/ports.rs");
+}
