@@ -292,6 +292,20 @@ async fn scheduler_view(schedules: &EventBridgeSchedules, detail: &TaskDetail) -
     })
 }
 
+/// Whether a run record is of an occurrence missed: past its catch-up
+/// window, never delivered or never finished.
+fn missed(run: &RunView) -> bool {
+    run.reason.as_deref().is_some_and(|reason| {
+        [
+            SkipReason::Missed,
+            SkipReason::NeverDelivered,
+            SkipReason::NeverFinished,
+        ]
+        .iter()
+        .any(|missed| missed.code() == reason)
+    })
+}
+
 fn report(
     detail: TaskDetail,
     runs: Vec<RunView>,
@@ -345,20 +359,7 @@ fn report(
             ceiling: detail.cost_ceiling.approved.clone(),
             pending_ceiling: detail.cost_ceiling.pending.clone(),
         },
-        missed: runs
-            .iter()
-            .filter(|r| {
-                r.reason.as_deref().is_some_and(|reason| {
-                    [
-                        SkipReason::Missed,
-                        SkipReason::NeverDelivered,
-                        SkipReason::NeverFinished,
-                    ]
-                    .iter()
-                    .any(|missed| missed.code() == reason)
-                })
-            })
-            .count(),
+        missed: runs.iter().filter(|r| missed(r)).count(),
         runs,
         read_at: render::utc(now),
     }

@@ -67,6 +67,35 @@ pub async fn run(args: &OverdueArgs, resources: &Resources) -> Result<OverdueRep
     })
 }
 
+/// One row a missed occurrence; instants stay whole on a line, the ids
+/// wrap first.
+fn missed_table(missed: &[shared::app::overdue::Missed]) -> comfy_table::Table {
+    let mut table = render::table(&[
+        "task",
+        "kind",
+        "workspace",
+        "scheduled (UTC)",
+        "scheduled (local)",
+        "why",
+    ]);
+    for m in missed {
+        table.add_row(vec![
+            m.task_id.clone(),
+            m.kind.to_owned(),
+            m.workspace.clone(),
+            render::utc(m.scheduled_time),
+            render::local(m.scheduled_time, &m.timezone),
+            m.reason.replace('_', " "),
+        ]);
+    }
+    for column in [3, 4] {
+        if let Some(column) = table.column_mut(column) {
+            column.set_constraint(comfy_table::ColumnConstraint::ContentWidth);
+        }
+    }
+    table
+}
+
 impl Report for OverdueReport {
     fn human(&self) -> String {
         let mut out = String::new();
@@ -102,30 +131,7 @@ impl Report for OverdueReport {
                 ", each now recorded skipped"
             }
         )));
-        let mut table = render::table(&[
-            "task",
-            "kind",
-            "workspace",
-            "scheduled (UTC)",
-            "scheduled (local)",
-            "why",
-        ]);
-        for m in &self.checked.missed {
-            table.add_row(vec![
-                m.task_id.clone(),
-                m.kind.to_owned(),
-                m.workspace.clone(),
-                render::utc(m.scheduled_time),
-                render::local(m.scheduled_time, &m.timezone),
-                m.reason.replace('_', " "),
-            ]);
-        }
-        // Instants stay whole on a line; the ids wrap first.
-        for column in [3, 4] {
-            if let Some(column) = table.column_mut(column) {
-                column.set_constraint(comfy_table::ColumnConstraint::ContentWidth);
-            }
-        }
+        let table = missed_table(&self.checked.missed);
         out.push_str(&format!("{table}\n"));
         let mut reasons: Vec<&String> = self.checked.missed.iter().map(|m| &m.explanation).collect();
         reasons.sort();
