@@ -157,27 +157,41 @@ pub fn create(data: &[u8]) {
         .and_then(|c| c.into_task(now, &ceilings));
     let (task, record) = match answer {
         Ok(accepted) => accepted,
-        Err(rejection) => {
-            let codes = [
-                "scope_denied",
-                "naive_instant",
-                "invalid_instant",
-                "instant_in_past",
-                "instant_too_far",
-                "invalid_request",
-            ];
-            assert!(
-                codes.contains(&rejection.code()),
-                "unexpected code {}",
-                rejection.code()
-            );
-            assert!(!rejection.to_string().is_empty());
-            if let Rejection::InvalidRequest(message) = &rejection {
-                assert!(!message.is_empty());
-            }
-            return;
-        }
+        Err(rejection) => return refused_as_spec_says(&rejection),
     };
+    accepted_request_keeps_the_rules(&request);
+    accepted_task_is_the_request(&request, &task, now, &ceilings);
+    assert_eq!(record.task_id, task.task_id);
+    let stored = serde_json::to_value(&task).unwrap_or_else(|e| panic!("the task does not serialise: {e}"));
+    let read: Task = serde_json::from_value(stored.clone())
+        .unwrap_or_else(|e| panic!("the task as written does not read back: {e}: {stored}"));
+    assert_eq!(read, task, "the task reads back changed");
+}
+
+/// A refused create names one of SPEC §4's codes, in words.
+fn refused_as_spec_says(rejection: &Rejection) {
+    let codes = [
+        "scope_denied",
+        "naive_instant",
+        "invalid_instant",
+        "instant_in_past",
+        "instant_too_far",
+        "invalid_request",
+    ];
+    assert!(
+        codes.contains(&rejection.code()),
+        "unexpected code {}",
+        rejection.code()
+    );
+    assert!(!rejection.to_string().is_empty());
+    if let Rejection::InvalidRequest(message) = rejection {
+        assert!(!message.is_empty());
+    }
+}
+
+/// An accepted request held the scope, ids that can be keys, an approval,
+/// and text within its limits.
+fn accepted_request_keeps_the_rules(request: &CreateRequest) {
     assert!(
         request.principal.holds(reminder::WRITE_SCOPE),
         "accepted without the scope"
@@ -207,6 +221,12 @@ pub fn create(data: &[u8]) {
         "accepted instruction {:?}",
         request.input.instruction
     );
+}
+
+/// The task an accepted create makes: one-time at the input's instant, no
+/// scopes or tools, limits within the agent's and the ceilings, its id
+/// derived from the request.
+fn accepted_task_is_the_request(request: &CreateRequest, task: &Task, now: DateTime<Utc>, ceilings: &Ceilings) {
     let Schedule::At { at } = task.spec.schedule else {
         panic!("a reminder that is not one-time: {:?}", task.spec.schedule)
     };
@@ -228,7 +248,7 @@ pub fn create(data: &[u8]) {
     );
     let limits = task.spec.limits;
     assert_eq!(
-        limits.check_within(&ceilings),
+        limits.check_within(ceilings),
         Ok(()),
         "limits {limits:?} above the ceilings"
     );
@@ -255,11 +275,6 @@ pub fn create(data: &[u8]) {
         )
     );
     assert!(TaskId::parse(task.task_id.as_str()).is_some());
-    assert_eq!(record.task_id, task.task_id);
-    let stored = serde_json::to_value(&task).unwrap_or_else(|e| panic!("the task does not serialise: {e}"));
-    let read: Task = serde_json::from_value(stored.clone())
-        .unwrap_or_else(|e| panic!("the task as written does not read back: {e}: {stored}"));
-    assert_eq!(read, task, "the task reads back changed");
 }
 
 /// The tools of the declaring server the declaration target checks against.
@@ -423,6 +438,35 @@ pub fn webhook(data: &[u8]) {
     let _ = webhook_case(&mut u);
 }
 
+/// Hostile headers: whatever arrives is answered without a panic, and
+/// accepted only with a signature this secret computed.
+fn hostile_headers(u: &mut Unstructured<'_>, secret: &WebhookSecret, now: DateTime<Utc>) -> arbitrary::Result<()> {
+    let id: Option<String> = u.arbitrary()?;
+    let timestamp: Option<String> = u.arbitrary()?;
+    let signatures: Option<String> = u.arbitrary()?;
+    let body: Vec<u8> = u.arbitrary()?;
+    let verdict = secret.verify(id.as_deref(), timestamp.as_deref(), signatures.as_deref(), &body, now);
+    if verdict.is_ok() {
+        let (Some(id), Some(timestamp), Some(signatures)) = (id, timestamp, signatures) else {
+            panic!("accepted with a header missing");
+        };
+        let seconds: i64 = timestamp
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("accepted timestamp {timestamp:?}"));
+        let honest = secret.sign(&id, seconds, &body);
+        assert!(
+            signatures.split_whitespace().any(|s| s == honest),
+            "accepted a signature it did not compute"
+        );
+    }
+    let _ = Event::parse(&body).map(|event| {
+        assert!(!event.workspace().is_empty() && !event.workspace().contains('#'));
+        assert!(!event.install_id().is_empty() && !event.install_id().contains('#'));
+    });
+    Ok(())
+}
+
 fn webhook_case(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     let now = now();
     let key: Vec<u8> = u.arbitrary()?;
@@ -432,32 +476,7 @@ fn webhook_case(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     };
     let mode: u8 = u.arbitrary()?;
     if mode.is_multiple_of(4) {
-        // Hostile headers: whatever arrives, answered without a panic, and
-        // accepted only with a signature this secret computed.
-        let id: Option<String> = u.arbitrary()?;
-        let timestamp: Option<String> = u.arbitrary()?;
-        let signatures: Option<String> = u.arbitrary()?;
-        let body: Vec<u8> = u.arbitrary()?;
-        let verdict = secret.verify(id.as_deref(), timestamp.as_deref(), signatures.as_deref(), &body, now);
-        if verdict.is_ok() {
-            let (Some(id), Some(timestamp), Some(signatures)) = (id, timestamp, signatures) else {
-                panic!("accepted with a header missing");
-            };
-            let seconds: i64 = timestamp
-                .trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("accepted timestamp {timestamp:?}"));
-            let honest = secret.sign(&id, seconds, &body);
-            assert!(
-                signatures.split_whitespace().any(|s| s == honest),
-                "accepted a signature it did not compute"
-            );
-        }
-        let _ = Event::parse(&body).map(|event| {
-            assert!(!event.workspace().is_empty() && !event.workspace().contains('#'));
-            assert!(!event.install_id().is_empty() && !event.install_id().contains('#'));
-        });
-        return Ok(());
+        return hostile_headers(u, &secret, now);
     }
     // A sender's delivery: an id of Standard Webhooks' alphabet, a timestamp
     // inside the window, any body, the signature among other candidates.
