@@ -352,12 +352,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
 
     /// `run_now`: one extra occurrence of an approved connector task now.
     async fn run_now(&self, target: &Target, key: &str, now: DateTime<Utc>) -> Outcome {
-        let Target {
-            principal,
-            task_id,
-            expected_version,
-        } = target;
-        let expected_version = *expected_version;
+        let (principal, task_id, expected_version) = (&target.principal, &target.task_id, target.expected_version);
         if let Err(rejection) = crate::domain::reminder::check_id("idempotency_key", key) {
             return Ok(Err(AdminRefusal::InvalidRequest(rejection.to_string())));
         }
@@ -588,12 +583,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
         now: DateTime<Utc>,
         decide: impl FnOnce(&Task, &BTreeMap<String, Install>) -> Result<Decision, AdminRefusal>,
     ) -> Outcome {
-        let Target {
-            principal,
-            task_id,
-            expected_version,
-        } = target;
-        let expected_version = *expected_version;
+        let (principal, task_id, expected_version) = (&target.principal, &target.task_id, target.expected_version);
         let task = match self.load(principal, task_id).await? {
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),

@@ -589,12 +589,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
     }
 
     async fn update(&self, target: &Target, key: &str, input: UpdateInput, now: DateTime<Utc>) -> Outcome {
-        let Target {
-            principal,
-            task_id,
-            expected_version,
-        } = target;
-        let expected_version = *expected_version;
+        let (principal, task_id, expected_version) = (&target.principal, &target.task_id, target.expected_version);
         let checked = match input.check() {
             Ok(checked) => checked,
             Err(rejection) => return Ok(Err(rejection.into())),
@@ -718,12 +713,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
 
     /// One extra occurrence of a recurring reminder now (`app::run_now`).
     async fn run_now(&self, target: &Target, key: &str, now: DateTime<Utc>) -> Outcome {
-        let Target {
-            principal,
-            task_id,
-            expected_version,
-        } = target;
-        let expected_version = *expected_version;
+        let (principal, task_id, expected_version) = (&target.principal, &target.task_id, target.expected_version);
         if let Err(rejection) = check_id("idempotency_key", key) {
             return Ok(Err(rejection.into()));
         }
@@ -776,12 +766,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
     /// A pause, resume, cancel, skip next or unskip: the owner's rules are
     /// `domain::task::edit`'s.
     async fn switch(&self, target: &Target, edit: Edit, now: DateTime<Utc>) -> Outcome {
-        let Target {
-            principal,
-            expected_version,
-            ..
-        } = target;
-        let expected_version = *expected_version;
+        let (principal, expected_version) = (&target.principal, target.expected_version);
         let task = match self.editable(target).await? {
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),
