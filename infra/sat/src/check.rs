@@ -570,16 +570,7 @@ pub fn fires_table(fires: &[FireView], zone: &str) -> String {
 
 impl WouldBe {
     fn human(&self) -> String {
-        let budget = self.budget.map_or_else(
-            || "none".to_owned(),
-            |b| {
-                format!(
-                    "{} a run, {} a month",
-                    render::usd(b.max_usd_per_run),
-                    render::usd(b.max_usd_per_month)
-                )
-            },
-        );
+        let budget = render::budget(self.budget);
         let needs = if self.needs.is_empty() {
             "none".to_owned()
         } else {

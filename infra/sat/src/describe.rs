@@ -441,16 +441,7 @@ impl DescribeReport {
 
     /// Budget, cost this month and the cost ceilings.
     fn money(&self) -> Vec<(&'static str, String)> {
-        let budget = self.budget.map_or_else(
-            || "none".to_owned(),
-            |b| {
-                format!(
-                    "{} a run, {} a month",
-                    render::usd(b.max_usd_per_run),
-                    render::usd(b.max_usd_per_month)
-                )
-            },
-        );
+        let budget = render::budget(self.budget);
         let mut cost = format!("USD {:.4} committed in {}", self.cost.committed_usd, self.cost.period);
         if let Some(b) = self.budget {
             cost.push_str(&format!(" of {} a month", render::usd(b.max_usd_per_month)));

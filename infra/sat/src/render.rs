@@ -59,6 +59,14 @@ pub fn usd(amount: f64) -> String {
     format!("USD {amount:.2}")
 }
 
+/// A task's budget in words: a run's and a month's, or none.
+pub fn budget(budget: Option<shared::domain::task::budget::Budget>) -> String {
+    budget.map_or_else(
+        || "none".to_owned(),
+        |b| format!("{} a run, {} a month", usd(b.max_usd_per_run), usd(b.max_usd_per_month)),
+    )
+}
+
 /// A heading line.
 pub fn heading(text: &str) -> String {
     format!("\n{text}\n")
