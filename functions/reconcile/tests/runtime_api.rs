@@ -703,3 +703,69 @@ async fn a_daily_pass_of_more_than_sixteen_pages_goes_on_through_the_workers_own
         }
     }
 }
+
+/// The chain `sat verify` sends on a deployed stack (`Pass::Probe`): each
+/// hop records how far it came and queues the next through the worker's
+/// own queue. With the template's `RecursiveLoop: Allow` a chain of 20
+/// hops comes to its end; as Lambda's default would have it, it stops at
+/// hop 16 and its 17th message goes to the DLQ unworked. A probe out of
+/// its bounds (too long a chain, an id that is not a plain word) is dropped
+/// and recorded nowhere.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_probe_chain_records_how_far_it_came_through_the_workers_own_queue() {
+    use shared::ports::TaskCatalog;
+    for allowed in [true, false] {
+        let t = TestStack::start().await.unwrap();
+        let worker = Launch::new("reconcile", &t.aws, &t.stack)
+            .unwrap()
+            .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+            .start(Path::new(BINARY))
+            .await
+            .unwrap();
+        let sqs = aws_sdk_sqs::Client::new(&t.aws.sdk);
+        for (probe, hops) in [("verify-1", 20), ("too-long", 41), ("not/a/word", 3)] {
+            let body = json!({"type": "reconcile.probe", "probe": probe, "hop": 1, "hops": hops});
+            sqs.send_message()
+                .queue_url(&t.stack.reconcile_queue_url)
+                .message_body(body.to_string())
+                .message_group_id(format!("probe-{hops}"))
+                .message_deduplication_id(format!("{hops}"))
+                .send()
+                .await
+                .unwrap();
+        }
+        let dispatch = local::dispatcher::Dispatcher {
+            sdk: &t.aws.sdk,
+            stack: &t.stack,
+            runner: &worker.api,
+            reconcile: &worker.api,
+        };
+        let allowed_here = if allowed { None } else { Some(false) };
+        dispatch.drain_reconcile_recursing(allowed_here).await.unwrap();
+        let store = shared::adapters::dynamo::DynamoStore::from_sdk(&t.aws.sdk, &t.stack.names.table);
+        let reached = store.probe_reached("verify-1").await.unwrap();
+        assert_eq!(store.probe_reached("too-long").await.unwrap(), None);
+        assert_eq!(store.probe_reached("not/a/word").await.unwrap(), None);
+        let dead = sqs
+            .receive_message()
+            .queue_url(&t.stack.reconcile_dlq_url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        let dead: Vec<Value> = dead
+            .messages()
+            .iter()
+            .map(|m| serde_json::from_str(m.body().unwrap()).unwrap())
+            .collect();
+        if allowed {
+            assert_eq!(reached, Some(20), "the whole chain");
+            assert!(dead.is_empty(), "{dead:?}");
+        } else {
+            assert_eq!(reached, Some(16), "cut where Lambda cuts it");
+            assert_eq!(dead.len(), 1, "{dead:?}");
+            assert_eq!(dead[0]["type"], "reconcile.probe", "{}", dead[0]);
+            assert_eq!(dead[0]["hop"], 17, "{}", dead[0]);
+        }
+    }
+}

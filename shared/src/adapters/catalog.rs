@@ -324,6 +324,45 @@ impl TaskCatalog for DynamoStore {
         // Not written: a duplicate recorded meanwhile, nothing to do.
         self.put_new(item).await.map(drop)
     }
+
+    async fn record_probe(&self, probe: &str, hop: u8, now: DateTime<Utc>) -> Result<(), StoreError> {
+        let key = Key::probe(probe);
+        let item = to_item(
+            &Probe {
+                hop,
+                at: now,
+                ttl: (now + Duration::days(1)).timestamp(),
+            },
+            &key,
+            "probe",
+        )?;
+        // A chain's hops come one after another: the last written is the
+        // furthest.
+        self.counted();
+        self.client()
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| request_error("PutItem", e))
+            .map(drop)
+    }
+
+    async fn probe_reached(&self, probe: &str) -> Result<Option<u8>, StoreError> {
+        Ok(self
+            .get_item::<Probe>(Key::probe(probe), "probe")
+            .await?
+            .map(|p| p.hop))
+    }
+}
+
+/// How far a probe chain came (`Pass::Probe`).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Probe {
+    hop: u8,
+    at: DateTime<Utc>,
+    ttl: i64,
 }
 
 impl DueIndex for DynamoStore {

@@ -160,6 +160,15 @@ impl Key {
         }
     }
 
+    /// How far a probe chain of the reconcile queue came (`Pass::Probe`,
+    /// which `sat verify` sends).
+    pub fn probe(id: &str) -> Self {
+        Self {
+            pk: format!("PROBE#{id}"),
+            sk: "PROBE".to_owned(),
+        }
+    }
+
     /// A principal's owner item: the ids of its reminders, for the cap.
     pub fn owner(workspace: &str, principal: &str) -> Self {
         Self {

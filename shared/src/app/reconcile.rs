@@ -120,6 +120,35 @@ pub enum Pass {
         #[serde(default, skip_serializing_if = "is_zero")]
         hop: u8,
     },
+    /// A chain of `hops` messages through this queue, as the pass's pages
+    /// travel, each queued by the invocation of the one before and each
+    /// recording how far the chain came (`TaskCatalog::record_probe`): `sat
+    /// verify` sends one on a deployed stack to see a chain longer than
+    /// Lambda's recursive loop detection lets through unless the function
+    /// allows recursion (about 16 hops).
+    #[serde(rename = "reconcile.probe")]
+    Probe {
+        /// Its id: 1 to [`MAX_PROBE_ID`] ASCII letters, digits and `-`.
+        probe: String,
+        /// This message's hop, from 1.
+        hop: u8,
+        /// The chain's length, at most [`MAX_PROBE_HOPS`].
+        hops: u8,
+    },
+}
+
+/// The longest probe chain a probe message may ask for.
+pub const MAX_PROBE_HOPS: u8 = 40;
+/// The longest probe id.
+pub const MAX_PROBE_ID: usize = 64;
+
+/// Whether a probe message is one the worker follows: a bounded id and
+/// chain, and a hop within it.
+pub fn probe_is_valid(probe: &str, hop: u8, hops: u8) -> bool {
+    (1..=MAX_PROBE_ID).contains(&probe.len())
+        && probe.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && (1..=MAX_PROBE_HOPS).contains(&hops)
+        && (1..=hops).contains(&hop)
 }
 
 /// How many times a shard's check that ran out of time goes on at once
@@ -341,6 +370,7 @@ fn work_kind(work: &Work) -> &'static str {
         Work::Pass(Pass::Reminders { .. }) => "reminders page",
         Work::Pass(Pass::Overdue) => "overdue check",
         Work::Pass(Pass::OverdueShard { .. }) => "overdue shard",
+        Work::Pass(Pass::Probe { .. }) => "probe",
     }
 }
 
@@ -501,7 +531,32 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
                 check,
                 hop,
             }) => self.check_overdue_shard(family, shard, check, hop, now).await,
+            Work::Pass(Pass::Probe { probe, hop, hops }) => {
+                self.probe(&probe, hop, hops, now).await?;
+                Ok(Summary::default())
+            }
         }
+    }
+
+    /// One hop of a probe chain: records how far it came, then queues the
+    /// next hop until the chain is as long as it asked. A probe out of its
+    /// bounds is dropped, said in the log.
+    async fn probe(&self, probe: &str, hop: u8, hops: u8, now: DateTime<Utc>) -> Result<(), ReconcileError> {
+        if !probe_is_valid(probe, hop, hops) {
+            tracing::warn!(hop, hops, "a probe out of its bounds: dropped");
+            return Ok(());
+        }
+        self.store.record_probe(probe, hop, now).await?;
+        if hop < hops {
+            self.enqueue_pass(&Pass::Probe {
+                probe: probe.to_owned(),
+                hop: hop + 1,
+                hops,
+            })
+            .await?;
+        }
+        tracing::info!(hop, hops, "a probe's hop");
+        Ok(())
     }
 
     /// The missed-occurrence check's period: one message a shard of each
@@ -604,6 +659,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
         let group = match page {
             Pass::Reminders { shard, .. } => format!("{PASS_GROUP}/reminders/{shard:02}"),
             Pass::OverdueShard { family, shard, .. } => format!("overdue/{}/{shard:02}", family.as_str()),
+            Pass::Probe { probe, .. } => format!("probe/{probe}"),
             _ => PASS_GROUP.to_owned(),
         };
         self.queue.enqueue(&group, &dedup, &body).await
