@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # After `sam deploy`: verify the live stack end to end with `sat verify`
 # (a reminder due in two minutes created through the create function, its
-# run record, its event on RunFinishedQueue) and print what was verified.
+# run on the model, its event on RunFinishedQueue, a 20-hop chain through
+# the reconcile queue past Lambda's loop detection, and the functions'
+# spans in aws/spans) and print what was verified.
 # Exit status: 0 verified, 3 a step failed, 1 an error.
 #
 #   infra/scripts/deploy-check.sh [--stack NAME] [--region R] [--profile P] [sat verify options]

@@ -550,8 +550,12 @@ pub trait TaskCatalog: Send + Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Records the hop a probe chain reached (`app::reconcile::Pass::Probe`);
     /// the record is kept a day.
-    fn record_probe(&self, probe: &str, hop: u8, now: DateTime<Utc>)
-    -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn record_probe(
+        &self,
+        probe: &str,
+        hop: u8,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// The hop a probe chain last recorded, if it recorded one.
     fn probe_reached(&self, probe: &str) -> impl Future<Output = Result<Option<u8>, StoreError>> + Send;
 }

@@ -12,8 +12,9 @@
 //!   occurrence that was due and never ran, named, task and time.
 //! - `sat redrive`: every dead-letter queue's messages, each back to where
 //!   it belongs.
-//! - `sat verify`: after a deploy, a reminder end to end: created, run,
-//!   recorded, notified.
+//! - `sat verify`: after a deploy, a reminder end to end (created, run on
+//!   the model, recorded, notified), a chain through the reconcile queue
+//!   past Lambda's loop detection, and the functions' spans accepted.
 //! - `sat upgrade`: once, after deploying over a release from before due
 //!   times: its tasks get one, and their place in the schedulable index.
 //!

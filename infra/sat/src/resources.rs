@@ -34,7 +34,7 @@ pub const OUTPUTS: [(&str, &str); 12] = [
     ),
     (
         "ReconcileQueueUrl",
-        "`redrive` returns reconcile work and the daily pass there",
+        "`redrive` returns reconcile work and the daily pass there, and `verify` sends its probe chain there",
     ),
     (
         "ReconcileDeadLetterQueueUrl",
@@ -102,6 +102,9 @@ pub struct Resources {
     /// The Lambda endpoint of the local stack's Invoke API (the SDK's
     /// `AWS_ENDPOINT_URL_LAMBDA`, from the environment file).
     pub lambda_endpoint: Option<String>,
+    /// Whether the functions send traces: the stack's `Traces` parameter is
+    /// `enabled`, or the environment file names a `TRACES_ENDPOINT`.
+    pub traces: bool,
 }
 
 impl Resources {
@@ -161,6 +164,7 @@ impl Resources {
             source: Source::EnvFile(path.to_owned()),
             sdk,
             lambda_endpoint: values.get("AWS_ENDPOINT_URL_LAMBDA").cloned(),
+            traces: values.get("TRACES_ENDPOINT").is_some_and(|v| !v.is_empty()),
             settings,
             outputs: values,
         })
@@ -201,6 +205,7 @@ impl Resources {
             outputs: described.outputs,
             settings,
             lambda_endpoint: None,
+            traces: described.parameters.get("Traces").is_some_and(|v| v == "enabled"),
         })
     }
 

@@ -18,6 +18,17 @@
 //!    consuming the queue took it first, the step says `not seen`, which
 //!    does not fail the check (the bus step proved the event).
 //!
+//! 5. **pass**: a chain of `--probe-hops` (20) messages through the
+//!    reconcile queue, each queued by the reconcile function's invocation
+//!    of the one before, as the daily pass's pages travel
+//!    (`reconcile.probe`, each hop recorded in the table): past Lambda's
+//!    recursive loop detection, which stops such a chain near 16 hops
+//!    unless the function sets `RecursiveLoop: Allow`;
+//! 6. **traces**: the reminder's spans, which create and the runner sent
+//!    to the CloudWatch OTLP endpoint signed with their own roles, found
+//!    in the `aws/spans` log group, where Transaction Search keeps every
+//!    span it accepted (`off` when the stack's `Traces` is disabled).
+//!
 //! The reminder belongs to principal `sat-verify` in workspace
 //! `sat-verify` (`--workspace`); it completes after its run and expires
 //! with `RETENTION_DAYS` like any reminder. Its one model call is charged
@@ -29,6 +40,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use shared::adapters::dynamo::DynamoStore;
+use shared::app::reconcile::MAX_PROBE_HOPS;
 use shared::domain::run::occurrence::RunRecord;
 use shared::domain::task::TaskId;
 use shared::domain::task::claim::RunStatus;
@@ -48,20 +60,29 @@ pub struct VerifyArgs {
     /// to the minute; locally, seconds do).
     #[arg(long, default_value = "2m", value_parser = crate::args::duration)]
     pub due_in: Duration,
-    /// How long to wait, after it is due, for its run and its notification.
+    /// How long to wait, after it is due, for its run and its notification;
+    /// and then for the probe chain's end and the run's spans.
     #[arg(long, default_value = "5m", value_parser = crate::args::duration)]
     pub wait: Duration,
     /// The workspace of the check's reminder.
     #[arg(long, default_value = PRINCIPAL)]
     pub workspace: String,
+    /// How long the probe chain through the reconcile queue is: past
+    /// Lambda's recursive loop detection (about 16 hops) by default.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u8).range(1..=i64::from(MAX_PROBE_HOPS)))]
+    pub probe_hops: u8,
 }
+
+/// The log group where Transaction Search keeps every span it accepted.
+pub const SPANS_LOG_GROUP: &str = "aws/spans";
 
 /// One verified (or failed) step.
 #[derive(Debug, Clone, Serialize)]
 pub struct Step {
     pub step: &'static str,
-    /// `verified`, `failed`, or `not seen` (the queue's event, which a
-    /// consumer of the queue may have taken first).
+    /// `verified`, `failed`, `not seen` (the queue's event, which a
+    /// consumer of the queue may have taken first) or `off` (traces, when
+    /// the stack sends none).
     pub verdict: &'static str,
     /// What was seen, in words.
     pub detail: String,
@@ -112,7 +133,12 @@ fn create_request(workspace: &str, key: &str, due: DateTime<Utc>, now: DateTime<
 
 pub async fn run(args: &VerifyArgs, resources: &Resources, progress: bool) -> Result<VerifyReport, SatError> {
     // Every output the walk needs, before anything is made.
-    for output in ["CreateFunctionArn", "TasksTableName", "RunFinishedQueueUrl"] {
+    for output in [
+        "CreateFunctionArn",
+        "TasksTableName",
+        "RunFinishedQueueUrl",
+        "ReconcileQueueUrl",
+    ] {
         resources.output(output)?;
     }
     let bus = resources.output("EventBusName")?;
@@ -132,15 +158,213 @@ pub async fn run(args: &VerifyArgs, resources: &Resources, progress: bool) -> Re
     let key = format!("sat-verify-{}", uuid::Uuid::new_v4().simple());
     let expected = TaskId::for_reminder(&args.workspace, PRINCIPAL, &key);
     let subscription = Subscription::create(&resources.sdk, bus, expected.as_str()).await?;
+    // The probe chain runs while the reminder waits for its time.
+    let probe = format!("sat-verify-{}", uuid::Uuid::new_v4().simple());
+    send_probe(resources, &probe, args.probe_hops).await?;
+    say(
+        progress,
+        &format!(
+            "sent a chain of {} messages through the reconcile queue (probe {probe})",
+            args.probe_hops
+        ),
+    );
     let result = walk(args, resources, &mut report, &key, due, now, &subscription, progress).await;
     subscription.remove().await;
     result?;
-    report.verified = report.steps.len() == 4
-        && report
+    let deadline = tokio::time::Instant::now() + args.wait;
+    say(progress, "waiting for the probe chain's last hop");
+    report
+        .steps
+        .push(pass_step(resources, &probe, args.probe_hops, deadline).await?);
+    if let Some(task_id) = report.task_id.clone() {
+        say(progress, &format!("looking for {task_id}'s spans in {SPANS_LOG_GROUP}"));
+        report
             .steps
-            .iter()
-            .all(|s| s.verdict == "verified" || (s.step == "queue" && s.verdict == "not seen"));
+            .push(traces_step(resources, &task_id, now, deadline).await?);
+    }
+    report.verified = report.steps.len() == 6 && report.steps.iter().all(passes);
     Ok(report)
+}
+
+/// Whether a step lets the check pass: verified, the queue's copy taken by
+/// its consumer first, or traces the stack does not send.
+fn passes(step: &Step) -> bool {
+    matches!(
+        (step.step, step.verdict),
+        (_, "verified") | ("queue", "not seen") | ("traces", "off")
+    )
+}
+
+/// Sends the probe chain's first message to the reconcile queue
+/// (`reconcile.probe`, `app::reconcile::Pass::Probe`).
+async fn send_probe(resources: &Resources, probe: &str, hops: u8) -> Result<(), SatError> {
+    let body = json!({"type": "reconcile.probe", "probe": probe, "hop": 1, "hops": hops}).to_string();
+    let group = format!("probe/{probe}");
+    Queues::new(&resources.sdk)
+        .send(resources.output("ReconcileQueueUrl")?, &body, Some((&group, probe)))
+        .await
+}
+
+/// Step 5: the probe chain's last hop recorded, waited for until `deadline`.
+async fn pass_step(
+    resources: &Resources,
+    probe: &str,
+    hops: u8,
+    deadline: tokio::time::Instant,
+) -> Result<Step, SatError> {
+    use shared::ports::TaskCatalog;
+    let store = DynamoStore::from_sdk(&resources.sdk, resources.output("TasksTableName")?);
+    let reached = loop {
+        let reached = store.probe_reached(probe).await?;
+        if reached >= Some(hops) || tokio::time::Instant::now() >= deadline {
+            break reached;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    Ok(match reached {
+        Some(hop) if hop >= hops => step(
+            "pass",
+            true,
+            format!(
+                "a chain of {hops} messages through the reconcile queue, each queued by the reconcile function's \
+                 invocation of the one before, came to its end (probe {probe})"
+            ),
+        ),
+        Some(hop) => step(
+            "pass",
+            false,
+            format!(
+                "the chain of {hops} messages stopped at hop {hop} (probe {probe}): Lambda's recursive loop \
+                 detection stops such a chain near 16 hops unless the reconcile function allows recursion \
+                 (`aws lambda get-function-recursion-config`, the template's RecursiveLoop: Allow); \
+                 its next message is in ReconcileDeadLetterQueue"
+            ),
+        ),
+        None => step(
+            "pass",
+            false,
+            format!(
+                "no hop of the probe chain ran (probe {probe}): check the reconcile queue's event source \
+                 mapping and the reconcile function's logs"
+            ),
+        ),
+    })
+}
+
+/// Step 6: the reminder's spans in [`SPANS_LOG_GROUP`], sent since `since`,
+/// waited for until `deadline`; `off` when the stack sends no traces.
+async fn traces_step(
+    resources: &Resources,
+    task_id: &str,
+    since: DateTime<Utc>,
+    deadline: tokio::time::Instant,
+) -> Result<Step, SatError> {
+    if !resources.traces {
+        return Ok(Step {
+            step: "traces",
+            verdict: "off",
+            detail: "the stack sends no traces (its Traces parameter is disabled)".to_owned(),
+            at: render::utc(Utc::now()),
+        });
+    }
+    let logs = aws_sdk_cloudwatchlogs::Client::new(&resources.sdk);
+    loop {
+        let found = logs
+            .filter_log_events()
+            .log_group_name(SPANS_LOG_GROUP)
+            .start_time(since.timestamp_millis())
+            .filter_pattern(format!("\"{task_id}\""))
+            .send()
+            .await;
+        let events = match found {
+            Ok(found) => found.events.unwrap_or_default(),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_resource_not_found_exception()) =>
+            {
+                return Ok(step(
+                    "traces",
+                    false,
+                    format!(
+                        "no {SPANS_LOG_GROUP} log group: Transaction Search is not on in this account and region, \
+                         so the OTLP endpoint keeps no spans (docs/deploying.md, \"Traces\")"
+                    ),
+                ));
+            }
+            Err(e) => {
+                return Err(SatError::aws(
+                    format!("reading the spans (logs:FilterLogEvents on {SPANS_LOG_GROUP})"),
+                    e,
+                ));
+            }
+        };
+        let spans = spans_of(&events, task_id);
+        if spans.delivered || tokio::time::Instant::now() >= deadline {
+            return Ok(spans.step(task_id));
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+/// What the spans of the check's reminder showed.
+#[derive(Debug, Default)]
+struct Spans {
+    count: usize,
+    /// Their resources' `service.name`s (the functions' names).
+    services: std::collections::BTreeSet<String>,
+    /// The runner's delivery of its run is among them (`deliver`, with the
+    /// task's id: `trace::Tracer::delivery`).
+    delivered: bool,
+}
+
+fn spans_of(events: &[aws_sdk_cloudwatchlogs::types::FilteredLogEvent], task_id: &str) -> Spans {
+    let mut spans = Spans::default();
+    for event in events {
+        let Ok(span) = serde_json::from_str::<Value>(event.message().unwrap_or_default()) else {
+            continue;
+        };
+        spans.count += 1;
+        if let Some(service) = span["resource"]["attributes"]["service.name"].as_str() {
+            spans.services.insert(service.to_owned());
+        }
+        spans.delivered |= span["name"] == "deliver" && span["attributes"][shared::trace::key::TASK_ID] == task_id;
+    }
+    spans
+}
+
+impl Spans {
+    /// Verified when the runner's delivery of the run is there: its role's
+    /// export was accepted, signed as `xray`.
+    fn step(&self, task_id: &str) -> Step {
+        let services = self.services.iter().cloned().collect::<Vec<_>>().join(", ");
+        if self.delivered {
+            step(
+                "traces",
+                true,
+                format!(
+                    "{} span(s) of {task_id} in {SPANS_LOG_GROUP}, from {services}: the endpoint accepted \
+                     the functions' signed exports",
+                    self.count
+                ),
+            )
+        } else {
+            step(
+                "traces",
+                false,
+                format!(
+                    "no span of the runner's for {task_id} in {SPANS_LOG_GROUP} ({} span(s){}): look in the \
+                     runner's log for \"the traces endpoint refused\" (xray:PutSpans and xray:PutSpansForIndexing \
+                     on its role, Transaction Search on)",
+                    self.count,
+                    if services.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" from {services}")
+                    }
+                ),
+            )
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -405,10 +629,13 @@ impl Report for VerifyReport {
         ]);
         text.push_str(&format!("{table}\n"));
         text.push_str(if self.verified {
-            "Verified end to end: create, schedule, run, record, notification.\n"
+            "Verified end to end: create, schedule, run, record, notification, a chain past loop detection, traces.\n"
         } else {
             "NOT verified: see the failed step.\n"
         });
+        if self.steps.iter().any(|s| s.verdict == "off") {
+            text.push_str("(The stack sends no traces: nothing to find in aws/spans.)\n");
+        }
         if self.steps.iter().any(|s| s.verdict == "not seen") {
             text.push_str("(Its event reached the bus; RunFinishedQueue's copy was not seen, as said above.)\n");
         }

@@ -350,10 +350,7 @@ impl TaskCatalog for DynamoStore {
     }
 
     async fn probe_reached(&self, probe: &str) -> Result<Option<u8>, StoreError> {
-        Ok(self
-            .get_item::<Probe>(Key::probe(probe), "probe")
-            .await?
-            .map(|p| p.hop))
+        Ok(self.get_item::<Probe>(Key::probe(probe), "probe").await?.map(|p| p.hop))
     }
 }
 

@@ -6,7 +6,11 @@
 //! (`infra/FIDELITY.md`). It can also hang, never answering, to stand for
 //! an endpoint that does not answer in time, refuse requests above a size
 //! (413, [`OtlpEndpoint::limit_body`]) and refuse the next requests' access
-//! (403, [`OtlpEndpoint::deny_next`], a credential's hiccup).
+//! (403, [`OtlpEndpoint::deny_next`], a credential's hiccup). Started
+//! [`OtlpEndpoint::with_transaction_search`], it also writes each span it
+//! accepts to the `aws/spans` log group of the local CloudWatch Logs as
+//! one JSON event, as Transaction Search keeps every span the endpoint
+//! accepts, so a reader of that log group (`sat verify`) reads it there.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -67,6 +71,68 @@ pub struct Received {
 struct Endpoint {
     received: Arc<Mutex<Received>>,
     hang: bool,
+    /// Where accepted spans are kept, as Transaction Search keeps them.
+    spans_log: Option<aws_sdk_cloudwatchlogs::Client>,
+}
+
+/// Transaction Search's log group of accepted spans, and the stand-in's
+/// one stream in it.
+pub const SPANS_LOG_GROUP: &str = "aws/spans";
+const SPANS_LOG_STREAM: &str = "default";
+
+impl ReceivedSpan {
+    /// The span as Transaction Search writes it to `aws/spans`: its
+    /// resource's and its own attributes, W3C ids in hex, kind and status
+    /// in words.
+    pub fn as_logged(&self) -> Value {
+        let kind = match self.kind {
+            2 => "SERVER",
+            3 => "CLIENT",
+            4 => "PRODUCER",
+            5 => "CONSUMER",
+            _ => "INTERNAL",
+        };
+        let status = match self.status_code {
+            1 => "OK",
+            2 => "ERROR",
+            _ => "UNSET",
+        };
+        serde_json::json!({
+            "resource": {"attributes": self.resource},
+            "traceId": self.trace_id,
+            "spanId": self.span_id,
+            "parentSpanId": self.parent_span_id,
+            "name": self.name,
+            "kind": kind,
+            "attributes": self.attributes,
+            "status": {"code": status},
+        })
+    }
+}
+
+/// Writes accepted spans to `aws/spans`, one event each.
+async fn keep(logs: &aws_sdk_cloudwatchlogs::Client, spans: &[ReceivedSpan]) -> anyhow::Result<()> {
+    use aws_sdk_cloudwatchlogs::types::InputLogEvent;
+    if spans.is_empty() {
+        return Ok(());
+    }
+    let now = chrono::Utc::now().timestamp_millis();
+    let events = spans
+        .iter()
+        .map(|span| {
+            InputLogEvent::builder()
+                .timestamp(now)
+                .message(span.as_logged().to_string())
+                .build()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    logs.put_log_events()
+        .log_group_name(SPANS_LOG_GROUP)
+        .log_stream_name(SPANS_LOG_STREAM)
+        .set_log_events(Some(events))
+        .send()
+        .await?;
+    Ok(())
 }
 
 /// A running stand-in. Dropping it stops it.
@@ -205,6 +271,11 @@ async fn traces(State(endpoint): State<Endpoint>, headers: HeaderMap, body: Byte
             }
         }
     }
+    if let Some(logs) = &endpoint.spans_log
+        && let Err(e) = keep(logs, &spans).await
+    {
+        return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}").into_bytes());
+    }
     if let Ok(mut received) = endpoint.received.lock() {
         received.spans.extend(spans);
     }
@@ -219,19 +290,49 @@ fn hex(bytes: &[u8]) -> String {
 impl OtlpEndpoint {
     /// The stand-in, answering.
     pub async fn start() -> anyhow::Result<Self> {
-        Self::serve(false).await
+        Self::serve(false, None).await
     }
 
     /// An endpoint that takes each request and never answers it.
     pub async fn hanging() -> anyhow::Result<Self> {
-        Self::serve(true).await
+        Self::serve(true, None).await
     }
 
-    async fn serve(hang: bool) -> anyhow::Result<Self> {
+    /// The stand-in with Transaction Search on: each span it accepts is
+    /// also written to `aws/spans` in the CloudWatch Logs `sdk` reaches
+    /// (the local stack's), which it creates.
+    pub async fn with_transaction_search(sdk: &aws_config::SdkConfig) -> anyhow::Result<Self> {
+        let logs = aws_sdk_cloudwatchlogs::Client::new(sdk);
+        let created = logs.create_log_group().log_group_name(SPANS_LOG_GROUP).send().await;
+        if let Err(e) = created
+            && !e
+                .as_service_error()
+                .is_some_and(|e| e.is_resource_already_exists_exception())
+        {
+            return Err(e.into());
+        }
+        let created = logs
+            .create_log_stream()
+            .log_group_name(SPANS_LOG_GROUP)
+            .log_stream_name(SPANS_LOG_STREAM)
+            .send()
+            .await;
+        if let Err(e) = created
+            && !e
+                .as_service_error()
+                .is_some_and(|e| e.is_resource_already_exists_exception())
+        {
+            return Err(e.into());
+        }
+        Self::serve(false, Some(logs)).await
+    }
+
+    async fn serve(hang: bool, spans_log: Option<aws_sdk_cloudwatchlogs::Client>) -> anyhow::Result<Self> {
         let received = Arc::new(Mutex::new(Received::default()));
         let app = Router::new().route("/v1/traces", post(traces)).with_state(Endpoint {
             received: received.clone(),
             hang,
+            spans_log,
         });
         let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let port = listener.local_addr()?.port();

@@ -10,6 +10,7 @@ use chrono::Utc;
 use local::converse::Reply;
 use local::dispatcher::Dispatcher;
 use local::invoke::{InvokeApi, function_arn};
+use local::otlp::OtlpEndpoint;
 use local::runtime::Launch;
 use tests::RunStack;
 
@@ -32,6 +33,17 @@ fn binary(name: &str) -> PathBuf {
 /// Runs `sat` while the dispatcher fires due schedules, feeds the runs
 /// queue to the runner and carries settled runs to the bus, as AWS would.
 async fn while_dispatching(dispatch: &Dispatcher<'_>, sat: impl std::future::Future<Output = Ran>) -> Ran {
+    while_dispatching_recursing(dispatch, None, sat).await
+}
+
+/// [`while_dispatching`], feeding the reconcile queue to the reconcile
+/// function too, with its `RecursiveLoop` as given (`None`: as
+/// `template.yaml` sets it).
+async fn while_dispatching_recursing(
+    dispatch: &Dispatcher<'_>,
+    recursion: Option<bool>,
+    sat: impl std::future::Future<Output = Ran>,
+) -> Ran {
     tokio::pin!(sat);
     loop {
         tokio::select! {
@@ -40,41 +52,96 @@ async fn while_dispatching(dispatch: &Dispatcher<'_>, sat: impl std::future::Fut
                 dispatch.fire_due(Utc::now()).await.unwrap();
                 dispatch.drain_runs().await.unwrap();
                 dispatch.notify().await.unwrap();
+                dispatch.drain_reconcile_recursing(recursion).await.unwrap();
             }
         }
     }
 }
 
+/// The stack `verify` walks: create, the runner and reconcile under their
+/// emulators, create behind the Invoke API, create and the runner sending
+/// spans to the OTLP stand-in, which keeps them in `aws/spans`.
+struct Walked {
+    s: RunStack,
+    _create: local::runtime::Function,
+    runner: local::runtime::Function,
+    reconcile: local::runtime::Function,
+    invoke: InvokeApi,
+    spans: OtlpEndpoint,
+}
+
+impl Walked {
+    async fn start() -> Self {
+        let s = RunStack::start().await.unwrap();
+        let spans = OtlpEndpoint::with_transaction_search(&s.t.aws.sdk).await.unwrap();
+        let create = Launch::new("create", &s.t.aws, &s.t.stack)
+            .unwrap()
+            .set("TRACES_ENDPOINT", spans.url())
+            .start(&binary("create"))
+            .await
+            .unwrap();
+        let runner = Launch::new("runner", &s.t.aws, &s.t.stack)
+            .unwrap()
+            .model(&s.model.endpoint(), MODEL, 1.0, 5.0)
+            .set("TRACES_ENDPOINT", spans.url())
+            .start(&binary("runner"))
+            .await
+            .unwrap();
+        let reconcile = Launch::new("reconcile", &s.t.aws, &s.t.stack)
+            .unwrap()
+            .start(&binary("reconcile"))
+            .await
+            .unwrap();
+        let invoke = InvokeApi::start([create.api.invoker()]).await.unwrap();
+        Self {
+            s,
+            _create: create,
+            runner,
+            reconcile,
+            invoke,
+            spans,
+        }
+    }
+
+    fn env(&self) -> EnvFile {
+        EnvFile::write(
+            &self.s.t.aws,
+            &self.s.t.stack,
+            &[
+                ("CreateFunctionArn", function_arn("create")),
+                ("AWS_ENDPOINT_URL_LAMBDA", self.invoke.endpoint()),
+                ("TRACES_ENDPOINT", self.spans.url()),
+            ],
+        )
+    }
+
+    fn dispatcher(&self) -> Dispatcher<'_> {
+        Dispatcher {
+            sdk: &self.s.t.aws.sdk,
+            stack: &self.s.t.stack,
+            runner: &self.runner.api,
+            reconcile: &self.reconcile.api,
+        }
+    }
+}
+
+/// A step of a `--json` report, by name.
+fn step_of<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == name)
+        .unwrap_or_else(|| panic!("no step {name}: {report}"))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reminder_is_created_run_recorded_and_notified_end_to_end() {
-    let s = RunStack::start().await.unwrap();
-    let create = Launch::new("create", &s.t.aws, &s.t.stack)
-        .unwrap()
-        .start(&binary("create"))
-        .await
-        .unwrap();
-    let runner = Launch::new("runner", &s.t.aws, &s.t.stack)
-        .unwrap()
-        .model(&s.model.endpoint(), MODEL, 1.0, 5.0)
-        .start(&binary("runner"))
-        .await
-        .unwrap();
-    let invoke = InvokeApi::start([create.api.invoker()]).await.unwrap();
-    let env = EnvFile::write(
-        &s.t.aws,
-        &s.t.stack,
-        &[
-            ("CreateFunctionArn", function_arn("create")),
-            ("AWS_ENDPOINT_URL_LAMBDA", invoke.endpoint()),
-        ],
-    );
+    let w = Walked::start().await;
+    let s = &w.s;
+    let env = w.env();
     s.model.script([Reply::text("ok", 60, 2)]).await;
-    let dispatch = Dispatcher {
-        sdk: &s.t.aws.sdk,
-        stack: &s.t.stack,
-        runner: &runner.api,
-        reconcile: &runner.api,
-    };
+    let dispatch = w.dispatcher();
     // Someone else's notification waits on the queue: it must stay there.
     let sqs = aws_sdk_sqs::Client::new(&s.t.aws.sdk);
     sqs.send_message()
@@ -97,6 +164,7 @@ async fn a_reminder_is_created_run_recorded_and_notified_end_to_end() {
     assert!(text.contains("on the bus: run"), "{text}");
     assert!(text.contains("on RunFinishedQueue: run"), "{text}");
     assert!(text.contains("ids and status only"), "{text}");
+    assert!(text.contains("a chain past loop detection, traces"), "{text}");
     assert!(
         ran.stderr.contains("waiting for its event on the bus"),
         "progress: {ran:?}"
@@ -129,7 +197,7 @@ async fn a_reminder_is_created_run_recorded_and_notified_end_to_end() {
         .iter()
         .map(|s| s["step"].as_str().unwrap())
         .collect();
-    assert_eq!(steps, ["create", "run", "bus", "queue"]);
+    assert_eq!(steps, ["create", "run", "bus", "queue", "pass", "traces"]);
     let verdicts: Vec<&str> = report["steps"]
         .as_array()
         .unwrap()
@@ -137,9 +205,14 @@ async fn a_reminder_is_created_run_recorded_and_notified_end_to_end() {
         .map(|s| s["verdict"].as_str().unwrap())
         .collect();
     assert_eq!(
-        verdicts, ["verified"; 4],
+        verdicts, ["verified"; 6],
         "nobody else consumes the queue here: {report}"
     );
+    let said = step_of(&report, "pass")["detail"].as_str().unwrap();
+    assert!(said.contains("a chain of 20 messages"), "{said}");
+    assert!(said.contains("came to its end"), "{said}");
+    let said = step_of(&report, "traces")["detail"].as_str().unwrap();
+    assert!(said.contains("from create, runner: the endpoint accepted"), "{said}");
     assert_eq!(s.model.requests().await.len(), 2);
     // Its own subscription is gone: only the stack's rules remain on the bus.
     let rules = aws_sdk_eventbridge::Client::new(&s.t.aws.sdk)
@@ -193,4 +266,41 @@ async fn a_create_the_stack_cannot_find_or_refuses_is_said() {
     assert!(ran.stdout.contains("failed"), "{}", ran.stdout);
     assert!(ran.stdout.contains("feature_disabled"), "{}", ran.stdout);
     assert!(ran.stdout.contains("NOT verified"), "{}", ran.stdout);
+}
+
+/// A stack as AWS's defaults would have it, and as a role without the
+/// traces' permission leaves it: Lambda cuts the probe chain at hop 16,
+/// and the OTLP endpoint refuses every export, so `aws/spans` holds none of
+/// the reminder's spans. Both steps fail and say where to look; the
+/// reminder itself was run and notified.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chain_cut_by_loop_detection_and_refused_traces_are_said() {
+    let w = Walked::start().await;
+    let env = w.env();
+    w.s.model.script([Reply::text("ok", 60, 2)]).await;
+    w.spans.deny_next(10_000);
+    let dispatch = w.dispatcher();
+    let ran = while_dispatching_recursing(
+        &dispatch,
+        Some(false),
+        sat_with(env.path(), &["--json", "verify", "--due-in", "2s", "--wait", "20s"]),
+    )
+    .await;
+    assert_eq!(ran.status, 3, "{ran:?}");
+    let report = ran.json();
+    assert_eq!(report["verified"], false, "{report}");
+    for ok in ["create", "run", "bus"] {
+        assert_eq!(step_of(&report, ok)["verdict"], "verified", "{report}");
+    }
+    let pass = step_of(&report, "pass");
+    assert_eq!(pass["verdict"], "failed", "{report}");
+    let said = pass["detail"].as_str().unwrap();
+    assert!(said.contains("stopped at hop 16"), "{said}");
+    assert!(said.contains("RecursiveLoop: Allow"), "{said}");
+    let traces = step_of(&report, "traces");
+    assert_eq!(traces["verdict"], "failed", "{report}");
+    let said = traces["detail"].as_str().unwrap();
+    assert!(said.contains("no span of the runner's"), "{said}");
+    assert!(said.contains("xray:PutSpans"), "{said}");
+    assert!(w.spans.spans().is_empty(), "every export refused");
 }
