@@ -217,6 +217,17 @@ const fn joined<const N: usize, const M: usize, const T: usize>(
     all
 }
 
+/// A function's configuration, read from its environment: [`FromEnv::read`]
+/// takes any variable source (a test's pairs), [`FromEnv::from_env`] the
+/// process's.
+pub trait FromEnv: Sized {
+    fn read<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError>;
+
+    fn from_env() -> Result<Self, ConfigError> {
+        Self::read(&Env::process())
+    }
+}
+
 /// Everything the create function reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateConfig {
@@ -232,12 +243,10 @@ pub struct CreateConfig {
 impl CreateConfig {
     /// Every variable create reads; `template.yaml` sets exactly these.
     pub const VARIABLES: [&'static str; 9] = joined(CREATE_VARIABLES, [TRACES_ENDPOINT]);
+}
 
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from(&Env::process())
-    }
-
-    pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+impl FromEnv for CreateConfig {
+    fn read<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
         Ok(Self {
             table_name: env.required("TABLE_NAME")?,
             target: ScheduleTarget::from_env(env)?,
@@ -389,12 +398,10 @@ impl RunnerConfig {
         "MODEL_REQUESTS_PER_MINUTE",
         "MODEL_TOKENS_PER_MINUTE",
     ];
+}
 
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from(&Env::process())
-    }
-
-    pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+impl FromEnv for RunnerConfig {
+    fn read<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
         let prices: std::collections::BTreeMap<String, crate::domain::task::budget::Price> =
             env.json("MODEL_PRICES")?;
         let prices = crate::domain::task::budget::Prices::new(prices).map_err(|e| ConfigError::Malformed {
@@ -533,12 +540,10 @@ impl ReconcileConfig {
         "RETENTION_DAYS",
         TRACES_ENDPOINT,
     ];
+}
 
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from(&Env::process())
-    }
-
-    pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+impl FromEnv for ReconcileConfig {
+    fn read<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
         let webhook_secret_arn = (env.0)("WEBHOOK_SECRET_ARN").filter(|v| !v.trim().is_empty());
         let worker = match (env.0)("SCHEDULE_GROUP") {
             Some(_) => Some(WorkerConfig {
@@ -589,12 +594,10 @@ impl AdminConfig {
         "MAX_ACTIVE_REMINDERS",
         "RETENTION_DAYS",
     ];
+}
 
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from(&Env::process())
-    }
-
-    pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+impl FromEnv for AdminConfig {
+    fn read<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
         Ok(Self {
             table_name: env.required("TABLE_NAME")?,
             target: ScheduleTarget::from_env(env)?,
@@ -632,12 +635,10 @@ impl SchedulesConfig {
         CREATE_VARIABLES,
         ["MAX_ACTIVE_REMINDERS", "RETENTION_DAYS", "RUN_QUEUE_URL"],
     );
+}
 
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from(&Env::process())
-    }
-
-    pub fn from<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+impl FromEnv for SchedulesConfig {
+    fn read<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
         Ok(Self {
             table_name: env.required("TABLE_NAME")?,
             target: ScheduleTarget::from_env(env)?,
@@ -676,7 +677,7 @@ mod tests {
 
     #[test]
     fn a_complete_environment_parses() {
-        let config = CreateConfig::from(&env(&FULL)).unwrap();
+        let config = CreateConfig::read(&env(&FULL)).unwrap();
         assert_eq!(config.table_name, "tasks");
         assert_eq!(
             config.flags,
@@ -698,7 +699,7 @@ mod tests {
 
     #[test]
     fn traces_are_off_unless_an_endpoint_is_set_and_a_bad_one_is_named() {
-        let off = CreateConfig::from(&env(&FULL)).unwrap().traces;
+        let off = CreateConfig::read(&env(&FULL)).unwrap().traces;
         assert_eq!(off, TracesConfig::off("create"));
         for endpoint in [
             "https://xray.us-east-1.amazonaws.com/v1/traces",
@@ -711,7 +712,7 @@ mod tests {
                 (TRACES_ENDPOINT, endpoint),
                 ("AWS_LAMBDA_FUNCTION_NAME", "stack-CreateFunction-1"),
             ]);
-            let traces = CreateConfig::from(&env(&pairs)).unwrap().traces;
+            let traces = CreateConfig::read(&env(&pairs)).unwrap().traces;
             assert_eq!(traces.endpoint.map(String::from).as_deref(), Some(endpoint));
             assert_eq!(traces.service_name, "stack-CreateFunction-1");
         }
@@ -725,7 +726,7 @@ mod tests {
             pairs.push((TRACES_ENDPOINT, endpoint));
             assert!(
                 matches!(
-                    CreateConfig::from(&env(&pairs)),
+                    CreateConfig::read(&env(&pairs)),
                     Err(ConfigError::Malformed {
                         name: TRACES_ENDPOINT,
                         ..
@@ -752,7 +753,7 @@ mod tests {
                 r#"{"max_turns": 3, "max_tool_calls": 20, "max_output_tokens": 4000, "timeout_seconds": 300}"#,
             ),
         ];
-        let config = RunnerConfig::from(&env(&base)).unwrap();
+        let config = RunnerConfig::read(&env(&base)).unwrap();
         assert_eq!(config.ceilings.limits().max_turns, 3);
         assert_eq!(config.catch_up_seconds, DEFAULT_CATCH_UP_SECONDS);
         assert_eq!(config.pace, None, "no pace unless set");
@@ -763,7 +764,7 @@ mod tests {
         ] {
             let mut paced = base.to_vec();
             paced.push(("MODEL_REQUESTS_PER_MINUTE", value));
-            assert_eq!(RunnerConfig::from(&env(&paced)).unwrap().pace, pace, "{value:?}");
+            assert_eq!(RunnerConfig::read(&env(&paced)).unwrap().pace, pace, "{value:?}");
         }
         let mut tokens = base.to_vec();
         tokens.extend([
@@ -771,20 +772,20 @@ mod tests {
             ("MODEL_TOKENS_PER_MINUTE", "400000"),
         ]);
         assert_eq!(
-            RunnerConfig::from(&env(&tokens)).unwrap().pace.and_then(|p| p.tokens()),
+            RunnerConfig::read(&env(&tokens)).unwrap().pace.and_then(|p| p.tokens()),
             Some(400_000)
         );
         tokens.pop();
         tokens.push(("MODEL_TOKENS_PER_MINUTE", "0"));
         assert_eq!(
-            RunnerConfig::from(&env(&tokens)).unwrap().pace.map(|p| p.tokens()),
+            RunnerConfig::read(&env(&tokens)).unwrap().pace.map(|p| p.tokens()),
             Some(None),
             "0: requests only"
         );
         assert!(config.prices.of("anthropic.m-v1:0").is_ok());
         let mut late = base.to_vec();
         late.push(("CATCH_UP_SECONDS", "900"));
-        assert_eq!(RunnerConfig::from(&env(&late)).unwrap().catch_up_seconds, 900);
+        assert_eq!(RunnerConfig::read(&env(&late)).unwrap().catch_up_seconds, 900);
         for (name, value) in [
             ("CATCH_UP_SECONDS", "-5"),
             ("CATCH_UP_SECONDS", "1"),
@@ -803,7 +804,7 @@ mod tests {
         ] {
             let mut bad: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
             bad.push((name, value));
-            assert!(matches!(RunnerConfig::from(&env(&bad)), Err(ConfigError::Malformed { name: n, .. }) if n == name));
+            assert!(matches!(RunnerConfig::read(&env(&bad)), Err(ConfigError::Malformed { name: n, .. }) if n == name));
         }
         for name in [
             "TABLE_NAME",
@@ -813,7 +814,7 @@ mod tests {
             "SCHEDULE_CEILINGS",
         ] {
             let without: Vec<_> = base.iter().copied().filter(|(k, _)| *k != name).collect();
-            assert_eq!(RunnerConfig::from(&env(&without)), Err(ConfigError::Missing(name)));
+            assert_eq!(RunnerConfig::read(&env(&without)), Err(ConfigError::Missing(name)));
         }
     }
 
@@ -829,7 +830,7 @@ mod tests {
             .filter(|(k, _)| ReconcileConfig::VARIABLES.contains(k))
             .chain([("RECONCILE_QUEUE_URL", "q"), ("CONNECTOR_SECRET_PREFIX", PREFIX)])
             .collect();
-        let config = ReconcileConfig::from(&env(&worker)).unwrap();
+        let config = ReconcileConfig::read(&env(&worker)).unwrap();
         assert!(config.worker.is_some() && config.webhook_secret_arn.is_none());
         assert!(!config.rules.endpoint.allow_loopback, "off by default");
         let intake = [
@@ -841,12 +842,12 @@ mod tests {
                 "arn:aws:secretsmanager:us-east-1:123456789012:secret:wh",
             ),
         ];
-        let config = ReconcileConfig::from(&env(&intake)).unwrap();
+        let config = ReconcileConfig::read(&env(&intake)).unwrap();
         assert!(config.worker.is_none() && config.webhook_secret_arn.is_some());
         let mut flagged = worker.clone();
         flagged.push(("ALLOW_LOOPBACK_CONNECTORS", "true"));
         assert!(
-            ReconcileConfig::from(&env(&flagged))
+            ReconcileConfig::read(&env(&flagged))
                 .unwrap()
                 .rules
                 .endpoint
@@ -855,7 +856,7 @@ mod tests {
         flagged.pop();
         flagged.push(("ALLOW_LOOPBACK_CONNECTORS", "yes"));
         assert!(matches!(
-            ReconcileConfig::from(&env(&flagged)),
+            ReconcileConfig::read(&env(&flagged)),
             Err(ConfigError::Malformed {
                 name: "ALLOW_LOOPBACK_CONNECTORS",
                 ..
@@ -864,19 +865,19 @@ mod tests {
         let mut bad_prefix = worker.clone();
         bad_prefix.retain(|(k, _)| *k != "CONNECTOR_SECRET_PREFIX");
         assert_eq!(
-            ReconcileConfig::from(&env(&bad_prefix)),
+            ReconcileConfig::read(&env(&bad_prefix)),
             Err(ConfigError::Missing("CONNECTOR_SECRET_PREFIX"))
         );
         bad_prefix.push(("CONNECTOR_SECRET_PREFIX", "connectors/"));
         assert!(matches!(
-            ReconcileConfig::from(&env(&bad_prefix)),
+            ReconcileConfig::read(&env(&bad_prefix)),
             Err(ConfigError::Malformed {
                 name: "CONNECTOR_SECRET_PREFIX",
                 ..
             })
         ));
         assert_eq!(
-            ReconcileConfig::from(&env(&[("TABLE_NAME", "t")])),
+            ReconcileConfig::read(&env(&[("TABLE_NAME", "t")])),
             Err(ConfigError::Missing("SCHEDULE_GROUP"))
         );
     }
@@ -899,7 +900,7 @@ mod tests {
             ("CONNECTOR_SECRET_PREFIX", PREFIX),
             ("SCHEDULE_CEILINGS", CEILINGS_JSON),
         ];
-        assert_eq!(RunnerConfig::from(&env(&at_bound)).unwrap().catch_up_seconds, 600);
+        assert_eq!(RunnerConfig::read(&env(&at_bound)).unwrap().catch_up_seconds, 600);
     }
 
     /// `MODEL_ID` takes a profile id or a model id; prices are keyed by the
@@ -920,7 +921,7 @@ mod tests {
                 ("CONNECTOR_SECRET_PREFIX", PREFIX),
                 ("SCHEDULE_CEILINGS", CEILINGS_JSON),
             ];
-            let config = RunnerConfig::from(&env(&vars)).unwrap();
+            let config = RunnerConfig::read(&env(&vars)).unwrap();
             assert_eq!(config.model_id, id);
             assert!(config.prices.of(id).is_ok(), "{id}");
         }
@@ -930,7 +931,7 @@ mod tests {
     fn schedules_reads_create_s_variables_and_the_cap() {
         let mut base = FULL.to_vec();
         base.push(("RUN_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/runs"));
-        let config = SchedulesConfig::from(&env(&base)).unwrap();
+        let config = SchedulesConfig::read(&env(&base)).unwrap();
         assert_eq!(
             config.run_queue_url,
             "https://sqs.us-east-1.amazonaws.com/123456789012/runs"
@@ -938,18 +939,18 @@ mod tests {
         assert_eq!(config.max_active, DEFAULT_MAX_ACTIVE_REMINDERS);
         let mut capped = base.clone();
         capped.push(("MAX_ACTIVE_REMINDERS", "3"));
-        assert_eq!(SchedulesConfig::from(&env(&capped)).unwrap().max_active, 3);
+        assert_eq!(SchedulesConfig::read(&env(&capped)).unwrap().max_active, 3);
         assert_eq!(config.retention, chrono::Duration::days(DEFAULT_RETENTION_DAYS));
         capped.push(("RETENTION_DAYS", "30"));
         assert_eq!(
-            SchedulesConfig::from(&env(&capped)).unwrap().retention,
+            SchedulesConfig::read(&env(&capped)).unwrap().retention,
             chrono::Duration::days(30)
         );
         for bad in ["0", "3651", "soon"] {
             let mut pairs = base.clone();
             pairs.push(("RETENTION_DAYS", bad));
             assert!(matches!(
-                SchedulesConfig::from(&env(&pairs)),
+                SchedulesConfig::read(&env(&pairs)),
                 Err(ConfigError::Malformed {
                     name: "RETENTION_DAYS",
                     ..
@@ -960,7 +961,7 @@ mod tests {
             let mut pairs = base.clone();
             pairs.push(("MAX_ACTIVE_REMINDERS", bad));
             assert!(matches!(
-                SchedulesConfig::from(&env(&pairs)),
+                SchedulesConfig::read(&env(&pairs)),
                 Err(ConfigError::Malformed {
                     name: "MAX_ACTIVE_REMINDERS",
                     ..
@@ -970,7 +971,7 @@ mod tests {
         let names: std::collections::BTreeSet<&str> = capped.iter().map(|(k, _)| *k).collect();
         assert_eq!(names, SchedulesConfig::VARIABLES.into_iter().collect());
         assert_eq!(
-            SchedulesConfig::from(&env(&FULL)),
+            SchedulesConfig::read(&env(&FULL)),
             Err(ConfigError::Missing("RUN_QUEUE_URL")),
             "a run now needs the runs queue"
         );
@@ -980,7 +981,7 @@ mod tests {
     fn every_missing_variable_is_named() {
         for (name, _) in FULL {
             let without: Vec<_> = FULL.iter().copied().filter(|(k, _)| *k != name).collect();
-            assert_eq!(CreateConfig::from(&env(&without)), Err(ConfigError::Missing(name)));
+            assert_eq!(CreateConfig::read(&env(&without)), Err(ConfigError::Missing(name)));
         }
     }
 
@@ -1002,7 +1003,7 @@ mod tests {
         for (name, value) in cases {
             let mut pairs: Vec<_> = FULL.iter().copied().filter(|(k, _)| *k != name).collect();
             pairs.push((name, value));
-            match CreateConfig::from(&env(&pairs)) {
+            match CreateConfig::read(&env(&pairs)) {
                 Err(ConfigError::Malformed { name: got, .. }) => assert_eq!(got, name, "{value}"),
                 other => panic!("{name}={value}: {other:?}"),
             }

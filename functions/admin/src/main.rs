@@ -7,7 +7,7 @@
 
 use lambda_runtime::{Error, run, service_fn};
 use shared::adapters::{sdk_config, telemetry};
-use shared::config::AdminConfig;
+use shared::config::{AdminConfig, FromEnv};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

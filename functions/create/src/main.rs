@@ -6,7 +6,7 @@
 
 use lambda_runtime::{Error, run, service_fn};
 use shared::adapters::{sdk_config, telemetry};
-use shared::config::CreateConfig;
+use shared::config::{CreateConfig, FromEnv};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

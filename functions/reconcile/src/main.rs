@@ -8,7 +8,7 @@
 
 use lambda_runtime::{Error, run, service_fn};
 use shared::adapters::{sdk_config, telemetry};
-use shared::config::ReconcileConfig;
+use shared::config::{FromEnv, ReconcileConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

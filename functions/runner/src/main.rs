@@ -7,7 +7,7 @@
 
 use lambda_runtime::{Error, run, service_fn};
 use shared::adapters::{sdk_config, telemetry};
-use shared::config::RunnerConfig;
+use shared::config::{FromEnv, RunnerConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

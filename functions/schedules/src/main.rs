@@ -8,7 +8,7 @@
 
 use lambda_runtime::{Error, run, service_fn};
 use shared::adapters::{sdk_config, telemetry};
-use shared::config::SchedulesConfig;
+use shared::config::{FromEnv, SchedulesConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

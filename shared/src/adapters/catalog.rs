@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
 
-use super::dynamo::{DynamoStore, Item, read_item, request_error, task_item, to_item, written};
+use super::dynamo::{DynamoStore, Item, read_item, read_items, request_error, task_item, to_item, written};
 use super::keys::Family;
 use super::keys::{
     GSI1PK, GSI1SK, GSI3PK, GSI3SK, INDEX, INSTALLED, IndexKey, Key, PK, SCHEDULABLE_INDEX, SK, SchedulableKey,
@@ -184,12 +184,7 @@ impl TaskCatalog for DynamoStore {
             .limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX));
         self.counted();
         let out = query.send().await.map_err(|e| request_error("Query", e))?;
-        let tasks: Vec<Task> = out
-            .items
-            .unwrap_or_default()
-            .into_iter()
-            .map(|i| read_item(i, "task"))
-            .collect::<Result<_, _>>()?;
+        let tasks: Vec<Task> = read_items(out.items, "task")?;
         let next = out
             .last_evaluated_key
             .and(tasks.last().map(|t| t.task_id.as_str().to_owned()));
@@ -338,15 +333,7 @@ impl TaskCatalog for DynamoStore {
         )?;
         // A chain's hops come one after another: the last written is the
         // furthest.
-        self.counted();
-        self.client()
-            .put_item()
-            .table_name(self.table())
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(|e| request_error("PutItem", e))
-            .map(drop)
+        self.put(item).await
     }
 
     async fn probe_reached(&self, probe: &str) -> Result<Option<u8>, StoreError> {
@@ -388,12 +375,7 @@ impl DueIndex for DynamoStore {
             .send()
             .await
             .map_err(|e| request_error("Scan", e))?;
-        let items = out
-            .items
-            .unwrap_or_default()
-            .into_iter()
-            .map(|i| read_item(i, "task"))
-            .collect::<Result<Vec<Task>, _>>()?;
+        let items: Vec<Task> = read_items(out.items, "task")?;
         let text = |key: &Item, name: &str| key.get(name).and_then(|v| v.as_s().ok()).cloned();
         let next = out.last_evaluated_key.and_then(|key| {
             Some(crate::ports::TableCursor {
@@ -462,9 +444,9 @@ impl DueIndex for DynamoStore {
 
     async fn save_check_cursor(&self, family: Family, shard: u8, cursor: Option<&Cursor>) -> Result<(), StoreError> {
         let key = Key::check_cursor(family.as_str(), shard);
-        self.counted();
         match cursor {
             None => {
+                self.counted();
                 self.client()
                     .delete_item()
                     .table_name(self.table())
@@ -481,13 +463,7 @@ impl DueIndex for DynamoStore {
                 let mut item = key.to_map();
                 item.insert("entity".to_owned(), AttributeValue::S("check_cursor".to_owned()));
                 item.insert("cursor".to_owned(), cursor);
-                self.client()
-                    .put_item()
-                    .table_name(self.table())
-                    .set_item(Some(item))
-                    .send()
-                    .await
-                    .map_err(|e| request_error("PutItem", e))?;
+                self.put(item).await?;
             }
         }
         Ok(())
@@ -600,12 +576,7 @@ impl DynamoStore {
         };
         self.counted();
         let out = query.send().await.map_err(|e| request_error("Query", e))?;
-        let items: Vec<Task> = out
-            .items
-            .unwrap_or_default()
-            .into_iter()
-            .map(|i| read_item(i, "task"))
-            .collect::<Result<_, _>>()?;
+        let items: Vec<Task> = read_items(out.items, "task")?;
         let next = out.last_evaluated_key.and(items.last()).map(|t| Cursor {
             workspace: t.workspace.clone(),
             id: t.task_id.to_string(),

@@ -133,6 +133,15 @@ pub(crate) fn read_item<T: DeserializeOwned>(item: Item, what: &str) -> Result<T
     })
 }
 
+/// Items a read returned (`Query`'s `items`), each read as `T`.
+pub(crate) fn read_items<T: DeserializeOwned>(items: Option<Vec<Item>>, what: &str) -> Result<Vec<T>, StoreError> {
+    items
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| read_item(i, what))
+        .collect()
+}
+
 /// A conditional write's outcome: `true` written, `false` its condition
 /// failed (a domain outcome for the caller to name); any other failure is an
 /// error of `operation`.
@@ -208,6 +217,19 @@ impl DynamoStore {
         &self.table
     }
 
+    /// Puts `item`, over an item with its key if there is one.
+    pub(crate) async fn put(&self, item: Item) -> Result<(), StoreError> {
+        self.counted();
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| request_error("PutItem", e))
+            .map(drop)
+    }
+
     /// Puts `item` unless an item has its key: whether it was written (one
     /// already there stays as it is).
     pub(crate) async fn put_new(&self, item: Item) -> Result<bool, StoreError> {
@@ -236,20 +258,12 @@ impl DynamoStore {
 
     /// Writes an install as the platform reported it.
     pub async fn put_install(&self, install: &crate::domain::task::install::Install) -> Result<(), StoreError> {
-        self.counted();
         let key = Key::install(&install.workspace, &install.install_id);
         let mut item = to_item(install, &key, "install")?;
         if install.is_installed() {
             IndexKey::installed(&install.workspace, &install.install_id).add_to(&mut item);
         }
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(|e| request_error("PutItem", e))?;
-        Ok(())
+        self.put(item).await
     }
 }
 

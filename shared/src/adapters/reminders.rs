@@ -11,7 +11,7 @@
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 
 use super::catalog::TaskChange;
-use super::dynamo::{DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
+use super::dynamo::{DynamoStore, put_if_absent, read_item, read_items, request_error, to_item};
 use super::keys::{GSI2PK, Key, OWNER_INDEX, OwnerIndexKey, PK, SK};
 use crate::domain::connector::reconcile::Write;
 use crate::domain::run::occurrence::RunRecord;
@@ -107,11 +107,7 @@ impl ReminderStore for DynamoStore {
             .send()
             .await
             .map_err(|e| request_error("Query", e))?;
-        out.items
-            .unwrap_or_default()
-            .into_iter()
-            .map(|i: Item| read_item(i, "run record"))
-            .collect()
+        read_items(out.items, "run record")
     }
 
     async fn run(&self, task_id: &TaskId, occurrence: &str) -> Result<Option<RunRecord>, StoreError> {

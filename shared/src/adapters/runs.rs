@@ -763,15 +763,7 @@ impl RunStore for DynamoStore {
             ("received_at".to_owned(), s(&crate::domain::schedule::format_utc(now))),
             ("ttl".to_owned(), n((now + Duration::days(MALFORMED_DAYS)).timestamp())),
         ]);
-        self.counted();
-        self.client()
-            .put_item()
-            .table_name(self.table())
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(|e| request_error("PutItem", e))?;
-        Ok(())
+        self.put(item).await
     }
 
     async fn pace_book(&self, model_id: &str, now_ms: i64, latest_ms: i64) -> Result<PaceAnswer, StoreError> {

@@ -124,41 +124,31 @@ impl Schedules for EventBridgeSchedules {
             return self.delete(&schedule.name).await;
         }
         let (target, window) = self.parts(schedule)?;
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let created = self
-            .client
-            .get()
-            .create_schedule()
-            .name(&schedule.name)
-            .group_name(&self.target.group)
-            .description(&schedule.description)
-            .schedule_expression(&schedule.expression.expression)
-            .schedule_expression_timezone(&schedule.expression.timezone)
-            .set_end_date(end_date(schedule))
-            .flexible_time_window(window.clone())
-            .target(target.clone())
-            .state(state(schedule))
-            .action_after_completion(after_completion(schedule))
-            .send()
-            .await;
-        match created {
-            Ok(_) => Ok(()),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conflict_exception()) => {
-                self.requests.fetch_add(1, Ordering::Relaxed);
-                self.client
-                    .get()
-                    .update_schedule()
+        // Create and update take the same fields, each on its own builder.
+        // Every field is sent on every update: one left out is cleared
+        // (the end date among them).
+        macro_rules! with_fields {
+            ($builder:expr) => {
+                $builder
                     .name(&schedule.name)
                     .group_name(&self.target.group)
                     .description(&schedule.description)
                     .schedule_expression(&schedule.expression.expression)
                     .schedule_expression_timezone(&schedule.expression.timezone)
-                    // Sent on every update: an update without it clears it.
                     .set_end_date(end_date(schedule))
-                    .flexible_time_window(window)
-                    .target(target)
+                    .flexible_time_window(window.clone())
+                    .target(target.clone())
                     .state(state(schedule))
                     .action_after_completion(after_completion(schedule))
+            };
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let created = with_fields!(self.client.get().create_schedule()).send().await;
+        match created {
+            Ok(_) => Ok(()),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conflict_exception()) => {
+                self.requests.fetch_add(1, Ordering::Relaxed);
+                with_fields!(self.client.get().update_schedule())
                     .send()
                     .await
                     .map(|_| ())

@@ -1092,7 +1092,7 @@ fn the_default_model_is_current_reached_through_a_global_profile_and_priced() {
             parameters["ScheduleCeilings"]["Default"].as_str().unwrap(),
         ),
     ];
-    let config = RunnerConfig::from(&shared::config::Env::from_lookup(|k: &str| {
+    let config = <RunnerConfig as shared::config::FromEnv>::read(&shared::config::Env::from_lookup(|k: &str| {
         vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned())
     }))
     .unwrap();
