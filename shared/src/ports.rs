@@ -186,6 +186,10 @@ pub struct ClaimRequest<'a> {
 pub enum ClaimAnswer {
     Claimed(Box<Task>),
     Refused(Option<Box<Task>>),
+    /// The task's side would have taken the claim; its workspace's month
+    /// is spent (`budget::WorkspaceBudget`): nothing written. The task as
+    /// read.
+    BudgetReached(Box<Task>),
 }
 
 /// Everything a finished or skipped claimed occurrence writes, atomically.
@@ -201,6 +205,10 @@ pub struct Settlement<'a> {
     /// ...and replaced by the actual cost, also charged to this account.
     pub account: Option<&'a crate::domain::task::budget::Account>,
     pub record: &'a RunRecord,
+    /// What the occurrence holds of its workspace's month
+    /// (`Claim::workspace_usd`): the workspace's side moves by the record's
+    /// cost less this.
+    pub workspace_held_usd: f64,
     /// Completes a one-time task (`domain::run::settlement::plan`).
     pub complete: Option<crate::domain::run::settlement::Completion>,
     /// Finished claims old enough to forget.
@@ -223,6 +231,10 @@ pub struct Release<'a> {
     /// What stays committed: crashed attempts' reservations and what this
     /// attempt spent. Zero, the claim goes whole.
     pub carried_usd: f64,
+    /// What the occurrence holds of its workspace's month: the workspace's
+    /// side moves by what is carried less this, and then holds what is
+    /// carried.
+    pub workspace_held_usd: f64,
 }
 
 /// What `RunStore::record_unclaimed` came to.
@@ -494,6 +506,29 @@ pub enum Versioned {
     Written,
     /// Someone wrote the task since it was read: re-read and decide again.
     Conflict,
+}
+
+/// A workspace's budget (`domain::task::budget::WorkspaceBudget`), as an
+/// admin reads and sets it.
+pub trait WorkspaceBudgets: Send + Sync {
+    /// Its limit and version, and what `period` of it holds.
+    fn workspace_budget(
+        &self,
+        workspace: &str,
+        period: &str,
+    ) -> impl Future<Output = Result<crate::domain::task::budget::WorkspaceBudget, StoreError>> + Send;
+    /// Sets its limit (`None`: none) if its version is `expected` (0: never
+    /// set): the budget after, with `period`'s commitments, or the version
+    /// it has.
+    fn set_workspace_budget(
+        &self,
+        workspace: &str,
+        limit: Option<f64>,
+        expected: u64,
+        by: &str,
+        now: DateTime<Utc>,
+        period: &str,
+    ) -> impl Future<Output = Result<Result<crate::domain::task::budget::WorkspaceBudget, u64>, StoreError>> + Send;
 }
 
 pub trait TaskCatalog: Send + Sync {

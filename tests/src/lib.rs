@@ -751,7 +751,10 @@ pub struct AdminFunction<S, G, Q>(pub Admin<S, G, Q>);
 
 impl<S, G, Q> AdminFunction<S, G, Q>
 where
-    S: shared::ports::TaskCatalog + shared::ports::TaskStore + shared::ports::ReminderStore,
+    S: shared::ports::TaskCatalog
+        + shared::ports::TaskStore
+        + shared::ports::ReminderStore
+        + shared::ports::WorkspaceBudgets,
     G: shared::ports::Schedules,
     Q: shared::ports::RunQueue,
 {

@@ -50,8 +50,9 @@
 //! settled outcome per occurrence; tool side effects per run id no more
 //! than the calls the attempts made and exactly the recorded calls where no
 //! attempt was lost; each task's committed budget is its records' costs
-//! plus the reservations running claims hold, and each account's charges
-//! are its charged records' costs and count; one bus event per succeeded or
+//! plus the reservations running claims hold, each workspace's month
+//! holds the sum of its tasks' (`budget::WorkspaceBudget`), and each
+//! account's charges are its charged records' costs and count; one bus event per succeeded or
 //! failed record and none for a skip; every delivered occurrence recorded.
 //!
 //! Replays: a seed's plan is a function of its number and the size, so
@@ -219,6 +220,11 @@ pub struct TaskPlan {
 pub struct SeedPlan {
     pub seed: u64,
     pub tasks: Vec<TaskPlan>,
+    /// The workspace's monthly budget, for a third of the seeds: low enough
+    /// (under $0.60) that the reservations of runs under way, or what they
+    /// spent, reach it, so claims, take-overs and dead claims meet a month
+    /// that is spent (`budget_reached`).
+    pub workspace_budget: Option<f64>,
 }
 
 fn pick<T: Copy>(rng: &mut fastrand::Rng, items: &[T]) -> T {
@@ -426,13 +432,25 @@ pub fn plan(seed: u64, size: usize, per_task: usize) -> SeedPlan {
             occurrences,
         });
     }
-    SeedPlan { seed, tasks }
+    // Drawn apart from the faults, so a seed's faults stay what they were.
+    let mut side = fastrand::Rng::with_seed(seed ^ 0x5EED_B0D6);
+    let workspace_budget = (side.u8(..3) == 0).then(|| (side.f64() * 0.6 * 100.0).round() / 100.0);
+    SeedPlan {
+        seed,
+        tasks,
+        workspace_budget,
+    }
 }
 
 impl SeedPlan {
     /// The fault schedule, one line per message that has a fault.
     pub fn schedule(&self) -> String {
-        let mut out = format!("seed {}: fault schedule\n", self.seed);
+        let mut out = format!(
+            "seed {}: fault schedule; workspace budget {}\n",
+            self.seed,
+            self.workspace_budget
+                .map_or_else(|| "none".to_owned(), |b| format!("${b:.2} a month"))
+        );
         for task in &self.tasks {
             for (o, occ) in task.occurrences.iter().enumerate() {
                 for m in &occ.messages {
@@ -547,7 +565,13 @@ async fn at_unmeasured<T>(point: Point, call: impl Future<Output = T>) -> T {
         // A store fault strikes the delivery's first call at its point: a
         // call sent again (the settle, in the invocation's time) is answered.
         Some(fault @ Fault::Dynamo { point: p, fault: f }) if p == point && !delivery.struck().contains(&fault) => {
-            if local::faults::arm(f) {
+            // A claim's and a take-over's write comes after the task's read:
+            // the fault is the write's.
+            let armed = match point {
+                Point::Claim | Point::TakeOver => local::faults::arm_write(f),
+                _ => local::faults::arm(f),
+            };
+            if armed {
                 delivery.strike(fault);
             }
             call.await
@@ -795,7 +819,7 @@ pub struct SimReport {
 pub const CHECKS: [&str; 5] = [ONE_OUTCOME, SIDE_EFFECTS, ACCOUNTING, ONE_EVENT, NONE_LOST];
 pub const ONE_OUTCOME: &str = "at most one settled outcome per occurrence";
 pub const SIDE_EFFECTS: &str = "tool side effects by run id";
-pub const ACCOUNTING: &str = "budget_used and account charges";
+pub const ACCOUNTING: &str = "budget_used, workspace months and account charges";
 pub const ONE_EVENT: &str = "one bus event per settled run, none for a skip";
 pub const NONE_LOST: &str = "every delivered occurrence recorded";
 
@@ -1171,6 +1195,15 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyh
     for task in &tasks {
         store.insert_task(task).await?;
     }
+    if let Some(limit) = plan.workspace_budget {
+        use shared::ports::WorkspaceBudgets;
+        let now = Utc::now();
+        let set = s
+            .store()
+            .set_workspace_budget("ws_1", Some(limit), 0, "sim", now, &budget::period(now))
+            .await?;
+        anyhow::ensure!(set.is_ok(), "the workspace budget of a fresh table is at version 0");
+    }
     let mut faulty = Vec::new();
     let mut stand_ins = Vec::new();
     for kind in GIVE_UP_FAULTS {
@@ -1337,6 +1370,7 @@ async fn check(
     let mut records: HashMap<(String, String), &Value> = HashMap::new();
     let mut task_items: HashMap<String, &Value> = HashMap::new();
     let mut accounts: Vec<&Value> = Vec::new();
+    let mut workspaces: Vec<&Value> = Vec::new();
     for item in &items {
         match item["entity"].as_str() {
             Some("run") => {
@@ -1352,6 +1386,7 @@ async fn check(
                 task_items.insert(item["task_id"].as_str().unwrap_or_default().to_owned(), item);
             }
             Some("account") => accounts.push(item),
+            Some("workspace_budget") => workspaces.push(item),
             _ => {}
         }
     }
@@ -1496,6 +1531,30 @@ async fn check(
                     "task {id} {period}: budget_used {used:.6}, records and running claims {expected:.6}\n    {}",
                     traces.get(id.as_str()).map(|t| t.join("\n    ")).unwrap_or_default()
                 ),
+            );
+        }
+    }
+    // A workspace's month holds what its tasks' months hold, to the cent's
+    // millionth: every write of one moves the other in the same transaction.
+    let mut workspace_expected: BTreeMap<(String, String), f64> = BTreeMap::new();
+    for ((id, period), expected) in &budget_expected {
+        let workspace = task_items
+            .get(id.as_str())
+            .and_then(|t| t["workspace"].as_str())
+            .unwrap_or_default();
+        *workspace_expected
+            .entry((workspace.to_owned(), period.clone()))
+            .or_default() += expected;
+    }
+    for ((workspace, period), expected) in &workspace_expected {
+        let held = workspaces
+            .iter()
+            .find(|w| w["workspace"].as_str() == Some(workspace.as_str()))
+            .map_or(0.0, |w| f(&w[shared::adapters::budgets::committed_of(period).as_str()]));
+        if (held - expected).abs() > 1e-6 {
+            violate(
+                ACCOUNTING,
+                format!("workspace {workspace} {period}: holds {held:.6}, its tasks' months {expected:.6}"),
             );
         }
     }

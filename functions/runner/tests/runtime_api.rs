@@ -128,6 +128,7 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
         attempts: 1,
         started_at: now,
         crashed_usd: 0.0,
+        workspace_usd: 0.0,
     };
     let period = shared::domain::task::budget::period(at);
     s.store()

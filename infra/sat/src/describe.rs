@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::scheduler::EventBridgeSchedules;
+use shared::app::admin::WorkspaceView;
 use shared::app::admin::{Admin, AdminAnswer, AdminRefusal, AdminRequest, AdminSettings, DiffView, TaskDetail};
 use shared::domain::operations::history::RunView;
 use shared::domain::reminder::Principal;
@@ -92,6 +93,9 @@ pub struct DescribeReport {
     /// A widening waiting for an admin, against the approved bounds.
     pub pending: Vec<DiffView>,
     pub cost: CostView,
+    /// The workspace's monthly budget and this month's commitments
+    /// (SPEC §15), as the admin's `workspace` answers them.
+    pub workspace_budget: WorkspaceView,
     /// The latest runs, newest first, each with its reason in words.
     pub runs: Vec<RunView>,
     /// How many of those were missed: delivered too late, or found by the
@@ -214,10 +218,11 @@ pub async fn run(args: &DescribeArgs, resources: &Resources) -> Result<DescribeR
         Ok(_) => return Err(SatError::Admin("admin get answered something else".into())),
         Err(refusal) => return Err(refused(refusal, &args.task_id, &workspace)),
     };
+    let operator = principal.clone();
     let runs = match admin
         .handle(
             AdminRequest::Runs {
-                principal,
+                principal: principal.clone(),
                 task_id: args.task_id.clone(),
                 limit: Some(args.runs),
             },
@@ -231,8 +236,17 @@ pub async fn run(args: &DescribeArgs, resources: &Resources) -> Result<DescribeR
         Err(AdminRefusal::InvalidRequest(why)) => return Err(SatError::Usage(format!("--runs: {why}"))),
         Err(refusal) => return Err(refused(refusal, &args.task_id, &workspace)),
     };
+    let workspace_budget = match admin
+        .handle(AdminRequest::Workspace { principal: operator }, now)
+        .await
+        .map_err(admin_error)?
+    {
+        Ok(AdminAnswer::Workspace { workspace }) => workspace,
+        Ok(_) => return Err(SatError::Admin("admin workspace answered something else".into())),
+        Err(refusal) => return Err(refused(refusal, &args.task_id, &workspace)),
+    };
     let scheduler = scheduler_view(&schedules, &detail).await?;
-    Ok(report(*detail, runs, scheduler, workspace, now))
+    Ok(report(*detail, runs, scheduler, (workspace, workspace_budget), now))
 }
 
 async fn scheduler_view(schedules: &EventBridgeSchedules, detail: &TaskDetail) -> Result<SchedulerView, SatError> {
@@ -310,7 +324,7 @@ fn report(
     detail: TaskDetail,
     runs: Vec<RunView>,
     scheduler: SchedulerView,
-    workspace: String,
+    (workspace, workspace_budget): (String, WorkspaceView),
     now: DateTime<Utc>,
 ) -> DescribeReport {
     let task = &detail.task;
@@ -361,6 +375,7 @@ fn report(
         },
         missed: runs.iter().filter(|r| missed(r)).count(),
         runs,
+        workspace_budget,
         read_at: render::utc(now),
     }
 }
@@ -453,6 +468,20 @@ impl DescribeReport {
         if let Some(ceiling) = &self.cost.pending_ceiling {
             pairs.push(("if approved", ceiling.words.clone()));
         }
+        let w = &self.workspace_budget;
+        let mut workspace = match w.budget {
+            Some(b) => format!(
+                "budget {} a month, USD {:.4} committed in {}",
+                render::usd(b.max_usd_per_month),
+                w.spent_usd,
+                w.month
+            ),
+            None => format!("no budget (USD {:.4} committed in {})", w.spent_usd, w.month),
+        };
+        if w.reached {
+            workspace.push_str(": REACHED, every occurrence of the workspace skips `budget_reached` until a raise");
+        }
+        pairs.push(("workspace", workspace));
         pairs
     }
 

@@ -160,6 +160,16 @@ impl Key {
         }
     }
 
+    /// A workspace's budget (`budget::WorkspaceBudget`): its limit and, a
+    /// month each, what its occurrences hold. Its own partition: the
+    /// workspace's (`WS#`) is read as tasks and installs.
+    pub fn workspace_budget(workspace: &str) -> Self {
+        Self {
+            pk: format!("BUDGET#{workspace}"),
+            sk: "WORKSPACE".to_owned(),
+        }
+    }
+
     /// How far a probe chain of the reconcile queue came (`Pass::Probe`,
     /// which `sat verify` sends).
     pub fn probe(id: &str) -> Self {

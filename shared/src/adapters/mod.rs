@@ -3,6 +3,7 @@
 //! nowhere else in the library.
 
 pub mod bedrock;
+pub mod budgets;
 pub mod catalog;
 pub mod dynamo;
 pub mod keys;

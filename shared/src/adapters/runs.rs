@@ -1,11 +1,16 @@
 //! The runner's store on the same table: occurrence claims on task items,
 //! the run ledger, budget settlement and account charges.
 //!
-//! The claim is one `UpdateItem` on the task item: it sets
-//! `claims.<occurrence>` (absent before), adds the task's per-run reserve to
-//! `budget_used.<period>` when that still fits `budget_threshold_usd`, and
-//! returns the whole task (`ALL_NEW`), or the task as it was when refused
-//! (`ALL_OLD`) so the use case can tell why. The settle is one transaction:
+//! The claim (and a take-over) reads the task, then is one transaction: on
+//! the task item it sets `claims.<occurrence>` (absent before, or the claim
+//! as read), fenced on the version read, and adds the task's per-run
+//! reserve to `budget_used.<period>` when that still fits
+//! `budget_threshold_usd`; on the workspace's budget item
+//! (`adapters::budgets`) it adds the same reserve to the month while the
+//! month is below its limit. Claimed, the task is the one read with the
+//! claim applied; refused on the task, the task as it was (`ALL_OLD`) so
+//! the use case can tell why; refused on the workspace,
+//! `ClaimAnswer::BudgetReached`. The settle is one transaction:
 //! the run record, the claim finished (fenced on the execution id), the budget
 //! settled, the account charged. DynamoDB cancels a transaction that
 //! collides with another write of one of its items (two tasks of one
@@ -26,9 +31,7 @@
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 use chrono::{DateTime, Duration, Utc};
 
 use super::dynamo::{Cancellation, DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
@@ -36,9 +39,9 @@ use super::keys::{GSI3PK, GSI3SK, Key, PK, SK};
 use crate::domain::run::occurrence::{RunRecord, cap_output, occurrence_key};
 use crate::domain::run::pace::Slots;
 use crate::domain::run::settlement::Completion;
-use crate::domain::task::Task;
 use crate::domain::task::claim::{Claim, RunStatus};
 use crate::domain::task::install::Install;
+use crate::domain::task::{Task, budget};
 use crate::ports::{
     ClaimAnswer, ClaimRequest, PaceAnswer, Release, RunStore, Settled, Settlement, StoreError, TakeOver, Unclaimed,
 };
@@ -112,7 +115,12 @@ enum Sent {
     /// The item at `fenced` failed its condition; the item as it was, when
     /// the request asked for it (`ALL_OLD`).
     Refused(Option<Item>),
+    /// Another item failed its condition (a workspace's month, reached).
+    Declined,
 }
+
+/// Reads of a task a claim makes before it gives up on edits racing it.
+const CLAIM_READS: usize = 3;
 
 /// The claim a skip takes with its record: finished as the record says.
 fn skip_claim(record: &RunRecord) -> Result<AttributeValue, StoreError> {
@@ -123,6 +131,7 @@ fn skip_claim(record: &RunRecord) -> Result<AttributeValue, StoreError> {
         attempts: record.attempts,
         started_at: record.started_at,
         crashed_usd: 0.0,
+        workspace_usd: 0.0,
     };
     serde_dynamo::to_attribute_value(&claim).map_err(|e| StoreError::Corrupt {
         what: "claim".into(),
@@ -245,6 +254,9 @@ impl DynamoStore {
             if cancelled.condition_failed(fenced) {
                 return Ok(Sent::Refused(cancelled.take_item(fenced)));
             }
+            if (0..items.len()).any(|i| cancelled.condition_failed(i)) {
+                return Ok(Sent::Declined);
+            }
             let reasons = cancelled.codes();
             let code = err.as_service_error().and_then(|e| e.code());
             attempt += 1;
@@ -257,7 +269,7 @@ impl DynamoStore {
             if attempt >= SETTLE_ATTEMPTS || !retryable(code, &reasons) {
                 return Err(request_error("TransactWriteItems", err));
             }
-            tracing::warn!(attempt, ?reasons, "settle collided with another write; retrying");
+            tracing::warn!(attempt, ?reasons, "a transaction collided with another write; retrying");
             tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
         }
     }
@@ -275,6 +287,10 @@ impl DynamoStore {
         ];
         if let Some(account) = settlement.account {
             items.push(self.account_charge(account, settlement.period, settlement.record.cost_usd, true)?);
+        }
+        let workspace = settlement.record.cost_usd - settlement.workspace_held_usd;
+        if workspace != 0.0 {
+            items.push(self.workspace_hold(&settlement.task.workspace, settlement.period, workspace, false)?);
         }
         if let Some(Completion {
             expires: Some(ttl),
@@ -353,122 +369,129 @@ impl DynamoStore {
             .map_err(|e| request_error("TransactWriteItems", e))
     }
 
-    async fn update_claim(
+    /// A claim or a take-over: the task read, the new claim decided from the
+    /// claim it holds (`Claim::after_crash`, `after_release`), then one
+    /// transaction reserving the task's per-run reservation on the task
+    /// (fenced on its version and on the claim as read, within its month's
+    /// budget) and in its workspace's month (below its limit). The claimed
+    /// task is the one read with the claim and reservation applied: the
+    /// version fence proves nothing else of it changed. A version moved by
+    /// an edit meanwhile reads again.
+    async fn reserve(&self, request: &ClaimRequest<'_>, from: Option<TakeOver>) -> Result<ClaimAnswer, StoreError> {
+        for _ in 0..CLAIM_READS {
+            let Some(mut task) = self.current_task(request.workspace, request.task_id).await? else {
+                return Ok(ClaimAnswer::Refused(None));
+            };
+            let reservation = budget::reservation(task.spec.budget);
+            let now = request.now.timestamp();
+            let held = task.claims.get(request.occurrence);
+            let claim = match (from, held) {
+                (None, None) => Claim {
+                    workspace_usd: reservation,
+                    ..request.claim.clone()
+                },
+                (Some(TakeOver::Crashed), Some(old)) if old.status == RunStatus::Running && old.lease_until < now => {
+                    old.after_crash(request.claim, reservation)
+                }
+                (Some(TakeOver::Released), Some(old)) if old.status == RunStatus::Released => {
+                    old.after_release(request.claim, reservation)
+                }
+                // Not free, or not as the caller saw it: refused, as it is.
+                _ => return Ok(ClaimAnswer::Refused(Some(Box::new(task)))),
+            };
+            let items = vec![
+                self.claim_taken(request, &task, held, &claim, reservation)?,
+                self.workspace_hold(&task.workspace, request.period, reservation, true)?,
+            ];
+            // This claimant's own: the SDK's and `transact`'s repeats of it
+            // are answered without a second write, and two deliveries of one
+            // message claiming at the same instant are two requests (one
+            // wins, the other is refused), never one answered twice.
+            let token = settle_token_of(
+                request.task_id.as_str(),
+                request.occurrence,
+                &format!("claim {} {:016x}", claim.execution_id, fastrand::u64(..)),
+            );
+            match self.transact(items, token, 0).await? {
+                Sent::Done => {
+                    *task.budget_used.entry(request.period.to_owned()).or_default() += reservation;
+                    task.claims.insert(request.occurrence.to_owned(), claim);
+                    return Ok(ClaimAnswer::Claimed(Box::new(task)));
+                }
+                Sent::Refused(old) => match task_from(old)? {
+                    Some(old) if old.version != task.version => continue,
+                    old => return Ok(ClaimAnswer::Refused(old)),
+                },
+                Sent::Declined => return Ok(ClaimAnswer::BudgetReached(Box::new(task))),
+            }
+        }
+        Err(StoreError::Request {
+            operation: "TransactWriteItems",
+            source: format!("the task changed under {CLAIM_READS} claims in a row").into(),
+        })
+    }
+
+    /// The task's side of a claim or take-over: the claim written whole and
+    /// the reservation added to the month, fenced on the version read, on
+    /// the claim as read (`held`, or none), and on the month's budget.
+    fn claim_taken(
         &self,
         request: &ClaimRequest<'_>,
-        update: &str,
-        condition: &str,
-        values: Vec<(&str, AttributeValue)>,
-        names: Vec<(&str, &str)>,
-    ) -> Result<ClaimAnswer, StoreError> {
-        self.counted();
-        let mut call = self
-            .client()
-            .update_item()
+        task: &Task,
+        held: Option<&Claim>,
+        claim: &Claim,
+        reservation: f64,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let value = serde_dynamo::to_attribute_value(claim).map_err(|e| StoreError::Corrupt {
+            what: "claim".into(),
+            source: Box::new(e),
+        })?;
+        let mut update = Update::builder()
             .table_name(self.table())
             .set_key(Some(Key::task(request.workspace, request.task_id.as_str()).to_map()))
-            .update_expression(update)
-            .condition_expression(condition)
+            .update_expression(
+                "SET claims.#occ = :claim, budget_used.#period = if_not_exists(budget_used.#period, :zero) + :reserve",
+            )
             .expression_attribute_names("#occ", request.occurrence)
-            .return_values(ReturnValue::AllNew)
+            .expression_attribute_names("#period", request.period)
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_values(":claim", value)
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":reserve", n(reservation))
+            .expression_attribute_values(":version", n(task.version))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        for (name, value) in names {
-            call = call.expression_attribute_names(name, value);
-        }
-        for (name, value) in values {
-            call = call.expression_attribute_values(name, value);
-        }
-        match call.send().await {
-            Ok(out) => Ok(ClaimAnswer::Claimed(task_from(out.attributes)?.ok_or_else(|| {
-                StoreError::Corrupt {
-                    what: "claimed task".into(),
-                    source: "UpdateItem returned no attributes".into(),
-                }
-            })?)),
-            Err(err) => match err.into_service_error() {
-                UpdateItemError::ConditionalCheckFailedException(e) => Ok(ClaimAnswer::Refused(task_from(e.item)?)),
-                other => Err(request_error("UpdateItem", other)),
-            },
-        }
+        let occupied = match held {
+            None => "attribute_not_exists(claims.#occ)".to_owned(),
+            Some(old) => {
+                update = update
+                    .expression_attribute_names("#status", "status")
+                    .expression_attribute_values(":status", s(old.status.as_str()))
+                    .expression_attribute_values(":exec", s(&old.execution_id))
+                    .expression_attribute_values(":lease", n(old.lease_until));
+                "claims.#occ.#status = :status AND claims.#occ.execution_id = :exec \
+                 AND claims.#occ.lease_until = :lease"
+                    .to_owned()
+            }
+        };
+        update
+            .condition_expression(format!(
+                "attribute_exists(#pk) AND version = :version AND {occupied} AND \
+                 (attribute_not_exists(budget_threshold_usd) OR attribute_not_exists(budget_used.#period) \
+                 OR budget_used.#period <= budget_threshold_usd)"
+            ))
+            .build()
+            .map(|update| TransactWriteItem::builder().update(update).build())
+            .map_err(|e| request_error("TransactWriteItems", e))
     }
 }
 
 impl RunStore for DynamoStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
-        let claim = serde_dynamo::to_attribute_value(request.claim).map_err(|e| StoreError::Corrupt {
-            what: "claim".into(),
-            source: Box::new(e),
-        })?;
-        self.update_claim(
-            request,
-            "SET claims.#occ = :claim, budget_used.#period = if_not_exists(budget_used.#period, :zero) + budget_reserve_usd",
-            "attribute_exists(#pk) AND attribute_not_exists(claims.#occ) AND (attribute_not_exists(budget_threshold_usd) \
-             OR attribute_not_exists(budget_used.#period) OR budget_used.#period <= budget_threshold_usd)",
-            vec![(":claim", claim), (":zero", n(0))],
-            vec![("#period", request.period), ("#pk", PK)],
-        )
-        .await
+        self.reserve(request, None).await
     }
 
     async fn take_over(&self, request: &ClaimRequest<'_>, from: TakeOver) -> Result<ClaimAnswer, StoreError> {
-        let common = vec![
-            (":lease", n(request.claim.lease_until)),
-            (":exec", s(&request.claim.execution_id)),
-            (":one", n(1)),
-            (":zero", n(0)),
-            (":running", s(RunStatus::Running.as_str())),
-        ];
-        let names = vec![("#status", "status"), ("#period", request.period)];
-        match from {
-            TakeOver::Crashed => {
-                let mut values = common;
-                values.push((":now", n(request.now.timestamp())));
-                self.update_claim(
-                    request,
-                    // A crash is paid for: the crashed attempt's reservation
-                    // stays committed (it may have been spent) and the new
-                    // attempt reserves again; `crashed_usd` remembers it for
-                    // the record and the account at settle.
-                    "SET claims.#occ.lease_until = :lease, claims.#occ.execution_id = :exec, \
-                     claims.#occ.attempts = claims.#occ.attempts + :one, \
-                     budget_used.#period = if_not_exists(budget_used.#period, :zero) + budget_reserve_usd, \
-                     claims.#occ.crashed_usd = if_not_exists(claims.#occ.crashed_usd, :zero) + budget_reserve_usd",
-                    // The new attempt's reservation fits the month, as a claim's must.
-                    "claims.#occ.#status = :running AND claims.#occ.lease_until < :now AND \
-                     (attribute_not_exists(budget_threshold_usd) OR attribute_not_exists(budget_used.#period) \
-                     OR budget_used.#period <= budget_threshold_usd)",
-                    values,
-                    names,
-                )
-                .await
-            }
-            TakeOver::Released => {
-                let started =
-                    serde_dynamo::to_attribute_value(request.claim.started_at).map_err(|e| StoreError::Corrupt {
-                        what: "claim".into(),
-                        source: Box::new(e),
-                    })?;
-                let mut values = common;
-                values.push((":released", s(RunStatus::Released.as_str())));
-                values.push((":started", started));
-                let mut names = names;
-                names.push(("#pk", PK));
-                self.update_claim(
-                    request,
-                    // What the released claim carries stays in `crashed_usd`;
-                    // the attempts count again from this one, as for a claim.
-                    "SET claims.#occ.#status = :running, claims.#occ.lease_until = :lease, \
-                     claims.#occ.execution_id = :exec, claims.#occ.attempts = :one, \
-                     claims.#occ.started_at = :started, \
-                     budget_used.#period = if_not_exists(budget_used.#period, :zero) + budget_reserve_usd",
-                    "attribute_exists(#pk) AND claims.#occ.#status = :released AND (attribute_not_exists(budget_threshold_usd) \
-                     OR attribute_not_exists(budget_used.#period) OR budget_used.#period <= budget_threshold_usd)",
-                    values,
-                    names,
-                )
-                .await
-            }
-        }
+        self.reserve(request, Some(from)).await
     }
 
     async fn install(&self, workspace: &str, install_id: &str) -> Result<Option<Install>, StoreError> {
@@ -489,10 +512,11 @@ impl RunStore for DynamoStore {
                 let items = self.settle_items(&settlement)?;
                 match self.transact(items, settle_token(&settlement), 1).await? {
                     Sent::Done => Ok(Settled::Done),
-                    Sent::Refused(_) => Ok(Settled::LostClaim),
+                    Sent::Refused(_) | Sent::Declined => Ok(Settled::LostClaim),
                 }
             }
-            Sent::Refused(_) => Ok(Settled::LostClaim),
+            // Only the claim's update carries a condition.
+            Sent::Refused(_) | Sent::Declined => Ok(Settled::LostClaim),
         }
     }
 
@@ -510,7 +534,7 @@ impl RunStore for DynamoStore {
         let carried = release.carried_usd > 0.0;
         let expression = if carried {
             "SET claims.#occ.#status = :released, claims.#occ.crashed_usd = :carried, \
-             budget_used.#period = budget_used.#period + :delta"
+             claims.#occ.workspace_usd = :carried, budget_used.#period = budget_used.#period + :delta"
         } else {
             "REMOVE claims.#occ SET budget_used.#period = budget_used.#period + :delta"
         };
@@ -532,7 +556,12 @@ impl RunStore for DynamoStore {
                 .expression_attribute_values(":carried", n(release.carried_usd));
         }
         let update = update.build().map_err(|e| request_error("TransactWriteItems", e))?;
-        let items = vec![TransactWriteItem::builder().update(update).build()];
+        let mut items = vec![TransactWriteItem::builder().update(update).build()];
+        // The workspace then holds what the claim carries, as the task does.
+        let workspace = release.carried_usd - release.workspace_held_usd;
+        if workspace != 0.0 {
+            items.push(self.workspace_hold(&task.workspace, release.period, workspace, false)?);
+        }
         // One token per claim released: SQS brings a returned message back
         // with its execution id, and a second release under the first one's
         // token would be answered from DynamoDB's record without applying
@@ -551,6 +580,7 @@ impl RunStore for DynamoStore {
         );
         match self.transact(items, token, 0).await? {
             Sent::Done => Ok(Settled::Done),
+            Sent::Declined => Ok(Settled::LostClaim),
             Sent::Refused(old) => {
                 let held = task_from(old)?.and_then(|t| t.claims.get(release.occurrence).map(|c| c.status));
                 Ok(match held {
@@ -653,6 +683,12 @@ impl RunStore for DynamoStore {
         ];
         if let Some(account) = account {
             items.push(self.account_charge(account, period, record.cost_usd, true)?);
+        }
+        // The record's cost is what the dead claim committed; the workspace
+        // held what the claim says it did there.
+        let workspace = record.cost_usd - dead.workspace_usd;
+        if workspace != 0.0 {
+            items.push(self.workspace_hold(&record.workspace, period, workspace, false)?);
         }
         self.counted();
         let result = self

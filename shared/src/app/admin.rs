@@ -24,6 +24,7 @@ use crate::domain::operations::history::RunView;
 use crate::domain::reminder::Principal;
 use crate::domain::schedule::preview::{Fire, next_fires};
 use crate::domain::task::bounds::compare;
+use crate::domain::task::budget::{self, WorkspaceBudget};
 use crate::domain::task::ceiling::{CostCeiling, cost_ceiling};
 use crate::domain::task::edit::{self, Actor, Decision, Edit};
 use crate::domain::task::explain::{self, Reader};
@@ -31,7 +32,9 @@ use crate::domain::task::install::Install;
 use crate::domain::task::overrides::OverrideEdit;
 use crate::domain::task::skip;
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
-use crate::ports::{QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore};
+use crate::ports::{
+    QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, WorkspaceBudgets,
+};
 
 pub const ADMIN_SCOPE: &str = "schedule.admin";
 
@@ -166,6 +169,45 @@ pub enum AdminRequest {
         #[serde(default)]
         limit: Option<u64>,
     },
+    /// The workspace: its monthly budget and what this month holds
+    /// (`budget::WorkspaceBudget`, SPEC §15).
+    Workspace {
+        principal: Principal,
+    },
+    /// Sets the workspace's monthly budget (`null`: none), if its version is
+    /// still `expected_version` (0 when the workspace has none yet). A raise
+    /// takes effect at the next occurrence.
+    SetBudget {
+        principal: Principal,
+        /// Required, `null` included: a missing budget is never read as none.
+        #[serde(deserialize_with = "Option::deserialize")]
+        budget: Option<MonthlyBudget>,
+        expected_version: u64,
+    },
+}
+
+/// A workspace's budget as `set_budget` takes it and `workspace` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonthlyBudget {
+    pub max_usd_per_month: f64,
+}
+
+/// The workspace as `workspace` and `set_budget` answer it (SPEC §15).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkspaceView {
+    pub budget: Option<MonthlyBudget>,
+    /// What this month holds: its runs' costs and the reservations of the
+    /// runs under way.
+    pub spent_usd: f64,
+    pub month: String,
+    pub version: u64,
+    /// The month's budget is spent: its occurrences skip `budget_reached`.
+    pub reached: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<DateTime<Utc>>,
 }
 
 impl AdminRequest {
@@ -173,7 +215,9 @@ impl AdminRequest {
         match self {
             AdminRequest::List { principal, .. }
             | AdminRequest::Get { principal, .. }
-            | AdminRequest::Runs { principal, .. } => principal,
+            | AdminRequest::Runs { principal, .. }
+            | AdminRequest::Workspace { principal }
+            | AdminRequest::SetBudget { principal, .. } => principal,
             AdminRequest::Approve { target, .. }
             | AdminRequest::Pause { target, .. }
             | AdminRequest::Resume { target }
@@ -274,6 +318,26 @@ pub enum AdminAnswer {
     Runs {
         runs: Vec<RunView>,
     },
+    /// `workspace` and `set_budget`.
+    Workspace {
+        workspace: WorkspaceView,
+    },
+}
+
+fn workspace_answer(budget: WorkspaceBudget) -> AdminAnswer {
+    AdminAnswer::Workspace {
+        workspace: WorkspaceView {
+            reached: budget.reached(),
+            budget: budget
+                .limit_usd
+                .map(|max_usd_per_month| MonthlyBudget { max_usd_per_month }),
+            spent_usd: budget.committed_usd,
+            month: budget.period,
+            version: budget.version,
+            updated_by: budget.updated_by,
+            updated_at: budget.updated_at,
+        },
+    }
 }
 
 /// The door's verdict in words, as an admin reads it (`domain::task::explain`).
@@ -318,7 +382,7 @@ fn admin_task(task: &Task) -> Task {
     shown
 }
 
-impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admin<S, G, Q> {
+impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets, G: Schedules, Q: RunQueue> Admin<S, G, Q> {
     /// `runs`: the task's latest run records, newest first, with the skip
     /// and failure reasons in words (`domain::operations::history`).
     async fn runs(&self, principal: &Principal, task_id: &str, limit: Option<u64>) -> Outcome {
@@ -340,7 +404,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
     }
 }
 
-impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admin<S, G, Q> {
+impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets, G: Schedules, Q: RunQueue> Admin<S, G, Q> {
     pub fn new(store: S, schedules: G, queue: Q, settings: AdminSettings) -> Self {
         Self {
             store,
@@ -474,7 +538,54 @@ impl<S: TaskCatalog + TaskStore + ReminderStore, G: Schedules, Q: RunQueue> Admi
             AdminRequest::Resume { target } => self.edit(&target, Edit::Resume, now).await,
             AdminRequest::Delete { target, note } => self.edit(&target, Edit::Cancel { note }, now).await,
             AdminRequest::Restore { target } => self.edit(&target, Edit::Restore, now).await,
+            AdminRequest::Workspace { .. } => {
+                let budget = self
+                    .store
+                    .workspace_budget(&principal.workspace, &budget::period(now))
+                    .await?;
+                Ok(Ok(workspace_answer(budget)))
+            }
+            AdminRequest::SetBudget {
+                budget,
+                expected_version,
+                ..
+            } => {
+                let limit = budget.map(|b| b.max_usd_per_month);
+                self.set_budget(&principal, limit, expected_version, now).await
+            }
         }
+    }
+
+    /// `set_budget`: a limit within its bounds, written if the version is
+    /// the one the admin read.
+    async fn set_budget(
+        &self,
+        principal: &Principal,
+        limit: Option<f64>,
+        expected: u64,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        if let Some(why) = budget::workspace_limit_error(limit) {
+            return Ok(Err(AdminRefusal::InvalidRequest(why)));
+        }
+        let set = self
+            .store
+            .set_workspace_budget(
+                &principal.workspace,
+                limit,
+                expected,
+                &principal.id,
+                now,
+                &budget::period(now),
+            )
+            .await?;
+        Ok(match set {
+            Ok(budget) => {
+                tracing::info!(version = budget.version, "workspace budget set");
+                Ok(workspace_answer(budget))
+            }
+            Err(current) => Err(AdminRefusal::VersionConflict { expected, current }),
+        })
     }
 
     /// `pause`, `resume`, `delete`, `restore`, `skip_next` and `unskip`:

@@ -14,7 +14,8 @@
 //!
 //! Which request: a fault is armed with [`arm`] inside a [`scope`] (a task
 //! local, so concurrent deliveries each arm their own) and taken by the
-//! next DynamoDB request made in that scope through a client of [`dynamodb`].
+//! next DynamoDB request made in that scope through a client of [`dynamodb`]
+//! ([`arm_write`]: the next write, past the reads before it).
 //! Outside a scope, or unarmed, the client is the strict client of
 //! `strict.rs` and nothing else.
 
@@ -51,7 +52,8 @@ impl DynamoFault {
 }
 
 tokio::task_local! {
-    static ARMED: Cell<Option<DynamoFault>>;
+    /// The armed fault, and whether reads pass it by (`arm_write`).
+    static ARMED: Cell<Option<(DynamoFault, bool)>>;
 }
 
 /// Runs `future` with a slot for one armed fault.
@@ -62,7 +64,27 @@ pub async fn scope<F: Future>(future: F) -> F::Output {
 /// Arms `fault` for the next DynamoDB request of this scope; false outside
 /// a [`scope`].
 pub fn arm(fault: DynamoFault) -> bool {
-    ARMED.try_with(|slot| slot.set(Some(fault))).is_ok()
+    ARMED.try_with(|slot| slot.set(Some((fault, false)))).is_ok()
+}
+
+/// Arms `fault` for the next DynamoDB write of this scope: the reads
+/// before it (a claim reads its task first) pass it by.
+pub fn arm_write(fault: DynamoFault) -> bool {
+    ARMED.try_with(|slot| slot.set(Some((fault, true)))).is_ok()
+}
+
+/// Whether a request only reads.
+fn reads(context: &BeforeSerializationInterceptorContextRef<'_>) -> bool {
+    let input = context.input();
+    input
+        .downcast_ref::<aws_sdk_dynamodb::operation::get_item::GetItemInput>()
+        .is_some()
+        || input
+            .downcast_ref::<aws_sdk_dynamodb::operation::query::QueryInput>()
+            .is_some()
+        || input
+            .downcast_ref::<aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemInput>()
+            .is_some()
 }
 
 /// The fault one request carries, in its config bag.
@@ -101,10 +123,18 @@ impl Intercept for Faults {
 
     fn read_before_execution(
         &self,
-        _context: &BeforeSerializationInterceptorContextRef<'_>,
+        context: &BeforeSerializationInterceptorContextRef<'_>,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        if let Ok(Some(fault)) = ARMED.try_with(Cell::take) {
+        let read = reads(context);
+        let taken = ARMED.try_with(|slot| match slot.get() {
+            Some((_, true)) if read => None,
+            armed => {
+                slot.set(None);
+                armed.map(|(fault, _)| fault)
+            }
+        });
+        if let Ok(Some(fault)) = taken {
             cfg.interceptor_state().store_put(Planned { fault, attempts: 0 });
         }
         Ok(())

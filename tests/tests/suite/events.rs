@@ -56,6 +56,34 @@ async fn the_reconcile_admin_and_runner_fixtures_are_what_the_functions_take() {
         let answer = t.admin().handle(fixture(name), Utc::now()).await.unwrap();
         assert_eq!(answer["error"]["code"], "not_found", "{name}: {answer}");
     }
+    // The workspace's budget: none, then set from version 0, then read back.
+    let none = t
+        .admin()
+        .handle(fixture("admin-workspace.json"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(none["workspace"]["version"], 0, "{none}");
+    assert_eq!(none["workspace"]["budget"], serde_json::Value::Null, "{none}");
+    let set = t
+        .admin()
+        .handle(fixture("admin-set-budget.json"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(set["ok"], true, "{set}");
+    assert_eq!(
+        (
+            set["workspace"]["budget"]["max_usd_per_month"].as_f64(),
+            set["workspace"]["version"].as_u64()
+        ),
+        (Some(50.0), Some(1)),
+        "{set}"
+    );
+    let again = t
+        .admin()
+        .handle(fixture("admin-set-budget.json"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(again["error"]["code"], "version_conflict", "{again}");
     let listed = t.admin().handle(fixture("admin-list.json"), Utc::now()).await.unwrap();
     assert_eq!(
         (listed["tasks"].clone(), listed["cursor"].clone()),

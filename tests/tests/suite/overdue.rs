@@ -56,6 +56,7 @@ async fn claim(s: &RunStack, task_id: &TaskId, at: DateTime<Utc>, lease_until: D
         attempts: 1,
         started_at: at,
         crashed_usd: 0.0,
+        workspace_usd: 0.0,
     };
     let answer = s
         .store()

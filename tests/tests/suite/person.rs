@@ -419,6 +419,7 @@ async fn a_late_delivery_of_a_claimed_occurrence_waits_for_its_run_and_then_pays
         attempts: 1,
         started_at: Utc::now(),
         crashed_usd: 0.0,
+        workspace_usd: 0.0,
     };
     let claimed = s
         .store()
@@ -709,6 +710,7 @@ async fn a_release_that_finds_its_claim_gone_sends_the_occurrence_back() {
         attempts: 1,
         started_at: Utc::now(),
         crashed_usd: 0.0,
+        workspace_usd: 0.0,
     };
     let request = ClaimRequest {
         workspace: &task.workspace,
@@ -728,6 +730,7 @@ async fn a_release_that_finds_its_claim_gone_sends_the_occurrence_back() {
         period: &period,
         reserved_usd: 0.0,
         carried_usd: 0.0,
+        workspace_held_usd: 0.0,
     };
     assert_eq!(s.store().release(&release).await.unwrap(), Settled::Done);
     assert_eq!(

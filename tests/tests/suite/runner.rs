@@ -58,7 +58,11 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
         .await
         .unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
-    assert_eq!(runner.store().requests() - before, 2, "claim, settle");
+    assert_eq!(
+        runner.store().requests() - before,
+        3,
+        "the task read, the claim (with the workspace's reservation), settle"
+    );
 
     let requests = s.model.requests().await;
     assert_eq!(requests.len(), 1);
@@ -136,7 +140,8 @@ async fn twenty_concurrent_deliveries_make_one_run_one_charge_one_event() {
     assert!(
         outcomes
             .iter()
-            .all(|o| matches!(o, Ok(Disposition::Ran(_) | Disposition::Busy | Disposition::Duplicate)))
+            .all(|o| matches!(o, Ok(Disposition::Ran(_) | Disposition::Busy | Disposition::Duplicate))),
+        "{outcomes:?}"
     );
     // The ones told to come back later find it finished.
     for _ in 0..19 {
@@ -827,8 +832,11 @@ async fn a_connector_run_reads_its_install_and_each_bound_install_once() {
         assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
         counted.push(runner.store().requests() - before);
     }
-    assert_eq!(counted[0], 3, "claim, install read, settle");
-    assert_eq!(counted[1], 4, "claim, install read, one bound install read, settle");
+    assert_eq!(counted[0], 4, "task read, claim, install read, settle");
+    assert_eq!(
+        counted[1], 5,
+        "task read, claim, install read, one bound install read, settle"
+    );
     assert_eq!(s.model.requests().await.len(), 2);
     let offered = &s.model.requests().await[1].1["toolConfig"]["tools"];
     assert_eq!(

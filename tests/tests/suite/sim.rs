@@ -70,7 +70,8 @@ fn a_commits_seeds_are_its_own_and_replayable() {
 
 /// The checks read the table, not what the deliveries answered: a run
 /// record deleted and an account overcharged behind the runner's back are
-/// found.
+/// found, the record's cost missing at the task's and the workspace's
+/// level both.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_checks_find_a_record_lost_and_an_account_overcharged_behind_the_runners_back() {
     let report = run(&SimConfig {
@@ -95,8 +96,8 @@ async fn the_checks_find_a_record_lost_and_an_account_overcharged_behind_the_run
     );
     assert_eq!(
         found(tests::sim::ACCOUNTING),
-        2,
-        "its budget and the overcharged account:\n{}",
+        3,
+        "its budget, its workspace's month and the overcharged account:\n{}",
         report.details()
     );
     assert_eq!(report.failing_seeds.iter().copied().collect::<Vec<_>>(), vec![3]);

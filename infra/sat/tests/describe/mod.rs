@@ -104,7 +104,23 @@ async fn a_task_reads_at_a_glance_with_its_runs_and_reasons() {
         reminder["runs"][0]["output"].is_null(),
         "an admin never reads a reminder's output"
     );
-    assert!(reminder["runs"][0]["cost_usd"].as_f64().unwrap() > 0.0);
+    let cost = reminder["runs"][0]["cost_usd"].as_f64().unwrap();
+    assert!(cost > 0.0);
+    // The workspace's budget: none set, the reminder's cost committed;
+    // then set below that cost, and reached.
+    assert_eq!(reminder["workspace_budget"]["budget"], serde_json::Value::Null);
+    assert!((reminder["workspace_budget"]["spent_usd"].as_f64().unwrap() - cost).abs() < 1e-9);
+    let set = serde_json::json!({"op": "set_budget",
+        "principal": {"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]},
+        "budget": {"max_usd_per_month": cost / 2.0}, "expected_version": 0});
+    assert_eq!(s.t.admin().handle(set, Utc::now()).await.unwrap()["ok"], true);
+    let ran = sat_with(env.path(), &["describe", held.task_id.as_str()]).await;
+    let text = &ran.stdout;
+    assert!(text.contains("workspace   budget USD 0.00 a month"), "{text}");
+    assert!(
+        text.contains("REACHED, every occurrence of the workspace skips `budget_reached`"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

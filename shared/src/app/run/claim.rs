@@ -23,6 +23,9 @@ pub(super) struct Claimed {
     /// reservations at take-over, released ones' spending): part of the
     /// record's cost and charged to the account with this attempt's.
     pub crashed: f64,
+    /// What the occurrence holds of its workspace's month
+    /// (`Claim::workspace_usd`).
+    pub workspace: f64,
 }
 
 impl Claimed {
@@ -31,6 +34,7 @@ impl Claimed {
         Self {
             attempts: claim.map_or(1, |c| c.attempts),
             crashed: claim.map_or(0.0, |c| c.crashed_usd),
+            workspace: claim.map_or(0.0, |c| c.workspace_usd),
             period: period.to_owned(),
             task,
         }
@@ -47,7 +51,8 @@ pub(super) enum Claiming {
 
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// Claims the occurrence (`RunStore::claim`): a lease until `deadline`
-    /// plus a margin, and the run's reservation, in one conditional write.
+    /// plus a margin, and the run's reservation on its task and its
+    /// workspace's month, in one transaction.
     pub(super) async fn claim(
         &self,
         occ: &Delivery,
@@ -62,6 +67,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             attempts: 1,
             started_at: now,
             crashed_usd: 0.0,
+            workspace_usd: 0.0,
         };
         let request = ClaimRequest {
             workspace: &occ.message.workspace,
@@ -74,7 +80,21 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         match self.store.claim(&request).await? {
             ClaimAnswer::Claimed(task) => Ok(Claiming::Held(Claimed::of(task, &occ.key, &period))),
             ClaimAnswer::Refused(old) => self.refused(occ, &request, old, now).await,
+            ClaimAnswer::BudgetReached(task) => self.budget_reached(occ, &task, now).await,
         }
+    }
+
+    /// A claim or take-over its workspace's spent month refused: skipped
+    /// (the door speaks first), paying what a dead claim committed.
+    async fn budget_reached(&self, occ: &Delivery, task: &Task, now: DateTime<Utc>) -> Result<Claiming, RunError> {
+        let reason = match self.over_budget(occ, Some(task), now).await? {
+            SkipReason::BudgetExhausted => SkipReason::BudgetReached,
+            door => door,
+        };
+        tracing::info!(reason = reason.code(), "the workspace's monthly budget is reached");
+        Ok(Claiming::Answered(
+            self.skip_unclaimed(occ, reason, now, 1, Some(task)).await?,
+        ))
     }
 
     /// A refused claim, diagnosed from the task as it was: a duplicate, a
@@ -110,6 +130,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     answered(self.skip_unclaimed(occ, reason, now, 1, old.as_deref()).await?)
                 }
                 ClaimAnswer::Refused(_) => answered(Disposition::Busy),
+                ClaimAnswer::BudgetReached(task) => self.budget_reached(occ, &task, now).await,
             },
             ClaimOutcome::Released => match self.store.take_over(request, TakeOver::Released).await? {
                 ClaimAnswer::Claimed(task) => {
@@ -123,6 +144,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 }
                 // Taken by another delivery meanwhile: as busy, diagnosed again later.
                 ClaimAnswer::Refused(_) => answered(Disposition::Busy),
+                ClaimAnswer::BudgetReached(task) => self.budget_reached(occ, &task, now).await,
             },
             ClaimOutcome::Missing => answered(self.skip_unclaimed(occ, SkipReason::Missing, now, 1, None).await?),
             ClaimOutcome::BudgetExhausted => {

@@ -6,14 +6,16 @@
 //!
 //! 1. **Door** before any read: worker flag, lateness (`domain::run::door`, no
 //!    I/O). A skip is recorded (`skip_unclaimed`: `RunStore::record_unclaimed`).
-//! 2. **Claim** (`claim`: `RunStore::claim`): one conditional write on the
-//!    task item claims the occurrence (a lease until the function's
-//!    deadline), reserves the run's maximum against the task's period
-//!    budget, and returns the task, so the claim is also the task read.
+//! 2. **Claim** (`claim`: `RunStore::claim`): the task read, then one
+//!    transaction claims the occurrence (a lease until the function's
+//!    deadline) and reserves the run's maximum against the task's period
+//!    budget and its workspace's month; the claimed task is the one read.
 //!    Refused, the old task says why (`refused`): finished (a duplicate:
 //!    acknowledged, nothing else), running under a live lease (retry later),
 //!    running under an expired lease (take over: `RunStore::take_over`),
-//!    missing, or over budget (the door speaks first, after an install read).
+//!    missing, or over budget (the door speaks first, after an install
+//!    read); refused by the workspace's spent month, it is skipped
+//!    `budget_reached` (`budget_reached`).
 //! 3. **Door** again with the task (`install_of`: `RunStore::install`, the
 //!    install of a connector task).
 //! 4. **Procedure** (`procedure`): a reminder's instruction, or on the
@@ -47,11 +49,12 @@
 //! run record is made in one place (`RunRecord::new`), for a skip before the
 //! claim and for a settle.
 //!
-//! DynamoDB requests: 2 for a run (claim, settle; a connector task adds its
-//! install read; with a model pace, one pace write per model call, and one
-//! more after a throttle or to start or ease the pace), 1 for a duplicate, 1 for a skip at the first door (2 for a
-//! one-time reminder: its completion), 2 for a
-//! skip after the claim.
+//! DynamoDB requests: 3 for a run (the task read, claim, settle; a
+//! connector task adds its install read; with a model pace, one pace write
+//! per model call, and one more after a throttle or to start or ease the
+//! pace), 1 for a duplicate (the task read tells it: no write), 1 for a
+//! skip at the first door (2 for a one-time reminder: its completion), 3
+//! for a skip after the claim.
 
 mod agent;
 mod claim;

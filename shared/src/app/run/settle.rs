@@ -100,6 +100,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             reserved_usd: budget::reservation(task.spec.budget) + claimed.crashed,
             account: account.as_ref().filter(|_| plan.charge_account),
             record: &record,
+            workspace_held_usd: claimed.workspace,
             complete: plan.complete,
             prune: plan.prune,
         };
@@ -188,6 +189,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             period: &claimed.period,
             reserved_usd: budget::reservation(task.spec.budget) + claimed.crashed,
             carried_usd: requeue.cost + claimed.crashed,
+            workspace_held_usd: claimed.workspace,
         };
         match self.store.release(&release).await? {
             Settled::LostClaim => {

@@ -217,6 +217,7 @@ mod tests {
             attempts: 1,
             started_at: t(0, 0),
             crashed_usd: 0.0,
+            workspace_usd: 0.0,
         }
     }
 

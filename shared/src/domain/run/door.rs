@@ -46,6 +46,10 @@ pub enum SkipReason {
     Rescheduled,
     /// The run's maximum cost does not fit the task's period budget.
     BudgetExhausted,
+    /// Its workspace's monthly budget is spent (`budget::WorkspaceBudget`):
+    /// every task of the workspace skips until the month turns or an admin
+    /// raises it.
+    BudgetReached,
     /// Recorded by the missed-occurrence check (SPEC §14, `domain::operations::overdue`):
     /// no run of it started within the catch-up window.
     NeverDelivered,
@@ -87,6 +91,7 @@ impl SkipReason {
             SkipReason::Completed => "completed",
             SkipReason::Rescheduled => "rescheduled",
             SkipReason::BudgetExhausted => "budget_exhausted",
+            SkipReason::BudgetReached => "budget_reached",
             SkipReason::NeverDelivered => "never_delivered",
             SkipReason::NeverFinished => "never_finished",
             SkipReason::SkippedByOwner => "skipped_by_owner",
@@ -109,6 +114,9 @@ impl SkipReason {
             }
             SkipReason::SkippedByOwner => "skipped by its owner".to_owned(),
             SkipReason::SkippedByAdmin => "skipped by an admin".to_owned(),
+            SkipReason::BudgetReached => {
+                "budget reached: the workspace's monthly budget is spent (an admin raises it)".to_owned()
+            }
             other => other.code().replace('_', " "),
         }
     }

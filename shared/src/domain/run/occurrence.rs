@@ -395,6 +395,7 @@ mod claim_tests {
             attempts: 1,
             started_at: t,
             crashed_usd: 0.0,
+            workspace_usd: 0.0,
         }
     }
 

@@ -33,6 +33,15 @@
 //! The invariant (docs/design.md, "The budget invariant"): a period's
 //! `budget_used` is its run records' costs plus what its claims hold
 //! (`Claim::committed`).
+//!
+//! The workspace's month ([`WorkspaceBudget`]) moves in the same
+//! transaction as each of these: +reservation at a claim and a take-over
+//! (refused while the month is reached: `budget_reached`), the record's
+//! cost less what the claim held there (`Claim::workspace_usd`) at a
+//! settle and at a skip paying a dead claim, what is carried less what
+//! was held at a release. Its invariant: a month's `committed_usd` is its
+//! records' costs plus what its claims hold there; for claims made since
+//! workspaces were budgeted, the sum of its tasks' `budget_used`.
 
 use std::collections::BTreeMap;
 
@@ -191,6 +200,52 @@ pub fn reservation(budget: Option<Budget>) -> f64 {
 /// that condition is the rule, not code here.
 pub fn threshold(budget: Option<Budget>) -> Option<f64> {
     budget.map(|b| b.max_usd_per_month - b.max_usd_per_run)
+}
+
+/// A workspace's monthly budget in US dollars and what one month of it
+/// holds (SPEC §9). An admin sets the limit (`set_budget`, with the
+/// expected version); none is unlimited. Every occurrence of the
+/// workspace, connector tasks and reminders alike, reserves against it in
+/// the same transaction as against its task's budget, and settles, releases
+/// and pays a dead claim there too (`Claim::workspace_usd`): a month's
+/// `committed_usd` is its records' costs plus what its claims hold.
+///
+/// Reached is `committed_usd >= limit_usd`: a claim is taken only below the
+/// limit, so the run that crosses it is the last to start, and a month
+/// spends at most its limit plus that run's reservation (a reminder, which
+/// reserves nothing, plus its cost). A raise takes effect at the next claim.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkspaceBudget {
+    pub workspace: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_usd: Option<f64>,
+    /// 0 before any admin set it.
+    pub version: u64,
+    /// The month read (`period`).
+    pub period: String,
+    pub committed_usd: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+impl WorkspaceBudget {
+    /// Whether the month is spent: no occurrence of the workspace claims.
+    pub fn reached(&self) -> bool {
+        self.limit_usd.is_some_and(|limit| self.committed_usd >= limit)
+    }
+}
+
+/// The highest workspace budget an admin may set.
+pub const MAX_WORKSPACE_BUDGET_USD: f64 = 1_000_000.0;
+
+/// Why a workspace budget cannot be set to a value.
+pub fn workspace_limit_error(limit: Option<f64>) -> Option<String> {
+    let limit = limit?;
+    (!limit.is_finite() || !(0.0..=MAX_WORKSPACE_BUDGET_USD).contains(&limit)).then(|| {
+        format!("budget.max_usd_per_month must be a number from 0 to {MAX_WORKSPACE_BUDGET_USD}; a null budget is none")
+    })
 }
 
 /// The account a task's runs are charged to: the install's account for a

@@ -58,6 +58,14 @@ pub struct Claim {
     /// into the cost of the occurrence's record when it settles.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub crashed_usd: f64,
+    /// What this occurrence holds of its workspace's month
+    /// (`budget::WorkspaceBudget`) beyond its record: every reservation an
+    /// attempt made there, and what a release carries. The workspace's
+    /// side of a settle, a release or a skip paying a dead claim moves by
+    /// the difference between what the occurrence comes to and this. A
+    /// claim written before workspaces were budgeted holds nothing there.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub workspace_usd: f64,
 }
 
 impl Claim {
@@ -69,6 +77,35 @@ impl Claim {
             RunStatus::Released => true,
             RunStatus::Running => self.lease_until < now,
             RunStatus::Succeeded | RunStatus::Failed | RunStatus::Skipped => false,
+        }
+    }
+
+    /// The claim a take-over of this crashed one writes (SPEC §7 "A crash is
+    /// paid for"): `fresh`'s lease and execution, one more attempt, and the
+    /// crashed attempt's reservation kept committed: `reservation` more in
+    /// `crashed_usd` and in what the workspace holds (the new attempt's).
+    pub fn after_crash(&self, fresh: &Claim, reservation: f64) -> Claim {
+        Claim {
+            status: RunStatus::Running,
+            lease_until: fresh.lease_until,
+            execution_id: fresh.execution_id.clone(),
+            attempts: self.attempts + 1,
+            started_at: self.started_at,
+            crashed_usd: self.crashed_usd + reservation,
+            workspace_usd: self.workspace_usd + reservation,
+        }
+    }
+
+    /// The claim a take-over of this released one writes: `fresh` as a new
+    /// claim, carrying what the released one carries, and its reservation
+    /// held in the workspace besides what the released one held there.
+    pub fn after_release(&self, fresh: &Claim, reservation: f64) -> Claim {
+        Claim {
+            status: RunStatus::Running,
+            attempts: 1,
+            crashed_usd: self.crashed_usd,
+            workspace_usd: self.workspace_usd + reservation,
+            ..fresh.clone()
         }
     }
 

@@ -1,0 +1,157 @@
+//! A workspace's budget item (`budget::WorkspaceBudget`, key
+//! `Key::workspace_budget`): the limit an admin sets, with its version,
+//! and, a month each, what the workspace's occurrences hold there
+//! (`committed#<YYYY-MM>`). The runner's claims, take-overs, settles,
+//! releases and skips of dead claims move a month in their own transactions
+//! (`workspace_hold`, used by `adapters::runs`); an admin reads it and sets
+//! the limit here ([`WorkspaceBudgets`]).
+
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
+use chrono::{DateTime, Utc};
+
+use super::dynamo::{DynamoStore, Item, request_error};
+use super::keys::Key;
+use crate::domain::task::budget::WorkspaceBudget;
+use crate::ports::{StoreError, WorkspaceBudgets};
+
+/// The `entity` of a workspace's budget item.
+const WORKSPACE_BUDGET: &str = "workspace_budget";
+
+/// The attribute of a workspace's budget item holding what a month
+/// (`YYYY-MM`) holds.
+pub fn committed_of(period: &str) -> String {
+    format!("committed#{period}")
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+fn n(value: impl ToString) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+/// The budget as its item says it, for `period`; an absent item is a
+/// workspace no admin budgeted and nothing ran in.
+fn budget_of(workspace: &str, period: &str, item: Option<&Item>) -> WorkspaceBudget {
+    let number = |name: &str| {
+        item.and_then(|i| i.get(name))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let text = |name: &str| item.and_then(|i| i.get(name)).and_then(|v| v.as_s().ok()).cloned();
+    WorkspaceBudget {
+        workspace: workspace.to_owned(),
+        limit_usd: number("limit_usd"),
+        version: number("version").map_or(0, |v| v as u64),
+        period: period.to_owned(),
+        committed_usd: number(&committed_of(period)).unwrap_or(0.0),
+        updated_by: text("updated_by"),
+        updated_at: text("updated_at")
+            .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+            .map(|t| t.with_timezone(&Utc)),
+    }
+}
+
+impl DynamoStore {
+    /// A workspace's side of a write (`budget::WorkspaceBudget`): what its
+    /// month holds moves by `delta`. With `fit`, a reservation: only while
+    /// the month is below its limit (none: always), the item as it was
+    /// returned when not.
+    pub(crate) fn workspace_hold(
+        &self,
+        workspace: &str,
+        period: &str,
+        delta: f64,
+        fit: bool,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let mut update = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(Key::workspace_budget(workspace).to_map()))
+            .update_expression(
+                "SET entity = :entity, workspace = :workspace, #held = if_not_exists(#held, :zero) + :delta",
+            )
+            .expression_attribute_names("#held", committed_of(period))
+            .expression_attribute_values(":entity", s(WORKSPACE_BUDGET))
+            .expression_attribute_values(":workspace", s(workspace))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":delta", n(delta));
+        if fit {
+            // A limit of 0 stops the month before anything is held.
+            update = update
+                .condition_expression(
+                    "attribute_not_exists(limit_usd) OR (attribute_not_exists(#held) AND limit_usd > :zero) \
+                     OR #held < limit_usd",
+                )
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        }
+        let update = update.build().map_err(|e| request_error("TransactWriteItems", e))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+}
+
+impl WorkspaceBudgets for DynamoStore {
+    async fn workspace_budget(&self, workspace: &str, period: &str) -> Result<WorkspaceBudget, StoreError> {
+        self.counted();
+        let out = self
+            .client()
+            .get_item()
+            .table_name(self.table())
+            .set_key(Some(Key::workspace_budget(workspace).to_map()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| request_error("GetItem", e))?;
+        Ok(budget_of(workspace, period, out.item.as_ref()))
+    }
+
+    async fn set_workspace_budget(
+        &self,
+        workspace: &str,
+        limit: Option<f64>,
+        expected: u64,
+        by: &str,
+        now: DateTime<Utc>,
+        period: &str,
+    ) -> Result<Result<WorkspaceBudget, u64>, StoreError> {
+        let mut update = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(Key::workspace_budget(workspace).to_map()))
+            .expression_attribute_values(":entity", s(WORKSPACE_BUDGET))
+            .expression_attribute_values(":workspace", s(workspace))
+            .expression_attribute_values(":next", n(expected + 1))
+            .expression_attribute_values(":by", s(by))
+            .expression_attribute_values(":at", s(&crate::domain::schedule::format_utc(now)))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let set = "SET entity = :entity, workspace = :workspace, version = :next, updated_by = :by, updated_at = :at";
+        update = match limit {
+            Some(limit) => update
+                .update_expression(format!("{set}, limit_usd = :limit"))
+                .expression_attribute_values(":limit", n(limit)),
+            None => update.update_expression(format!("{set} REMOVE limit_usd")),
+        };
+        update = if expected == 0 {
+            update.condition_expression("attribute_not_exists(version)")
+        } else {
+            update
+                .condition_expression("version = :expected")
+                .expression_attribute_values(":expected", n(expected))
+        };
+        self.counted();
+        match update.send().await {
+            Ok(out) => Ok(Ok(budget_of(workspace, period, out.attributes.as_ref()))),
+            Err(err) => match err.into_service_error() {
+                UpdateItemError::ConditionalCheckFailedException(e) => {
+                    Ok(Err(budget_of(workspace, period, e.item.as_ref()).version))
+                }
+                other => Err(request_error("UpdateItem", other)),
+            },
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! A workspace's monthly budget (SPEC §9, `budget::WorkspaceBudget`): set
+//! by an admin with the expected version, reserved against with every
+//! task's reservation in the same transaction, and, once reached, every
+//! occurrence of the workspace, connector tasks and reminders alike, skipped
+//! `budget_reached`, while another workspace runs on; a raise resumes from
+//! the next occurrence. Through the admin function's answer and the real
+//! runner against moto and the Converse stand-in.
+
+use chrono::{DateTime, Duration, Utc};
+use local::converse::Reply;
+use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
+use serde_json::{Value, json};
+use shared::adapters::keys::Key;
+use shared::app::run::Disposition;
+use shared::domain::run::door::SkipReason;
+use shared::domain::run::occurrence::occurrence_key;
+use shared::domain::task::budget;
+use shared::domain::task::claim::RunStatus;
+use shared::domain::task::install::InstallScope;
+use shared::domain::task::{Task, TaskId};
+use tests::{RunStack, connector_task, install, reminder};
+
+fn admin_of(workspace: &str) -> Value {
+    json!({"id": "adm_1", "workspace": workspace, "scopes": ["schedule.admin"]})
+}
+
+/// `set_budget`; its answer's `workspace` (or the refusal).
+async fn set_budget(s: &RunStack, workspace: &str, limit: Option<f64>, expected: u64) -> Value {
+    let budget = limit.map(|l| json!({"max_usd_per_month": l}));
+    let request = json!({"op": "set_budget", "principal": admin_of(workspace),
+                         "budget": budget, "expected_version": expected});
+    let answer = s.t.admin().handle(request, Utc::now()).await.unwrap();
+    if answer["ok"] == true {
+        answer["workspace"].clone()
+    } else {
+        answer
+    }
+}
+
+/// `workspace`'s answer's `workspace`.
+async fn read_budget(s: &RunStack, workspace: &str) -> Value {
+    let request = json!({"op": "workspace", "principal": admin_of(workspace)});
+    let answer = s.t.admin().handle(request, Utc::now()).await.unwrap();
+    assert_eq!(answer["ok"], true, "{answer}");
+    answer["workspace"].clone()
+}
+
+/// A one-time reminder of `principal` in `workspace`, due five seconds ago, stored.
+async fn due(s: &RunStack, workspace: &str, principal: &str, key: &str) -> (Task, DateTime<Utc>) {
+    let at = Utc::now() - Duration::seconds(5);
+    let mut task = reminder(at);
+    task.workspace = workspace.to_owned();
+    task.provenance = shared::domain::task::Provenance::User {
+        principal: principal.to_owned(),
+    };
+    task.task_id = TaskId::for_reminder(workspace, principal, key);
+    s.insert(&task).await;
+    (task, at)
+}
+
+/// What the workspace's item says its month holds.
+async fn held(s: &RunStack, workspace: &str) -> f64 {
+    let period = budget::period(Utc::now());
+    s.t.item_at(Key::workspace_budget(workspace))
+        .await
+        .and_then(|item| item[shared::adapters::budgets::committed_of(&period).as_str()].as_f64())
+        .unwrap_or(0.0)
+}
+
+async fn record_of(s: &RunStack, task: &Task, at: DateTime<Utc>) -> Value {
+    s.run_record(&task.task_id, &occurrence_key(at))
+        .await
+        .expect("a run record")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admin_reads_and_sets_the_workspace_budget_against_its_version() {
+    let s = RunStack::start().await.unwrap();
+    let none = read_budget(&s, "ws_1").await;
+    assert_eq!(none["version"], 0, "{none}");
+    assert_eq!(none["reached"], false, "{none}");
+    assert_eq!(none["budget"], Value::Null, "no budget: {none}");
+    assert_eq!(none["month"], budget::period(Utc::now()), "{none}");
+
+    let set = set_budget(&s, "ws_1", Some(20.0), 0).await;
+    assert_eq!(set["budget"]["max_usd_per_month"], 20.0, "{set}");
+    assert_eq!(set["version"], 1, "{set}");
+    assert_eq!(set["updated_by"], "adm_1", "{set}");
+    // A second admin who read version 0 too is told, and changes nothing.
+    let stale = set_budget(&s, "ws_1", Some(1.0), 0).await;
+    assert_eq!(stale["error"]["code"], "version_conflict", "{stale}");
+    assert_eq!(read_budget(&s, "ws_1").await["budget"]["max_usd_per_month"], 20.0);
+    // Null removes the budget; one out of bounds, or none given, is refused.
+    let removed = set_budget(&s, "ws_1", None, 1).await;
+    assert_eq!(removed["budget"], Value::Null, "{removed}");
+    assert_eq!(removed["version"], 2, "{removed}");
+    for bad in [
+        json!({"max_usd_per_month": -1.0}),
+        json!({"max_usd_per_month": 2_000_000.0}),
+        json!({"usd": 5.0}),
+    ] {
+        let request = json!({"op": "set_budget", "principal": admin_of("ws_1"),
+                             "budget": bad, "expected_version": 2});
+        let refused = s.t.admin().handle(request, Utc::now()).await.unwrap();
+        assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+    }
+    let missing = json!({"op": "set_budget", "principal": admin_of("ws_1"), "expected_version": 2});
+    let refused = s.t.admin().handle(missing, Utc::now()).await.unwrap();
+    assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+    // Another workspace's budget is its own; a principal without the
+    // admin scope reads none.
+    assert_eq!(read_budget(&s, "ws_2").await["version"], 0);
+    let member = json!({"op": "workspace", "principal": {"id": "usr_1", "workspace": "ws_1", "scopes": []}});
+    let refused = s.t.admin().handle(member, Utc::now()).await.unwrap();
+    assert_eq!(refused["error"]["code"], "forbidden", "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reached_workspace_budget_skips_every_task_of_the_workspace_and_nothing_else_until_a_raise() {
+    let s = RunStack::start().await.unwrap();
+    let issues = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "weekly_summary",
+            json!({"version": 1}),
+            &[],
+            "Summarise.",
+        )],
+        tools: vec![tool("list_issues")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.store()
+        .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    let connector = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
+    s.insert(&connector).await;
+    let (mine, mine_at) = due(&s, "ws_1", "usr_1", "k1").await;
+    let (theirs, theirs_at) = due(&s, "ws_1", "usr_2", "k2").await;
+    let (other, other_at) = due(&s, "ws_2", "usr_1", "k3").await;
+    // A budget of nothing: the month is reached before anything ran.
+    assert_eq!(set_budget(&s, "ws_1", Some(0.0), 0).await["reached"], true);
+
+    let connector_at = Utc::now() - Duration::seconds(5);
+    for (task, at) in [(&connector, connector_at), (&mine, mine_at), (&theirs, theirs_at)] {
+        assert_eq!(
+            s.deliver_once(task, at).await,
+            Disposition::Skipped(SkipReason::BudgetReached),
+            "{}",
+            task.task_id
+        );
+        let record = record_of(&s, task, at).await;
+        assert_eq!(record["status"], "skipped", "{record}");
+        let reason = record["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("budget reached: the workspace's monthly budget"),
+            "{reason}"
+        );
+        assert_eq!(record["cost_usd"].as_f64(), Some(0.0), "{record}");
+    }
+    assert!(s.model.requests().await.is_empty(), "no model call in ws_1");
+    let state = issues.state().read().await;
+    assert!(
+        state.calls.is_empty() && state.prompt_gets.is_empty(),
+        "nothing of ws_1's server read"
+    );
+    drop(state);
+
+    // The other workspace runs as before.
+    s.model.script([Reply::text("done", 1000, 100)]).await;
+    assert_eq!(
+        s.deliver_once(&other, other_at).await,
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+    let cost = record_of(&s, &other, other_at).await["cost_usd"].as_f64().unwrap();
+    assert!(cost > 0.0);
+    assert!(
+        (held(&s, "ws_2").await - cost).abs() < 1e-9,
+        "ws_2's month holds its run's cost"
+    );
+    assert_eq!(held(&s, "ws_1").await, 0.0, "nothing held in ws_1");
+
+    // A raise takes effect at the next occurrence.
+    assert_eq!(set_budget(&s, "ws_1", Some(10.0), 1).await["reached"], false);
+    let (next, next_at) = due(&s, "ws_1", "usr_1", "k4").await;
+    s.model.script([Reply::text("done", 1000, 100)]).await;
+    assert_eq!(
+        s.deliver_once(&next, next_at).await,
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+    let cost = record_of(&s, &next, next_at).await["cost_usd"].as_f64().unwrap();
+    assert!((held(&s, "ws_1").await - cost).abs() < 1e-9);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_that_reaches_the_budget_is_the_last_to_start_and_the_month_holds_what_its_runs_cost() {
+    let s = RunStack::start().await.unwrap();
+    // A connector task reserves its per-run maximum ($0.25) at its claim;
+    // the budget admits it while the month is below its limit.
+    let issues = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "weekly_summary",
+            json!({"version": 1}),
+            &[],
+            "Summarise.",
+        )],
+        tools: vec![tool("list_issues")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.store()
+        .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    let connector = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
+    s.insert(&connector).await;
+    set_budget(&s, "ws_1", Some(0.004), 0).await;
+    s.model
+        .script([Reply::text("done", 1000, 100), Reply::text("done", 1000, 100)])
+        .await;
+    let first = Utc::now() - Duration::seconds(600);
+    assert_eq!(
+        s.deliver_once(&connector, first).await,
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+    let spent = record_of(&s, &connector, first).await["cost_usd"].as_f64().unwrap();
+    assert!(spent >= 0.004, "the first run crossed the limit: {spent}");
+    // The month holds what the run cost (its reservation settled), as the
+    // task's month does.
+    assert!((held(&s, "ws_1").await - spent).abs() < 1e-9);
+    let period = budget::period(first);
+    let task = s.task_item(&connector).await;
+    assert!((task["budget_used"][period.as_str()].as_f64().unwrap() - spent).abs() < 1e-9);
+    assert_eq!(read_budget(&s, "ws_1").await["reached"], true);
+    // The next occurrence of the same task, and a reminder, skip.
+    let second = Utc::now() - Duration::seconds(300);
+    assert_eq!(
+        s.deliver_once(&connector, second).await,
+        Disposition::Skipped(SkipReason::BudgetReached)
+    );
+    let (reminder, at) = due(&s, "ws_1", "usr_1", "k1").await;
+    assert_eq!(
+        s.deliver_once(&reminder, at).await,
+        Disposition::Skipped(SkipReason::BudgetReached)
+    );
+    assert_eq!(s.model.requests().await.len(), 1, "only the first run called the model");
+}
