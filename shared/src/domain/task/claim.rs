@@ -127,3 +127,69 @@ impl Claim {
 fn is_zero(v: &f64) -> bool {
     *v == 0.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(execution_id: &str, lease_until: i64) -> Claim {
+        Claim {
+            status: RunStatus::Running,
+            lease_until,
+            execution_id: execution_id.into(),
+            attempts: 1,
+            started_at: DateTime::from_timestamp(1_000, 0).unwrap(),
+            crashed_usd: 0.0,
+            workspace_usd: 0.25,
+        }
+    }
+
+    /// A crash is paid for at both levels: the task's (`crashed_usd`) and
+    /// the workspace's (`workspace_usd`) each hold one more reservation.
+    #[test]
+    fn a_take_over_after_a_crash_holds_both_reservations_at_both_levels() {
+        let fresh = running("e2", 9_000);
+        let taken = running("e1", 2_000).after_crash(&fresh, 0.25);
+        assert_eq!(
+            (taken.execution_id.as_str(), taken.lease_until, taken.attempts),
+            ("e2", 9_000, 2)
+        );
+        assert_eq!(taken.started_at, running("e1", 0).started_at, "the occurrence's start stays");
+        assert_eq!((taken.crashed_usd, taken.workspace_usd), (0.25, 0.5));
+        assert_eq!(taken.committed(0.25), 0.5, "the task's side holds what the workspace's does");
+    }
+
+    /// A released claim carries what it committed; the new claim adds its
+    /// own reservation at both levels and counts its attempts afresh.
+    #[test]
+    fn a_take_over_of_a_released_claim_carries_what_it_committed() {
+        let released = Claim {
+            status: RunStatus::Released,
+            crashed_usd: 0.1,
+            workspace_usd: 0.1,
+            attempts: 3,
+            ..running("e1", 2_000)
+        };
+        let mut fresh = running("e2", 9_000);
+        fresh.started_at = DateTime::from_timestamp(5_000, 0).unwrap();
+        let taken = released.after_release(&fresh, 0.25);
+        assert_eq!(taken.status, RunStatus::Running);
+        assert_eq!((taken.attempts, taken.started_at), (1, fresh.started_at));
+        assert_eq!((taken.crashed_usd, taken.workspace_usd), (0.1, 0.35));
+        assert_eq!(taken.committed(0.25), 0.35);
+    }
+
+    /// A claim written before workspaces were budgeted reads as holding
+    /// nothing there.
+    #[test]
+    fn a_claim_of_the_last_release_holds_nothing_in_its_workspace() {
+        let old: Claim = serde_json::from_value(serde_json::json!({
+            "status": "running", "lease_until": 5, "execution_id": "e1", "attempts": 1,
+            "started_at": "2026-12-01T00:00:00Z", "crashed_usd": 0.25
+        }))
+        .unwrap();
+        assert_eq!(old.workspace_usd, 0.0);
+        let written = serde_json::to_value(running("e1", 5)).unwrap();
+        assert_eq!(written["workspace_usd"], 0.25);
+    }
+}
