@@ -375,6 +375,9 @@ pub struct RunnerConfig {
     /// `MODEL_REQUESTS_PER_MINUTE`, `MODEL_TOKENS_PER_MINUTE`: the fleet's
     /// pace of model requests and tokens (`domain::run::pace`); unset or 0, no pace.
     pub pace: Option<crate::domain::run::pace::Pace>,
+    /// `PERSON_MONTHLY_USD`: a person's monthly cap on their own
+    /// reminders' model cost, in each workspace (SPEC §15); unset or 0, none.
+    pub person_monthly_usd: Option<f64>,
 }
 
 /// The longest catch-up window: it bounds how long an occurrence's claim
@@ -385,7 +388,7 @@ pub const MAX_CATCH_UP_SECONDS: i64 = 21_600;
 impl RunnerConfig {
     /// No `EVENT_BUS_NAME`: the runner sends no event; the table's stream
     /// carries each settled run to the bus (`domain::run::notification`).
-    pub const VARIABLES: [&'static str; 11] = [
+    pub const VARIABLES: [&'static str; 12] = [
         "TABLE_NAME",
         "AGENT_SCHEDULE_WORKER_ENABLED",
         "MODEL_ID",
@@ -397,7 +400,27 @@ impl RunnerConfig {
         TRACES_ENDPOINT,
         "MODEL_REQUESTS_PER_MINUTE",
         "MODEL_TOKENS_PER_MINUTE",
+        PERSON_MONTHLY_USD,
     ];
+}
+
+/// `PERSON_MONTHLY_USD`: see [`RunnerConfig::person_monthly_usd`].
+pub const PERSON_MONTHLY_USD: &str = "PERSON_MONTHLY_USD";
+
+/// [`PERSON_MONTHLY_USD`]: a number of USD from 0 to the workspace budget's
+/// bound; 0 or unset is no cap.
+pub fn person_monthly_usd<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Option<f64>, ConfigError> {
+    let Some(text) = env.optional(PERSON_MONTHLY_USD) else {
+        return Ok(None);
+    };
+    let max = crate::domain::task::budget::MAX_WORKSPACE_BUDGET_USD;
+    match text.trim().parse::<f64>() {
+        Ok(cap) if cap.is_finite() && (0.0..=max).contains(&cap) => Ok((cap > 0.0).then_some(cap)),
+        _ => Err(ConfigError::Malformed {
+            name: PERSON_MONTHLY_USD,
+            reason: format!("`{text}` is not a number of USD from 0 (no cap) to {max}"),
+        }),
+    }
 }
 
 impl FromEnv for RunnerConfig {
@@ -425,6 +448,7 @@ impl FromEnv for RunnerConfig {
             retention: retention(env)?,
             traces: traces(env, "runner")?,
             pace: pace(env)?,
+            person_monthly_usd: person_monthly_usd(env)?,
         })
     }
 }

@@ -178,6 +178,9 @@ pub struct ClaimRequest<'a> {
     pub period: &'a str,
     pub claim: &'a Claim,
     pub now: DateTime<Utc>,
+    /// A reminder's person's monthly cap (`PERSON_MONTHLY_USD`): the claim
+    /// checks their month's charges are below it.
+    pub person_cap_usd: Option<f64>,
 }
 
 /// The answer to a claim: the task as it is now (claimed), or as it was
@@ -186,10 +189,10 @@ pub struct ClaimRequest<'a> {
 pub enum ClaimAnswer {
     Claimed(Box<Task>),
     Refused(Option<Box<Task>>),
-    /// The task's side would have taken the claim; its workspace's month
-    /// is spent (`budget::WorkspaceBudget`): nothing written. The task as
-    /// read.
-    BudgetReached(Box<Task>),
+    /// The task's side would have taken the claim; a month above it is
+    /// spent (its workspace's, `budget::WorkspaceBudget`, or its person's
+    /// cap): nothing written. The task as read, which budget, and its limit.
+    BudgetReached(Box<Task>, crate::domain::task::budget::BudgetLevel, f64),
 }
 
 /// Everything a finished or skipped claimed occurrence writes, atomically.
@@ -293,6 +296,15 @@ pub trait RunStore: Send + Sync {
     /// Gives a claimed occurrence back, fenced on the execution id; a lost
     /// claim is [`Settled::LostClaim`].
     fn release(&self, release: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send;
+    /// Marks `workspace`'s `month` reached at `budget_usd`, once: the mark's
+    /// insert is the month's one `Workspace budget reached` event (SPEC §15).
+    fn mark_budget_reached(
+        &self,
+        workspace: &str,
+        month: &str,
+        budget_usd: f64,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Records an outcome that held no claim (a skip before or instead of a
     /// claim), and takes the occurrence's claim, finished, with it: a later
     /// delivery of it is a duplicate. Never overwrites an existing record,

@@ -94,6 +94,15 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
     fn release(&self, r: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         self.hook.release(&self.inner, r)
     }
+    fn mark_budget_reached(
+        &self,
+        workspace: &str,
+        month: &str,
+        budget_usd: f64,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.mark_budget_reached(workspace, month, budget_usd, now)
+    }
     fn record_unclaimed(&self, r: &RunRecord) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send {
         self.hook.record_unclaimed(&self.inner, r)
     }

@@ -247,6 +247,7 @@ pub fn run_settings(worker_enabled: bool) -> RunSettings {
         ceilings: Ceilings::new(CEILINGS).expect("test ceilings are valid"),
         retention: Duration::days(shared::config::DEFAULT_RETENTION_DAYS),
         pace: None,
+        person_monthly_usd: None,
     }
 }
 

@@ -623,6 +623,15 @@ impl<S: RunStore> RunStore for SimStore<S> {
     async fn release(&self, release: &Release<'_>) -> Result<Settled, StoreError> {
         at(Point::Release, self.0.release(release)).await
     }
+    async fn mark_budget_reached(
+        &self,
+        workspace: &str,
+        month: &str,
+        budget_usd: f64,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.0.mark_budget_reached(workspace, month, budget_usd, now).await
+    }
     async fn record_unclaimed(&self, record: &RunRecord) -> Result<Unclaimed, StoreError> {
         at(Point::RecordUnclaimed, self.0.record_unclaimed(record)).await
     }

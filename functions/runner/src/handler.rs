@@ -46,6 +46,7 @@ fn runner(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> Runner<DynamoSto
             ceilings: config.ceilings,
             retention: config.retention,
             pace: config.pace,
+            person_monthly_usd: config.person_monthly_usd,
         },
     )
     .with_tracer(tracer)

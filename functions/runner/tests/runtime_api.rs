@@ -139,6 +139,7 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
             period: &period,
             claim: &claim,
             now,
+            person_cap_usd: None,
         })
         .await
         .unwrap();

@@ -522,8 +522,9 @@ async fn dry_run(
         prices: settings.prices.clone(),
         ceilings: settings.ceilings,
         retention: chrono::Duration::days(90),
-        // A rendering sends no request: nothing to pace.
+        // A rendering sends no request: nothing to pace or to cap.
         pace: None,
+        person_monthly_usd: None,
     };
     match shared::app::run::first_request(&task, server, messages, own, &run, now) {
         Ok(first) => {

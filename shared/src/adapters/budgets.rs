@@ -56,7 +56,43 @@ fn budget_of(workspace: &str, period: &str, item: Option<&Item>) -> WorkspaceBud
     }
 }
 
+/// The limit a workspace's budget item holds (none: no limit).
+pub(crate) fn limit_of(item: Option<&Item>) -> Option<f64> {
+    item?.get("limit_usd")?.as_n().ok()?.parse().ok()
+}
+
+/// How long a month's reached mark is kept: past the month, and its
+/// event long sent.
+const REACHED_DAYS: i64 = 400;
+
 impl DynamoStore {
+    /// Marks a workspace's month reached, once (put if absent): the mark's
+    /// insert is the month's `Workspace budget reached` event. The limit
+    /// is written as text, as the event carries it.
+    pub(crate) async fn mark_reached(
+        &self,
+        workspace: &str,
+        month: &str,
+        budget_usd: f64,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let key = Key::budget_reached(workspace, month);
+        let item = Item::from([
+            (super::keys::PK.to_owned(), s(&key.pk)),
+            (super::keys::SK.to_owned(), s(&key.sk)),
+            ("entity".to_owned(), s("budget_reached")),
+            ("workspace".to_owned(), s(workspace)),
+            ("month".to_owned(), s(month)),
+            ("budget_usd".to_owned(), s(&budget_usd.to_string())),
+            ("reached_at".to_owned(), s(&crate::domain::schedule::format_utc(now))),
+            (
+                "ttl".to_owned(),
+                n((now + chrono::Duration::days(REACHED_DAYS)).timestamp()),
+            ),
+        ]);
+        // Already marked this month: its event went, nothing to do.
+        self.put_new(item).await.map(drop)
+    }
     /// A workspace's side of a write (`budget::WorkspaceBudget`): what its
     /// month holds moves by `delta`. With `fit`, a reservation: only while
     /// the month is below its limit (none: always), the item as it was

@@ -170,6 +170,15 @@ impl Key {
         }
     }
 
+    /// The mark a workspace's month reached leaves, once a month: its
+    /// insert is the `Workspace budget reached` event (`BudgetReachedPipe`).
+    pub fn budget_reached(workspace: &str, month: &str) -> Self {
+        Self {
+            pk: format!("BUDGET#{workspace}"),
+            sk: format!("REACHED#{month}"),
+        }
+    }
+
     /// How far a probe chain of the reconcile queue came (`Pass::Probe`,
     /// which `sat verify` sends).
     pub fn probe(id: &str) -> Self {

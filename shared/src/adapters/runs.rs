@@ -31,7 +31,9 @@
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
 use chrono::{DateTime, Duration, Utc};
 
 use super::dynamo::{Cancellation, DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
@@ -39,9 +41,10 @@ use super::keys::{GSI3PK, GSI3SK, Key, PK, SK};
 use crate::domain::run::occurrence::{RunRecord, cap_output, occurrence_key};
 use crate::domain::run::pace::Slots;
 use crate::domain::run::settlement::Completion;
+use crate::domain::task::budget::BudgetLevel;
 use crate::domain::task::claim::{Claim, RunStatus};
 use crate::domain::task::install::Install;
-use crate::domain::task::{Task, budget};
+use crate::domain::task::{Provenance, Task, budget};
 use crate::ports::{
     ClaimAnswer, ClaimRequest, PaceAnswer, Release, RunStore, Settled, Settlement, StoreError, TakeOver, Unclaimed,
 };
@@ -115,8 +118,9 @@ enum Sent {
     /// The item at `fenced` failed its condition; the item as it was, when
     /// the request asked for it (`ALL_OLD`).
     Refused(Option<Item>),
-    /// Another item failed its condition (a workspace's month, reached).
-    Declined,
+    /// Another item failed its condition (a month above the task, reached):
+    /// which, and the item as it was when the request asked for it.
+    Declined(usize, Option<Item>),
 }
 
 /// Reads of a task a claim makes before it gives up on edits racing it.
@@ -254,8 +258,8 @@ impl DynamoStore {
             if cancelled.condition_failed(fenced) {
                 return Ok(Sent::Refused(cancelled.take_item(fenced)));
             }
-            if (0..items.len()).any(|i| cancelled.condition_failed(i)) {
-                return Ok(Sent::Declined);
+            if let Some(declined) = (0..items.len()).find(|i| cancelled.condition_failed(*i)) {
+                return Ok(Sent::Declined(declined, cancelled.take_item(declined)));
             }
             let reasons = cancelled.codes();
             let code = err.as_service_error().and_then(|e| e.code());
@@ -399,10 +403,17 @@ impl DynamoStore {
                 // Not free, or not as the caller saw it: refused, as it is.
                 _ => return Ok(ClaimAnswer::Refused(Some(Box::new(task)))),
             };
-            let items = vec![
+            let mut items = vec![
                 self.claim_taken(request, &task, held, &claim, reservation)?,
                 self.workspace_hold(&task.workspace, request.period, reservation, true)?,
             ];
+            let person = match (&task.provenance, request.person_cap_usd) {
+                (Provenance::User { principal }, Some(cap)) => {
+                    items.push(self.person_below(&task.workspace, principal, request.period, cap)?);
+                    Some(cap)
+                }
+                _ => None,
+            };
             // This claimant's own: the SDK's and `transact`'s repeats of it
             // are answered without a second write, and two deliveries of one
             // message claiming at the same instant are two requests (one
@@ -422,13 +433,45 @@ impl DynamoStore {
                     Some(old) if old.version != task.version => continue,
                     old => return Ok(ClaimAnswer::Refused(old)),
                 },
-                Sent::Declined => return Ok(ClaimAnswer::BudgetReached(Box::new(task))),
+                Sent::Declined(1, workspace) => {
+                    let limit = super::budgets::limit_of(workspace.as_ref()).unwrap_or(0.0);
+                    return Ok(ClaimAnswer::BudgetReached(
+                        Box::new(task),
+                        BudgetLevel::Workspace,
+                        limit,
+                    ));
+                }
+                Sent::Declined(..) => {
+                    let cap = person.unwrap_or(0.0);
+                    return Ok(ClaimAnswer::BudgetReached(Box::new(task), BudgetLevel::Person, cap));
+                }
             }
         }
         Err(StoreError::Request {
             operation: "TransactWriteItems",
             source: format!("the task changed under {CLAIM_READS} claims in a row").into(),
         })
+    }
+
+    /// A reminder's person's month below their cap (`PERSON_MONTHLY_USD`):
+    /// their account's charges (`account_charge`), checked in the claim's
+    /// transaction, never written by it.
+    fn person_below(
+        &self,
+        workspace: &str,
+        principal: &str,
+        period: &str,
+        cap: f64,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let account = budget::account_of_principal(workspace, principal);
+        let check = ConditionCheck::builder()
+            .table_name(self.table())
+            .set_key(Some(Key::account(&account, period).to_map()))
+            .condition_expression("attribute_not_exists(spent_usd) OR spent_usd < :cap")
+            .expression_attribute_values(":cap", n(cap))
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
+        Ok(TransactWriteItem::builder().condition_check(check).build())
     }
 
     /// The task's side of a claim or take-over: the claim written whole and
@@ -512,11 +555,11 @@ impl RunStore for DynamoStore {
                 let items = self.settle_items(&settlement)?;
                 match self.transact(items, settle_token(&settlement), 1).await? {
                     Sent::Done => Ok(Settled::Done),
-                    Sent::Refused(_) | Sent::Declined => Ok(Settled::LostClaim),
+                    Sent::Refused(_) | Sent::Declined(..) => Ok(Settled::LostClaim),
                 }
             }
             // Only the claim's update carries a condition.
-            Sent::Refused(_) | Sent::Declined => Ok(Settled::LostClaim),
+            Sent::Refused(_) | Sent::Declined(..) => Ok(Settled::LostClaim),
         }
     }
 
@@ -580,7 +623,7 @@ impl RunStore for DynamoStore {
         );
         match self.transact(items, token, 0).await? {
             Sent::Done => Ok(Settled::Done),
-            Sent::Declined => Ok(Settled::LostClaim),
+            Sent::Declined(..) => Ok(Settled::LostClaim),
             Sent::Refused(old) => {
                 let held = task_from(old)?.and_then(|t| t.claims.get(release.occurrence).map(|c| c.status));
                 Ok(match held {
@@ -593,6 +636,16 @@ impl RunStore for DynamoStore {
                 })
             }
         }
+    }
+
+    async fn mark_budget_reached(
+        &self,
+        workspace: &str,
+        month: &str,
+        budget_usd: f64,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.mark_reached(workspace, month, budget_usd, now).await
     }
 
     async fn record_unclaimed(&self, record: &RunRecord) -> Result<Unclaimed, StoreError> {

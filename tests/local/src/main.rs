@@ -654,7 +654,59 @@ impl Walk<'_> {
 
         self.clock
             .step("An admin runs weekly_summary now (run_now), asking twice with one key: it runs once");
-        self.run_now(weekly).await
+        self.run_now(weekly).await?;
+
+        self.clock.step(
+            "The admin sets the workspace's monthly budget to nothing: the next run is skipped; a raise lets the one after run",
+        );
+        self.workspace_budget(weekly).await
+    }
+
+    /// The workspace's monthly budget (SPEC §15): set to nothing, the next
+    /// weekly_summary is skipped `budget_reached` (and the
+    /// month's one `Workspace budget reached` event goes to the bus); a
+    /// raise lets the one after run.
+    async fn workspace_budget(&self, weekly: &str) -> anyhow::Result<()> {
+        let principal = json!({"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]});
+        let read = invoke(
+            &self.functions.admin,
+            json!({"op": "workspace", "principal": principal}),
+        )
+        .await?;
+        let spent = read["workspace"]["spent_usd"].as_f64().unwrap_or_default();
+        let set = |max: f64, version: &Value| {
+            json!({"op": "set_budget", "principal": principal,
+                   "budget": {"max_usd_per_month": max}, "expected_version": version})
+        };
+        // Nothing a month: whichever month the fast-forwarded occurrence falls in.
+        let low = invoke(&self.functions.admin, set(0.0, &read["workspace"]["version"])).await?;
+        say(format!(
+            "set_budget: USD 0 a month, this month holds USD {spent:.4}: reached {}",
+            low["workspace"]["reached"]
+        ));
+        self.run_next("weekly_summary", weekly).await?;
+        self.latest_run(weekly).await?;
+        let raised = invoke(&self.functions.admin, set(spent + 5.0, &low["workspace"]["version"])).await?;
+        say(format!(
+            "set_budget: USD {:.4} a month: reached {}",
+            spent + 5.0,
+            raised["workspace"]["reached"]
+        ));
+        self.run_next("weekly_summary", weekly).await?;
+        self.latest_run(weekly).await
+    }
+
+    /// The latest run of `task`, in words, as an admin reads it.
+    async fn latest_run(&self, task: &str) -> anyhow::Result<()> {
+        let runs = invoke(&self.functions.admin, admin("runs", task, json!({"limit": 1}))).await?;
+        if let Some(run) = runs["runs"].as_array().and_then(|r| r.first()) {
+            say(format!(
+                "weekly_summary run {}: {}",
+                run["run_id"].as_str().unwrap_or_default(),
+                run["explanation"].as_str().unwrap_or_default()
+            ));
+        }
+        Ok(())
     }
 
     /// An admin's run now of a connector task: asked twice with one key,
@@ -774,12 +826,15 @@ impl Walk<'_> {
             );
         }
         let events = self.stack.received_events(&self.aws.sdk).await?;
-        say(format!(
-            "\"Scheduled run finished\" events on the bus: {}",
-            events.len()
-        ));
-        for event in &events {
-            say(event["detail"].to_string());
+        for kind in [
+            shared::domain::run::notification::DETAIL_TYPE,
+            "Workspace budget reached",
+        ] {
+            let of_kind: Vec<&Value> = events.iter().filter(|e| e["detail-type"] == kind).collect();
+            say(format!("\"{kind}\" events on the bus: {}", of_kind.len()));
+            for event in of_kind {
+                say(event["detail"].to_string());
+            }
         }
         Ok(())
     }

@@ -1,7 +1,9 @@
-//! A local stand-in for `RunFinishedPipe` of `template.yaml`, the EventBridge
-//! Pipe that turns settled run records into `Scheduled run finished` events.
-//! moto keeps the table's stream but runs no pipe, so this one reads the
-//! stream and puts the events. It takes the pipe's filter pattern, input
+//! A local stand-in for the EventBridge Pipes of `template.yaml`:
+//! `RunFinishedPipe`, which turns settled run records into `Scheduled run
+//! finished` events, and `BudgetReachedPipe`, which turns a workspace's
+//! month reached into one `Workspace budget reached` event. moto keeps the
+//! table's stream but runs no pipe, so this one reads the stream and puts
+//! the events, each record through each pipe. It takes the pipe's filter pattern, input
 //! template, detail type and source from `template.yaml` itself: a mistake
 //! there shows in every local test that reads events.
 //!
@@ -26,21 +28,44 @@ pub struct PipeSpec {
     pub source: String,
 }
 
+fn template() -> anyhow::Result<serde_yaml::Value> {
+    let path = crate::moto::repo_root().join("template.yaml");
+    Ok(serde_yaml::from_str(&std::fs::read_to_string(&path)?)?)
+}
+
 impl PipeSpec {
     /// Reads `RunFinishedPipe` from the repository's `template.yaml`.
     pub fn from_template() -> anyhow::Result<Self> {
-        let path = crate::moto::repo_root().join("template.yaml");
-        let template: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
-        let props = &template["Resources"]["RunFinishedPipe"]["Properties"];
+        Self::named(&template()?, "RunFinishedPipe")
+    }
+
+    /// Every `AWS::Pipes::Pipe` of the repository's `template.yaml`: each
+    /// reads the table's stream on its own (`RunFinishedPipe`,
+    /// `BudgetReachedPipe`).
+    pub fn all_from_template() -> anyhow::Result<Vec<Self>> {
+        let template = template()?;
+        let resources = template["Resources"]
+            .as_mapping()
+            .ok_or_else(|| anyhow::anyhow!("template.yaml has no Resources"))?;
+        resources
+            .iter()
+            .filter(|(_, r)| r["Type"].as_str() == Some("AWS::Pipes::Pipe"))
+            .map(|(name, _)| Self::named(&template, name.as_str().unwrap_or_default()))
+            .collect()
+    }
+
+    /// The pipe `name` of `template`.
+    fn named(template: &serde_yaml::Value, name: &str) -> anyhow::Result<Self> {
+        let props = &template["Resources"][name]["Properties"];
         let text = |v: &serde_yaml::Value, what: &str| {
             v.as_str()
                 .map(str::to_owned)
-                .ok_or_else(|| anyhow::anyhow!("RunFinishedPipe: {what} missing from template.yaml"))
+                .ok_or_else(|| anyhow::anyhow!("{name}: {what} missing from template.yaml"))
         };
         let filters = props["SourceParameters"]["FilterCriteria"]["Filters"]
             .as_sequence()
-            .ok_or_else(|| anyhow::anyhow!("RunFinishedPipe: no filters"))?;
-        anyhow::ensure!(filters.len() == 1, "RunFinishedPipe: one filter expected");
+            .ok_or_else(|| anyhow::anyhow!("{name}: no filters"))?;
+        anyhow::ensure!(filters.len() == 1, "{name}: one filter expected");
         let target = &props["TargetParameters"];
         let pattern: Value = serde_json::from_str(&text(&filters[0]["Pattern"], "the filter pattern")?)?;
         supported(&pattern, "$")?;
@@ -144,16 +169,17 @@ fn attribute_json(value: &AttributeValue) -> Value {
 /// The running stand-in: where it stopped reading the stream.
 #[derive(Debug, Clone)]
 pub struct Pipe {
-    pub spec: PipeSpec,
+    pub specs: Vec<PipeSpec>,
     pub stream_arn: String,
     pub bus: String,
     next: Arc<Mutex<Option<String>>>,
 }
 
 impl Pipe {
-    pub fn new(spec: PipeSpec, stream_arn: String, bus: String) -> Self {
+    /// The pipes `specs` on one stream: each record goes through each.
+    pub fn new(specs: Vec<PipeSpec>, stream_arn: String, bus: String) -> Self {
         Self {
-            spec,
+            specs,
             stream_arn,
             bus,
             next: Arc::new(Mutex::new(None)),
@@ -193,19 +219,18 @@ impl Pipe {
             }
             for record in records {
                 let record = record_json(record);
-                if !self.spec.matches(&record) {
-                    continue;
+                for spec in self.specs.iter().filter(|spec| spec.matches(&record)) {
+                    let detail = spec.render(&record)?;
+                    let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                        .event_bus_name(&self.bus)
+                        .source(&spec.source)
+                        .detail_type(&spec.detail_type)
+                        .detail(detail.to_string())
+                        .build();
+                    let put = events.put_events().entries(entry).send().await?;
+                    anyhow::ensure!(put.failed_entry_count() == 0, "the bus refused an event: {put:?}");
+                    sent += 1;
                 }
-                let detail = self.spec.render(&record)?;
-                let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
-                    .event_bus_name(&self.bus)
-                    .source(&self.spec.source)
-                    .detail_type(&self.spec.detail_type)
-                    .detail(detail.to_string())
-                    .build();
-                let put = events.put_events().entries(entry).send().await?;
-                anyhow::ensure!(put.failed_entry_count() == 0, "the bus refused an event: {put:?}");
-                sent += 1;
             }
         }
         Ok(sent)
@@ -219,6 +244,7 @@ mod tests {
     #[test]
     fn the_templates_pattern_is_supported_and_operators_are_refused() {
         assert!(PipeSpec::from_template().is_ok());
+        assert_eq!(PipeSpec::all_from_template().unwrap().len(), 2);
         assert!(supported(&serde_json::json!({"a": {"b": ["x", "y"]}}), "$").is_ok());
         for pattern in [
             serde_json::json!({"a": [{"prefix": "x"}]}),

@@ -514,7 +514,7 @@ impl Stack {
         .await?;
         let (webhook_secret, webhook_secret_arn) = create_webhook_secret(sdk, &names).await?;
         let pipe = crate::pipe::Pipe::new(
-            crate::pipe::PipeSpec::from_template()?,
+            crate::pipe::PipeSpec::all_from_template()?,
             stream_arn,
             names.event_bus.clone(),
         );

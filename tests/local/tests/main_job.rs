@@ -31,7 +31,13 @@ fn the_main_job_walks_the_whole_loop() {
         "cancelled: Parcel is deleted",
         ": ran and finished",
         "Water plants: runs every day at 08:00 Europe/Berlin; next at",
-        "\"Scheduled run finished\" events on the bus: 7",
+        "\"Scheduled run finished\" events on the bus: 8",
+        // The workspace's budget (SPEC §15): reached, one event; raised, runs again.
+        "reached true",
+        "skipped: budget reached: the workspace's monthly budget is spent",
+        "reached false",
+        "\"Workspace budget reached\" events on the bus: 1",
+        "{\"budget_usd\":",
         // A monthly reminder on the 31st: one expression, the months
         // without a 31st skipped and named.
         "Rent: cron(0 9 31 * ? *) in Europe/Berlin on Scheduler",
@@ -50,7 +56,7 @@ fn the_main_job_walks_the_whole_loop() {
         assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
     }
     // Every event on the bus reached its person; none was dropped or left.
-    assert_eq!(text.matches(" -> shown to ").count(), 7, "{text}");
+    assert_eq!(text.matches(" -> shown to ").count(), 8, "{text}");
     for unexpected in ["dropped:", "left in the queue"] {
         assert!(!text.contains(unexpected), "`{unexpected}` in:\n{text}");
     }

@@ -14,11 +14,11 @@ use shared::adapters::keys::Key;
 use shared::app::run::Disposition;
 use shared::domain::run::door::SkipReason;
 use shared::domain::run::occurrence::occurrence_key;
-use shared::domain::task::budget;
+use shared::domain::task::budget::{self, BudgetLevel};
 use shared::domain::task::claim::RunStatus;
 use shared::domain::task::install::InstallScope;
 use shared::domain::task::{Task, TaskId};
-use tests::{RunStack, connector_task, install, reminder};
+use tests::{RunStack, connector_task, deadline, install, reminder, run_message, run_settings};
 
 fn admin_of(workspace: &str) -> Value {
     json!({"id": "adm_1", "workspace": workspace, "scopes": ["schedule.admin"]})
@@ -146,7 +146,7 @@ async fn a_reached_workspace_budget_skips_every_task_of_the_workspace_and_nothin
     for (task, at) in [(&connector, connector_at), (&mine, mine_at), (&theirs, theirs_at)] {
         assert_eq!(
             s.deliver_once(task, at).await,
-            Disposition::Skipped(SkipReason::BudgetReached),
+            Disposition::Skipped(SkipReason::BudgetReached(BudgetLevel::Workspace)),
             "{}",
             task.task_id
         );
@@ -160,6 +160,19 @@ async fn a_reached_workspace_budget_skips_every_task_of_the_workspace_and_nothin
         assert_eq!(record["cost_usd"].as_f64(), Some(0.0), "{record}");
     }
     assert!(s.model.requests().await.is_empty(), "no model call in ws_1");
+    // One content-free event for the month, whatever number of occurrences it stopped.
+    let reached: Vec<Value> = s
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| e["detail-type"] == "Workspace budget reached")
+        .collect();
+    assert_eq!(reached.len(), 1, "{reached:?}");
+    assert_eq!(
+        reached[0]["detail"],
+        json!({"workspace": "ws_1", "month": budget::period(Utc::now()), "budget_usd": "0"}),
+        "ids and the figure only"
+    );
     let state = issues.state().read().await;
     assert!(
         state.calls.is_empty() && state.prompt_gets.is_empty(),
@@ -191,6 +204,11 @@ async fn a_reached_workspace_budget_skips_every_task_of_the_workspace_and_nothin
     );
     let cost = record_of(&s, &next, next_at).await["cost_usd"].as_f64().unwrap();
     assert!((held(&s, "ws_1").await - cost).abs() < 1e-9);
+    let events = s.events().await;
+    assert!(
+        events.iter().all(|e| e["detail-type"] != "Workspace budget reached"),
+        "no second event for the month: {events:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -238,12 +256,73 @@ async fn the_run_that_reaches_the_budget_is_the_last_to_start_and_the_month_hold
     let second = Utc::now() - Duration::seconds(300);
     assert_eq!(
         s.deliver_once(&connector, second).await,
-        Disposition::Skipped(SkipReason::BudgetReached)
+        Disposition::Skipped(SkipReason::BudgetReached(BudgetLevel::Workspace))
     );
     let (reminder, at) = due(&s, "ws_1", "usr_1", "k1").await;
     assert_eq!(
         s.deliver_once(&reminder, at).await,
-        Disposition::Skipped(SkipReason::BudgetReached)
+        Disposition::Skipped(SkipReason::BudgetReached(BudgetLevel::Workspace))
     );
     assert_eq!(s.model.requests().await.len(), 1, "only the first run called the model");
+}
+
+/// A person's monthly cap on their own reminders' cost (`PERSON_MONTHLY_USD`,
+/// per workspace and principal): once their month's reminders cost it, their
+/// next reminder skips `budget_reached` naming their cap, while another
+/// person's reminders, their own in another workspace, and the workspace's
+/// connector tasks run on; no workspace event is sent for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_persons_cap_stops_their_reminders_and_nobody_elses() {
+    let s = RunStack::start().await.unwrap();
+    let capped = s.runner_on(
+        s.store(),
+        shared::app::run::RunSettings {
+            person_monthly_usd: Some(0.004),
+            ..run_settings(true)
+        },
+    );
+    let deliver = |task: &Task, at: DateTime<Utc>| {
+        let body = run_message(task, at, "e1");
+        let runner = &capped;
+        async move {
+            runner
+                .deliver("m1", &body, Utc::now().max(at), deadline())
+                .await
+                .unwrap()
+        }
+    };
+    s.model
+        .script([
+            Reply::text("done", 1000, 100),
+            Reply::text("done", 1000, 100),
+            Reply::text("done", 1000, 100),
+        ])
+        .await;
+    // $0.0045 a run: the first reaches the cap.
+    let (first, first_at) = due(&s, "ws_1", "usr_1", "k1").await;
+    assert_eq!(deliver(&first, first_at).await, Disposition::Ran(RunStatus::Succeeded));
+    let (second, second_at) = due(&s, "ws_1", "usr_1", "k2").await;
+    assert_eq!(
+        deliver(&second, second_at).await,
+        Disposition::Skipped(SkipReason::BudgetReached(BudgetLevel::Person))
+    );
+    let record = record_of(&s, &second, second_at).await;
+    let reason = record["reason"].as_str().unwrap();
+    assert!(reason.contains("its person's monthly cap"), "{reason}");
+    // Another person, and the same person in another workspace, run.
+    let (other, other_at) = due(&s, "ws_1", "usr_2", "k3").await;
+    assert_eq!(deliver(&other, other_at).await, Disposition::Ran(RunStatus::Succeeded));
+    let (elsewhere, elsewhere_at) = due(&s, "ws_2", "usr_1", "k4").await;
+    assert_eq!(
+        deliver(&elsewhere, elsewhere_at).await,
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+    assert!(
+        s.events()
+            .await
+            .iter()
+            .all(|e| e["detail-type"] != "Workspace budget reached"),
+        "a person's cap is not the workspace's"
+    );
+    assert_eq!(read_budget(&s, "ws_1").await["reached"], false);
 }

@@ -67,6 +67,7 @@ async fn claim(s: &RunStack, task_id: &TaskId, at: DateTime<Utc>, lease_until: D
             period: &shared::domain::task::budget::period(at),
             claim: &claim,
             now: at,
+            person_cap_usd: None,
         })
         .await
         .expect("the claim answers");

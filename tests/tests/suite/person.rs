@@ -430,6 +430,7 @@ async fn a_late_delivery_of_a_claimed_occurrence_waits_for_its_run_and_then_pays
             period: &shared::domain::task::budget::period(at),
             claim: &claim,
             now: Utc::now(),
+            person_cap_usd: None,
         })
         .await
         .unwrap();
@@ -719,6 +720,7 @@ async fn a_release_that_finds_its_claim_gone_sends_the_occurrence_back() {
         period: &period,
         claim: &claim,
         now: Utc::now(),
+        person_cap_usd: None,
     };
     let ClaimAnswer::Claimed(claimed) = s.store().claim(&request).await.unwrap() else {
         panic!("claimed")

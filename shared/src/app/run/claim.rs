@@ -5,7 +5,7 @@ use chrono::{DateTime, Duration, Utc};
 use super::{Disposition, LEASE_MARGIN_SECONDS, RunError, Runner};
 use crate::domain::run::door::{SkipReason, TaskFacts, Verdict, verdict};
 use crate::domain::run::occurrence::{ClaimOutcome, Delivery, diagnose};
-use crate::domain::task::budget;
+use crate::domain::task::budget::{self, BudgetLevel};
 use crate::domain::task::claim::{Claim, RunStatus};
 use crate::domain::task::install::Install;
 use crate::domain::task::{Provenance, Task};
@@ -76,25 +76,50 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             period: &period,
             claim: &claim,
             now,
+            person_cap_usd: self.settings.person_monthly_usd,
         };
         match self.store.claim(&request).await? {
             ClaimAnswer::Claimed(task) => Ok(Claiming::Held(Claimed::of(task, &occ.key, &period))),
             ClaimAnswer::Refused(old) => self.refused(occ, &request, old, now).await,
-            ClaimAnswer::BudgetReached(task) => self.budget_reached(occ, &task, now).await,
+            ClaimAnswer::BudgetReached(task, level, limit) => {
+                self.budget_reached(occ, &task, (level, limit), now).await
+            }
         }
     }
 
     /// A claim or take-over its workspace's spent month refused: skipped
-    /// (the door speaks first), paying what a dead claim committed.
-    async fn budget_reached(&self, occ: &Delivery, task: &Task, now: DateTime<Utc>) -> Result<Claiming, RunError> {
+    /// (the door speaks first), paying what a dead claim committed; the
+    /// month is marked reached, once, for its one event (SPEC §15). A mark
+    /// that fails is logged: the next refused claim marks it.
+    async fn budget_reached(
+        &self,
+        occ: &Delivery,
+        task: &Task,
+        (level, limit): (BudgetLevel, f64),
+        now: DateTime<Utc>,
+    ) -> Result<Claiming, RunError> {
         let reason = match self.over_budget(occ, Some(task), now).await? {
-            SkipReason::BudgetExhausted => SkipReason::BudgetReached,
+            SkipReason::BudgetExhausted => SkipReason::BudgetReached(level),
             door => door,
         };
-        tracing::info!(reason = reason.code(), "the workspace's monthly budget is reached");
-        Ok(Claiming::Answered(
-            self.skip_unclaimed(occ, reason, now, 1, Some(task)).await?,
-        ))
+        tracing::info!(
+            reason = reason.code(),
+            ?level,
+            "a monthly budget above the task is reached"
+        );
+        let answered = self.skip_unclaimed(occ, reason, now, 1, Some(task)).await?;
+        // A person's cap is the deployment's: the event is the workspace's.
+        if level == BudgetLevel::Person {
+            return Ok(Claiming::Answered(answered));
+        }
+        if let Err(e) = self
+            .store
+            .mark_budget_reached(&task.workspace, &budget::period(occ.scheduled), limit, now)
+            .await
+        {
+            tracing::warn!(error = %crate::error_chain(&e), "the month's reached mark was not written; the next refused claim writes it");
+        }
+        Ok(Claiming::Answered(answered))
     }
 
     /// A refused claim, diagnosed from the task as it was: a duplicate, a
@@ -130,7 +155,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     answered(self.skip_unclaimed(occ, reason, now, 1, old.as_deref()).await?)
                 }
                 ClaimAnswer::Refused(_) => answered(Disposition::Busy),
-                ClaimAnswer::BudgetReached(task) => self.budget_reached(occ, &task, now).await,
+                ClaimAnswer::BudgetReached(task, level, limit) => {
+                    self.budget_reached(occ, &task, (level, limit), now).await
+                }
             },
             ClaimOutcome::Released => match self.store.take_over(request, TakeOver::Released).await? {
                 ClaimAnswer::Claimed(task) => {
@@ -144,7 +171,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 }
                 // Taken by another delivery meanwhile: as busy, diagnosed again later.
                 ClaimAnswer::Refused(_) => answered(Disposition::Busy),
-                ClaimAnswer::BudgetReached(task) => self.budget_reached(occ, &task, now).await,
+                ClaimAnswer::BudgetReached(task, level, limit) => {
+                    self.budget_reached(occ, &task, (level, limit), now).await
+                }
             },
             ClaimOutcome::Missing => answered(self.skip_unclaimed(occ, SkipReason::Missing, now, 1, None).await?),
             ClaimOutcome::BudgetExhausted => {

@@ -98,6 +98,9 @@ pub struct RunSettings {
     /// `MODEL_REQUESTS_PER_MINUTE`: the fleet's pace of model requests
     /// (`domain::run::pace`); `None`, each run only backs off when throttled.
     pub pace: Option<Pace>,
+    /// `PERSON_MONTHLY_USD`: a person's monthly cap on their own reminders'
+    /// cost, in each workspace; `None`, none.
+    pub person_monthly_usd: Option<f64>,
 }
 
 /// Kept past the function's deadline on a lease, so a slow settle after the

@@ -46,10 +46,11 @@ pub enum SkipReason {
     Rescheduled,
     /// The run's maximum cost does not fit the task's period budget.
     BudgetExhausted,
-    /// Its workspace's monthly budget is spent (`budget::WorkspaceBudget`):
-    /// every task of the workspace skips until the month turns or an admin
-    /// raises it.
-    BudgetReached,
+    /// A budget above the task is spent for the month: its workspace's
+    /// (`budget::WorkspaceBudget`: every task of the workspace skips until
+    /// the month turns or an admin raises it), or, for a reminder, its
+    /// person's cap (`PERSON_MONTHLY_USD`).
+    BudgetReached(crate::domain::task::budget::BudgetLevel),
     /// Recorded by the missed-occurrence check (SPEC §14, `domain::operations::overdue`):
     /// no run of it started within the catch-up window.
     NeverDelivered,
@@ -91,7 +92,7 @@ impl SkipReason {
             SkipReason::Completed => "completed",
             SkipReason::Rescheduled => "rescheduled",
             SkipReason::BudgetExhausted => "budget_exhausted",
-            SkipReason::BudgetReached => "budget_reached",
+            SkipReason::BudgetReached(_) => "budget_reached",
             SkipReason::NeverDelivered => "never_delivered",
             SkipReason::NeverFinished => "never_finished",
             SkipReason::SkippedByOwner => "skipped_by_owner",
@@ -114,8 +115,11 @@ impl SkipReason {
             }
             SkipReason::SkippedByOwner => "skipped by its owner".to_owned(),
             SkipReason::SkippedByAdmin => "skipped by an admin".to_owned(),
-            SkipReason::BudgetReached => {
+            SkipReason::BudgetReached(crate::domain::task::budget::BudgetLevel::Workspace) => {
                 "budget reached: the workspace's monthly budget is spent (an admin raises it)".to_owned()
+            }
+            SkipReason::BudgetReached(crate::domain::task::budget::BudgetLevel::Person) => {
+                "budget reached: its person's monthly cap on their reminders' cost is spent".to_owned()
             }
             other => other.code().replace('_', " "),
         }

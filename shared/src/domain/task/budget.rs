@@ -237,6 +237,16 @@ impl WorkspaceBudget {
     }
 }
 
+/// Which budget above a task a month reached (SPEC §15): the workspace's,
+/// which an admin sets, or a person's cap on their own reminders
+/// (`PERSON_MONTHLY_USD`), a deployment's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetLevel {
+    Workspace,
+    Person,
+}
+
 /// The highest workspace budget an admin may set.
 pub const MAX_WORKSPACE_BUDGET_USD: f64 = 1_000_000.0;
 

@@ -154,9 +154,17 @@ mod tests {
             (taken.execution_id.as_str(), taken.lease_until, taken.attempts),
             ("e2", 9_000, 2)
         );
-        assert_eq!(taken.started_at, running("e1", 0).started_at, "the occurrence's start stays");
+        assert_eq!(
+            taken.started_at,
+            running("e1", 0).started_at,
+            "the occurrence's start stays"
+        );
         assert_eq!((taken.crashed_usd, taken.workspace_usd), (0.25, 0.5));
-        assert_eq!(taken.committed(0.25), 0.5, "the task's side holds what the workspace's does");
+        assert_eq!(
+            taken.committed(0.25),
+            0.5,
+            "the task's side holds what the workspace's does"
+        );
     }
 
     /// A released claim carries what it committed; the new claim adds its
