@@ -67,6 +67,30 @@ async fn held(s: &RunStack, workspace: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The issues server installed in ws_1 and its approved weekly_summary
+/// task (a connector task reserves $0.25 a run), stored.
+async fn weekly_summary(s: &RunStack) -> (McpFixture, Task) {
+    let issues = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt(
+            "weekly_summary",
+            json!({"version": 1}),
+            &[],
+            "Summarise.",
+        )],
+        tools: vec![tool("list_issues")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.store()
+        .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    let connector = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
+    s.insert(&connector).await;
+    (issues, connector)
+}
+
 async fn record_of(s: &RunStack, task: &Task, at: DateTime<Utc>) -> Value {
     s.run_record(&task.task_id, &occurrence_key(at))
         .await
@@ -118,24 +142,7 @@ async fn an_admin_reads_and_sets_the_workspace_budget_against_its_version() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reached_workspace_budget_skips_every_task_of_the_workspace_and_nothing_else_until_a_raise() {
     let s = RunStack::start().await.unwrap();
-    let issues = McpFixture::start(FixtureState {
-        prompts: vec![scheduled_prompt(
-            "weekly_summary",
-            json!({"version": 1}),
-            &[],
-            "Summarise.",
-        )],
-        tools: vec![tool("list_issues")],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    s.store()
-        .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
-        .await
-        .unwrap();
-    let connector = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
-    s.insert(&connector).await;
+    let (issues, connector) = weekly_summary(&s).await;
     let (mine, mine_at) = due(&s, "ws_1", "usr_1", "k1").await;
     let (theirs, theirs_at) = due(&s, "ws_1", "usr_2", "k2").await;
     let (other, other_at) = due(&s, "ws_2", "usr_1", "k3").await;
@@ -216,24 +223,7 @@ async fn the_run_that_reaches_the_budget_is_the_last_to_start_and_the_month_hold
     let s = RunStack::start().await.unwrap();
     // A connector task reserves its per-run maximum ($0.25) at its claim;
     // the budget admits it while the month is below its limit.
-    let issues = McpFixture::start(FixtureState {
-        prompts: vec![scheduled_prompt(
-            "weekly_summary",
-            json!({"version": 1}),
-            &[],
-            "Summarise.",
-        )],
-        tools: vec![tool("list_issues")],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    s.store()
-        .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
-        .await
-        .unwrap();
-    let connector = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
-    s.insert(&connector).await;
+    let (_issues, connector) = weekly_summary(&s).await;
     set_budget(&s, "ws_1", Some(0.004), 0).await;
     s.model
         .script([Reply::text("done", 1000, 100), Reply::text("done", 1000, 100)])
