@@ -562,3 +562,40 @@ async fn the_binary_takes_a_delivery_as_of_its_sent_time_and_refuses_one_not_due
     let record = s.run_record(&task.task_id, &occurrence).await.expect("its run");
     assert_eq!(record["status"], "succeeded");
 }
+
+/// A person's monthly cap (`PERSON_MONTHLY_USD`) through the binary and its
+/// role: the claim of a reminder checks its person's month in its
+/// transaction (a `ConditionCheck`, which the role grants as
+/// `dynamodb:ConditionCheckItem`). The first reminder spends past the cap;
+/// the person's next is skipped `budget_reached`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_binary_holds_a_person_to_their_monthly_cap() {
+    let s = RunStack::start().await.unwrap();
+    let api = launch(&s)
+        .set("PERSON_MONTHLY_USD", "0.0005")
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    let first = reminder(at);
+    s.store().insert_task(&first).await.unwrap();
+    let mut second = reminder(at);
+    second.task_id = shared::domain::task::TaskId::for_reminder("ws_1", "usr_123", "the-second");
+    s.store().insert_task(&second).await.unwrap();
+    for (id, task) in [("m1", &first), ("m2", &second)] {
+        let body = run_message(task, at, "e1");
+        let answer = api.invoke_ok(&sqs_event(&[(id, &body)])).await.unwrap();
+        assert_eq!(failures(&answer), Vec::<String>::new(), "{answer}");
+    }
+    let occurrence = shared::domain::run::occurrence::occurrence_key(at);
+    let ran = s.run_record(&first.task_id, &occurrence).await.expect("a record");
+    assert_eq!(ran["status"], "succeeded", "{ran}");
+    assert!(ran["cost_usd"].as_f64().unwrap() >= 0.0005, "{ran}");
+    let skipped = s.run_record(&second.task_id, &occurrence).await.expect("a record");
+    assert_eq!(skipped["status"], "skipped", "{skipped}");
+    assert!(
+        skipped["reason"].as_str().unwrap().contains("its person's monthly cap"),
+        "{skipped}"
+    );
+}
