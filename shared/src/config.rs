@@ -378,6 +378,26 @@ pub struct RunnerConfig {
     /// `PERSON_MONTHLY_USD`: a person's monthly cap on their own
     /// reminders' model cost, in each workspace (SPEC §15); unset or 0, none.
     pub person_monthly_usd: Option<f64>,
+    /// `APPROVAL_HOURS`: how long a gated tool call's request waits for an
+    /// approver (SPEC §15; default 24, from 1 to 168).
+    pub approval_hours: i64,
+}
+
+/// `APPROVAL_HOURS`' bounds: an hour to a week.
+pub const APPROVAL_HOURS_RANGE: std::ops::RangeInclusive<i64> = 1..=168;
+
+/// `APPROVAL_HOURS` (default `gate::DEFAULT_APPROVAL_HOURS`).
+pub fn approval_hours<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<i64, ConfigError> {
+    let Some(text) = env.optional("APPROVAL_HOURS") else {
+        return Ok(crate::domain::run::gate::DEFAULT_APPROVAL_HOURS);
+    };
+    match text.trim().parse::<i64>() {
+        Ok(hours) if APPROVAL_HOURS_RANGE.contains(&hours) => Ok(hours),
+        _ => Err(ConfigError::Malformed {
+            name: "APPROVAL_HOURS",
+            reason: format!("`{text}` is not a whole number of hours from 1 to 168"),
+        }),
+    }
 }
 
 /// The longest catch-up window: it bounds how long an occurrence's claim
@@ -388,7 +408,7 @@ pub const MAX_CATCH_UP_SECONDS: i64 = 21_600;
 impl RunnerConfig {
     /// No `EVENT_BUS_NAME`: the runner sends no event; the table's stream
     /// carries each settled run to the bus (`domain::run::notification`).
-    pub const VARIABLES: [&'static str; 12] = [
+    pub const VARIABLES: [&'static str; 13] = [
         "TABLE_NAME",
         "AGENT_SCHEDULE_WORKER_ENABLED",
         "MODEL_ID",
@@ -401,6 +421,7 @@ impl RunnerConfig {
         "MODEL_REQUESTS_PER_MINUTE",
         "MODEL_TOKENS_PER_MINUTE",
         PERSON_MONTHLY_USD,
+        "APPROVAL_HOURS",
     ];
 }
 
@@ -449,6 +470,7 @@ impl FromEnv for RunnerConfig {
             traces: traces(env, "runner")?,
             pace: pace(env)?,
             person_monthly_usd: person_monthly_usd(env)?,
+            approval_hours: approval_hours(env)?,
         })
     }
 }

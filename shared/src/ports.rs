@@ -262,6 +262,20 @@ pub enum TakeOver {
     Crashed,
     /// A claim released before it ran (`RunStatus::Released`).
     Released,
+    /// A claim awaiting an approval (`RunStatus::AwaitingApproval`) whose
+    /// request an admin approved: the re-run that carries the approved call.
+    Approved,
+}
+
+/// A run stopped at a gated tool call (`domain::run::gate`): released as
+/// [`Release`] says, but kept as `awaiting_approval` whatever it carries,
+/// with the occurrence's record saying so and the request put, in one
+/// transaction.
+#[derive(Debug, Clone)]
+pub struct Park<'a> {
+    pub release: Release<'a>,
+    pub record: &'a RunRecord,
+    pub approval: &'a crate::domain::run::gate::CallApproval,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,6 +310,31 @@ pub trait RunStore: Send + Sync {
     /// Gives a claimed occurrence back, fenced on the execution id; a lost
     /// claim is [`Settled::LostClaim`].
     fn release(&self, release: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send;
+    /// Parks a claimed occurrence at a gated call ([`Park`]), fenced on the
+    /// execution id as a release is.
+    fn park(&self, park: &Park<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send;
+    /// The approval requests of `run_id` (`domain::run::gate`), strongly read.
+    fn run_approvals(
+        &self,
+        workspace: &str,
+        run_id: &str,
+    ) -> impl Future<Output = Result<Vec<crate::domain::run::gate::CallApproval>, StoreError>> + Send;
+    /// Uses an approved request for its one call, by `execution_id` at
+    /// `now`: `false` when it is used already or no longer approved.
+    fn use_approval(
+        &self,
+        approval: &crate::domain::run::gate::CallApproval,
+        execution_id: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Keeps what the approved call answered (capped) on its request, so a
+    /// later attempt of the occurrence reads it instead of calling again.
+    fn keep_call_result(
+        &self,
+        approval: &crate::domain::run::gate::CallApproval,
+        result: &str,
+        is_error: bool,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Marks `workspace`'s `month` reached at `budget_usd`, once: the mark's
     /// insert is the month's one `Workspace budget reached` event (SPEC §15).
     fn mark_budget_reached(
@@ -465,6 +504,9 @@ pub struct ServerTool {
     pub name: String,
     pub description: String,
     pub input_schema: Value,
+    /// Annotated `destructiveHint: true` without `readOnlyHint: true`
+    /// (`gate::annotated_destructive`): gated in a scheduled run.
+    pub destructive: bool,
 }
 
 /// A tool's answer: text, JSON and image blocks (see `agent::tool_result`).
@@ -541,6 +583,62 @@ pub trait WorkspaceBudgets: Send + Sync {
         now: DateTime<Utc>,
         period: &str,
     ) -> impl Future<Output = Result<Result<crate::domain::task::budget::WorkspaceBudget, u64>, StoreError>> + Send;
+}
+
+/// Approval requests of gated tool calls (SPEC §15), as admins list and
+/// decide them and the periodic check expires them.
+pub trait CallApprovals: Send + Sync {
+    /// A page of the workspace's requests (of one task when `task_id` is
+    /// given), at most `limit`, after `after` (a request id); the last
+    /// request id when more may follow.
+    fn approvals_page(
+        &self,
+        workspace: &str,
+        task_id: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<(Vec<crate::domain::run::gate::CallApproval>, Option<String>), StoreError>> + Send;
+    fn approval(
+        &self,
+        workspace: &str,
+        request_id: &str,
+    ) -> impl Future<Output = Result<Option<crate::domain::run::gate::CallApproval>, StoreError>> + Send;
+    /// Writes an approved request if it is still at `expected` version and
+    /// its occurrence still awaits: `false` when either moved.
+    fn approve_call(
+        &self,
+        decided: &crate::domain::run::gate::CallApproval,
+        expected: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Ends the occurrence a request held ([`EndAwaiting`]), if the request is
+    /// still at `expected` and the occurrence still awaits it: the request
+    /// decided, the record skipped and paying what the claim carries, the
+    /// claim finished, the account charged, in one transaction. `false`
+    /// when the request or the claim moved.
+    fn end_awaiting(
+        &self,
+        ended: &EndAwaiting<'_>,
+        expected: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Requests whose expiry passed before `before` that still hold an
+    /// occurrence (open, or approved and not used), earliest first.
+    fn lapsed_approvals(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<crate::domain::run::gate::CallApproval>, StoreError>> + Send;
+}
+
+/// An occurrence ended by its request's denial or expiry.
+#[derive(Debug, Clone)]
+pub struct EndAwaiting<'a> {
+    pub approval: &'a crate::domain::run::gate::CallApproval,
+    pub task: &'a Task,
+    pub record: &'a RunRecord,
+    /// The awaiting claim as read: the record's cost is what it carries.
+    pub claim: &'a crate::domain::task::claim::Claim,
+    pub account: Option<&'a crate::domain::task::budget::Account>,
+    pub period: &'a str,
 }
 
 pub trait TaskCatalog: Send + Sync {

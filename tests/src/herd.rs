@@ -554,7 +554,7 @@ pub async fn run(config: HerdConfig) -> anyhow::Result<HerdReport> {
                                 settled.fetch_add(1, Ordering::Relaxed);
                             }
                             Ok(Disposition::Duplicate) => seen.duplicates += 1,
-                            Ok(Disposition::Malformed(_) | Disposition::NotYet) => {}
+                            Ok(Disposition::Malformed(_) | Disposition::NotYet | Disposition::AwaitingApproval) => {}
                             Ok(Disposition::Busy | Disposition::ReturnToQueue) => seen.returned += 1,
                             Err(_) => {
                                 seen.returned += 1;

@@ -8,6 +8,7 @@
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
+use shared::domain::run::gate::CallApproval;
 use shared::domain::run::definition::{ScheduleDefinition, ScheduleStatus};
 use shared::domain::run::occurrence::RunRecord;
 use shared::domain::run::pace::Slots;
@@ -62,6 +63,27 @@ pub trait RunStoreHook<P: RunStore>: Send + Sync {
     fn record_unclaimed(&self, inner: &P, r: &RunRecord) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send {
         inner.record_unclaimed(r)
     }
+    fn park(&self, inner: &P, p: &shared::ports::Park<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        inner.park(p)
+    }
+    fn use_approval(
+        &self,
+        inner: &P,
+        a: &CallApproval,
+        execution_id: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        inner.use_approval(a, execution_id, now)
+    }
+    fn keep_call_result(
+        &self,
+        inner: &P,
+        a: &CallApproval,
+        result: &str,
+        is_error: bool,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        inner.keep_call_result(a, result, is_error)
+    }
     fn record_malformed(
         &self,
         inner: &P,
@@ -93,6 +115,32 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
     }
     fn release(&self, r: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         self.hook.release(&self.inner, r)
+    }
+    fn park(&self, p: &shared::ports::Park<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        self.hook.park(&self.inner, p)
+    }
+    fn run_approvals(
+        &self,
+        workspace: &str,
+        run_id: &str,
+    ) -> impl Future<Output = Result<Vec<CallApproval>, StoreError>> + Send {
+        self.inner.run_approvals(workspace, run_id)
+    }
+    fn use_approval(
+        &self,
+        a: &CallApproval,
+        execution_id: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.hook.use_approval(&self.inner, a, execution_id, now)
+    }
+    fn keep_call_result(
+        &self,
+        a: &CallApproval,
+        result: &str,
+        is_error: bool,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.hook.keep_call_result(&self.inner, a, result, is_error)
     }
     fn mark_budget_reached(
         &self,

@@ -248,6 +248,7 @@ pub fn run_settings(worker_enabled: bool) -> RunSettings {
         retention: Duration::days(shared::config::DEFAULT_RETENTION_DAYS),
         pace: None,
         person_monthly_usd: None,
+        approval_hours: shared::domain::run::gate::DEFAULT_APPROVAL_HOURS,
     }
 }
 

@@ -623,6 +623,32 @@ impl<S: RunStore> RunStore for SimStore<S> {
     async fn release(&self, release: &Release<'_>) -> Result<Settled, StoreError> {
         at(Point::Release, self.0.release(release)).await
     }
+    async fn park(&self, park: &shared::ports::Park<'_>) -> Result<Settled, StoreError> {
+        self.0.park(park).await
+    }
+    async fn run_approvals(
+        &self,
+        workspace: &str,
+        run_id: &str,
+    ) -> Result<Vec<shared::domain::run::gate::CallApproval>, StoreError> {
+        self.0.run_approvals(workspace, run_id).await
+    }
+    async fn use_approval(
+        &self,
+        approval: &shared::domain::run::gate::CallApproval,
+        execution_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.0.use_approval(approval, execution_id, now).await
+    }
+    async fn keep_call_result(
+        &self,
+        approval: &shared::domain::run::gate::CallApproval,
+        result: &str,
+        is_error: bool,
+    ) -> Result<(), StoreError> {
+        self.0.keep_call_result(approval, result, is_error).await
+    }
     async fn mark_budget_reached(
         &self,
         workspace: &str,
@@ -777,6 +803,7 @@ impl Answer {
             Answer::Done(Disposition::Duplicate) => "duplicate, acknowledged",
             Answer::Done(Disposition::Malformed(_)) => "malformed",
             Answer::Done(Disposition::NotYet) => "not due yet, acknowledged",
+            Answer::Done(Disposition::AwaitingApproval) => "awaiting approval",
             Answer::Back(Disposition::ReturnToQueue) | Answer::Done(Disposition::ReturnToQueue) => {
                 "throttled, returned"
             }

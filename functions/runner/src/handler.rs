@@ -47,6 +47,7 @@ fn runner(sdk: &aws_config::SdkConfig, config: RunnerConfig) -> Runner<DynamoSto
             retention: config.retention,
             pace: config.pace,
             person_monthly_usd: config.person_monthly_usd,
+            approval_hours: config.approval_hours,
         },
     )
     .with_tracer(tracer)
@@ -102,6 +103,7 @@ fn emit(disposition: &Disposition) {
         Disposition::ReturnToQueue => metrics::count("RunsReturnedThrottled", 1, None),
         Disposition::Paced(_) => metrics::count("RunsReturnedPaced", 1, None),
         Disposition::NotYet => metrics::count("RunsNotYet", 1, None),
+        Disposition::AwaitingApproval => metrics::count("RunsAwaitingApproval", 1, None),
     }
 }
 

@@ -525,6 +525,7 @@ async fn dry_run(
         // A rendering sends no request: nothing to pace or to cap.
         pace: None,
         person_monthly_usd: None,
+        approval_hours: shared::domain::run::gate::DEFAULT_APPROVAL_HOURS,
     };
     match shared::app::run::first_request(&task, server, messages, own, &run, now) {
         Ok(first) => {

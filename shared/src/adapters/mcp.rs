@@ -524,6 +524,7 @@ impl McpClient {
                         name,
                         description: String::new(),
                         input_schema: serde_json::json!({"type": "object"}),
+                        destructive: destructive(&t),
                     });
                     continue;
                 }
@@ -533,6 +534,7 @@ impl McpClient {
                 let description = cap(t.description.as_deref().unwrap_or_default(), MAX_DESCRIPTION_CHARS);
                 kept.add(name.len() + description.len() + if oversized { 0 } else { schema_bytes })?;
                 tools.push(ServerTool {
+                    destructive: destructive(&t),
                     name,
                     description,
                     input_schema: if oversized {
@@ -849,6 +851,15 @@ impl McpSession for McpClient {
         let result = timed("tools/call", self.client.call_tool(params)).await?;
         Ok(tool_output(&result))
     }
+}
+
+/// Whether a listed tool's annotations gate it (`gate::annotated_destructive`).
+fn destructive(tool: &rmcp::model::Tool) -> bool {
+    let annotations = tool.annotations.as_ref();
+    crate::domain::run::gate::annotated_destructive(
+        annotations.and_then(|a| a.destructive_hint),
+        annotations.and_then(|a| a.read_only_hint),
+    )
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! plus the start-up helpers every Lambda shares. AWS SDK calls live here and
 //! nowhere else in the library.
 
+pub mod approvals;
 pub mod bedrock;
 pub mod budgets;
 pub mod catalog;

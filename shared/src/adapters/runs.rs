@@ -45,8 +45,9 @@ use crate::domain::task::budget::BudgetLevel;
 use crate::domain::task::claim::{Claim, RunStatus};
 use crate::domain::task::install::Install;
 use crate::domain::task::{Provenance, Task, budget};
+use crate::domain::run::gate::CallApproval;
 use crate::ports::{
-    ClaimAnswer, ClaimRequest, PaceAnswer, Release, RunStore, Settled, Settlement, StoreError, TakeOver, Unclaimed,
+    ClaimAnswer, ClaimRequest, PaceAnswer, Park, Release, RunStore, Settled, Settlement, StoreError, TakeOver, Unclaimed,
 };
 
 /// Malformed messages are kept this long.
@@ -127,7 +128,7 @@ enum Sent {
 const CLAIM_READS: usize = 3;
 
 /// The claim a skip takes with its record: finished as the record says.
-fn skip_claim(record: &RunRecord) -> Result<AttributeValue, StoreError> {
+pub(crate) fn skip_claim(record: &RunRecord) -> Result<AttributeValue, StoreError> {
     let claim = Claim {
         status: record.status,
         lease_until: 0,
@@ -218,7 +219,7 @@ fn completing(
 impl DynamoStore {
     /// An account's charge for a period: `spent_usd` grows by `usd`, and
     /// `runs` by one when a run is recorded.
-    fn account_charge(
+    pub(crate) fn account_charge(
         &self,
         account: &crate::domain::task::budget::Account,
         period: &str,
@@ -398,6 +399,10 @@ impl DynamoStore {
                     old.after_crash(request.claim, reservation)
                 }
                 (Some(TakeOver::Released), Some(old)) if old.status == RunStatus::Released => {
+                    old.after_release(request.claim, reservation)
+                }
+                // The re-run an approval resumes carries what the occurrence spent.
+                (Some(TakeOver::Approved), Some(old)) if old.status == RunStatus::AwaitingApproval => {
                     old.after_release(request.claim, reservation)
                 }
                 // Not free, or not as the caller saw it: refused, as it is.
@@ -636,6 +641,27 @@ impl RunStore for DynamoStore {
                 })
             }
         }
+    }
+
+    async fn park(&self, park: &Park<'_>) -> Result<Settled, StoreError> {
+        self.park_at_gate(park).await
+    }
+
+    async fn run_approvals(&self, workspace: &str, run_id: &str) -> Result<Vec<CallApproval>, StoreError> {
+        self.approvals_of_run(workspace, run_id).await
+    }
+
+    async fn use_approval(
+        &self,
+        approval: &CallApproval,
+        execution_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.use_call_approval(approval, execution_id, now).await
+    }
+
+    async fn keep_call_result(&self, approval: &CallApproval, result: &str, is_error: bool) -> Result<(), StoreError> {
+        self.keep_result(approval, result, is_error).await
     }
 
     async fn mark_budget_reached(

@@ -124,6 +124,9 @@ pub enum AdminRequest {
         arguments: BTreeMap<String, String>,
         #[serde(default)]
         bindings: BTreeMap<String, Option<String>>,
+        /// Tools gated for this task's runs (SPEC §15); absent, as before.
+        #[serde(default)]
+        ask_first: Option<std::collections::BTreeSet<String>>,
     },
     Pause {
         #[serde(flatten)]
@@ -519,10 +522,11 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets, G: Schedules
                 target,
                 arguments,
                 bindings,
+                ask_first,
             } => {
                 self.change(&target, now, |task, installs| {
                     let mut approved = task.clone();
-                    approval::approve(&mut approved, installs, &principal.id, arguments, bindings, now)
+                    approval::approve(&mut approved, installs, &principal.id, arguments, bindings, ask_first, now)
                         .map_err(|e| AdminRefusal::InvalidRequest(e.0))?;
                     Ok(Decision::Write(Box::new(approved)))
                 })

@@ -201,6 +201,7 @@ async fn record_judged<S: RunStore>(
             scheduled_time: key.clone(),
             execution_id: CHECK_EXECUTION_ID.to_owned(),
             attempt: "0".to_owned(),
+            resume: None,
         },
         task_id: task.task_id.clone(),
         scheduled: at,

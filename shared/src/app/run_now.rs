@@ -97,6 +97,7 @@ fn message(task: &Task, at: DateTime<Utc>, key: &str, now: DateTime<Utc>) -> Run
         scheduled_time: format_utc(at),
         execution_id: format!("run-now-{}", &hex::encode(digest)[..32]),
         attempt: "1".to_owned(),
+        resume: None,
     }
 }
 

@@ -11,12 +11,23 @@ use serde_json::Value;
 use super::{Runner, backoff};
 use crate::domain::run::agent::{Block, ModelReply, tool_result};
 use crate::domain::run::agent_loop::{AgentLoop, Ended, Next, ToolCall, Turn};
+use crate::domain::run::gate::{self, CallApproval, Gate, GatedCall};
 use crate::domain::run::pace::{self, Lane, Pace, Refusal, Slots, Try};
 use crate::ports::{Connectors, McpSession, Model, ModelError, ModelErrorKind, PaceAnswer, RunStore, StoreError};
 use crate::trace::key;
 
 /// Writes one booking may take (a start and a booking that raced others).
 const PACE_ATTEMPTS: usize = 3;
+
+/// The ids a run's gated calls are bound to (`domain::run::gate`).
+pub(super) struct RunIds<'a> {
+    pub workspace: &'a str,
+    pub task_id: &'a str,
+    pub run_id: &'a str,
+    /// The occurrence's key within its task.
+    pub occurrence: &'a str,
+    pub execution_id: &'a str,
+}
 
 /// Where a lane's last seen next free slot is kept (`Runner::pace_seen`).
 pub(super) fn lane_index(lane: Lane) -> usize {
@@ -64,21 +75,24 @@ enum Slot {
 
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// Turns until the loop ends: a model call, then the tool calls it asks
-    /// for, answered in one message, until [`AgentLoop`] says stop.
+    /// for, answered in one message, until [`AgentLoop`] says stop. A turn
+    /// that asks for a gated call without its approval stops the run before
+    /// any call of the turn is made (`gate_turn`).
     pub(super) async fn agent_loop(
         &self,
         mut turns: AgentLoop,
         sessions: &[C::Session],
-        run_id: &str,
+        run: &RunIds<'_>,
         lane: Lane,
-        workspace: &str,
     ) -> Ended {
+        // The occurrence's approval requests, read at the first gated call.
+        let mut requests: Option<Vec<CallApproval>> = None;
         loop {
             let turn = match turns.next_turn() {
                 Ok(turn) => turn,
                 Err(ended) => return ended,
             };
-            let reply = match self.model_call(&turns, &turn, lane, workspace).await {
+            let reply = match self.model_call(&turns, &turn, lane, run.workspace).await {
                 Ok(reply) => reply,
                 Err(ended) => return ended,
             };
@@ -86,6 +100,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 Next::Stop(ended) => return ended,
                 Next::CallTools(calls) => calls,
             };
+            if let Err(ended) = self.gate_turn(&turns, &calls, run, &mut requests).await {
+                return ended;
+            }
             let mut results = Vec::new();
             for (id, name, input) in calls {
                 let route = match turns.tool_call(&id, &name) {
@@ -98,7 +115,15 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     ToolCall::OverLimit(ended) => return ended,
                 };
                 let session = &sessions[route.session];
-                match self.tool_call(&turns, session, &route.tool, id, input, run_id).await {
+                let made = if route.gated {
+                    let approvals = requests.as_deref().unwrap_or_default();
+                    self.approved_call(&turns, session, &route, (id, input), run, approvals)
+                        .await
+                } else {
+                    self.tool_call(&turns, session, &route.tool, id, input, run.run_id)
+                        .await
+                };
+                match made {
                     // Bounded as it arrives, not once the turn's results are all in.
                     Ok(result) => results.push(turns.held(result)),
                     Err(ended) => return ended,
@@ -110,6 +135,123 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         }
     }
 
+    /// The gate on a turn's calls (`gate::gate`): a gated call without an
+    /// approval of exactly it puts a request and stops the run
+    /// (`AgentLoop::ask`) before any call of the turn is made; past
+    /// `gate::MAX_ASKS` requests the run fails. The occurrence's requests
+    /// are read once, at its first gated call (`RunStore::run_approvals`);
+    /// a read that fails fails the run (nothing gated is made unread).
+    async fn gate_turn(
+        &self,
+        turns: &AgentLoop,
+        calls: &[(String, String, Value)],
+        run: &RunIds<'_>,
+        requests: &mut Option<Vec<CallApproval>>,
+    ) -> Result<(), Ended> {
+        for (_, name, input) in calls {
+            let Some(route) = turns.route(name).filter(|r| r.gated) else {
+                continue;
+            };
+            if requests.is_none() {
+                match self.store.run_approvals(run.workspace, run.run_id).await {
+                    Ok(read) => *requests = Some(read),
+                    Err(e) => {
+                        return Err(turns.model_failed(format!(
+                            "the run's approval requests could not be read: {}",
+                            crate::error_chain(&e)
+                        )));
+                    }
+                }
+            }
+            let approvals = requests.as_deref().unwrap_or_default();
+            let hash = gate::arguments_hash(input);
+            match gate::gate(approvals, run.run_id, &route.server, &route.tool, &hash) {
+                Gate::Ask => {
+                    let call = GatedCall {
+                        workspace: run.workspace,
+                        task_id: run.task_id,
+                        run_id: run.run_id,
+                        scheduled_time: run.occurrence,
+                        server: &route.server,
+                        tool: &route.tool,
+                        arguments: input,
+                    };
+                    let approval = CallApproval::ask(&call, Utc::now(), self.settings.approval_hours);
+                    tracing::info!(tool = %route.tool, request_id = %approval.request_id, "a gated tool call waits for an approval");
+                    return Err(turns.ask(approval));
+                }
+                Gate::TooManyAsks => return Err(turns.asked_too_often()),
+                Gate::Make(_) | Gate::Made { .. } | Gate::Refused(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A gated call the gate let through: made once under its approval (the
+    /// approval used first, in a conditional write, then the call, then its
+    /// answer kept on the request), or, made by an earlier attempt, its
+    /// answer as kept. Never made without an approval of exactly it.
+    async fn approved_call(
+        &self,
+        turns: &AgentLoop,
+        session: &C::Session,
+        route: &crate::domain::run::agent_loop::Route,
+        (id, input): (String, Value),
+        run: &RunIds<'_>,
+        approvals: &[CallApproval],
+    ) -> Result<Block, Ended> {
+        let hash = gate::arguments_hash(&input);
+        let refused = |id: String, text: String| Block::ToolResult {
+            id,
+            content: vec![Block::Text(text)],
+            is_error: true,
+        };
+        let approval = match gate::gate(approvals, run.run_id, &route.server, &route.tool, &hash) {
+            Gate::Make(request_id) => approvals.iter().find(|a| a.request_id == request_id),
+            Gate::Made { result, is_error } => {
+                tracing::info!(tool = %route.tool, "an approved call made by an earlier attempt: its answer, not a second call");
+                let text = result.unwrap_or_else(|| {
+                    "this approved call was already made once in this occurrence; its answer was not kept".to_owned()
+                });
+                return Ok(Block::ToolResult {
+                    id,
+                    content: vec![Block::Text(text)],
+                    is_error,
+                });
+            }
+            Gate::Refused(state) => {
+                return Ok(refused(id, format!("refused: this call was {} by an approver", state.as_str())));
+            }
+            // `gate_turn` stopped the run for these before any call.
+            Gate::Ask | Gate::TooManyAsks => None,
+        };
+        let Some(approval) = approval else {
+            return Ok(refused(id, "refused: this call has no approval".to_owned()));
+        };
+        match self.store.use_approval(approval, run.execution_id, Utc::now()).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Ok(refused(
+                    id,
+                    "refused: this call's approval was already used".to_owned(),
+                ));
+            }
+            Err(e) => {
+                return Err(turns.model_failed(format!(
+                    "the approval of a gated call could not be used: {}",
+                    crate::error_chain(&e)
+                )));
+            }
+        }
+        let result = self.tool_call(turns, session, &route.tool, id, input, run.run_id).await?;
+        if let Block::ToolResult { content, is_error, .. } = &result {
+            let text = gate::result_text(content);
+            if let Err(e) = self.store.keep_call_result(approval, &text, *is_error).await {
+                tracing::warn!(error = %crate::error_chain(&e), "the approved call's answer was not kept on its request");
+            }
+        }
+        Ok(result)
+    }
     /// One model call (`Model::converse`) within the run's wall time: at a
     /// slot of the fleet's pace when there is one, else retried with backoff.
     async fn model_call(

@@ -78,13 +78,37 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             now,
             person_cap_usd: self.settings.person_monthly_usd,
         };
-        match self.store.claim(&request).await? {
+        let answer = match &occ.message.resume {
+            Some(request_id) => match self.resumable(occ, request_id).await? {
+                true => self.store.take_over(&request, TakeOver::Approved).await?,
+                false => return Ok(Claiming::Answered(Disposition::Duplicate)),
+            },
+            None => self.store.claim(&request).await?,
+        };
+        match answer {
             ClaimAnswer::Claimed(task) => Ok(Claiming::Held(Claimed::of(task, &occ.key, &period))),
             ClaimAnswer::Refused(old) => self.refused(occ, &request, old, now).await,
             ClaimAnswer::BudgetReached(task, level, limit) => {
                 self.budget_reached(occ, &task, (level, limit), now).await
             }
         }
+    }
+
+    /// Whether a resume message may take its occurrence over: its request
+    /// is of this occurrence's run and approved (used already, it is the
+    /// resumed run's redelivery after a crash or a release, which the
+    /// take-over's refusal diagnoses). Anything else claims nothing: a
+    /// resume never starts an occurrence of its own.
+    async fn resumable(&self, occ: &Delivery, request_id: &str) -> Result<bool, RunError> {
+        let run = crate::domain::run::occurrence::run_id(occ.task_id.as_str(), occ.scheduled);
+        let requests = self.store.run_approvals(&occ.message.workspace, &run).await?;
+        let approved = requests
+            .iter()
+            .any(|r| r.request_id == request_id && r.state == crate::domain::run::gate::ApprovalState::Approved);
+        if !approved {
+            tracing::warn!(request_id, "a resume without an approved request of this occurrence: nothing claimed");
+        }
+        Ok(approved)
     }
 
     /// A claim or take-over its workspace's spent month refused: skipped
@@ -137,6 +161,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         match diagnose(old.as_deref(), &occ.key, now) {
             ClaimOutcome::Finished { status } => {
                 tracing::info!(status = status.as_str(), "duplicate delivery of a finished occurrence");
+                answered(Disposition::Duplicate)
+            }
+            ClaimOutcome::AwaitingApproval => {
+                tracing::info!("the occurrence waits for an approval; only its approval resumes it");
+                answered(Disposition::Duplicate)
+            }
+            // A resume never starts or skips an occurrence of its own.
+            ClaimOutcome::Missing | ClaimOutcome::BudgetExhausted if occ.message.resume.is_some() => {
                 answered(Disposition::Duplicate)
             }
             ClaimOutcome::Busy { lease_until } => {

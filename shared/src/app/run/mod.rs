@@ -101,6 +101,9 @@ pub struct RunSettings {
     /// `PERSON_MONTHLY_USD`: a person's monthly cap on their own reminders'
     /// cost, in each workspace; `None`, none.
     pub person_monthly_usd: Option<f64>,
+    /// `APPROVAL_HOURS`: how long a gated call's request waits for an
+    /// approver (`domain::run::gate`).
+    pub approval_hours: i64,
 }
 
 /// Kept past the function's deadline on a lease, so a slow settle after the
@@ -133,6 +136,9 @@ pub enum Disposition {
     /// claimed, nothing recorded, acknowledged; the occurrence's own
     /// delivery runs it.
     NotYet,
+    /// The run stopped at a gated tool call: the occurrence waits for an
+    /// approver (`domain::run::gate`); acknowledged, an approval sends it again.
+    AwaitingApproval,
 }
 
 impl Disposition {
@@ -154,7 +160,8 @@ impl Disposition {
             | Disposition::Skipped(_)
             | Disposition::Duplicate
             | Disposition::Malformed(_)
-            | Disposition::NotYet => None,
+            | Disposition::NotYet
+            | Disposition::AwaitingApproval => None,
         }
     }
 }
@@ -195,6 +202,7 @@ impl Disposition {
             Disposition::ReturnToQueue => "returned".into(),
             Disposition::Paced(_) => "paced".into(),
             Disposition::NotYet => "not_yet".into(),
+            Disposition::AwaitingApproval => "awaiting_approval".into(),
         }
     }
 }
@@ -326,11 +334,12 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             }
             // 4. and 5. The procedure and the agent loop.
             Verdict::Run => match self
-                .run_agent(&claimed.task, install.as_ref(), occ.scheduled, now, deadline)
+                .run_agent(&claimed.task, install.as_ref(), &occ, now, deadline)
                 .await
             {
                 Ended::Run(outcome) => *outcome,
                 Ended::Requeue(requeue) => return self.release(&occ, &claimed, requeue).await,
+                Ended::Awaiting(parked) => return self.park(&occ, &claimed, *parked, now).await,
             },
         };
         // 6. Settle; 7. its record is the notification's outbox.
@@ -350,13 +359,20 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         })
     }
 
-    /// What the door reads of this delivery.
+    /// What the door reads of this delivery. An approval's resume of an
+    /// occurrence (`RunMessage::resume`) is within its window for as long
+    /// as its request could wait: it claims nothing unless its occurrence
+    /// awaits an approved request (`claim`).
     fn facts<'a>(&self, occ: &Delivery, now: DateTime<Utc>, task: TaskFacts<'a>) -> Facts<'a> {
+        let catch_up = match occ.message.resume {
+            Some(_) => self.settings.catch_up + Duration::hours(self.settings.approval_hours.max(1) + 1),
+            None => self.settings.catch_up,
+        };
         Facts {
             worker_enabled: self.settings.worker_enabled,
             scheduled: occ.scheduled,
             now,
-            catch_up: self.settings.catch_up,
+            catch_up,
             task,
         }
     }

@@ -1,15 +1,16 @@
 //! Steps 4 and 5 begun: the procedure a run starts from, the sessions and
 //! tools it is offered, and the agent loop set up within the run's limits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, Utc};
 
+use super::agent::RunIds;
 use super::{RunSettings, Runner, SETTLE_RESERVE_SECONDS};
 use crate::app::mcp_step;
 use crate::domain::run::agent::{Message, ModelRequest, ToolSpec, prompt_conversation};
 use crate::domain::run::agent_loop::{self, AgentLoop, Ended, Toolbox, reminder_prompt, time_left};
-use crate::domain::run::occurrence::{Outcome, Usage, run_id};
+use crate::domain::run::occurrence::{Delivery, Outcome, Usage, run_id};
 use crate::domain::task::install::Install;
 use crate::domain::task::{Provenance, Task, TaskKind};
 use crate::ports::{Connectors, McpError, McpSession, Model, RunStore, ServerTool};
@@ -32,10 +33,19 @@ impl<T> Setup<T> {
         }
     }
 
-    /// Keeps `session` and offers the tools of `server` it listed that pass `admit`.
-    fn offer(&mut self, server: &str, listed: Vec<ServerTool>, admit: impl Fn(&str) -> bool, session: T) {
+    /// Keeps `session` and offers the tools of `server` it listed that pass
+    /// `admit`, gating those its annotations or `ask_first` gate.
+    fn offer(
+        &mut self,
+        server: &str,
+        listed: Vec<ServerTool>,
+        admit: impl Fn(&str) -> bool,
+        ask_first: &BTreeSet<String>,
+        session: T,
+    ) {
         let index = self.sessions.len();
         self.sessions.push(session);
+        let destructive: BTreeSet<String> = listed.iter().filter(|t| t.destructive).map(|t| t.name.clone()).collect();
         let listed = listed
             .into_iter()
             .map(|tool| ToolSpec {
@@ -45,7 +55,15 @@ impl<T> Setup<T> {
             })
             .collect();
         self.toolbox.offer(server, index, listed, admit);
+        self.toolbox.gate(index, |tool, offered| {
+            crate::domain::run::gate::gated(destructive.contains(tool), ask_first, tool, offered)
+        });
     }
+}
+
+/// The tools an admin gated at approval (`Approval::ask_first`).
+fn ask_first(task: &Task) -> BTreeSet<String> {
+    task.approval.as_ref().map(|a| a.ask_first.clone()).unwrap_or_default()
 }
 
 fn connect_failed(message: String) -> McpError {
@@ -115,7 +133,13 @@ pub fn first_request(
 ) -> Result<FirstRequest, String> {
     let messages = prompt_messages(prompt).map_err(|e| e.to_string())?;
     let mut setup = Setup::new(messages);
-    setup.offer(server, own_tools, |name| task.spec.tools.contains(name), ());
+    setup.offer(
+        server,
+        own_tools,
+        |name| task.spec.tools.contains(name),
+        &ask_first(task),
+        (),
+    );
     let limits = settings.ceilings.bound(task.spec.limits);
     let wall_deadline = agent_loop::wall_deadline(&limits, now, now + Duration::seconds(limits.timeout_seconds.into()));
     let left_out = setup.toolbox.left_out().to_vec();
@@ -128,7 +152,9 @@ pub fn first_request(
         Err(Ended::Run(outcome)) => Err(outcome
             .reason
             .unwrap_or_else(|| "the run stops before its first model call".into())),
-        Err(Ended::Requeue(_)) => Err("the run would go back to the queue before its first model call".into()),
+        Err(Ended::Requeue(_) | Ended::Awaiting(_)) => {
+            Err("the run would go back to the queue before its first model call".into())
+        }
     }
 }
 
@@ -147,7 +173,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         &self,
         task: &Task,
         install: Option<&Install>,
-        scheduled: DateTime<Utc>,
+        occ: &Delivery,
         now: DateTime<Utc>,
         deadline: DateTime<Utc>,
     ) -> Ended {
@@ -179,12 +205,16 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Ok(turns) => turns,
             Err(e) => return failed(e),
         };
-        let run = run_id(task.task_id.as_str(), scheduled);
+        let run = run_id(task.task_id.as_str(), occ.scheduled);
+        let ids = RunIds {
+            workspace: &task.workspace,
+            task_id: task.task_id.as_str(),
+            run_id: &run,
+            occurrence: &occ.key,
+            execution_id: &occ.message.execution_id,
+        };
         let lane = crate::domain::run::pace::Lane::of(task.kind);
-        match self
-            .agent_loop(turns, &setup.sessions, &run, lane, &task.workspace)
-            .await
-        {
+        match self.agent_loop(turns, &setup.sessions, &ids, lane).await {
             // What could not be offered is on the record, whatever the outcome.
             Ended::Run(mut outcome) => {
                 outcome.notes = notes;
@@ -201,7 +231,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         &self,
         task: &Task,
         install: Option<&Install>,
-        scheduled: DateTime<Utc>,
+        occ: &Delivery,
         now: DateTime<Utc>,
         deadline: DateTime<Utc>,
     ) -> Ended {
@@ -209,14 +239,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Provenance::Connector { server, prompt, .. } => format!("{server}/{prompt}"),
             Provenance::User { .. } => "reminder".to_owned(),
         };
-        let run = run_id(task.task_id.as_str(), scheduled);
+        let run = run_id(task.task_id.as_str(), occ.scheduled);
         let span = self.tracer.invoke_agent(&AgentFacts {
             name: &name,
             pinned: task.spec.agent.as_ref().map(|a| (a.id.as_str(), a.version.as_str())),
             model: &self.settings.model_id,
             run_id: &run,
         });
-        let ended = span.run(self.run(task, install, scheduled, now, deadline)).await;
+        let ended = span.run(self.run(task, install, occ, now, deadline)).await;
         let usage = match &ended {
             Ended::Run(outcome) => {
                 span.set(key::OUTCOME, outcome.status.as_str());
@@ -231,6 +261,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     if requeue.room_at.is_some() { "paced" } else { "returned" },
                 );
                 requeue.usage
+            }
+            Ended::Awaiting(parked) => {
+                span.set(key::OUTCOME, "awaiting_approval");
+                parked.usage
             }
         };
         span.set(key::INPUT_TOKENS, usage.input_tokens as i64);
@@ -284,14 +318,21 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             session.list_tools(Some(&task.spec.tools)),
         )
         .await?;
-        setup.offer(&install.server, own, |name| task.spec.tools.contains(name), session);
+        let ask_first = ask_first(task);
+        setup.offer(
+            &install.server,
+            own,
+            |name| task.spec.tools.contains(name),
+            &ask_first,
+            session,
+        );
         for install_id in task.spec.bindings.values().flatten() {
             let Some(bound) = self.bound_install(task, install_id).await? else {
                 continue;
             };
             let session = mcp_step(self.tracer.mcp("initialize", None), self.connectors.connect(&bound)).await?;
             let tools = mcp_step(self.tracer.mcp("tools/list", None), session.list_tools(None)).await?;
-            setup.offer(&bound.server, tools, |_| true, session);
+            setup.offer(&bound.server, tools, |_| true, &ask_first, session);
         }
         Ok(setup)
     }

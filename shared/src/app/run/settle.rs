@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::claim::Claimed;
 use super::{Disposition, RunError, Runner};
-use crate::domain::run::agent_loop::Requeue;
+use crate::domain::run::agent_loop::{Parked, Requeue};
 use crate::domain::run::door::SkipReason;
 use crate::domain::run::occurrence::{Delivery, Outcome, RunRecord, cap_reason, claim_retention};
 use crate::domain::run::settlement;
@@ -14,7 +14,7 @@ use crate::domain::task::budget;
 use crate::domain::task::claim::RunStatus;
 use crate::domain::task::install::Install;
 use crate::domain::task::{Provenance, Task};
-use crate::ports::{Connectors, Model, Release, RunStore, Settled, Settlement, StoreError, Unclaimed};
+use crate::ports::{Connectors, Model, Park, Release, RunStore, Settled, Settlement, StoreError, Unclaimed};
 
 /// A settle is not tried again when its next try could not begin this long
 /// before the invocation's deadline: the batch's returns (a
@@ -213,6 +213,67 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     "the model stayed throttled before any tool call; returned to the queue"
                 );
                 Ok(Disposition::ReturnToQueue)
+            }
+        }
+    }
+
+    /// A run stopped at a gated call (`RunStore::park`): the occurrence's
+    /// record says `awaiting_approval` with the request's id and what the
+    /// run spent, the claim waits carrying it (as a released one does, the
+    /// account charged at the occurrence's one settle or its denial), and
+    /// the request is put: its insert is the `Tool call awaiting approval`
+    /// event. The message is acknowledged; an approval sends it again.
+    pub(super) async fn park(
+        &self,
+        occ: &Delivery,
+        claimed: &Claimed,
+        parked: Parked,
+        now: DateTime<Utc>,
+    ) -> Result<Disposition, RunError> {
+        let task = &claimed.task;
+        let outcome = Outcome {
+            status: RunStatus::AwaitingApproval,
+            reason: Some(cap_reason(&format!(
+                "awaiting approval of `{}` on {}",
+                parked.approval.tool, parked.approval.server
+            ))),
+            usage: parked.usage,
+            output: None,
+            cost: parked.cost,
+            notes: Vec::new(),
+        };
+        let mut record = RunRecord::new(
+            occ,
+            &outcome,
+            claimed.attempts,
+            claimed.crashed,
+            &self.settings.model_id,
+            now,
+            Utc::now().max(now),
+            self.settings.retention,
+        );
+        record.request_id = Some(parked.approval.request_id.clone());
+        let park = Park {
+            release: Release {
+                task,
+                occurrence: &occ.key,
+                execution_id: &occ.message.execution_id,
+                period: &claimed.period,
+                reserved_usd: budget::reservation(task.spec.budget) + claimed.crashed,
+                carried_usd: parked.cost + claimed.crashed,
+                workspace_held_usd: claimed.workspace,
+            },
+            record: &record,
+            approval: &parked.approval,
+        };
+        match self.store.park(&park).await? {
+            Settled::Done => {
+                tracing::info!(request_id = %parked.approval.request_id, "the occurrence waits for an approval");
+                Ok(Disposition::AwaitingApproval)
+            }
+            Settled::LostClaim | Settled::ClaimGone => {
+                tracing::warn!("the claim was taken over before this run could wait for its approval");
+                Ok(Disposition::Duplicate)
             }
         }
     }

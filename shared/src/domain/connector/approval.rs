@@ -9,7 +9,7 @@
 //! the declaring install, another install of its server, a personal install or
 //! one that is not installed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 
@@ -24,6 +24,9 @@ use crate::domain::task::{Approval, Task, TaskKind};
 #[error("{0}")]
 pub struct InvalidApproval(pub String);
 
+/// The most tools an admin gates for one task (`ask_first`).
+pub const MAX_ASK_FIRST: usize = 64;
+
 /// An admin approves a connector task's pending (or first declared) bounds
 /// with argument values and need bindings: every argument is one the prompt
 /// has, every required one has a value, every need is bound (as
@@ -36,6 +39,7 @@ pub fn approve(
     approver: &str,
     arguments: BTreeMap<String, String>,
     bindings: BTreeMap<String, Option<String>>,
+    ask_first: Option<BTreeSet<String>>,
     now: DateTime<Utc>,
 ) -> Result<(), InvalidApproval> {
     let invalid = |m: String| Err(InvalidApproval(m));
@@ -76,6 +80,20 @@ pub fn approve(
             "need `{need}` has no decision: bind it to an install, or pass null to leave it unbound"
         ));
     }
+    // Given, the admin's gating replaces the last; not given, it stays: a
+    // re-approval never drops what an admin gated.
+    let ask_first = match ask_first {
+        Some(names) => {
+            if names.len() > MAX_ASK_FIRST {
+                return invalid(format!("ask_first names at most {MAX_ASK_FIRST} tools"));
+            }
+            if let Some(name) = names.iter().find(|n| n.is_empty() || n.chars().count() > 128) {
+                return invalid(format!("ask_first name `{name}` must be 1 to 128 characters"));
+            }
+            names
+        }
+        None => task.approval.as_ref().map(|a| a.ask_first.clone()).unwrap_or_default(),
+    };
     task.spec = target;
     task.pending = None;
     task.hold.lift(HoldReason::AwaitingApproval);
@@ -84,6 +102,7 @@ pub fn approve(
         id: format!("admin:{approver}:{}", task.version + 1),
         approved_at: now,
         by: Some(approver.to_owned()),
+        ask_first,
     });
     Ok(())
 }
@@ -156,7 +175,7 @@ mod tests {
             let mut task = awaiting(now);
             let before = task.clone();
             assert_eq!(
-                approve(&mut task, &chat(), "usr_admin", arguments, bindings, now),
+                approve(&mut task, &chat(), "usr_admin", arguments, bindings, None, now),
                 Err(InvalidApproval(expected.to_owned()))
             );
             assert_eq!(task, before, "a refused approval changes nothing");
@@ -173,6 +192,7 @@ mod tests {
             "usr_admin",
             args(&[("repo", "a/b")]),
             bind(&[("chat", Some("ins_chat"))]),
+            Some(BTreeSet::from(["delete".to_owned()])),
             now,
         )
         .unwrap();
@@ -184,9 +204,18 @@ mod tests {
         let approval = task.approval.clone().unwrap();
         assert_eq!(approval.id, format!("admin:usr_admin:{}", task.version + 1));
         assert_eq!(approval.by.as_deref(), Some("usr_admin"));
+        assert_eq!(approval.ask_first, BTreeSet::from(["delete".to_owned()]));
+        // A re-approval that names no gating keeps the admin's.
+        approve(&mut task, &chat(), "usr_other", args(&[]), bind(&[]), None, now).unwrap();
+        assert_eq!(
+            task.approval.as_ref().unwrap().ask_first,
+            BTreeSet::from(["delete".to_owned()])
+        );
+        let too_many: BTreeSet<String> = (0..=MAX_ASK_FIRST).map(|i| format!("t{i}")).collect();
+        assert!(approve(&mut task, &chat(), "usr_admin", args(&[]), bind(&[]), Some(too_many), now).is_err());
 
         let mut reminder = awaiting(now);
         reminder.kind = TaskKind::Reminder;
-        assert!(approve(&mut reminder, &chat(), "usr_admin", args(&[]), bind(&[]), now).is_err());
+        assert!(approve(&mut reminder, &chat(), "usr_admin", args(&[]), bind(&[]), None, now).is_err());
     }
 }

@@ -32,6 +32,10 @@ pub fn in_words(record: &RunRecord) -> String {
         RunStatus::Succeeded => "ran and finished".to_owned(),
         RunStatus::Running => "is running".to_owned(),
         RunStatus::Released => "went back to the queue to run again".to_owned(),
+        RunStatus::AwaitingApproval => format!(
+            "waits for a workspace admin to approve a tool call (request {})",
+            record.request_id.as_deref().unwrap_or("unknown")
+        ),
         RunStatus::Failed => format!("failed: {reason}"),
         RunStatus::Skipped => {
             let why = match reason {
@@ -46,6 +50,8 @@ pub fn in_words(record: &RunRecord) -> String {
                 "budget exhausted" => "its budget for the month was used up".to_owned(),
                 "skipped by its owner" => "its owner skipped this one; the next one runs".to_owned(),
                 "skipped by an admin" => "a workspace admin skipped this one; the next one runs".to_owned(),
+                "denied" => "a workspace admin denied the tool call it asked to make".to_owned(),
+                "expired" => "the tool call it asked to make was not approved in time".to_owned(),
                 held if held.starts_with("held: ") => format!("it was held ({})", &held["held: ".len()..]),
                 other => other.to_owned(),
             };
@@ -113,6 +119,7 @@ mod tests {
             finished_at: t,
             ttl: 0,
             notes: Vec::new(),
+            request_id: None,
         }
     }
 

@@ -436,6 +436,7 @@ impl CreateRequest {
                     id: approval.id.clone(),
                     approved_at,
                     by: None,
+                    ask_first: Default::default(),
                 })
             }
         };
@@ -536,6 +537,7 @@ impl CheckedRequest {
             id: format!("owner:{idempotency_key}"),
             approved_at: now,
             by: Some(principal.id.clone()),
+            ask_first: Default::default(),
         }));
         let record = IdempotencyRecord {
             principal: principal.id,

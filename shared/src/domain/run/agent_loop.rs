@@ -40,6 +40,10 @@ pub const MODEL_THROTTLED: &str = "model throttled";
 pub struct Route {
     pub session: usize,
     pub tool: String,
+    /// The server the session is with, as the run names it.
+    pub server: String,
+    /// A call waits for an approval (`domain::run::gate`).
+    pub gated: bool,
 }
 
 /// The tools a run offers, and the route table back to their servers.
@@ -130,9 +134,26 @@ impl Toolbox {
                 Route {
                     session,
                     tool: tool.name,
+                    server: server.to_owned(),
+                    gated: false,
                 },
             );
         }
+    }
+
+    /// Gates the offered tools of `session` that `gated(tool, offered)`
+    /// says (`gate::gated`): their calls wait for an approval.
+    pub fn gate(&mut self, session: usize, gated: impl Fn(&str, &str) -> bool) {
+        for (offered, route) in &mut self.routes {
+            if route.session == session && gated(&route.tool, offered) {
+                route.gated = true;
+            }
+        }
+    }
+
+    /// Whether any offered tool is gated.
+    pub fn any_gated(&self) -> bool {
+        self.routes.values().any(|r| r.gated)
     }
 
     /// The tools as offered to the model.
@@ -190,6 +211,17 @@ pub enum Ended {
     Run(Box<Outcome>),
     /// Given back unrecorded.
     Requeue(Requeue),
+    /// Stopped at a gated tool call (`domain::run::gate`), before any call
+    /// of its turn: the occurrence waits for an approver.
+    Awaiting(Box<Parked>),
+}
+
+/// A run stopped at a gated call: the request it puts, and what it spent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parked {
+    pub approval: super::gate::CallApproval,
+    pub usage: Usage,
+    pub cost: f64,
 }
 
 /// One model call the loop allows: the request, its `max_tokens` the least
@@ -425,6 +457,34 @@ impl AgentLoop {
         self.fail(MODEL_THROTTLED.to_owned())
     }
 
+    /// Where an offered name leads (`None`: not offered).
+    pub fn route(&self, offered: &str) -> Option<&Route> {
+        self.toolbox.route(offered)
+    }
+
+    /// Whether any offered tool is gated.
+    pub fn any_gated(&self) -> bool {
+        self.toolbox.any_gated()
+    }
+
+    /// The run stops at a gated call and puts `approval` to an approver,
+    /// with what it spent.
+    pub fn ask(&self, approval: super::gate::CallApproval) -> Ended {
+        Ended::Awaiting(Box::new(Parked {
+            approval,
+            usage: self.usage,
+            cost: self.cost(),
+        }))
+    }
+
+    /// The occurrence asked as often as it may (`gate::MAX_ASKS`): the run fails.
+    pub fn asked_too_often(&self) -> Ended {
+        self.fail(format!(
+            "the run asked for approval of a tool call {} times in this occurrence",
+            super::gate::MAX_ASKS
+        ))
+    }
+
     /// The model call failed otherwise: the run fails with its message.
     pub fn model_failed(&self, message: String) -> Ended {
         self.fail(message)
@@ -605,7 +665,7 @@ mod tests {
     fn reason(ended: &Ended) -> Option<&str> {
         match ended {
             Ended::Run(outcome) => outcome.reason.as_deref(),
-            Ended::Requeue(_) => None,
+            Ended::Requeue(_) | Ended::Awaiting(_) => None,
         }
     }
 
@@ -659,7 +719,9 @@ mod tests {
             toolbox.route("chat__post"),
             Some(&Route {
                 session: 1,
-                tool: "post".into()
+                tool: "post".into(),
+                server: "chat".into(),
+                gated: false,
             })
         );
         assert_eq!(toolbox.route("issues__delete"), None, "not admitted, not routed");
@@ -707,7 +769,9 @@ mod tests {
             run.tool_call("2", "issues__list"),
             ToolCall::Allowed(Route {
                 session: 0,
-                tool: "list".into()
+                tool: "list".into(),
+                server: "issues".into(),
+                gated: false,
             })
         );
         let ToolCall::OverLimit(ended) = run.tool_call("3", "issues__list") else {

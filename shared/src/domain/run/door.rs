@@ -61,6 +61,12 @@ pub enum SkipReason {
     SkippedByOwner,
     /// The next occurrence a workspace admin asked to skip (a connector task).
     SkippedByAdmin,
+    /// Its run stopped at a gated tool call, and an admin denied the call
+    /// (`domain::run::gate`).
+    Denied,
+    /// Its run stopped at a gated tool call nobody approved within
+    /// `APPROVAL_HOURS` (or whose approved re-run did not start by then).
+    Expired,
 }
 
 impl SkipReason {
@@ -97,6 +103,8 @@ impl SkipReason {
             SkipReason::NeverFinished => "never_finished",
             SkipReason::SkippedByOwner => "skipped_by_owner",
             SkipReason::SkippedByAdmin => "skipped_by_admin",
+            SkipReason::Denied => "denied",
+            SkipReason::Expired => "expired",
         }
     }
 

@@ -13,6 +13,7 @@ pub mod agent;
 pub mod agent_loop;
 pub mod definition;
 pub mod door;
+pub mod gate;
 pub mod model;
 pub mod notification;
 pub mod occurrence;

@@ -25,6 +25,10 @@ pub struct RunMessage {
     pub execution_id: String,
     /// `<aws.scheduler.attempt-number>`.
     pub attempt: String,
+    /// Set by an admin's approval of a gated call (`domain::run::gate`):
+    /// the request whose occurrence this message resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
 }
 
 /// The schedule input with Scheduler's context-attribute placeholders, which
@@ -127,6 +131,9 @@ pub enum ClaimOutcome {
     /// A claim given back before it ran: claim it again, carrying what it
     /// committed.
     Released,
+    /// The occurrence waits for an approval (`domain::run::gate`): only the
+    /// approval's resume takes it over.
+    AwaitingApproval,
     Missing,
     /// The reservation does not fit the period budget.
     BudgetExhausted,
@@ -139,6 +146,7 @@ pub fn diagnose(old: Option<&Task>, occurrence: &str, now: DateTime<Utc>) -> Cla
     };
     match task.claims.get(occurrence) {
         Some(claim) if claim.status == RunStatus::Released => ClaimOutcome::Released,
+        Some(claim) if claim.status == RunStatus::AwaitingApproval => ClaimOutcome::AwaitingApproval,
         Some(claim) if claim.status != RunStatus::Running => ClaimOutcome::Finished { status: claim.status },
         Some(claim) if claim.lease_until >= now.timestamp() => ClaimOutcome::Busy {
             lease_until: claim.lease_until,
@@ -168,7 +176,8 @@ pub fn prunable(task: &Task, now: DateTime<Utc>, keep: Duration) -> Vec<String> 
     task.claims
         .iter()
         .filter(|(occurrence, claim)| {
-            (claim.status != RunStatus::Running || claim.lease_until < now.timestamp())
+            claim.status != RunStatus::AwaitingApproval
+                && (claim.status != RunStatus::Running || claim.lease_until < now.timestamp())
                 && DateTime::parse_from_rfc3339(occurrence).is_ok_and(|t| now - t.with_timezone(&Utc) > keep)
         })
         .map(|(occurrence, _)| occurrence.clone())
@@ -259,6 +268,10 @@ pub struct RunRecord {
     /// What the run could not do as asked (`Outcome::notes`), capped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The approval request an `awaiting_approval` occurrence waits for,
+    /// or the one its denial or expiry ended it on (`domain::run::gate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 impl RunRecord {
@@ -294,6 +307,7 @@ impl RunRecord {
             finished_at,
             ttl: (finished_at + retention).timestamp(),
             notes: outcome.notes.iter().take(MAX_NOTES).map(|n| cap_reason(n)).collect(),
+            request_id: None,
         }
     }
 }

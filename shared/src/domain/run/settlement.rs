@@ -104,7 +104,7 @@ pub fn completion(
 ) -> Option<Completion> {
     let finishes = match status {
         RunStatus::Skipped => skip.is_some_and(SkipReason::completes_one_time),
-        RunStatus::Running | RunStatus::Released => false,
+        RunStatus::Running | RunStatus::Released | RunStatus::AwaitingApproval => false,
         RunStatus::Succeeded | RunStatus::Failed => true,
     };
     let tombstoned = task.overrides.as_ref().is_some_and(|o| o.deleted);

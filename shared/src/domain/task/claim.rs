@@ -20,6 +20,12 @@ pub enum RunStatus {
     /// its attempts committed to the period budget (`Claim::crashed_usd`)
     /// waits on the claim for the occurrence's one record.
     Released,
+    /// A claim and a record: the run stopped at a gated tool call
+    /// (`domain::run::gate`) and waits for an admin's decision, carrying
+    /// what it spent in `crashed_usd` as a released claim does. An approval
+    /// resumes it (a take-over, `TakeOver::Approved`); a denial or an
+    /// expiry ends it skipped. Never pruned, never dead.
+    AwaitingApproval,
 }
 
 impl RunStatus {
@@ -30,6 +36,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Skipped => "skipped",
             RunStatus::Released => "released",
+            RunStatus::AwaitingApproval => "awaiting_approval",
         }
     }
 
@@ -76,7 +83,7 @@ impl Claim {
         match self.status {
             RunStatus::Released => true,
             RunStatus::Running => self.lease_until < now,
-            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Skipped => false,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Skipped | RunStatus::AwaitingApproval => false,
         }
     }
 
@@ -118,7 +125,7 @@ impl Claim {
     pub fn committed(&self, reservation: f64) -> f64 {
         match self.status {
             RunStatus::Running => reservation + self.crashed_usd,
-            RunStatus::Released => self.crashed_usd,
+            RunStatus::Released | RunStatus::AwaitingApproval => self.crashed_usd,
             RunStatus::Succeeded | RunStatus::Failed | RunStatus::Skipped => 0.0,
         }
     }

@@ -137,6 +137,11 @@ pub struct Approval {
     /// Who approved, when it was not the task's own principal (an admin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+    /// Tools the admin gated for this task's runs ("ask first",
+    /// `domain::run::gate`): by the server's name for the tool, or the name
+    /// a run offers it under (`<server>__<tool>`, for a bound connector's).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub ask_first: BTreeSet<String>,
 }
 
 /// The approved bounds of a task: what the runner may do, and when.

@@ -1,0 +1,491 @@
+//! Approval of high-impact tool calls in unattended runs (SPEC §15), as
+//! pure code: which tools are gated, the request a gated call becomes, what
+//! an approver may decide, and what a run does with a gated call given the
+//! requests its occurrence already has.
+//!
+//! Invariants: a gated call is made only under an approved request of the
+//! same run, server, tool and canonical argument hash ([`CallApproval::serves`]),
+//! and at most once under it: the request is used in a conditional write
+//! before the call (`RunStore::use_approval`), and a later attempt of the
+//! occurrence reads what the call answered instead of making it again
+//! ([`Gate::Made`]). A server's annotations add gating and never remove an
+//! admin's `ask_first`. An occurrence asks at most [`MAX_ASKS`] times.
+//!
+//! The resume is a re-run carrying the one pre-approved call (ARCHITECTURE,
+//! "Approvals"): no conversation is stored, the approval item stays a few
+//! kilobytes ([`MAX_ARGUMENT_BYTES`], [`MAX_RESULT_CHARS`]), and the re-run's
+//! model may ask again with other arguments, which is a new request.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::occurrence::cap_chars;
+
+/// The arguments an approval item keeps for its approver to read, as
+/// canonical JSON; longer ones are cut and say so (the hash is of them whole).
+pub const MAX_ARGUMENT_BYTES: usize = 8 * 1024;
+/// What an approval item keeps of the approved call's answer, so a later
+/// attempt of the occurrence reads it instead of calling again.
+pub const MAX_RESULT_CHARS: usize = 4000;
+/// The requests one occurrence may make: past it, the run fails.
+pub const MAX_ASKS: usize = 3;
+/// `APPROVAL_HOURS`' default.
+pub const DEFAULT_APPROVAL_HOURS: i64 = 24;
+
+/// Whether a tool is gated in a scheduled run: its server annotates it
+/// `destructiveHint: true` without `readOnlyHint: true`, or the task's
+/// admin named it in `ask_first` (by the server's name for it, or the name
+/// the run offers it under).
+pub fn gated(annotated_destructive: bool, ask_first: &BTreeSet<String>, tool: &str, offered: &str) -> bool {
+    annotated_destructive || ask_first.contains(tool) || ask_first.contains(offered)
+}
+
+/// What a server's `tools/list` annotations say for gating: destructive,
+/// and not read-only. Absent hints gate nothing.
+pub fn annotated_destructive(destructive_hint: Option<bool>, read_only_hint: Option<bool>) -> bool {
+    destructive_hint == Some(true) && read_only_hint != Some(true)
+}
+
+/// `value` as canonical JSON: object keys sorted at every depth, no
+/// whitespace, numbers and strings as `serde_json` writes them.
+pub fn canonical(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// The SHA-256 of the canonical form of `arguments`, hex.
+pub fn arguments_hash(arguments: &Value) -> String {
+    hex::encode(Sha256::digest(canonical(arguments).as_bytes()))
+}
+
+/// A request's id: the same for the same run, server, tool and arguments.
+pub fn request_id(run_id: &str, server: &str, tool: &str, hash: &str) -> String {
+    let digest = Sha256::digest(format!("{run_id}\n{server}\n{tool}\n{hash}").as_bytes());
+    format!("apr_{}", &hex::encode(digest)[..24])
+}
+
+/// A tool result's text as a request keeps it: its text blocks, cut at
+/// [`MAX_RESULT_CHARS`]; other blocks named by their kind.
+pub fn result_text(content: &[super::agent::Block]) -> String {
+    use super::agent::Block;
+    let text: Vec<String> = content
+        .iter()
+        .map(|block| match block {
+            Block::Text(text) => text.clone(),
+            Block::Json(value) => value.to_string(),
+            _ => "[a non-text block]".to_owned(),
+        })
+        .collect();
+    cap_chars(&text.join("\n"), MAX_RESULT_CHARS)
+}
+
+/// Where a request stands (SPEC §15's `state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalState {
+    Open,
+    Approved,
+    Denied,
+    Expired,
+}
+
+impl ApprovalState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalState::Open => "open",
+            ApprovalState::Approved => "approved",
+            ApprovalState::Denied => "denied",
+            ApprovalState::Expired => "expired",
+        }
+    }
+}
+
+/// One gated call put to the workspace's admins: bound to its run, server,
+/// tool and argument hash; kept on its own item (`adapters::approvals`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallApproval {
+    pub request_id: String,
+    pub workspace: String,
+    pub task_id: String,
+    pub run_id: String,
+    /// The occurrence's key within its task (`occurrence::occurrence_key`).
+    pub scheduled_time: String,
+    pub server: String,
+    /// The tool as its server names it.
+    pub tool: String,
+    /// The arguments as canonical JSON, cut at [`MAX_ARGUMENT_BYTES`].
+    pub arguments: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub arguments_truncated: bool,
+    pub arguments_sha256: String,
+    pub requested_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub state: ApprovalState,
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// When the approved call was made (at most once), and by which execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_by: Option<String>,
+    /// What the call answered, cut at [`MAX_RESULT_CHARS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub result_is_error: bool,
+}
+
+/// A gated call as the run saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatedCall<'a> {
+    pub workspace: &'a str,
+    pub task_id: &'a str,
+    pub run_id: &'a str,
+    pub scheduled_time: &'a str,
+    pub server: &'a str,
+    pub tool: &'a str,
+    pub arguments: &'a Value,
+}
+
+impl CallApproval {
+    /// The open request for `call` at `now`, expiring after `hours`.
+    pub fn ask(call: &GatedCall<'_>, now: DateTime<Utc>, hours: i64) -> Self {
+        let hash = arguments_hash(call.arguments);
+        let text = canonical(call.arguments);
+        let truncated = text.len() > MAX_ARGUMENT_BYTES;
+        let arguments = if truncated {
+            let mut end = MAX_ARGUMENT_BYTES;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text[..end].to_owned()
+        } else {
+            text
+        };
+        Self {
+            request_id: request_id(call.run_id, call.server, call.tool, &hash),
+            workspace: call.workspace.to_owned(),
+            task_id: call.task_id.to_owned(),
+            run_id: call.run_id.to_owned(),
+            scheduled_time: call.scheduled_time.to_owned(),
+            server: call.server.to_owned(),
+            tool: call.tool.to_owned(),
+            arguments,
+            arguments_truncated: truncated,
+            arguments_sha256: hash,
+            requested_at: now,
+            expires_at: now + Duration::hours(hours.max(1)),
+            state: ApprovalState::Open,
+            version: 1,
+            decided_by: None,
+            decided_at: None,
+            note: None,
+            used_at: None,
+            used_by: None,
+            result: None,
+            result_is_error: false,
+        }
+    }
+
+    /// Whether this request is for exactly `call`: its run, server, tool and arguments.
+    pub fn serves(&self, run_id: &str, server: &str, tool: &str, hash: &str) -> bool {
+        self.run_id == run_id && self.server == server && self.tool == tool && self.arguments_sha256 == hash
+    }
+
+    /// Past its expiry at `now`, undecided.
+    pub fn lapsed(&self, now: DateTime<Utc>) -> bool {
+        self.state == ApprovalState::Open && now >= self.expires_at
+    }
+
+    /// An admin's decision, if the request is still as `expected_version`
+    /// says, open, and within its expiry: the request as it is then.
+    pub fn decide(
+        &self,
+        decision: Decision,
+        by: &str,
+        note: Option<String>,
+        expected_version: u64,
+        now: DateTime<Utc>,
+    ) -> Result<CallApproval, Undecidable> {
+        if self.version != expected_version {
+            return Err(Undecidable::VersionMoved { current: self.version });
+        }
+        if self.lapsed(now) {
+            return Err(Undecidable::State(ApprovalState::Expired));
+        }
+        if self.state != ApprovalState::Open {
+            return Err(Undecidable::State(self.state));
+        }
+        let mut decided = self.clone();
+        decided.state = match decision {
+            Decision::Approve => ApprovalState::Approved,
+            Decision::Deny => ApprovalState::Denied,
+        };
+        decided.decided_by = Some(by.to_owned());
+        decided.decided_at = Some(now);
+        decided.note = note.map(|n| cap_chars(&n, 500));
+        decided.version += 1;
+        Ok(decided)
+    }
+
+    /// The request ended by its expiry (the periodic check).
+    pub fn expire(&self, now: DateTime<Utc>) -> CallApproval {
+        let mut expired = self.clone();
+        expired.state = ApprovalState::Expired;
+        expired.decided_at = Some(now);
+        expired.version += 1;
+        expired
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Deny,
+}
+
+/// Why a decision is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Undecidable {
+    #[error("the request changed (now version {current}): read it again")]
+    VersionMoved { current: u64 },
+    #[error("the request is {}, not open", .0.as_str())]
+    State(ApprovalState),
+}
+
+/// What a run does with one gated call, given its occurrence's requests.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Gate {
+    /// Approved and not used: use it, then make the call.
+    Make(String),
+    /// Made under its approval by an earlier attempt: its answer, as kept
+    /// (`None`: the attempt stopped before the answer was kept).
+    Made { result: Option<String>, is_error: bool },
+    /// Not approved: put it to an approver; the occurrence waits.
+    Ask,
+    /// The occurrence asked [`MAX_ASKS`] times already: the run fails.
+    TooManyAsks,
+    /// Decided against (denied, expired): never made.
+    Refused(ApprovalState),
+}
+
+/// The gate's answer for the call `(server, tool, hash)` of `run_id`.
+pub fn gate(requests: &[CallApproval], run_id: &str, server: &str, tool: &str, hash: &str) -> Gate {
+    match requests.iter().find(|r| r.serves(run_id, server, tool, hash)) {
+        Some(r) if r.state == ApprovalState::Approved && r.used_at.is_none() => Gate::Make(r.request_id.clone()),
+        Some(r) if r.state == ApprovalState::Approved => Gate::Made {
+            result: r.result.clone(),
+            is_error: r.result_is_error,
+        },
+        Some(r) if r.state == ApprovalState::Open => Gate::Ask,
+        Some(r) => Gate::Refused(r.state),
+        None if requests.iter().filter(|r| r.run_id == run_id).count() >= MAX_ASKS => Gate::TooManyAsks,
+        None => Gate::Ask,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 5, 9, 0, 0).unwrap()
+    }
+
+    fn call<'a>(arguments: &'a Value) -> GatedCall<'a> {
+        GatedCall {
+            workspace: "T1",
+            task_id: "tsk_1",
+            run_id: "tsk_1@2026-12-05T09:00:00Z",
+            scheduled_time: "2026-12-05T09:00:00Z",
+            server: "issues",
+            tool: "delete_issue",
+            arguments,
+        }
+    }
+
+    #[test]
+    fn gating_is_destructive_without_read_only_or_the_admins_ask_first() {
+        assert!(annotated_destructive(Some(true), None));
+        assert!(annotated_destructive(Some(true), Some(false)));
+        assert!(!annotated_destructive(Some(true), Some(true)), "read-only wins");
+        assert!(!annotated_destructive(None, None), "no hint gates nothing");
+        assert!(!annotated_destructive(Some(false), None));
+        let ask_first = BTreeSet::from(["post".to_owned()]);
+        assert!(gated(false, &ask_first, "post", "chat__post"));
+        assert!(
+            gated(true, &BTreeSet::new(), "list", "issues__list"),
+            "annotations add gating"
+        );
+        assert!(
+            gated(false, &ask_first, "list", "post"),
+            "an offered name in ask_first gates"
+        );
+        assert!(!gated(false, &ask_first, "list", "issues__list"));
+    }
+
+    #[test]
+    fn the_hash_is_of_the_canonical_arguments_whatever_their_key_order() {
+        let a = json!({"b": 1, "a": {"y": [1, {"d": 2, "c": 3}], "x": "é"}});
+        let b: Value = serde_json::from_str(r#"{"a":{"x":"é","y":[1,{"c":3,"d":2}]},"b":1}"#).unwrap();
+        assert_eq!(canonical(&a), r#"{"a":{"x":"é","y":[1,{"c":3,"d":2}]},"b":1}"#);
+        assert_eq!(arguments_hash(&a), arguments_hash(&b));
+        assert_ne!(arguments_hash(&a), arguments_hash(&json!({"b": 2, "a": {}})));
+        assert_ne!(
+            arguments_hash(&json!({"n": 1})),
+            arguments_hash(&json!({"n": "1"})),
+            "a number is not its text"
+        );
+    }
+
+    #[test]
+    fn a_request_is_bound_to_its_run_server_tool_and_arguments() {
+        let args = json!({"id": 7});
+        let asked = CallApproval::ask(&call(&args), now(), 24);
+        assert_eq!(asked.state, ApprovalState::Open);
+        assert_eq!(asked.expires_at, now() + Duration::hours(24));
+        let hash = arguments_hash(&args);
+        assert!(asked.serves(&asked.run_id, "issues", "delete_issue", &hash));
+        assert!(!asked.serves("tsk_1@2026-12-06T09:00:00Z", "issues", "delete_issue", &hash));
+        assert!(!asked.serves(&asked.run_id, "issues", "close_issue", &hash));
+        assert!(!asked.serves(&asked.run_id, "other", "delete_issue", &hash));
+        assert!(!asked.serves(
+            &asked.run_id,
+            "issues",
+            "delete_issue",
+            &arguments_hash(&json!({"id": 8}))
+        ));
+        assert_eq!(
+            asked.request_id,
+            CallApproval::ask(&call(&args), now() + Duration::hours(1), 24).request_id,
+            "the same call asks under the same id"
+        );
+    }
+
+    #[test]
+    fn long_arguments_are_kept_cut_and_hashed_whole() {
+        let args = json!({"body": "é".repeat(MAX_ARGUMENT_BYTES)});
+        let asked = CallApproval::ask(&call(&args), now(), 24);
+        assert!(asked.arguments_truncated);
+        assert!(asked.arguments.len() <= MAX_ARGUMENT_BYTES);
+        assert_eq!(asked.arguments_sha256, arguments_hash(&args));
+    }
+
+    #[test]
+    fn a_decision_needs_the_version_an_open_request_and_its_time() {
+        let asked = CallApproval::ask(&call(&json!({})), now(), 24);
+        let approved = asked
+            .decide(Decision::Approve, "U1", None, 1, now() + Duration::hours(1))
+            .unwrap();
+        assert_eq!((approved.state, approved.version), (ApprovalState::Approved, 2));
+        assert_eq!(
+            asked.decide(Decision::Deny, "U1", None, 2, now()),
+            Err(Undecidable::VersionMoved { current: 1 })
+        );
+        assert_eq!(
+            approved.decide(Decision::Deny, "U1", None, 2, now()),
+            Err(Undecidable::State(ApprovalState::Approved))
+        );
+        assert_eq!(
+            asked.decide(Decision::Approve, "U1", None, 1, now() + Duration::hours(24)),
+            Err(Undecidable::State(ApprovalState::Expired)),
+            "an open request past its expiry is expired"
+        );
+        let denied = asked
+            .decide(Decision::Deny, "U1", Some("no".into()), 1, now())
+            .unwrap();
+        assert_eq!(denied.state, ApprovalState::Denied);
+        assert_eq!(denied.note.as_deref(), Some("no"));
+    }
+
+    #[test]
+    fn the_gate_makes_an_approved_call_once_and_asks_for_any_other() {
+        let args = json!({"id": 7});
+        let hash = arguments_hash(&args);
+        let asked = CallApproval::ask(&call(&args), now(), 24);
+        let run = asked.run_id.clone();
+        let g = |requests: &[CallApproval], h: &str| gate(requests, &run, "issues", "delete_issue", h);
+        assert_eq!(g(&[], &hash), Gate::Ask);
+        assert_eq!(g(std::slice::from_ref(&asked), &hash), Gate::Ask);
+        let mut approved = asked.decide(Decision::Approve, "U1", None, 1, now()).unwrap();
+        assert_eq!(
+            g(std::slice::from_ref(&approved), &hash),
+            Gate::Make(asked.request_id.clone())
+        );
+        assert_eq!(
+            g(std::slice::from_ref(&approved), &arguments_hash(&json!({"id": 8}))),
+            Gate::Ask,
+            "a changed argument asks again"
+        );
+        approved.used_at = Some(now());
+        approved.result = Some("deleted".into());
+        assert_eq!(
+            g(std::slice::from_ref(&approved), &hash),
+            Gate::Made {
+                result: Some("deleted".into()),
+                is_error: false
+            },
+            "made once: a later attempt reads its answer"
+        );
+        let other_run = gate(
+            std::slice::from_ref(&approved),
+            "tsk_1@2026-12-06T09:00:00Z",
+            "issues",
+            "delete_issue",
+            &hash,
+        );
+        assert_eq!(other_run, Gate::Ask, "an approval never serves another run");
+        let denied = asked.decide(Decision::Deny, "U1", None, 1, now()).unwrap();
+        assert_eq!(
+            g(std::slice::from_ref(&denied), &hash),
+            Gate::Refused(ApprovalState::Denied)
+        );
+        let many: Vec<CallApproval> = (0..MAX_ASKS)
+            .map(|i| CallApproval::ask(&call(&json!({"id": i})), now(), 24))
+            .collect();
+        assert_eq!(g(&many, &arguments_hash(&json!({"id": 99}))), Gate::TooManyAsks);
+    }
+}
