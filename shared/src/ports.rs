@@ -620,6 +620,13 @@ pub trait CallApprovals: Send + Sync {
         ended: &EndAwaiting<'_>,
         expected: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Writes a request as decided alone, if still at `expected` (its
+    /// occurrence already ended or ran): it leaves the expiry index.
+    fn close_request(
+        &self,
+        decided: &crate::domain::run::gate::CallApproval,
+        expected: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Requests whose expiry passed before `before` that still hold an
     /// occurrence (open, or approved and not used), earliest first.
     fn lapsed_approvals(

@@ -756,7 +756,8 @@ where
     S: shared::ports::TaskCatalog
         + shared::ports::TaskStore
         + shared::ports::ReminderStore
-        + shared::ports::WorkspaceBudgets,
+        + shared::ports::WorkspaceBudgets
+        + shared::ports::CallApprovals,
     G: shared::ports::Schedules,
     Q: shared::ports::RunQueue,
 {

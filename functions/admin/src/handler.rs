@@ -12,7 +12,7 @@ use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::admin::{Admin, AdminError, AdminRefusal, AdminRequest, AdminSettings};
 use shared::config::AdminConfig;
 use shared::domain::payload::{self, Payload};
-use shared::ports::{ReminderStore, RunQueue, Schedules, TaskCatalog, TaskStore, WorkspaceBudgets};
+use shared::ports::{CallApprovals, ReminderStore, RunQueue, Schedules, TaskCatalog, TaskStore, WorkspaceBudgets};
 
 pub type App = Admin<DynamoStore, EventBridgeSchedules, RunsQueue>;
 
@@ -49,7 +49,7 @@ pub fn decode(payload: Payload) -> Result<AdminRequest, AdminRefusal> {
 /// Decodes a payload and answers it: what the function returns.
 pub async fn answer<S, G, Q>(app: &Admin<S, G, Q>, payload: Payload, now: DateTime<Utc>) -> Result<Value, AdminError>
 where
-    S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets,
+    S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprovals,
     G: Schedules,
     Q: RunQueue,
 {

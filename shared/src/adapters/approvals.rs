@@ -337,6 +337,10 @@ impl CallApprovals for DynamoStore {
         self.send_all(items).await
     }
 
+    async fn close_request(&self, decided: &CallApproval, expected: u64) -> Result<bool, StoreError> {
+        self.send_all(vec![decided_put(self.table(), decided, expected)?]).await
+    }
+
     async fn lapsed_approvals(&self, before: DateTime<Utc>, limit: usize) -> Result<Vec<CallApproval>, StoreError> {
         self.counted();
         let page = self

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::change::StepError;
 use crate::app::change::{Target, commit};
+use crate::app::approvals::{self, ApprovalView};
 use crate::app::run_now::{self, Requested, RunNowFailure};
+use crate::domain::run::gate::{ApprovalState, CallApproval, CallDecision, Undecidable};
 use crate::domain::connector::approval;
 use crate::domain::operations::history::RunView;
 use crate::domain::reminder::Principal;
@@ -33,7 +35,8 @@ use crate::domain::task::overrides::OverrideEdit;
 use crate::domain::task::skip;
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
 use crate::ports::{
-    QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, WorkspaceBudgets,
+    CallApprovals, QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore,
+    WorkspaceBudgets,
 };
 
 pub const ADMIN_SCOPE: &str = "schedule.admin";
@@ -48,19 +51,21 @@ pub enum AdminRefusal {
     Forbidden,
     #[error("no task {0} in this workspace")]
     NotFound(String),
-    #[error("the task changed since version {expected} (now {current}): read it again")]
+    #[error("it changed since version {expected} (now {current}): read it again")]
     VersionConflict { expected: u64, current: u64 },
     #[error("{0}")]
     InvalidRequest(String),
     #[error("this idempotency key was already used with a different input")]
     IdempotencyConflict,
+    #[error("no approval request {0} in this workspace")]
+    NoRequest(String),
 }
 
 impl AdminRefusal {
     pub fn code(&self) -> &'static str {
         match self {
             AdminRefusal::Forbidden => "forbidden",
-            AdminRefusal::NotFound(_) => "not_found",
+            AdminRefusal::NotFound(_) | AdminRefusal::NoRequest(_) => "not_found",
             AdminRefusal::VersionConflict { .. } => "version_conflict",
             AdminRefusal::InvalidRequest(_) => "invalid_request",
             AdminRefusal::IdempotencyConflict => "idempotency_conflict",
@@ -177,6 +182,33 @@ pub enum AdminRequest {
     Workspace {
         principal: Principal,
     },
+    /// The workspace's gated tool calls' requests (SPEC §15), of one task
+    /// when `task_id` is given, newest first within a page.
+    Approvals {
+        principal: Principal,
+        #[serde(default)]
+        task_id: Option<String>,
+        #[serde(default)]
+        cursor: Option<String>,
+        #[serde(default)]
+        limit: Option<u64>,
+    },
+    /// Approves a request at `expected_version`: its occurrence resumes and
+    /// the call is made once, with exactly its arguments.
+    ApproveCall {
+        principal: Principal,
+        request_id: String,
+        expected_version: u64,
+    },
+    /// Denies a request at `expected_version`: its occurrence ends skipped
+    /// `denied`.
+    DenyCall {
+        principal: Principal,
+        request_id: String,
+        expected_version: u64,
+        #[serde(default)]
+        note: Option<String>,
+    },
     /// Sets the workspace's monthly budget (`null`: none), if its version is
     /// still `expected_version` (0 when the workspace has none yet). A raise
     /// takes effect at the next occurrence.
@@ -220,7 +252,10 @@ impl AdminRequest {
             | AdminRequest::Get { principal, .. }
             | AdminRequest::Runs { principal, .. }
             | AdminRequest::Workspace { principal }
-            | AdminRequest::SetBudget { principal, .. } => principal,
+            | AdminRequest::SetBudget { principal, .. }
+            | AdminRequest::Approvals { principal, .. }
+            | AdminRequest::ApproveCall { principal, .. }
+            | AdminRequest::DenyCall { principal, .. } => principal,
             AdminRequest::Approve { target, .. }
             | AdminRequest::Pause { target, .. }
             | AdminRequest::Resume { target }
@@ -325,6 +360,15 @@ pub enum AdminAnswer {
     Workspace {
         workspace: WorkspaceView,
     },
+    /// `approvals`.
+    Approvals {
+        approvals: Vec<ApprovalView>,
+        cursor: Option<String>,
+    },
+    /// `approve_call` and `deny_call`.
+    Approval {
+        approval: ApprovalView,
+    },
 }
 
 fn workspace_answer(budget: WorkspaceBudget) -> AdminAnswer {
@@ -340,6 +384,14 @@ fn workspace_answer(budget: WorkspaceBudget) -> AdminAnswer {
             updated_by: budget.updated_by,
             updated_at: budget.updated_at,
         },
+    }
+}
+
+/// A decision the request refused, as the admin's answer says it.
+fn refused_decision(undecidable: Undecidable, expected: u64) -> AdminRefusal {
+    match undecidable {
+        Undecidable::VersionMoved { current } => AdminRefusal::VersionConflict { expected, current },
+        Undecidable::State(state) => AdminRefusal::InvalidRequest(format!("the request is {}", state.as_str())),
     }
 }
 
@@ -385,7 +437,9 @@ fn admin_task(task: &Task) -> Task {
     shown
 }
 
-impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets, G: Schedules, Q: RunQueue> Admin<S, G, Q> {
+impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprovals, G: Schedules, Q: RunQueue>
+    Admin<S, G, Q>
+{
     /// `runs`: the task's latest run records, newest first, with the skip
     /// and failure reasons in words (`domain::operations::history`).
     async fn runs(&self, principal: &Principal, task_id: &str, limit: Option<u64>) -> Outcome {
@@ -407,7 +461,9 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets, G: Schedules
     }
 }
 
-impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets, G: Schedules, Q: RunQueue> Admin<S, G, Q> {
+impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprovals, G: Schedules, Q: RunQueue>
+    Admin<S, G, Q>
+{
     pub fn new(store: S, schedules: G, queue: Q, settings: AdminSettings) -> Self {
         Self {
             store,
@@ -557,7 +613,139 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets, G: Schedules
                 let limit = budget.map(|b| b.max_usd_per_month);
                 self.set_budget(&principal, limit, expected_version, now).await
             }
+            AdminRequest::Approvals {
+                task_id, cursor, limit, ..
+            } => self.approvals(&principal, task_id, cursor, limit, now).await,
+            AdminRequest::ApproveCall {
+                request_id,
+                expected_version,
+                ..
+            } => self.approve_call(&principal, &request_id, expected_version, now).await,
+            AdminRequest::DenyCall {
+                request_id,
+                expected_version,
+                note,
+                ..
+            } => {
+                self.deny_call(&principal, &request_id, expected_version, note, now)
+                    .await
+            }
         }
+    }
+
+    /// `approvals`: a page of the workspace's requests (`limit` 1 to 100,
+    /// default 50; the cursor is the last request id of the page before).
+    async fn approvals(
+        &self,
+        principal: &Principal,
+        task_id: Option<String>,
+        cursor: Option<String>,
+        limit: Option<u64>,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let limit = match crate::app::schedules::page_limit(limit) {
+            Ok(limit) => limit,
+            Err(message) => return Ok(Err(AdminRefusal::InvalidRequest(message))),
+        };
+        if let Some(id) = &task_id {
+            if let Err(refusal) = self.load(principal, id).await? {
+                return Ok(Err(refusal));
+            }
+        }
+        let (requests, next) = self
+            .store
+            .approvals_page(&principal.workspace, task_id.as_deref(), cursor.as_deref(), limit)
+            .await?;
+        Ok(Ok(AdminAnswer::Approvals {
+            approvals: requests.iter().map(|r| approvals::view(r, now)).collect(),
+            cursor: next,
+        }))
+    }
+
+    /// A request of the caller's workspace, as stored.
+    async fn request(
+        &self,
+        principal: &Principal,
+        request_id: &str,
+    ) -> Result<Result<CallApproval, AdminRefusal>, AdminError> {
+        Ok(self
+            .store
+            .approval(&principal.workspace, request_id)
+            .await?
+            .ok_or_else(|| AdminRefusal::NoRequest(request_id.to_owned())))
+    }
+
+    /// `approve_call`: the request approved (its occurrence still
+    /// awaiting), then its occurrence's resume sent. Approving again a
+    /// request already approved at `expected` and not yet used sends the
+    /// resume again (a send that failed is retried this way).
+    async fn approve_call(&self, principal: &Principal, request_id: &str, expected: u64, now: DateTime<Utc>) -> Outcome {
+        let asked = match self.request(principal, request_id).await? {
+            Ok(asked) => asked,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let approved = if asked.state == ApprovalState::Approved && asked.used_at.is_none() && asked.version == expected
+        {
+            asked
+        } else {
+            let decided = match asked.decide(CallDecision::Approve, &principal.id, None, expected, now) {
+                Ok(decided) => decided,
+                Err(undecidable) => return Ok(Err(refused_decision(undecidable, expected))),
+            };
+            if !self.store.approve_call(&decided, expected).await? {
+                return Ok(Err(self.moved(principal, request_id, expected).await?));
+            }
+            decided
+        };
+        self.queue.send_run(&approvals::resume_message(&approved)).await?;
+        tracing::info!(request_id, "a gated call approved; its occurrence resumes");
+        Ok(Ok(AdminAnswer::Approval {
+            approval: approvals::view(&approved, now),
+        }))
+    }
+
+    /// `deny_call`: the request denied and its occurrence ended skipped
+    /// `denied`, in one write.
+    async fn deny_call(
+        &self,
+        principal: &Principal,
+        request_id: &str,
+        expected: u64,
+        note: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let asked = match self.request(principal, request_id).await? {
+            Ok(asked) => asked,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let denied = match asked.decide(CallDecision::Deny, &principal.id, note, expected, now) {
+            Ok(denied) => denied,
+            Err(undecidable) => return Ok(Err(refused_decision(undecidable, expected))),
+        };
+        match approvals::end_occurrence(&self.store, &denied, expected, now, self.settings.retention).await? {
+            Ok(()) => Ok(Ok(AdminAnswer::Approval {
+                approval: approvals::view(&denied, now),
+            })),
+            Err(approvals::NotEnded::VersionMoved(current)) => {
+                Ok(Err(AdminRefusal::VersionConflict { expected, current }))
+            }
+            Err(approvals::NotEnded::NotAwaiting) => Ok(Err(AdminRefusal::InvalidRequest(
+                "its occurrence no longer waits for it".to_owned(),
+            ))),
+        }
+    }
+
+    /// Why a fenced decision was not written: the request's version moved,
+    /// or its occurrence no longer waits.
+    async fn moved(&self, principal: &Principal, request_id: &str, expected: u64) -> Result<AdminRefusal, AdminError> {
+        Ok(match self.store.approval(&principal.workspace, request_id).await? {
+            Some(now) if now.version != expected => AdminRefusal::VersionConflict {
+                expected,
+                current: now.version,
+            },
+            Some(_) => AdminRefusal::InvalidRequest("its occurrence no longer waits for it".to_owned()),
+            None => AdminRefusal::NoRequest(request_id.to_owned()),
+        })
     }
 
     /// `set_budget`: a limit within its bounds, written if the version is

@@ -2,6 +2,7 @@
 //! domain, and says what to write in which order. No AWS types here.
 
 pub mod admin;
+pub mod approvals;
 pub mod change;
 pub mod create;
 pub mod overdue;

@@ -413,7 +413,12 @@ pub const fn worker_seconds_needed() -> u64 {
     BATCH_SIZE * MESSAGE_SECONDS + ANSWER_RESERVE_MS.div_ceil(1000)
 }
 
-impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedules, C: Connectors, Q: WorkQueue>
+impl<
+    S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore + crate::ports::CallApprovals,
+    G: Schedules,
+    C: Connectors,
+    Q: WorkQueue,
+>
     Reconciler<S, G, C, Q>
 {
     pub fn new(store: S, schedules: G, connectors: C, queue: Q, ceilings: Ceilings, rules: InstallRules) -> Self {
@@ -522,6 +527,12 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore, G: Schedu
                 Ok(Summary::default())
             }
             Work::Pass(Pass::Overdue) => {
+                // Gated calls' requests that lapsed end their occurrences
+                // (SPEC §15) with each period of the check.
+                let expired = crate::app::approvals::expire_lapsed(&self.store, now, self.overdue.retention).await?;
+                if expired > 0 {
+                    tracing::info!(expired, "occurrences whose approval requests lapsed ended expired");
+                }
                 self.queue_overdue_shards(now).await?;
                 Ok(Summary::default())
             }

@@ -241,7 +241,7 @@ impl CallApproval {
     /// says, open, and within its expiry: the request as it is then.
     pub fn decide(
         &self,
-        decision: Decision,
+        decision: CallDecision,
         by: &str,
         note: Option<String>,
         expected_version: u64,
@@ -258,8 +258,8 @@ impl CallApproval {
         }
         let mut decided = self.clone();
         decided.state = match decision {
-            Decision::Approve => ApprovalState::Approved,
-            Decision::Deny => ApprovalState::Denied,
+            CallDecision::Approve => ApprovalState::Approved,
+            CallDecision::Deny => ApprovalState::Denied,
         };
         decided.decided_by = Some(by.to_owned());
         decided.decided_at = Some(now);
@@ -279,7 +279,7 @@ impl CallApproval {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub enum CallDecision {
     Approve,
     Deny,
 }
@@ -418,24 +418,24 @@ mod tests {
     fn a_decision_needs_the_version_an_open_request_and_its_time() {
         let asked = CallApproval::ask(&call(&json!({})), now(), 24);
         let approved = asked
-            .decide(Decision::Approve, "U1", None, 1, now() + Duration::hours(1))
+            .decide(CallDecision::Approve, "U1", None, 1, now() + Duration::hours(1))
             .unwrap();
         assert_eq!((approved.state, approved.version), (ApprovalState::Approved, 2));
         assert_eq!(
-            asked.decide(Decision::Deny, "U1", None, 2, now()),
+            asked.decide(CallDecision::Deny, "U1", None, 2, now()),
             Err(Undecidable::VersionMoved { current: 1 })
         );
         assert_eq!(
-            approved.decide(Decision::Deny, "U1", None, 2, now()),
+            approved.decide(CallDecision::Deny, "U1", None, 2, now()),
             Err(Undecidable::State(ApprovalState::Approved))
         );
         assert_eq!(
-            asked.decide(Decision::Approve, "U1", None, 1, now() + Duration::hours(24)),
+            asked.decide(CallDecision::Approve, "U1", None, 1, now() + Duration::hours(24)),
             Err(Undecidable::State(ApprovalState::Expired)),
             "an open request past its expiry is expired"
         );
         let denied = asked
-            .decide(Decision::Deny, "U1", Some("no".into()), 1, now())
+            .decide(CallDecision::Deny, "U1", Some("no".into()), 1, now())
             .unwrap();
         assert_eq!(denied.state, ApprovalState::Denied);
         assert_eq!(denied.note.as_deref(), Some("no"));
@@ -450,7 +450,7 @@ mod tests {
         let g = |requests: &[CallApproval], h: &str| gate(requests, &run, "issues", "delete_issue", h);
         assert_eq!(g(&[], &hash), Gate::Ask);
         assert_eq!(g(std::slice::from_ref(&asked), &hash), Gate::Ask);
-        let mut approved = asked.decide(Decision::Approve, "U1", None, 1, now()).unwrap();
+        let mut approved = asked.decide(CallDecision::Approve, "U1", None, 1, now()).unwrap();
         assert_eq!(
             g(std::slice::from_ref(&approved), &hash),
             Gate::Make(asked.request_id.clone())
@@ -478,7 +478,7 @@ mod tests {
             &hash,
         );
         assert_eq!(other_run, Gate::Ask, "an approval never serves another run");
-        let denied = asked.decide(Decision::Deny, "U1", None, 1, now()).unwrap();
+        let denied = asked.decide(CallDecision::Deny, "U1", None, 1, now()).unwrap();
         assert_eq!(
             g(std::slice::from_ref(&denied), &hash),
             Gate::Refused(ApprovalState::Denied)

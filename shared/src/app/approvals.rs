@@ -1,0 +1,209 @@
+//! Gated tool calls' requests after the run (SPEC §15, `domain::run::gate`):
+//! an admin lists and decides them (`app::admin`), the periodic check
+//! expires the lapsed ones (`app::reconcile`, with the missed-occurrence
+//! check). An approval resumes the occurrence with a message
+//! ([`resume_message`]); a denial or an expiry ends it skipped, paying what
+//! its run spent ([`end_occurrence`]).
+//!
+//! Invariants: every decision is fenced on the request's version and on its
+//! occurrence still awaiting; an occurrence ends once, whichever of a
+//! denial, an expiry or its resumed run comes first.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+
+use crate::domain::run::door::SkipReason;
+use crate::domain::run::gate::{ApprovalState, CallApproval};
+use crate::domain::run::occurrence::{Delivery, Outcome, RunMessage, RunRecord};
+use crate::domain::task::budget::{self, Account};
+use crate::domain::task::claim::RunStatus;
+use crate::domain::task::{Provenance, Task, TaskId};
+use crate::ports::{CallApprovals, EndAwaiting, StoreError, TaskCatalog, TaskStore};
+
+/// A request as `approvals`, `approve_call` and `deny_call` show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApprovalView {
+    pub request_id: String,
+    pub task_id: String,
+    pub run_id: String,
+    pub server: String,
+    pub tool: String,
+    /// The exact arguments, as JSON; as text when they were cut for size
+    /// (`arguments_truncated`).
+    pub arguments: serde_json::Value,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub arguments_truncated: bool,
+    pub arguments_sha256: String,
+    pub requested_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    /// `open`, `approved`, `denied` or `expired` (an open request past its
+    /// expiry reads as expired).
+    pub state: ApprovalState,
+    pub version: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// When the approved call was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_at: Option<DateTime<Utc>>,
+}
+
+pub fn view(approval: &CallApproval, now: DateTime<Utc>) -> ApprovalView {
+    let arguments = match approval.arguments_truncated {
+        false => serde_json::from_str(&approval.arguments)
+            .unwrap_or_else(|_| serde_json::Value::String(approval.arguments.clone())),
+        true => serde_json::Value::String(approval.arguments.clone()),
+    };
+    ApprovalView {
+        request_id: approval.request_id.clone(),
+        task_id: approval.task_id.clone(),
+        run_id: approval.run_id.clone(),
+        server: approval.server.clone(),
+        tool: approval.tool.clone(),
+        arguments,
+        arguments_truncated: approval.arguments_truncated,
+        arguments_sha256: approval.arguments_sha256.clone(),
+        requested_at: approval.requested_at,
+        expires_at: approval.expires_at,
+        state: if approval.lapsed(now) {
+            ApprovalState::Expired
+        } else {
+            approval.state
+        },
+        version: approval.version,
+        decided_by: approval.decided_by.clone(),
+        decided_at: approval.decided_at,
+        note: approval.note.clone(),
+        used_at: approval.used_at,
+    }
+}
+
+/// The runs-queue message an approval sends: the occurrence's own, marked
+/// as the resume of `approval` (the door gives it the request's time; the
+/// claim takes over only an occurrence awaiting an approved request).
+pub fn resume_message(approval: &CallApproval) -> RunMessage {
+    RunMessage {
+        task_id: approval.task_id.clone(),
+        workspace: approval.workspace.clone(),
+        scheduled_time: approval.scheduled_time.clone(),
+        execution_id: format!("approval-{}", approval.request_id),
+        attempt: "1".to_owned(),
+        resume: Some(approval.request_id.clone()),
+    }
+}
+
+/// Why an occurrence's end was not written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotEnded {
+    /// The request moved since it was read: its version now.
+    VersionMoved(u64),
+    /// The occurrence no longer waits (its resumed run took it, or it ended).
+    NotAwaiting,
+}
+
+/// Ends the occurrence `decided` (denied or expired, from `expected`) held:
+/// skipped `denied` or `expired`, its record paying what the awaiting claim
+/// carries, the account charged, the request decided, in one transaction.
+pub async fn end_occurrence<S: TaskStore + TaskCatalog + CallApprovals>(
+    store: &S,
+    decided: &CallApproval,
+    expected: u64,
+    now: DateTime<Utc>,
+    retention: Duration,
+) -> Result<Result<(), NotEnded>, StoreError> {
+    let reason = match decided.state {
+        ApprovalState::Expired => SkipReason::Expired,
+        _ => SkipReason::Denied,
+    };
+    let Some(task_id) = TaskId::parse(&decided.task_id) else {
+        return Ok(Err(NotEnded::NotAwaiting));
+    };
+    let Some(task) = store.task(&decided.workspace, &task_id).await? else {
+        return Ok(Err(NotEnded::NotAwaiting));
+    };
+    let Some(claim) = task
+        .claims
+        .get(&decided.scheduled_time)
+        .filter(|c| c.status == RunStatus::AwaitingApproval)
+        .cloned()
+    else {
+        return Ok(Err(NotEnded::NotAwaiting));
+    };
+    let Some(delivery) = delivery_of(decided) else {
+        return Ok(Err(NotEnded::NotAwaiting));
+    };
+    let mut record = RunRecord::new(
+        &delivery,
+        &Outcome::skipped(reason.describe()),
+        claim.attempts,
+        claim.crashed_usd,
+        "",
+        claim.started_at,
+        now,
+        retention,
+    );
+    record.request_id = Some(decided.request_id.clone());
+    let account = account_of(store, &task).await?;
+    let period = budget::period(delivery.scheduled);
+    let ended = EndAwaiting {
+        approval: decided,
+        task: &task,
+        record: &record,
+        claim: &claim,
+        account: account.as_ref(),
+        period: &period,
+    };
+    if store.end_awaiting(&ended, expected).await? {
+        tracing::info!(request_id = %decided.request_id, reason = reason.code(), "an occurrence awaiting approval ended");
+        return Ok(Ok(()));
+    }
+    Ok(Err(match store.approval(&decided.workspace, &decided.request_id).await? {
+        Some(now) if now.version != expected => NotEnded::VersionMoved(now.version),
+        _ => NotEnded::NotAwaiting,
+    }))
+}
+
+/// The occurrence a request names, as a delivery of it.
+fn delivery_of(approval: &CallApproval) -> Option<Delivery> {
+    let body = serde_json::to_string(&resume_message(approval)).ok()?;
+    RunMessage::parse(&body).ok()
+}
+
+/// The account the occurrence's run was charged to (`app::run::settle`'s rule).
+async fn account_of<S: TaskCatalog>(store: &S, task: &Task) -> Result<Option<Account>, StoreError> {
+    Ok(match &task.provenance {
+        Provenance::User { principal } => Some(budget::account_of_principal(&task.workspace, principal)),
+        Provenance::Connector { install_id, .. } => store
+            .install(&task.workspace, install_id)
+            .await?
+            .map(|install| Account::Install(install.account)),
+    })
+}
+
+/// The most lapsed requests one check ends.
+pub const EXPIRE_PER_CHECK: usize = 100;
+
+/// Ends the occurrences whose requests lapsed before `now` (open past
+/// their expiry, or approved and never resumed by then): how many ended.
+pub async fn expire_lapsed<S: TaskStore + TaskCatalog + CallApprovals>(
+    store: &S,
+    now: DateTime<Utc>,
+    retention: Duration,
+) -> Result<usize, StoreError> {
+    let mut ended = 0;
+    for lapsed in store.lapsed_approvals(now, EXPIRE_PER_CHECK).await? {
+        let expired = lapsed.expire(now);
+        match end_occurrence(store, &expired, lapsed.version, now, retention).await? {
+            Ok(()) => ended += 1,
+            // Its occurrence ran or ended otherwise: the request alone closes.
+            Err(NotEnded::NotAwaiting) => {
+                store.close_request(&expired, lapsed.version).await?;
+            }
+            Err(NotEnded::VersionMoved(_)) => {}
+        }
+    }
+    Ok(ended)
+}
