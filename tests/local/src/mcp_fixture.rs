@@ -51,6 +51,8 @@ pub struct FixtureTool {
     pub description: String,
     /// Its input schema as listed (`None`: an object with one text field).
     pub schema: Option<JsonObject>,
+    /// Its `annotations` as listed, as JSON (`destructiveHint`, `readOnlyHint`).
+    pub annotations: Option<Value>,
 }
 
 #[derive(Debug, Default)]
@@ -194,6 +196,7 @@ impl ServerHandler for Handler {
                 if t.description.is_empty() {
                     tool.description = None;
                 }
+                tool.annotations = t.annotations.clone().and_then(|a| serde_json::from_value(a).ok());
                 tool
             })
             .collect();
@@ -346,6 +349,15 @@ pub fn tool(name: &str) -> FixtureTool {
         name: name.to_owned(),
         description: format!("The fixture's {name} tool"),
         schema: None,
+        annotations: None,
+    }
+}
+
+/// A tool listed with these annotations (`{"destructiveHint": true}`, ...).
+pub fn annotated_tool(name: &str, annotations: Value) -> FixtureTool {
+    FixtureTool {
+        annotations: Some(annotations),
+        ..tool(name)
     }
 }
 
@@ -367,6 +379,7 @@ pub fn undescribed_tool(name: &str) -> FixtureTool {
         name: name.to_owned(),
         description: String::new(),
         schema: None,
+        annotations: None,
     }
 }
 

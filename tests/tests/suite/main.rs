@@ -1,6 +1,7 @@
 //! The integration suite: one test binary, one module per area, so the
 //! workspace links the AWS SDK into as few test executables as it can.
 
+mod approvals;
 mod budget;
 mod caching;
 mod completion;

@@ -1,0 +1,324 @@
+//! Gated tool calls in unattended runs (SPEC §15, `domain::run::gate`): a
+//! tool its server annotates `destructiveHint: true` (not `readOnlyHint`),
+//! or an admin named in `ask_first`, is never called without an approval
+//! of exactly that call. Through the real runner and admin use cases
+//! against moto, the MCP fixture on loopback and the Converse stand-in:
+//! the occurrence waits `awaiting_approval`, an approval resumes it and the
+//! call is made once with its arguments (under redeliveries and a crash
+//! too), a changed argument asks again, a denial and an expiry end it.
+
+use chrono::{DateTime, Duration, Utc};
+use local::converse::Reply;
+use local::mcp_fixture::{FixtureState, McpFixture, annotated_tool, scheduled_prompt, tool};
+use serde_json::{Value, json};
+use shared::adapters::dynamo::DynamoStore;
+use shared::app::run::Disposition;
+use shared::domain::run::door::SkipReason;
+use shared::domain::run::gate::CallApproval;
+use shared::domain::run::occurrence::occurrence_key;
+use shared::domain::task::claim::RunStatus;
+use shared::domain::task::install::InstallScope;
+use shared::domain::task::{Approval, Task};
+use shared::ports::{RunStore, StoreError};
+use tests::intercept::{Intercepted, RunStoreHook};
+use tests::{RunStack, connector_task, crashes, deadline, install, run_settings};
+
+fn admin() -> Value {
+    json!({"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]})
+}
+
+/// The issues server installed in ws_1 (`delete_issue` annotated
+/// destructive; `archive_issue` destructive but read-only, so not gated;
+/// `list_issues` plain) and its approved task offered all three, stored.
+async fn issues_task(s: &RunStack, ask_first: &[&str]) -> (McpFixture, Task) {
+    let issues = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt("triage", json!({"version": 1}), &[], "Triage.")],
+        tools: vec![
+            tool("list_issues"),
+            annotated_tool("delete_issue", json!({"destructiveHint": true})),
+            annotated_tool("archive_issue", json!({"destructiveHint": true, "readOnlyHint": true})),
+        ],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.store()
+        .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
+        .await
+        .unwrap();
+    let mut task = connector_task(
+        "issues",
+        "triage",
+        &["list_issues", "delete_issue", "archive_issue"],
+        &[],
+    );
+    task.approval = Some(Approval {
+        id: "admin:adm_1:1".into(),
+        approved_at: Utc::now(),
+        by: Some("adm_1".into()),
+        ask_first: ask_first.iter().map(|t| (*t).to_owned()).collect(),
+    });
+    s.insert(&task).await;
+    (issues, task)
+}
+
+async fn admin_op(s: &RunStack, request: Value) -> Value {
+    s.t.admin().handle(request, Utc::now()).await.unwrap()
+}
+
+/// The workspace's requests, as `approvals` lists them.
+async fn approvals(s: &RunStack) -> Vec<Value> {
+    let answer = admin_op(s, json!({"op": "approvals", "principal": admin()})).await;
+    assert_eq!(answer["ok"], true, "{answer}");
+    answer["approvals"].as_array().cloned().unwrap_or_default()
+}
+
+async fn decide(s: &RunStack, op: &str, request_id: &str, version: u64) -> Value {
+    admin_op(
+        s,
+        json!({"op": op, "principal": admin(), "request_id": request_id, "expected_version": version}),
+    )
+    .await
+}
+
+async fn record(s: &RunStack, task: &Task, at: DateTime<Utc>) -> Value {
+    s.run_record(&task.task_id, &occurrence_key(at)).await.expect("a run record")
+}
+
+async fn calls(issues: &McpFixture) -> Vec<(String, Value)> {
+    issues.state().read().await.calls.clone()
+}
+
+/// Delivers `body` once through the real runner.
+async fn deliver(s: &RunStack, body: &str) -> Disposition {
+    s.runner()
+        .deliver("m2", body, Utc::now(), deadline())
+        .await
+        .expect("the delivery answers")
+}
+
+/// Runs the occurrence at `at` up to its gated call of `delete_issue`
+/// with `arguments`: it waits. Answers the request's id.
+async fn park(s: &RunStack, task: &Task, at: DateTime<Utc>, arguments: Value) -> String {
+    s.model
+        .script([Reply::tool("issues__delete_issue", arguments, 1000, 50)])
+        .await;
+    assert_eq!(s.deliver_once(task, at).await, Disposition::AwaitingApproval);
+    let parked = record(s, task, at).await;
+    assert_eq!(parked["status"], "awaiting_approval", "{parked}");
+    parked["request_id"].as_str().expect("the record names its request").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gated_call_waits_and_once_approved_is_made_once_with_its_arguments() {
+    let s = RunStack::start().await.unwrap();
+    let (issues, task) = issues_task(&s, &[]).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let request_id = park(&s, &task, at, json!({"id": 7})).await;
+    assert!(calls(&issues).await.is_empty(), "never called unapproved");
+    let parked = record(&s, &task, at).await;
+    assert!(parked["cost_usd"].as_f64().unwrap() > 0.0, "what it spent: {parked}");
+    // A redelivery of the occurrence's own message does nothing while it waits.
+    assert_eq!(s.deliver_once(&task, at).await, Disposition::Duplicate);
+    assert!(calls(&issues).await.is_empty());
+
+    // One content-free event: the ids and the tool.
+    let waiting: Vec<Value> = s
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| e["detail-type"] == "Tool call awaiting approval")
+        .collect();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert_eq!(
+        waiting[0]["detail"],
+        json!({"workspace": "ws_1", "task_id": task.task_id, "run_id": parked["run_id"],
+               "request_id": request_id, "tool": "delete_issue"})
+    );
+
+    // The admin reads the exact arguments, and approves at its version.
+    let listed = approvals(&s).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["arguments"], json!({"id": 7}));
+    assert_eq!((listed[0]["state"].as_str(), listed[0]["version"].as_u64()), (Some("open"), Some(1)));
+    let stale = decide(&s, "approve_call", &request_id, 2).await;
+    assert_eq!(stale["error"]["code"], "version_conflict", "{stale}");
+    let approved = decide(&s, "approve_call", &request_id, 1).await;
+    assert_eq!(approved["approval"]["state"], "approved", "{approved}");
+    let resumes = s.t.take_run_messages().await;
+    assert_eq!(resumes.len(), 1, "one resume: {resumes:?}");
+
+    // The re-run: the model asks the same call; it is made once.
+    s.model
+        .script([
+            Reply::tool("issues__delete_issue", json!({"id": 7}), 1000, 50),
+            Reply::text("Deleted issue 7.", 1200, 20),
+        ])
+        .await;
+    assert_eq!(deliver(&s, &resumes[0]).await, Disposition::Ran(RunStatus::Succeeded));
+    assert_eq!(calls(&issues).await, vec![("delete_issue".to_owned(), json!({"id": 7}))]);
+    let settled = record(&s, &task, at).await;
+    assert_eq!(settled["status"], "succeeded", "{settled}");
+    assert!(
+        settled["cost_usd"].as_f64().unwrap() > parked["cost_usd"].as_f64().unwrap(),
+        "both attempts' cost: {settled}"
+    );
+    // The resume redelivered, and the approval decided again: nothing more.
+    assert_eq!(deliver(&s, &resumes[0]).await, Disposition::Duplicate);
+    assert_eq!(calls(&issues).await.len(), 1);
+    let again = decide(&s, "approve_call", &request_id, 2).await;
+    assert_eq!(again["error"]["code"], "invalid_request", "{again}");
+    let finished: Vec<Value> = s
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| e["detail-type"] == "Scheduled run finished")
+        .collect();
+    assert_eq!(finished.len(), 1, "one finished event: {finished:?}");
+    assert_eq!(finished[0]["detail"]["status"], "succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_argument_asks_again_and_a_denial_ends_the_occurrence_skipped() {
+    let s = RunStack::start().await.unwrap();
+    let (issues, task) = issues_task(&s, &[]).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let first = park(&s, &task, at, json!({"id": 7})).await;
+    assert_eq!(decide(&s, "approve_call", &first, 1).await["ok"], true);
+    let resume = s.t.take_run_messages().await.pop().expect("a resume");
+    // The re-run's model asks for another issue: not the approved call.
+    s.model
+        .script([Reply::tool("issues__delete_issue", json!({"id": 8}), 1000, 50)])
+        .await;
+    assert_eq!(deliver(&s, &resume).await, Disposition::AwaitingApproval);
+    assert!(calls(&issues).await.is_empty(), "an approval never serves other arguments");
+    let second = record(&s, &task, at).await["request_id"].as_str().unwrap().to_owned();
+    assert_ne!(second, first);
+
+    let denied = admin_op(
+        &s,
+        json!({"op": "deny_call", "principal": admin(), "request_id": second,
+               "expected_version": 1, "note": "not that one"}),
+    )
+    .await;
+    assert_eq!(denied["approval"]["state"], "denied", "{denied}");
+    let ended = record(&s, &task, at).await;
+    assert_eq!(ended["status"], "skipped", "{ended}");
+    assert_eq!(ended["reason"], SkipReason::Denied.describe());
+    assert!(ended["cost_usd"].as_f64().unwrap() > 0.0, "it pays what it spent");
+    // Whatever comes after: nothing runs.
+    assert_eq!(deliver(&s, &resume).await, Disposition::Duplicate);
+    assert_eq!(s.deliver_once(&task, at).await, Disposition::Duplicate);
+    assert!(calls(&issues).await.is_empty());
+    let late = decide(&s, "approve_call", &second, 2).await;
+    assert_eq!(late["error"]["code"], "invalid_request", "{late}");
+    assert!(late["error"]["message"].as_str().unwrap().contains("denied"), "{late}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_request_ends_its_occurrence_and_can_no_longer_be_approved() {
+    let s = RunStack::start().await.unwrap();
+    let (issues, task) = issues_task(&s, &[]).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let request_id = park(&s, &task, at, json!({"id": 7})).await;
+    let store = s.store();
+    let later = Utc::now() + Duration::hours(25);
+    assert_eq!(
+        shared::app::approvals::expire_lapsed(&store, Utc::now(), Duration::days(30))
+            .await
+            .unwrap(),
+        0,
+        "nothing lapsed yet"
+    );
+    assert_eq!(
+        shared::app::approvals::expire_lapsed(&store, later, Duration::days(30))
+            .await
+            .unwrap(),
+        1
+    );
+    let ended = record(&s, &task, at).await;
+    assert_eq!(ended["status"], "skipped", "{ended}");
+    assert_eq!(ended["reason"], SkipReason::Expired.describe());
+    let listed = approvals(&s).await;
+    assert_eq!(listed[0]["state"], "expired", "{listed:?}");
+    let late = decide(&s, "approve_call", &request_id, listed[0]["version"].as_u64().unwrap()).await;
+    assert_eq!(late["error"]["code"], "invalid_request", "{late}");
+    assert!(s.t.take_run_messages().await.is_empty(), "no resume");
+    assert!(calls(&issues).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ask_first_gates_an_unannotated_tool_and_read_only_ungates_a_destructive_hint() {
+    let s = RunStack::start().await.unwrap();
+    let (issues, task) = issues_task(&s, &["list_issues"]).await;
+    let at = Utc::now() - Duration::seconds(5);
+    // Read-only wins over the destructive hint: called at once.
+    s.model
+        .script([
+            Reply::tool("issues__archive_issue", json!({"id": 1}), 1000, 50),
+            Reply::tool("issues__list_issues", json!({}), 1000, 50),
+        ])
+        .await;
+    assert_eq!(s.deliver_once(&task, at).await, Disposition::AwaitingApproval);
+    assert_eq!(
+        calls(&issues).await,
+        vec![("archive_issue".to_owned(), json!({"id": 1}))],
+        "the admin's ask_first gates list_issues"
+    );
+    let listed = approvals(&s).await;
+    assert_eq!(listed[0]["tool"], "list_issues", "{listed:?}");
+}
+
+/// Crashes the first use of an approval just after its write: the process
+/// is gone before the call is made.
+struct CrashAfterUse(std::sync::atomic::AtomicBool);
+
+impl RunStoreHook<DynamoStore> for CrashAfterUse {
+    async fn use_approval(
+        &self,
+        inner: &DynamoStore,
+        approval: &CallApproval,
+        execution_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let used = inner.use_approval(approval, execution_id, now).await?;
+        if !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return std::future::pending().await;
+        }
+        Ok(used)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_used_by_a_crashed_attempt_is_never_made_again() {
+    let s = RunStack::start().await.unwrap();
+    let (issues, task) = issues_task(&s, &[]).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let request_id = park(&s, &task, at, json!({"id": 7})).await;
+    assert_eq!(decide(&s, "approve_call", &request_id, 1).await["ok"], true);
+    let resume = s.t.take_run_messages().await.pop().expect("a resume");
+
+    let crashing = s.runner_on(
+        Intercepted::new(s.store(), CrashAfterUse(Default::default())),
+        run_settings(true),
+    );
+    s.model
+        .script([Reply::tool("issues__delete_issue", json!({"id": 7}), 1000, 50)])
+        .await;
+    assert!(crashes(crashing.deliver("m2", &resume, Utc::now(), deadline())).await);
+    // SQS hands the resume to another invocation once the lease is gone.
+    s.model
+        .script([
+            Reply::tool("issues__delete_issue", json!({"id": 7}), 1000, 50),
+            Reply::text("It may have been deleted.", 1200, 20),
+        ])
+        .await;
+    let after = deadline() + Duration::minutes(2);
+    let taken = s.runner().deliver("m2", &resume, after, after + Duration::minutes(5)).await.unwrap();
+    assert_eq!(taken, Disposition::Ran(RunStatus::Succeeded));
+    assert!(calls(&issues).await.is_empty(), "used once, by the crashed attempt: never made again");
+    // The model read that the call was already made.
+    let asked = s.model.requests().await;
+    let last = &asked.last().expect("a request").1;
+    assert!(last.to_string().contains("already made once"), "{last}");
+}
