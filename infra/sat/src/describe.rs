@@ -14,11 +14,13 @@ use serde::Serialize;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::admin::WorkspaceView;
+use shared::app::approvals::ApprovalView;
 use shared::app::admin::{Admin, AdminAnswer, AdminRefusal, AdminRequest, AdminSettings, DiffView, TaskDetail};
 use shared::domain::operations::history::RunView;
 use shared::domain::reminder::Principal;
 use shared::domain::run::definition::ScheduleDefinition;
 use shared::domain::run::door::SkipReason;
+use shared::domain::run::gate::ApprovalState;
 use shared::domain::schedule::Schedule;
 use shared::domain::schedule::preview::dst_changes;
 use shared::domain::task::budget::{Budget, period};
@@ -96,6 +98,9 @@ pub struct DescribeReport {
     /// The workspace's monthly budget and this month's commitments
     /// (SPEC §15), as the admin's `workspace` answers them.
     pub workspace_budget: WorkspaceView,
+    /// The task's gated tool calls still waiting for an admin, or approved
+    /// and not yet made (SPEC §15), as the admin's `approvals` shows them.
+    pub approvals: Vec<ApprovalView>,
     /// The latest runs, newest first, each with its reason in words.
     pub runs: Vec<RunView>,
     /// How many of those were missed: delivered too late, or found by the
@@ -236,6 +241,26 @@ pub async fn run(args: &DescribeArgs, resources: &Resources) -> Result<DescribeR
         Err(AdminRefusal::InvalidRequest(why)) => return Err(SatError::Usage(format!("--runs: {why}"))),
         Err(refusal) => return Err(refused(refusal, &args.task_id, &workspace)),
     };
+    let approvals = match admin
+        .handle(
+            AdminRequest::Approvals {
+                principal: principal.clone(),
+                task_id: Some(args.task_id.clone()),
+                cursor: None,
+                limit: Some(100),
+            },
+            now,
+        )
+        .await
+        .map_err(admin_error)?
+    {
+        Ok(AdminAnswer::Approvals { approvals, .. }) => approvals
+            .into_iter()
+            .filter(|a| a.state == ApprovalState::Open || (a.state == ApprovalState::Approved && a.used_at.is_none()))
+            .collect(),
+        Ok(_) => return Err(SatError::Admin("admin approvals answered something else".into())),
+        Err(refusal) => return Err(refused(refusal, &args.task_id, &workspace)),
+    };
     let workspace_budget = match admin
         .handle(AdminRequest::Workspace { principal: operator }, now)
         .await
@@ -246,7 +271,9 @@ pub async fn run(args: &DescribeArgs, resources: &Resources) -> Result<DescribeR
         Err(refusal) => return Err(refused(refusal, &args.task_id, &workspace)),
     };
     let scheduler = scheduler_view(&schedules, &detail).await?;
-    Ok(report(*detail, runs, scheduler, (workspace, workspace_budget), now))
+    let mut report = report(*detail, runs, scheduler, (workspace, workspace_budget), now);
+    report.approvals = approvals;
+    Ok(report)
 }
 
 async fn scheduler_view(schedules: &EventBridgeSchedules, detail: &TaskDetail) -> Result<SchedulerView, SatError> {
@@ -374,6 +401,7 @@ fn report(
             pending_ceiling: detail.cost_ceiling.pending.clone(),
         },
         missed: runs.iter().filter(|r| missed(r)).count(),
+        approvals: Vec::new(),
         runs,
         workspace_budget,
         read_at: render::utc(now),
@@ -396,6 +424,7 @@ impl Report for DescribeReport {
             text.push_str(&format!("{table}\n"));
         }
         text.push_str(&self.fires_text());
+        text.push_str(&self.approvals_text());
         text.push_str(&self.runs_text());
         text
     }
@@ -501,6 +530,32 @@ impl DescribeReport {
                 fire.utc.as_ref().map(|u| format!(" ({u})")).unwrap_or_default()
             ));
         }
+        text
+    }
+
+    /// The gated calls waiting for an admin (none: nothing said).
+    fn approvals_text(&self) -> String {
+        if self.approvals.is_empty() {
+            return String::new();
+        }
+        let mut text = render::heading(&format!("Tool calls waiting ({})", self.approvals.len()));
+        let mut table = render::table(&["request", "tool", "arguments", "state", "expires (UTC)", "version"]);
+        for a in &self.approvals {
+            let mut arguments = a.arguments.to_string();
+            if arguments.chars().count() > 60 {
+                arguments = format!("{}…", arguments.chars().take(59).collect::<String>());
+            }
+            table.add_row(vec![
+                a.request_id.clone(),
+                format!("{} on {}", a.tool, a.server),
+                arguments,
+                a.state.as_str().to_owned(),
+                render::utc(a.expires_at),
+                a.version.to_string(),
+            ]);
+        }
+        text.push_str(&format!("{table}\n"));
+        text.push_str("Decide with the admin function's approve_call or deny_call (docs/integrating.md).\n");
         text
     }
 

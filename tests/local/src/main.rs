@@ -659,7 +659,66 @@ impl Walk<'_> {
         self.clock.step(
             "The admin sets the workspace's monthly budget to nothing: the next run is skipped; a raise lets the one after run",
         );
-        self.workspace_budget(weekly).await
+        self.workspace_budget(weekly).await?;
+
+        self.clock.step(
+            "The admin gates weekly_summary's tools (ask_first): its next run waits at its tool call; an approval resumes it and the call is made once",
+        );
+        self.gated_call(weekly).await
+    }
+
+    /// A tool call that waits for a person (SPEC §15): the admin names the
+    /// task's tools in `ask_first`; the next run stops at its first tool
+    /// call, `awaiting_approval`, nothing called; the admin reads the
+    /// request's exact arguments and approves it at its version; the
+    /// occurrence's resume is delivered, and the call is made once.
+    async fn gated_call(&self, weekly: &str) -> anyhow::Result<()> {
+        let admin_fn = &self.functions.admin;
+        let got = invoke(admin_fn, admin("get", weekly, json!({}))).await?;
+        let tools = got["task"]["spec"]["tools"].clone();
+        let gated = invoke(
+            admin_fn,
+            admin(
+                "approve",
+                weekly,
+                json!({"expected_version": got["version"], "ask_first": tools}),
+            ),
+        )
+        .await?;
+        say(format!("approve with ask_first {tools}: {}", explanation(&gated)));
+        let calls_before = self.connectors.issues.state().read().await.calls.len();
+        self.run_next("weekly_summary", weekly).await?;
+        self.latest_run(weekly).await?;
+        let listed = invoke(admin_fn, admin("approvals", weekly, json!({}))).await?;
+        let Some(request) = listed["approvals"].as_array().and_then(|a| a.first()).cloned() else {
+            anyhow::bail!("no approval request after a gated run: {listed}");
+        };
+        say(format!(
+            "approvals: {} asks to call {} on {} with {} ({}, version {}, expires {}); calls made meanwhile: {}",
+            request["request_id"].as_str().unwrap_or_default(),
+            request["tool"].as_str().unwrap_or_default(),
+            request["server"].as_str().unwrap_or_default(),
+            request["arguments"],
+            request["state"].as_str().unwrap_or_default(),
+            request["version"],
+            request["expires_at"].as_str().unwrap_or_default(),
+            self.connectors.issues.state().read().await.calls.len() - calls_before,
+        ));
+        let approved = invoke(
+            admin_fn,
+            json!({"op": "approve_call", "principal": {"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]},
+                   "request_id": request["request_id"], "expected_version": request["version"]}),
+        )
+        .await?;
+        say(format!("approve_call: {}", approved["approval"]["state"]));
+        self.dispatch.drain_runs().await?;
+        self.results().await?;
+        self.latest_run(weekly).await?;
+        say(format!(
+            "calls made on the issues server by the resumed run: {}",
+            self.connectors.issues.state().read().await.calls.len() - calls_before
+        ));
+        Ok(())
     }
 
     /// The workspace's monthly budget (SPEC §15): set to nothing, the next

@@ -84,6 +84,17 @@ async fn the_reconcile_admin_and_runner_fixtures_are_what_the_functions_take() {
         .await
         .unwrap();
     assert_eq!(again["error"]["code"], "version_conflict", "{again}");
+    // Gated calls' requests: none yet; deciding one that does not exist is not_found.
+    let approvals = t.admin().handle(fixture("admin-approvals.json"), Utc::now()).await.unwrap();
+    assert_eq!(
+        (approvals["approvals"].clone(), approvals["cursor"].clone()),
+        (serde_json::json!([]), serde_json::Value::Null),
+        "{approvals}"
+    );
+    for name in ["admin-approve-call.json", "admin-deny-call.json"] {
+        let answer = t.admin().handle(fixture(name), Utc::now()).await.unwrap();
+        assert_eq!(answer["error"]["code"], "not_found", "{name}: {answer}");
+    }
     let listed = t.admin().handle(fixture("admin-list.json"), Utc::now()).await.unwrap();
     assert_eq!(
         (listed["tasks"].clone(), listed["cursor"].clone()),
