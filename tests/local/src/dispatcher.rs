@@ -183,6 +183,31 @@ impl Dispatcher<'_> {
         Ok(())
     }
 
+    /// Runs `send` with SQS's clock at `scheduled` when that lies ahead:
+    /// what another function sends about a fast-forwarded occurrence (an
+    /// admin's approval resuming it) is sent after its time, as on AWS.
+    pub async fn after_occurrence<T>(
+        &self,
+        scheduled: DateTime<Utc>,
+        send: impl std::future::Future<Output = T>,
+    ) -> anyhow::Result<T> {
+        let endpoint = self
+            .sdk
+            .endpoint_url()
+            .context("the dispatcher's SDK has no local endpoint")?;
+        let offset = crate::moto::sqs_clock_offset(endpoint)?;
+        let ahead = (scheduled - Utc::now()).num_milliseconds() as f64 / 1000.0 + 1.0;
+        let travel = ahead > offset;
+        if travel {
+            crate::moto::set_sqs_clock(endpoint, ahead)?;
+        }
+        let sent = send.await;
+        if travel {
+            crate::moto::set_sqs_clock(endpoint, offset)?;
+        }
+        Ok(sent)
+    }
+
     /// Fires every enabled one-time schedule whose instant has come.
     pub async fn fire_due(&self, now: DateTime<Utc>) -> anyhow::Result<Vec<Fired>> {
         let listed = self

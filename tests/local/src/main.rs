@@ -704,12 +704,17 @@ impl Walk<'_> {
             request["expires_at"].as_str().unwrap_or_default(),
             self.connectors.issues.state().read().await.calls.len() - calls_before,
         ));
-        let approved = invoke(
+        // The clock is fast-forwarded to the occurrence: the approval's
+        // resume is sent after it, as an approval always is on AWS.
+        let approve = invoke(
             admin_fn,
             json!({"op": "approve_call", "principal": {"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]},
                    "request_id": request["request_id"], "expected_version": request["version"]}),
-        )
-        .await?;
+        );
+        let approved = self
+            .dispatch
+            .after_occurrence(self.last_fired.get(), approve)
+            .await??;
         say(format!("approve_call: {}", approved["approval"]["state"]));
         self.dispatch.drain_runs().await?;
         self.results().await?;
