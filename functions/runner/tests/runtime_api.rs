@@ -599,3 +599,90 @@ async fn the_binary_holds_a_person_to_their_monthly_cap() {
         "{skipped}"
     );
 }
+
+/// A gated tool call (SPEC §15) through the runner's binary under its
+/// role: the run stops at `delete_issue` (annotated destructive) and waits
+/// (the runner reads the occurrence's requests, a `Query`, and parks it in
+/// one transaction); an admin approves it (the admin binary's own test
+/// decides under its role); the resume, delivered twice, makes the call once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gated_call_waits_under_the_runners_role_and_the_admins_approval_resumes_it_once() {
+    use local::converse::Reply;
+    use local::mcp_fixture::{FixtureState, McpFixture, annotated_tool, scheduled_prompt};
+    let s = RunStack::start().await.unwrap();
+    let issues = McpFixture::start(FixtureState {
+        prompts: vec![scheduled_prompt("triage", json!({"version": 1}), &[], "Triage.")],
+        tools: vec![annotated_tool("delete_issue", json!({"destructiveHint": true}))],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.store()
+        .put_install(&tests::install(
+            "ins_1",
+            "issues",
+            &issues.url(),
+            shared::domain::task::install::InstallScope::Workspace,
+        ))
+        .await
+        .unwrap();
+    let task = tests::connector_task("issues", "triage", &["delete_issue"], &[]);
+    s.store().insert_task(&task).await.unwrap();
+    let runner = started(&s).await;
+    let admin = s.t.admin();
+    let principal = json!({"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]});
+
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    s.model
+        .script([Reply::tool("issues__delete_issue", json!({"id": 7}), 1000, 50)])
+        .await;
+    let answer = runner
+        .invoke_ok(&sqs_event(&[("m1", &run_message(&task, at, "e1"))]))
+        .await
+        .unwrap();
+    assert!(failures(&answer).is_empty(), "{answer}");
+    let occurrence = shared::domain::run::occurrence::occurrence_key(at);
+    let parked = s.run_record(&task.task_id, &occurrence).await.expect("a record");
+    assert_eq!(parked["status"], "awaiting_approval", "{parked}");
+    assert!(issues.state().read().await.calls.is_empty(), "not called unapproved");
+
+    let listed = admin
+        .handle(json!({"op": "approvals", "principal": principal, "task_id": task.task_id}), Utc::now())
+        .await
+        .unwrap();
+    let request = listed["approvals"][0].clone();
+    assert_eq!(request["arguments"], json!({"id": 7}), "{listed}");
+    let approved = admin
+        .handle(
+            json!({"op": "approve_call", "principal": principal,
+                   "request_id": request["request_id"], "expected_version": request["version"]}),
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(approved["approval"]["state"], "approved", "{approved}");
+    let resumes = s.t.take_run_messages().await;
+    assert_eq!(resumes.len(), 1, "{resumes:?}");
+
+    s.model
+        .script([
+            Reply::tool("issues__delete_issue", json!({"id": 7}), 1000, 50),
+            Reply::text("Deleted.", 1200, 10),
+        ])
+        .await;
+    let now_ms = Utc::now().timestamp_millis();
+    for id in ["m2", "m3"] {
+        let answer = runner
+            .invoke_ok(&sqs_event_sent(&[(id, &resumes[0])], now_ms))
+            .await
+            .unwrap();
+        assert!(failures(&answer).is_empty(), "{answer}");
+    }
+    let settled = s.run_record(&task.task_id, &occurrence).await.expect("a record");
+    assert_eq!(settled["status"], "succeeded", "{settled}");
+    assert_eq!(
+        issues.state().read().await.calls,
+        vec![("delete_issue".to_owned(), json!({"id": 7}))],
+        "made once, redelivered or not"
+    );
+}
