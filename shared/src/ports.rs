@@ -181,6 +181,9 @@ pub struct ClaimRequest<'a> {
     /// A reminder's person's monthly cap (`PERSON_MONTHLY_USD`): the claim
     /// checks their month's charges are below it.
     pub person_cap_usd: Option<f64>,
+    /// The approved request a resume message names (`RunMessage::resume`):
+    /// a `TakeOver::Approved` takes only a claim awaiting this request.
+    pub resume: Option<&'a str>,
 }
 
 /// The answer to a claim: the task as it is now (claimed), or as it was

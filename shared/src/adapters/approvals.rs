@@ -17,7 +17,7 @@ use aws_sdk_dynamodb::types::{
 };
 use chrono::{DateTime, Utc};
 
-use super::dynamo::{Cancellation, DynamoStore, Item, put_if_absent, read_items, request_error, to_item, written};
+use super::dynamo::{Cancellation, DynamoStore, Item, read_items, request_error, to_item, written};
 use super::keys::{GSI3PK, GSI3SK, Key, PK, SCHEDULABLE_INDEX, SK};
 use crate::domain::run::gate::{ApprovalState, CallApproval};
 use crate::domain::schedule::format_utc;
@@ -73,7 +73,7 @@ fn decided_put(table: &str, decided: &CallApproval, expected: u64) -> Result<Tra
     let put = Put::builder()
         .table_name(table)
         .set_item(Some(item_of(decided)?))
-        .condition_expression("version = :expected")
+        .condition_expression("version = :expected AND attribute_not_exists(used_at)")
         .expression_attribute_values(":expected", n(expected))
         .build()
         .map_err(|e| request_error("TransactWriteItems", e))?;
@@ -93,7 +93,8 @@ impl DynamoStore {
             .set_key(Some(Key::task(&task.workspace, task.task_id.as_str()).to_map()))
             .update_expression(
                 "SET claims.#occ.#status = :awaiting, claims.#occ.crashed_usd = :carried, \
-                 claims.#occ.workspace_usd = :carried, budget_used.#period = budget_used.#period + :delta",
+                 claims.#occ.workspace_usd = :carried, claims.#occ.request_id = :request, \
+                 budget_used.#period = budget_used.#period + :delta",
             )
             .condition_expression("claims.#occ.execution_id = :exec AND claims.#occ.#status = :running")
             .expression_attribute_names("#occ", release.occurrence)
@@ -101,6 +102,7 @@ impl DynamoStore {
             .expression_attribute_names("#period", release.period)
             .expression_attribute_values(":awaiting", s(RunStatus::AwaitingApproval.as_str()))
             .expression_attribute_values(":carried", n(release.carried_usd))
+            .expression_attribute_values(":request", s(&park.approval.request_id))
             .expression_attribute_values(":delta", n(release.carried_usd - release.reserved_usd))
             .expression_attribute_values(":exec", s(release.execution_id))
             .expression_attribute_values(":running", s(RunStatus::Running.as_str()))
@@ -116,32 +118,36 @@ impl DynamoStore {
             )?))
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
+        // New, or the same call still open (an attempt that parked on it
+        // and lost its answer): never over a decided or used request.
+        let request = Put::builder()
+            .table_name(self.table())
+            .set_item(Some(item_of(park.approval)?))
+            .condition_expression("attribute_not_exists(#pk) OR #state = :open")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":open", s(ApprovalState::Open.as_str()))
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
         let mut items = vec![
             TransactWriteItem::builder().update(update).build(),
             TransactWriteItem::builder().put(record).build(),
-            put_if_absent(self.table(), item_of(park.approval)?)?,
+            TransactWriteItem::builder().put(request).build(),
         ];
         let workspace = release.carried_usd - release.workspace_held_usd;
         if workspace != 0.0 {
             items.push(self.workspace_hold(&task.workspace, release.period, workspace, false)?);
         }
-        self.counted();
-        let result = self
-            .client()
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .client_request_token(format!("park-{:032x}", fastrand::u128(..)))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(Settled::Done),
-            Err(err) => {
-                let cancelled = Cancellation::of(&err);
-                if cancelled.condition_failed(0) {
-                    return Ok(Settled::LostClaim);
-                }
-                Err(request_error("TransactWriteItems", err))
-            }
+        // Collisions and throttling are sent again under one token, as a
+        // settle's are; the claim's update (item 0) carries the fence.
+        let token = format!("park-{:032x}", fastrand::u128(..));
+        match self.transact(items, token[..36].to_owned(), 0).await? {
+            super::runs::Sent::Done => Ok(Settled::Done),
+            super::runs::Sent::Refused(_) => Ok(Settled::LostClaim),
+            super::runs::Sent::Declined(..) => Err(StoreError::Request {
+                operation: "TransactWriteItems",
+                source: "the request was decided while its call was asked again".into(),
+            }),
         }
     }
 
@@ -186,7 +192,7 @@ impl DynamoStore {
             .update_item()
             .table_name(self.table())
             .set_key(Some(key(&approval.workspace, &approval.request_id).to_map()))
-            .update_expression("SET used_at = :now, used_by = :exec REMOVE #gsi3pk, #gsi3sk")
+            .update_expression("SET used_at = :now, used_by = :exec, version = version + :one REMOVE #gsi3pk, #gsi3sk")
             .condition_expression("#state = :approved AND attribute_not_exists(used_at)")
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#gsi3pk", GSI3PK)
@@ -194,6 +200,7 @@ impl DynamoStore {
             .expression_attribute_values(":approved", s(ApprovalState::Approved.as_str()))
             .expression_attribute_values(":now", s(&now.to_rfc3339()))
             .expression_attribute_values(":exec", s(execution_id))
+            .expression_attribute_values(":one", n(1))
             .send()
             .await;
         written("UpdateItem", result)
@@ -223,10 +230,11 @@ impl DynamoStore {
         let check = ConditionCheck::builder()
             .table_name(self.table())
             .set_key(Some(Key::task(&approval.workspace, &approval.task_id).to_map()))
-            .condition_expression("claims.#occ.#status = :awaiting")
+            .condition_expression("claims.#occ.#status = :awaiting AND claims.#occ.request_id = :request")
             .expression_attribute_names("#occ", &approval.scheduled_time)
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":awaiting", s(RunStatus::AwaitingApproval.as_str()))
+            .expression_attribute_values(":request", s(&approval.request_id))
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
         Ok(TransactWriteItem::builder().condition_check(check).build())
@@ -315,11 +323,12 @@ impl CallApprovals for DynamoStore {
             .table_name(self.table())
             .set_key(Some(Key::task(&ended.task.workspace, ended.task.task_id.as_str()).to_map()))
             .update_expression("SET claims.#occ = :claim")
-            .condition_expression("claims.#occ.#status = :awaiting")
+            .condition_expression("claims.#occ.#status = :awaiting AND claims.#occ.request_id = :request")
             .expression_attribute_names("#occ", &record.scheduled_time)
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":claim", claim)
             .expression_attribute_values(":awaiting", s(RunStatus::AwaitingApproval.as_str()))
+            .expression_attribute_values(":request", s(&ended.approval.request_id))
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
         let mut items = vec![

@@ -114,7 +114,7 @@ fn n(value: impl ToString) -> AttributeValue {
 }
 
 /// How a sent transaction ended, short of an error.
-enum Sent {
+pub(crate) enum Sent {
     Done,
     /// The item at `fenced` failed its condition; the item as it was, when
     /// the request asked for it (`ALL_OLD`).
@@ -137,6 +137,7 @@ pub(crate) fn skip_claim(record: &RunRecord) -> Result<AttributeValue, StoreErro
         started_at: record.started_at,
         crashed_usd: 0.0,
         workspace_usd: 0.0,
+        request_id: None,
     };
     serde_dynamo::to_attribute_value(&claim).map_err(|e| StoreError::Corrupt {
         what: "claim".into(),
@@ -240,7 +241,12 @@ impl DynamoStore {
 
     /// Sends a transaction, retrying collisions and throttling under one
     /// client request token; the item at `fenced` carries the claim's fence.
-    async fn transact(&self, items: Vec<TransactWriteItem>, token: String, fenced: usize) -> Result<Sent, StoreError> {
+    pub(crate) async fn transact(
+        &self,
+        items: Vec<TransactWriteItem>,
+        token: String,
+        fenced: usize,
+    ) -> Result<Sent, StoreError> {
         let mut attempt = 0;
         loop {
             self.counted();
@@ -402,7 +408,11 @@ impl DynamoStore {
                     old.after_release(request.claim, reservation)
                 }
                 // The re-run an approval resumes carries what the occurrence spent.
-                (Some(TakeOver::Approved), Some(old)) if old.status == RunStatus::AwaitingApproval => {
+                (Some(TakeOver::Approved), Some(old))
+                    if old.status == RunStatus::AwaitingApproval
+                        && old.request_id.is_some()
+                        && old.request_id.as_deref() == request.resume =>
+                {
                     old.after_release(request.claim, reservation)
                 }
                 // Not free, or not as the caller saw it: refused, as it is.

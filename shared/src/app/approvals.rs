@@ -28,11 +28,8 @@ pub struct ApprovalView {
     pub run_id: String,
     pub server: String,
     pub tool: String,
-    /// The exact arguments, as JSON; as text when they were cut for size
-    /// (`arguments_truncated`).
+    /// The exact arguments, as JSON.
     pub arguments: serde_json::Value,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub arguments_truncated: bool,
     pub arguments_sha256: String,
     pub requested_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
@@ -52,11 +49,8 @@ pub struct ApprovalView {
 }
 
 pub fn view(approval: &CallApproval, now: DateTime<Utc>) -> ApprovalView {
-    let arguments = match approval.arguments_truncated {
-        false => serde_json::from_str(&approval.arguments)
-            .unwrap_or_else(|_| serde_json::Value::String(approval.arguments.clone())),
-        true => serde_json::Value::String(approval.arguments.clone()),
-    };
+    let arguments = serde_json::from_str(&approval.arguments)
+        .unwrap_or_else(|_| serde_json::Value::String(approval.arguments.clone()));
     ApprovalView {
         request_id: approval.request_id.clone(),
         task_id: approval.task_id.clone(),
@@ -64,7 +58,6 @@ pub fn view(approval: &CallApproval, now: DateTime<Utc>) -> ApprovalView {
         server: approval.server.clone(),
         tool: approval.tool.clone(),
         arguments,
-        arguments_truncated: approval.arguments_truncated,
         arguments_sha256: approval.arguments_sha256.clone(),
         requested_at: approval.requested_at,
         expires_at: approval.expires_at,
@@ -127,7 +120,7 @@ pub async fn end_occurrence<S: TaskStore + TaskCatalog + CallApprovals>(
     let Some(claim) = task
         .claims
         .get(&decided.scheduled_time)
-        .filter(|c| c.status == RunStatus::AwaitingApproval)
+        .filter(|c| c.status == RunStatus::AwaitingApproval && c.request_id.as_deref() == Some(&decided.request_id))
         .cloned()
     else {
         return Ok(Err(NotEnded::NotAwaiting));
@@ -188,6 +181,9 @@ pub const EXPIRE_PER_CHECK: usize = 100;
 
 /// Ends the occurrences whose requests lapsed before `now` (open past
 /// their expiry, or approved and never resumed by then): how many ended.
+/// A request whose occurrence no longer waits for it closes alone, unless
+/// its resumed run is under way (a claim that carries it, not finished).
+/// One request that cannot be ended is logged and left for the next check.
 pub async fn expire_lapsed<S: TaskStore + TaskCatalog + CallApprovals>(
     store: &S,
     now: DateTime<Utc>,
@@ -195,15 +191,53 @@ pub async fn expire_lapsed<S: TaskStore + TaskCatalog + CallApprovals>(
 ) -> Result<usize, StoreError> {
     let mut ended = 0;
     for lapsed in store.lapsed_approvals(now, EXPIRE_PER_CHECK).await? {
-        let expired = lapsed.expire(now);
-        match end_occurrence(store, &expired, lapsed.version, now, retention).await? {
-            Ok(()) => ended += 1,
-            // Its occurrence ran or ended otherwise: the request alone closes.
-            Err(NotEnded::NotAwaiting) => {
-                store.close_request(&expired, lapsed.version).await?;
-            }
-            Err(NotEnded::VersionMoved(_)) => {}
+        match expire_one(store, &lapsed, now, retention).await {
+            Ok(true) => ended += 1,
+            Ok(false) => {}
+            Err(error) => tracing::warn!(
+                request_id = %lapsed.request_id,
+                error = %crate::error_chain(&error),
+                "a lapsed request could not be ended; the next check tries again"
+            ),
         }
     }
     Ok(ended)
+}
+
+/// One lapsed request: its occurrence ended `expired`, or the request
+/// closed alone when its occurrence no longer waits for it.
+async fn expire_one<S: TaskStore + TaskCatalog + CallApprovals>(
+    store: &S,
+    lapsed: &CallApproval,
+    now: DateTime<Utc>,
+    retention: Duration,
+) -> Result<bool, StoreError> {
+    let expired = lapsed.expire(now);
+    match end_occurrence(store, &expired, lapsed.version, now, retention).await? {
+        Ok(()) => Ok(true),
+        Err(NotEnded::VersionMoved(_)) => Ok(false),
+        Err(NotEnded::NotAwaiting) => {
+            if resumed_run_under_way(store, lapsed).await? {
+                return Ok(false);
+            }
+            store.close_request(&expired, lapsed.version).await?;
+            Ok(false)
+        }
+    }
+}
+
+/// Whether the run an approval resumed still holds its occurrence (running,
+/// or given back to run again).
+async fn resumed_run_under_way<S: TaskStore>(store: &S, approval: &CallApproval) -> Result<bool, StoreError> {
+    let Some(task_id) = TaskId::parse(&approval.task_id) else {
+        return Ok(false);
+    };
+    let task = store.task(&approval.workspace, &task_id).await?;
+    Ok(task
+        .as_ref()
+        .and_then(|t| t.claims.get(&approval.scheduled_time))
+        .is_some_and(|c| {
+            c.request_id.as_deref() == Some(&approval.request_id)
+                && matches!(c.status, RunStatus::Running | RunStatus::Released)
+        }))
 }

@@ -527,13 +527,15 @@ impl<
                 Ok(Summary::default())
             }
             Work::Pass(Pass::Overdue) => {
-                // Gated calls' requests that lapsed end their occurrences
-                // (SPEC §15) with each period of the check.
-                let expired = crate::app::approvals::expire_lapsed(&self.store, now, self.overdue.retention).await?;
-                if expired > 0 {
-                    tracing::info!(expired, "occurrences whose approval requests lapsed ended expired");
-                }
                 self.queue_overdue_shards(now).await?;
+                // Gated calls' requests that lapsed end their occurrences
+                // (SPEC §15) with each period of the check; a failure waits
+                // for the next period and never holds the check's shards.
+                match crate::app::approvals::expire_lapsed(&self.store, now, self.overdue.retention).await {
+                    Ok(0) => {}
+                    Ok(expired) => tracing::info!(expired, "occurrences whose approval requests lapsed ended expired"),
+                    Err(error) => tracing::warn!(error = %crate::error_chain(&error), "lapsed approval requests were not read; the next period tries again"),
+                }
                 Ok(Summary::default())
             }
             Work::Pass(Pass::OverdueShard {

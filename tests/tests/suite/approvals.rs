@@ -148,15 +148,18 @@ async fn a_gated_call_waits_and_once_approved_is_made_once_with_its_arguments() 
     let resumes = s.t.take_run_messages().await;
     assert_eq!(resumes.len(), 1, "one resume: {resumes:?}");
 
-    // The re-run: the model asks the same call; it is made once.
-    s.model
-        .script([
-            Reply::tool("issues__delete_issue", json!({"id": 7}), 1000, 50),
-            Reply::text("Deleted issue 7.", 1200, 20),
-        ])
-        .await;
+    // The re-run carries the approved call: made once, before its first
+    // model call, which reads its answer.
+    s.model.script([Reply::text("Deleted issue 7.", 1200, 20)]).await;
     assert_eq!(deliver(&s, &resumes[0]).await, Disposition::Ran(RunStatus::Succeeded));
     assert_eq!(calls(&issues).await, vec![("delete_issue".to_owned(), json!({"id": 7}))]);
+    let carried = s.model.requests().await.last().expect("a model call").1.clone();
+    let messages = carried["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[messages.len() - 2]["content"][0]["toolUse"]["input"],
+        json!({"id": 7}),
+        "the conversation goes on from the approved call"
+    );
     let settled = record(&s, &task, at).await;
     assert_eq!(settled["status"], "succeeded", "{settled}");
     assert!(
@@ -166,7 +169,10 @@ async fn a_gated_call_waits_and_once_approved_is_made_once_with_its_arguments() 
     // The resume redelivered, and the approval decided again: nothing more.
     assert_eq!(deliver(&s, &resumes[0]).await, Disposition::Duplicate);
     assert_eq!(calls(&issues).await.len(), 1);
-    let again = decide(&s, "approve_call", &request_id, 2).await;
+    let used = approvals(&s).await[0].clone();
+    assert_eq!(used["version"], 3, "approved, then used: {used}");
+    assert!(used["used_at"].is_string(), "{used}");
+    let again = decide(&s, "approve_call", &request_id, 3).await;
     assert_eq!(again["error"]["code"], "invalid_request", "{again}");
     let finished: Vec<Value> = s
         .events()
@@ -186,14 +192,21 @@ async fn a_changed_argument_asks_again_and_a_denial_ends_the_occurrence_skipped(
     let first = park(&s, &task, at, json!({"id": 7})).await;
     assert_eq!(decide(&s, "approve_call", &first, 1).await["ok"], true);
     let resume = s.t.take_run_messages().await.pop().expect("a resume");
-    // The re-run's model asks for another issue: not the approved call.
+    // The re-run makes the approved call, then its model asks for another
+    // issue: that one asks again.
     s.model
         .script([Reply::tool("issues__delete_issue", json!({"id": 8}), 1000, 50)])
         .await;
     assert_eq!(deliver(&s, &resume).await, Disposition::AwaitingApproval);
-    assert!(calls(&issues).await.is_empty(), "an approval never serves other arguments");
+    let approved_only = vec![("delete_issue".to_owned(), json!({"id": 7}))];
+    assert_eq!(calls(&issues).await, approved_only, "an approval never serves other arguments");
     let second = record(&s, &task, at).await["request_id"].as_str().unwrap().to_owned();
     assert_ne!(second, first);
+    // The first request's resume, delivered again (a duplicate, or a second
+    // approval's), takes over nothing: the occurrence waits on the second.
+    assert_eq!(deliver(&s, &resume).await, Disposition::Duplicate);
+    assert_eq!(calls(&issues).await, approved_only);
+    assert_eq!(record(&s, &task, at).await["request_id"], second.as_str());
 
     let denied = admin_op(
         &s,
@@ -209,7 +222,7 @@ async fn a_changed_argument_asks_again_and_a_denial_ends_the_occurrence_skipped(
     // Whatever comes after: nothing runs.
     assert_eq!(deliver(&s, &resume).await, Disposition::Duplicate);
     assert_eq!(s.deliver_once(&task, at).await, Disposition::Duplicate);
-    assert!(calls(&issues).await.is_empty());
+    assert_eq!(calls(&issues).await, approved_only);
     let late = decide(&s, "approve_call", &second, 2).await;
     assert_eq!(late["error"]["code"], "invalid_request", "{late}");
     assert!(late["error"]["message"].as_str().unwrap().contains("denied"), "{late}");
@@ -309,16 +322,11 @@ async fn an_approval_used_by_a_crashed_attempt_is_never_made_again() {
         Intercepted::new(s.store(), CrashAfterUse(Default::default())),
         run_settings(true),
     );
-    s.model
-        .script([Reply::tool("issues__delete_issue", json!({"id": 7}), 1000, 50)])
-        .await;
+    // The approved call comes first: the attempt dies right after using it.
     assert!(crashes(crashing.deliver("m2", &resume, Utc::now(), deadline())).await);
     // SQS hands the resume to another invocation once the lease is gone.
     s.model
-        .script([
-            Reply::tool("issues__delete_issue", json!({"id": 7}), 1000, 50),
-            Reply::text("It may have been deleted.", 1200, 20),
-        ])
+        .script([Reply::text("It may have been deleted.", 1200, 20)])
         .await;
     let after = deadline() + Duration::minutes(2);
     let taken = s.runner().deliver("m2", &resume, after, after + Duration::minutes(5)).await.unwrap();

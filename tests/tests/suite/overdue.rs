@@ -57,6 +57,7 @@ async fn claim(s: &RunStack, task_id: &TaskId, at: DateTime<Utc>, lease_until: D
         started_at: at,
         crashed_usd: 0.0,
         workspace_usd: 0.0,
+        request_id: None,
     };
     let answer = s
         .store()
@@ -68,6 +69,7 @@ async fn claim(s: &RunStack, task_id: &TaskId, at: DateTime<Utc>, lease_until: D
             claim: &claim,
             now: at,
             person_cap_usd: None,
+            resume: None,
         })
         .await
         .expect("the claim answers");

@@ -420,6 +420,7 @@ async fn a_late_delivery_of_a_claimed_occurrence_waits_for_its_run_and_then_pays
         started_at: Utc::now(),
         crashed_usd: 0.0,
         workspace_usd: 0.0,
+        request_id: None,
     };
     let claimed = s
         .store()
@@ -431,6 +432,7 @@ async fn a_late_delivery_of_a_claimed_occurrence_waits_for_its_run_and_then_pays
             claim: &claim,
             now: Utc::now(),
             person_cap_usd: None,
+            resume: None,
         })
         .await
         .unwrap();
@@ -712,6 +714,7 @@ async fn a_release_that_finds_its_claim_gone_sends_the_occurrence_back() {
         started_at: Utc::now(),
         crashed_usd: 0.0,
         workspace_usd: 0.0,
+        request_id: None,
     };
     let request = ClaimRequest {
         workspace: &task.workspace,
@@ -721,6 +724,7 @@ async fn a_release_that_finds_its_claim_gone_sends_the_occurrence_back() {
         claim: &claim,
         now: Utc::now(),
         person_cap_usd: None,
+        resume: None,
     };
     let ClaimAnswer::Claimed(claimed) = s.store().claim(&request).await.unwrap() else {
         panic!("claimed")

@@ -27,6 +27,8 @@ pub(super) struct RunIds<'a> {
     /// The occurrence's key within its task.
     pub occurrence: &'a str,
     pub execution_id: &'a str,
+    /// The approved request this run resumes (`RunMessage::resume`).
+    pub resume: Option<&'a str>,
 }
 
 /// Where a lane's last seen next free slot is kept (`Runner::pace_seen`).
@@ -87,6 +89,13 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     ) -> Ended {
         // The occurrence's approval requests, read at the first gated call.
         let mut requests: Option<Vec<CallApproval>> = None;
+        if let Some(request_id) = run.resume
+            && let Err(ended) = self
+                .carry_approved(&mut turns, sessions, run, request_id, &mut requests)
+                .await
+        {
+            return ended;
+        }
         loop {
             let turn = match turns.next_turn() {
                 Ok(turn) => turn,
@@ -135,6 +144,60 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         }
     }
 
+    /// A resumed run's approved call, before its first model call: the
+    /// request read (`RunStore::run_approvals`), the call made once under
+    /// it (`approved_call`: used first, then called, its answer kept), or
+    /// its kept answer when an earlier attempt made it; the conversation
+    /// then goes on from it (`AgentLoop::carry`). A request that is not
+    /// approved carries nothing (the gate asks as usual); an approved tool
+    /// no longer offered, or arguments that do not read back as hashed,
+    /// fail the run with nothing called.
+    async fn carry_approved(
+        &self,
+        turns: &mut AgentLoop,
+        sessions: &[C::Session],
+        run: &RunIds<'_>,
+        request_id: &str,
+        requests: &mut Option<Vec<CallApproval>>,
+    ) -> Result<(), Ended> {
+        let read = match self.store.run_approvals(run.workspace, run.run_id).await {
+            Ok(read) => read,
+            Err(e) => {
+                return Err(turns.model_failed(format!(
+                    "the run's approval requests could not be read: {}",
+                    crate::error_chain(&e)
+                )));
+            }
+        };
+        let approval = read
+            .iter()
+            .find(|r| r.request_id == request_id && r.state == gate::ApprovalState::Approved)
+            .cloned();
+        *requests = Some(read);
+        let Some(approval) = approval else {
+            return Ok(());
+        };
+        let Some((offered, route)) = turns.offered(&approval.server, &approval.tool) else {
+            return Err(turns.approved_call_failed(format!(
+                "the approved call's tool `{}` of {} is no longer offered to this task; nothing was called",
+                approval.tool, approval.server
+            )));
+        };
+        let Some(input) = approval.approved_arguments() else {
+            return Err(turns.approved_call_failed(
+                "the approved call's arguments do not read back as approved; nothing was called".to_owned(),
+            ));
+        };
+        let id = format!("approved_{}", approval.request_id);
+        let approvals = requests.as_deref().unwrap_or_default();
+        let result = self
+            .approved_call(turns, &sessions[route.session], &route, (id.clone(), input.clone()), run, approvals)
+            .await?;
+        tracing::info!(tool = %route.tool, request_id, "the resumed run's approved call, before its first model call");
+        turns.carry(&offered, &id, input, result);
+        Ok(())
+    }
+
     /// The gate on a turn's calls (`gate::gate`): a gated call without an
     /// approval of exactly it puts a request and stops the run
     /// (`AgentLoop::ask`) before any call of the turn is made; past
@@ -176,7 +239,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                         tool: &route.tool,
                         arguments: input,
                     };
-                    let approval = CallApproval::ask(&call, Utc::now(), self.settings.approval_hours);
+                    let Some(approval) = CallApproval::ask(&call, Utc::now(), self.settings.approval_hours, self.settings.retention) else {
+                        return Err(turns.too_large_to_ask(&route.tool));
+                    };
                     tracing::info!(tool = %route.tool, request_id = %approval.request_id, "a gated tool call waits for an approval");
                     return Err(turns.ask(approval));
                 }

@@ -68,6 +68,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             started_at: now,
             crashed_usd: 0.0,
             workspace_usd: 0.0,
+            request_id: None,
         };
         let request = ClaimRequest {
             workspace: &occ.message.workspace,
@@ -77,6 +78,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             claim: &claim,
             now,
             person_cap_usd: self.settings.person_monthly_usd,
+            resume: occ.message.resume.as_deref(),
         };
         let answer = match &occ.message.resume {
             Some(request_id) => match self.resumable(occ, request_id).await? {

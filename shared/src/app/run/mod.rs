@@ -361,11 +361,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
 
     /// What the door reads of this delivery. An approval's resume of an
     /// occurrence (`RunMessage::resume`) is within its window for as long
-    /// as its request could wait: it claims nothing unless its occurrence
-    /// awaits an approved request (`claim`).
+    /// as its requests could wait (`gate::MAX_ASKS` of `APPROVAL_HOURS`):
+    /// it claims nothing unless its occurrence awaits that approved request
+    /// (`claim`).
     fn facts<'a>(&self, occ: &Delivery, now: DateTime<Utc>, task: TaskFacts<'a>) -> Facts<'a> {
+        // Each request of an occurrence waits at most `APPROVAL_HOURS`.
+        let asks = i64::try_from(crate::domain::run::gate::MAX_ASKS).unwrap_or(i64::MAX);
         let catch_up = match occ.message.resume {
-            Some(_) => self.settings.catch_up + Duration::hours(self.settings.approval_hours.max(1) + 1),
+            Some(_) => self.settings.catch_up + Duration::hours(self.settings.approval_hours.max(1) * (asks + 1)),
             None => self.settings.catch_up,
         };
         Facts {

@@ -212,6 +212,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             run_id: &run,
             occurrence: &occ.key,
             execution_id: &occ.message.execution_id,
+            resume: occ.message.resume.as_deref(),
         };
         let lane = crate::domain::run::pace::Lane::of(task.kind);
         match self.agent_loop(turns, &setup.sessions, &ids, lane).await {

@@ -218,6 +218,7 @@ mod tests {
             started_at: t(0, 0),
             crashed_usd: 0.0,
             workspace_usd: 0.0,
+            request_id: None,
         }
     }
 

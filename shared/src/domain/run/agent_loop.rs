@@ -467,6 +467,36 @@ impl AgentLoop {
         self.toolbox.any_gated()
     }
 
+    /// The offered name and route of `server`'s tool `tool`, if offered.
+    pub fn offered(&self, server: &str, tool: &str) -> Option<(String, Route)> {
+        self.toolbox
+            .routes
+            .iter()
+            .find(|(_, r)| r.server == server && r.tool == tool)
+            .map(|(name, r)| (name.clone(), r.clone()))
+    }
+
+    /// The resumed run's approved call, made before its first model call
+    /// (`domain::run::gate`): counted as a tool call, and its conversation
+    /// goes on from the prompt, that call (`offered` with `input`, as the
+    /// model asked it) and its answer (`result`, bounded as any).
+    pub fn carry(&mut self, offered: &str, id: &str, input: Value, result: Block) {
+        self.usage.tool_calls += 1;
+        self.messages.push(Message {
+            role: Role::Assistant,
+            content: vec![Block::ToolUse {
+                id: id.to_owned(),
+                name: offered.to_owned(),
+                input,
+            }],
+        });
+        let result = self.held(result);
+        self.messages.push(Message {
+            role: Role::User,
+            content: vec![result],
+        });
+    }
+
     /// The run stops at a gated call and puts `approval` to an approver,
     /// with what it spent.
     pub fn ask(&self, approval: super::gate::CallApproval) -> Ended {
@@ -475,6 +505,20 @@ impl AgentLoop {
             usage: self.usage,
             cost: self.cost(),
         }))
+    }
+
+    /// A gated call whose arguments are too large to put to an approver
+    /// (`gate::MAX_ARGUMENT_BYTES`): the run fails, the call not made.
+    pub fn too_large_to_ask(&self, tool: &str) -> Ended {
+        self.fail(format!(
+            "a call of `{tool}` waits for an approval, and its arguments exceed the {} bytes an approver is shown",
+            super::gate::MAX_ARGUMENT_BYTES
+        ))
+    }
+
+    /// The approved call cannot be made: the run fails, saying why.
+    pub fn approved_call_failed(&self, why: String) -> Ended {
+        self.fail(why)
     }
 
     /// The occurrence asked as often as it may (`gate::MAX_ASKS`): the run fails.

@@ -11,10 +11,12 @@
 //! ([`Gate::Made`]). A server's annotations add gating and never remove an
 //! admin's `ask_first`. An occurrence asks at most [`MAX_ASKS`] times.
 //!
-//! The resume is a re-run carrying the one pre-approved call (ARCHITECTURE,
-//! "Approvals"): no conversation is stored, the approval item stays a few
-//! kilobytes ([`MAX_ARGUMENT_BYTES`], [`MAX_RESULT_CHARS`]), and the re-run's
-//! model may ask again with other arguments, which is a new request.
+//! The resume is a re-run carrying the one pre-approved call (docs/design.md,
+//! "A gated call is made only under its approval"): the re-run makes the
+//! approved call before its first model call, with the arguments asked, and
+//! its conversation starts from the prompt, that call and its answer. No
+//! conversation is stored; a request item stays small ([`MAX_ARGUMENT_BYTES`],
+//! [`MAX_RESULT_CHARS`]). A later call with other arguments is a new request.
 
 use std::collections::BTreeSet;
 
@@ -25,9 +27,11 @@ use sha2::{Digest, Sha256};
 
 use super::occurrence::cap_chars;
 
-/// The arguments an approval item keeps for its approver to read, as
-/// canonical JSON; longer ones are cut and say so (the hash is of them whole).
-pub const MAX_ARGUMENT_BYTES: usize = 8 * 1024;
+/// The most arguments a gated call may carry, as canonical JSON: its
+/// request keeps them whole, for the approver to read and for the resumed
+/// run to call with; a call with more is never put to an approver (the
+/// run fails), so a request item stays far below DynamoDB's 400 KB.
+pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 /// What an approval item keeps of the approved call's answer, so a later
 /// attempt of the occurrence reads it instead of calling again.
 pub const MAX_RESULT_CHARS: usize = 4000;
@@ -148,10 +152,8 @@ pub struct CallApproval {
     pub server: String,
     /// The tool as its server names it.
     pub tool: String,
-    /// The arguments as canonical JSON, cut at [`MAX_ARGUMENT_BYTES`].
+    /// The arguments as canonical JSON, whole (at most [`MAX_ARGUMENT_BYTES`]).
     pub arguments: String,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub arguments_truncated: bool,
     pub arguments_sha256: String,
     pub requested_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
@@ -173,6 +175,10 @@ pub struct CallApproval {
     pub result: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub result_is_error: bool,
+    /// Unix seconds: DynamoDB's TTL removes the request `RETENTION_DAYS`
+    /// after its expiry, as its run's record goes.
+    #[serde(default)]
+    pub ttl: i64,
 }
 
 /// A gated call as the run saw it.
@@ -188,21 +194,17 @@ pub struct GatedCall<'a> {
 }
 
 impl CallApproval {
-    /// The open request for `call` at `now`, expiring after `hours`.
-    pub fn ask(call: &GatedCall<'_>, now: DateTime<Utc>, hours: i64) -> Self {
+    /// The open request for `call` at `now`, expiring after `hours`, kept
+    /// `retention` past that; `None` when its arguments exceed
+    /// [`MAX_ARGUMENT_BYTES`].
+    pub fn ask(call: &GatedCall<'_>, now: DateTime<Utc>, hours: i64, retention: Duration) -> Option<Self> {
+        let expires_at = now + Duration::hours(hours.max(1));
         let hash = arguments_hash(call.arguments);
-        let text = canonical(call.arguments);
-        let truncated = text.len() > MAX_ARGUMENT_BYTES;
-        let arguments = if truncated {
-            let mut end = MAX_ARGUMENT_BYTES;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text[..end].to_owned()
-        } else {
-            text
-        };
-        Self {
+        let arguments = canonical(call.arguments);
+        if arguments.len() > MAX_ARGUMENT_BYTES {
+            return None;
+        }
+        Some(Self {
             request_id: request_id(call.run_id, call.server, call.tool, &hash),
             workspace: call.workspace.to_owned(),
             task_id: call.task_id.to_owned(),
@@ -211,10 +213,10 @@ impl CallApproval {
             server: call.server.to_owned(),
             tool: call.tool.to_owned(),
             arguments,
-            arguments_truncated: truncated,
             arguments_sha256: hash,
             requested_at: now,
-            expires_at: now + Duration::hours(hours.max(1)),
+            expires_at,
+            ttl: (expires_at + retention).timestamp(),
             state: ApprovalState::Open,
             version: 1,
             decided_by: None,
@@ -224,7 +226,15 @@ impl CallApproval {
             used_by: None,
             result: None,
             result_is_error: false,
-        }
+        })
+    }
+
+    /// The arguments the approved call is made with: the ones asked,
+    /// read back and checked against their hash (`None`: they do not match,
+    /// and nothing is called).
+    pub fn approved_arguments(&self) -> Option<Value> {
+        let arguments: Value = serde_json::from_str(&self.arguments).ok()?;
+        (arguments_hash(&arguments) == self.arguments_sha256).then_some(arguments)
     }
 
     /// Whether this request is for exactly `call`: its run, server, tool and arguments.
@@ -384,7 +394,7 @@ mod tests {
     #[test]
     fn a_request_is_bound_to_its_run_server_tool_and_arguments() {
         let args = json!({"id": 7});
-        let asked = CallApproval::ask(&call(&args), now(), 24);
+        let asked = CallApproval::ask(&call(&args), now(), 24, Duration::days(30)).unwrap();
         assert_eq!(asked.state, ApprovalState::Open);
         assert_eq!(asked.expires_at, now() + Duration::hours(24));
         let hash = arguments_hash(&args);
@@ -400,23 +410,26 @@ mod tests {
         ));
         assert_eq!(
             asked.request_id,
-            CallApproval::ask(&call(&args), now() + Duration::hours(1), 24).request_id,
+            CallApproval::ask(&call(&args), now() + Duration::hours(1), 24, Duration::days(30)).unwrap().request_id,
             "the same call asks under the same id"
         );
     }
 
     #[test]
-    fn long_arguments_are_kept_cut_and_hashed_whole() {
-        let args = json!({"body": "é".repeat(MAX_ARGUMENT_BYTES)});
-        let asked = CallApproval::ask(&call(&args), now(), 24);
-        assert!(asked.arguments_truncated);
-        assert!(asked.arguments.len() <= MAX_ARGUMENT_BYTES);
-        assert_eq!(asked.arguments_sha256, arguments_hash(&args));
+    fn arguments_are_kept_whole_and_read_back_only_as_hashed() {
+        let args = json!({"body": "é".repeat(1000), "n": [1, 2.5, null]});
+        let asked = CallApproval::ask(&call(&args), now(), 24, Duration::days(30)).unwrap();
+        assert_eq!(asked.approved_arguments(), Some(args));
+        let mut tampered = asked.clone();
+        tampered.arguments = r#"{"body":"other","n":[1,2.5,null]}"#.into();
+        assert_eq!(tampered.approved_arguments(), None, "arguments that do not hash as asked are never called");
+        let huge = json!({"body": "x".repeat(MAX_ARGUMENT_BYTES)});
+        assert!(CallApproval::ask(&call(&huge), now(), 24, Duration::days(30)).is_none(), "too large to put to an approver");
     }
 
     #[test]
     fn a_decision_needs_the_version_an_open_request_and_its_time() {
-        let asked = CallApproval::ask(&call(&json!({})), now(), 24);
+        let asked = CallApproval::ask(&call(&json!({})), now(), 24, Duration::days(30)).unwrap();
         let approved = asked
             .decide(CallDecision::Approve, "U1", None, 1, now() + Duration::hours(1))
             .unwrap();
@@ -445,7 +458,7 @@ mod tests {
     fn the_gate_makes_an_approved_call_once_and_asks_for_any_other() {
         let args = json!({"id": 7});
         let hash = arguments_hash(&args);
-        let asked = CallApproval::ask(&call(&args), now(), 24);
+        let asked = CallApproval::ask(&call(&args), now(), 24, Duration::days(30)).unwrap();
         let run = asked.run_id.clone();
         let g = |requests: &[CallApproval], h: &str| gate(requests, &run, "issues", "delete_issue", h);
         assert_eq!(g(&[], &hash), Gate::Ask);
@@ -484,7 +497,7 @@ mod tests {
             Gate::Refused(ApprovalState::Denied)
         );
         let many: Vec<CallApproval> = (0..MAX_ASKS)
-            .map(|i| CallApproval::ask(&call(&json!({"id": i})), now(), 24))
+            .filter_map(|i| CallApproval::ask(&call(&json!({"id": i})), now(), 24, Duration::days(30)))
             .collect();
         assert_eq!(g(&many, &arguments_hash(&json!({"id": 99}))), Gate::TooManyAsks);
     }

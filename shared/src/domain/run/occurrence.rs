@@ -176,7 +176,10 @@ pub fn prunable(task: &Task, now: DateTime<Utc>, keep: Duration) -> Vec<String> 
     task.claims
         .iter()
         .filter(|(occurrence, claim)| {
-            claim.status != RunStatus::AwaitingApproval
+            // An approval's occurrence is kept until it finishes: its
+            // resume may come long after the catch-up window.
+            (claim.request_id.is_none() || claim.status.is_finished())
+                && claim.status != RunStatus::AwaitingApproval
                 && (claim.status != RunStatus::Running || claim.lease_until < now.timestamp())
                 && DateTime::parse_from_rfc3339(occurrence).is_ok_and(|t| now - t.with_timezone(&Utc) > keep)
         })
@@ -410,6 +413,7 @@ mod claim_tests {
             started_at: t,
             crashed_usd: 0.0,
             workspace_usd: 0.0,
+            request_id: None,
         }
     }
 

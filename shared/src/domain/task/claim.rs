@@ -73,6 +73,12 @@ pub struct Claim {
     /// claim written before workspaces were budgeted holds nothing there.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub workspace_usd: f64,
+    /// The approval request this occurrence waits for (`awaiting_approval`),
+    /// or that its run resumed from (`domain::run::gate`): only that
+    /// request's resume takes an awaiting claim over, and a claim that
+    /// carries one is kept past the catch-up window until it finishes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 impl Claim {
@@ -100,6 +106,7 @@ impl Claim {
             started_at: self.started_at,
             crashed_usd: self.crashed_usd + reservation,
             workspace_usd: self.workspace_usd + reservation,
+            request_id: self.request_id.clone(),
         }
     }
 
@@ -112,6 +119,7 @@ impl Claim {
             attempts: 1,
             crashed_usd: self.crashed_usd,
             workspace_usd: self.workspace_usd + reservation,
+            request_id: self.request_id.clone(),
             ..fresh.clone()
         }
     }
@@ -148,6 +156,7 @@ mod tests {
             started_at: DateTime::from_timestamp(1_000, 0).unwrap(),
             crashed_usd: 0.0,
             workspace_usd: 0.25,
+            request_id: None,
         }
     }
 
