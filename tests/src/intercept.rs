@@ -8,8 +8,8 @@
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
-use shared::domain::run::gate::CallApproval;
 use shared::domain::run::definition::{ScheduleDefinition, ScheduleStatus};
+use shared::domain::run::gate::CallApproval;
 use shared::domain::run::occurrence::RunRecord;
 use shared::domain::run::pace::Slots;
 use shared::domain::task::idempotency::IdempotencyRecord;

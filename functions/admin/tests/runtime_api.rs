@@ -153,8 +153,10 @@ async fn the_binary_sets_the_budget_and_decides_gated_calls() {
     let (denied, approved) = (of(first), of(second));
 
     let answer = api
-        .invoke_ok(&json!({"op": "deny_call", "principal": principal, "request_id": denied["request_id"],
-                           "expected_version": denied["version"], "note": "no"}))
+        .invoke_ok(
+            &json!({"op": "deny_call", "principal": principal, "request_id": denied["request_id"],
+                           "expected_version": denied["version"], "note": "no"}),
+        )
         .await
         .unwrap();
     assert_eq!(answer["approval"]["state"], "denied", "{answer}");
@@ -162,11 +164,16 @@ async fn the_binary_sets_the_budget_and_decides_gated_calls() {
         .run_record(&task.task_id, &shared::domain::run::occurrence::occurrence_key(first))
         .await
         .unwrap();
-    assert_eq!((record["status"].as_str(), record["reason"].as_str()), (Some("skipped"), Some("denied")));
+    assert_eq!(
+        (record["status"].as_str(), record["reason"].as_str()),
+        (Some("skipped"), Some("denied"))
+    );
 
     let answer = api
-        .invoke_ok(&json!({"op": "approve_call", "principal": principal, "request_id": approved["request_id"],
-                           "expected_version": approved["version"]}))
+        .invoke_ok(
+            &json!({"op": "approve_call", "principal": principal, "request_id": approved["request_id"],
+                           "expected_version": approved["version"]}),
+        )
         .await
         .unwrap();
     assert_eq!(answer["approval"]["state"], "approved", "{answer}");
@@ -174,5 +181,8 @@ async fn the_binary_sets_the_budget_and_decides_gated_calls() {
     assert_eq!(resumes.len(), 1, "{resumes:?}");
     let resume: Value = serde_json::from_str(&resumes[0]).unwrap();
     assert_eq!(resume["resume"], approved["request_id"], "{resume}");
-    assert!(issues.state().read().await.calls.is_empty(), "nothing called by a decision");
+    assert!(
+        issues.state().read().await.calls.is_empty(),
+        "nothing called by a decision"
+    );
 }

@@ -649,7 +649,10 @@ async fn a_gated_call_waits_under_the_runners_role_and_the_admins_approval_resum
     assert!(issues.state().read().await.calls.is_empty(), "not called unapproved");
 
     let listed = admin
-        .handle(json!({"op": "approvals", "principal": principal, "task_id": task.task_id}), Utc::now())
+        .handle(
+            json!({"op": "approvals", "principal": principal, "task_id": task.task_id}),
+            Utc::now(),
+        )
         .await
         .unwrap();
     let request = listed["approvals"][0].clone();

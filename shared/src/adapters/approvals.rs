@@ -152,7 +152,11 @@ impl DynamoStore {
     }
 
     /// The requests of `run_id`, read strongly from the workspace's partition.
-    pub(crate) async fn approvals_of_run(&self, workspace: &str, run_id: &str) -> Result<Vec<CallApproval>, StoreError> {
+    pub(crate) async fn approvals_of_run(
+        &self,
+        workspace: &str,
+        run_id: &str,
+    ) -> Result<Vec<CallApproval>, StoreError> {
         let mut found = Vec::new();
         let mut start = None;
         loop {
@@ -207,7 +211,12 @@ impl DynamoStore {
     }
 
     /// Keeps the approved call's answer on its request.
-    pub(crate) async fn keep_result(&self, approval: &CallApproval, result: &str, is_error: bool) -> Result<(), StoreError> {
+    pub(crate) async fn keep_result(
+        &self,
+        approval: &CallApproval,
+        result: &str,
+        is_error: bool,
+    ) -> Result<(), StoreError> {
         self.counted();
         self.client()
             .update_item()
@@ -292,7 +301,7 @@ impl CallApprovals for DynamoStore {
             .and_then(|sk| sk.strip_prefix("REQ#"))
             .map(str::to_owned);
         let mut approvals = read_items::<CallApproval>(page.items, ENTITY)?;
-        approvals.sort_by(|a, b| b.requested_at.cmp(&a.requested_at));
+        approvals.sort_by_key(|a| std::cmp::Reverse(a.requested_at));
         Ok((approvals, next))
     }
 
@@ -312,7 +321,11 @@ impl CallApprovals for DynamoStore {
         let record = ended.record;
         let put = Put::builder()
             .table_name(self.table())
-            .set_item(Some(to_item(record, &Key::run(&record.task_id, &record.scheduled_time), "run")?))
+            .set_item(Some(to_item(
+                record,
+                &Key::run(&record.task_id, &record.scheduled_time),
+                "run",
+            )?))
             .condition_expression("#status = :awaiting")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":awaiting", s(RunStatus::AwaitingApproval.as_str()))
@@ -321,7 +334,9 @@ impl CallApprovals for DynamoStore {
         let claim = super::runs::skip_claim(record)?;
         let finished = Update::builder()
             .table_name(self.table())
-            .set_key(Some(Key::task(&ended.task.workspace, ended.task.task_id.as_str()).to_map()))
+            .set_key(Some(
+                Key::task(&ended.task.workspace, ended.task.task_id.as_str()).to_map(),
+            ))
             .update_expression("SET claims.#occ = :claim")
             .condition_expression("claims.#occ.#status = :awaiting AND claims.#occ.request_id = :request")
             .expression_attribute_names("#occ", &record.scheduled_time)

@@ -38,6 +38,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::dynamo::{Cancellation, DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
 use super::keys::{GSI3PK, GSI3SK, Key, PK, SK};
+use crate::domain::run::gate::CallApproval;
 use crate::domain::run::occurrence::{RunRecord, cap_output, occurrence_key};
 use crate::domain::run::pace::Slots;
 use crate::domain::run::settlement::Completion;
@@ -45,9 +46,9 @@ use crate::domain::task::budget::BudgetLevel;
 use crate::domain::task::claim::{Claim, RunStatus};
 use crate::domain::task::install::Install;
 use crate::domain::task::{Provenance, Task, budget};
-use crate::domain::run::gate::CallApproval;
 use crate::ports::{
-    ClaimAnswer, ClaimRequest, PaceAnswer, Park, Release, RunStore, Settled, Settlement, StoreError, TakeOver, Unclaimed,
+    ClaimAnswer, ClaimRequest, PaceAnswer, Park, Release, RunStore, Settled, Settlement, StoreError, TakeOver,
+    Unclaimed,
 };
 
 /// Malformed messages are kept this long.

@@ -16,14 +16,14 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::app::approvals::{self, ApprovalView};
 use crate::app::change::StepError;
 use crate::app::change::{Target, commit};
-use crate::app::approvals::{self, ApprovalView};
 use crate::app::run_now::{self, Requested, RunNowFailure};
-use crate::domain::run::gate::{ApprovalState, CallApproval, CallDecision, Undecidable};
 use crate::domain::connector::approval;
 use crate::domain::operations::history::RunView;
 use crate::domain::reminder::Principal;
+use crate::domain::run::gate::{ApprovalState, CallApproval, CallDecision, Undecidable};
 use crate::domain::schedule::preview::{Fire, next_fires};
 use crate::domain::task::bounds::compare;
 use crate::domain::task::budget::{self, WorkspaceBudget};
@@ -582,8 +582,16 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
             } => {
                 self.change(&target, now, |task, installs| {
                     let mut approved = task.clone();
-                    approval::approve(&mut approved, installs, &principal.id, arguments, bindings, ask_first, now)
-                        .map_err(|e| AdminRefusal::InvalidRequest(e.0))?;
+                    approval::approve(
+                        &mut approved,
+                        installs,
+                        &principal.id,
+                        arguments,
+                        bindings,
+                        ask_first,
+                        now,
+                    )
+                    .map_err(|e| AdminRefusal::InvalidRequest(e.0))?;
                     Ok(Decision::Write(Box::new(approved)))
                 })
                 .await
@@ -647,10 +655,10 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
             Ok(limit) => limit,
             Err(message) => return Ok(Err(AdminRefusal::InvalidRequest(message))),
         };
-        if let Some(id) = &task_id {
-            if let Err(refusal) = self.load(principal, id).await? {
-                return Ok(Err(refusal));
-            }
+        if let Some(id) = &task_id
+            && let Err(refusal) = self.load(principal, id).await?
+        {
+            return Ok(Err(refusal));
         }
         let (requests, next) = self
             .store
@@ -679,7 +687,13 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
     /// awaiting), then its occurrence's resume sent. Approving again a
     /// request already approved at `expected` and not yet used sends the
     /// resume again (a send that failed is retried this way).
-    async fn approve_call(&self, principal: &Principal, request_id: &str, expected: u64, now: DateTime<Utc>) -> Outcome {
+    async fn approve_call(
+        &self,
+        principal: &Principal,
+        request_id: &str,
+        expected: u64,
+        now: DateTime<Utc>,
+    ) -> Outcome {
         let asked = match self.request(principal, request_id).await? {
             Ok(asked) => asked,
             Err(refusal) => return Ok(Err(refusal)),

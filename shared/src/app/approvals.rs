@@ -153,10 +153,12 @@ pub async fn end_occurrence<S: TaskStore + TaskCatalog + CallApprovals>(
         tracing::info!(request_id = %decided.request_id, reason = reason.code(), "an occurrence awaiting approval ended");
         return Ok(Ok(()));
     }
-    Ok(Err(match store.approval(&decided.workspace, &decided.request_id).await? {
-        Some(now) if now.version != expected => NotEnded::VersionMoved(now.version),
-        _ => NotEnded::NotAwaiting,
-    }))
+    Ok(Err(
+        match store.approval(&decided.workspace, &decided.request_id).await? {
+            Some(now) if now.version != expected => NotEnded::VersionMoved(now.version),
+            _ => NotEnded::NotAwaiting,
+        },
+    ))
 }
 
 /// The occurrence a request names, as a delivery of it.

@@ -418,8 +418,7 @@ impl<
     G: Schedules,
     C: Connectors,
     Q: WorkQueue,
->
-    Reconciler<S, G, C, Q>
+> Reconciler<S, G, C, Q>
 {
     pub fn new(store: S, schedules: G, connectors: C, queue: Q, ceilings: Ceilings, rules: InstallRules) -> Self {
         Self {
@@ -534,7 +533,9 @@ impl<
                 match crate::app::approvals::expire_lapsed(&self.store, now, self.overdue.retention).await {
                     Ok(0) => {}
                     Ok(expired) => tracing::info!(expired, "occurrences whose approval requests lapsed ended expired"),
-                    Err(error) => tracing::warn!(error = %crate::error_chain(&error), "lapsed approval requests were not read; the next period tries again"),
+                    Err(error) => {
+                        tracing::warn!(error = %crate::error_chain(&error), "lapsed approval requests were not read; the next period tries again")
+                    }
                 }
                 Ok(Summary::default())
             }

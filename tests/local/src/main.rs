@@ -711,10 +711,7 @@ impl Walk<'_> {
             json!({"op": "approve_call", "principal": {"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]},
                    "request_id": request["request_id"], "expected_version": request["version"]}),
         );
-        let approved = self
-            .dispatch
-            .after_occurrence(self.last_fired.get(), approve)
-            .await??;
+        let approved = self.dispatch.after_occurrence(self.last_fired.get(), approve).await??;
         say(format!("approve_call: {}", approved["approval"]["state"]));
         self.dispatch.drain_runs().await?;
         self.results().await?;

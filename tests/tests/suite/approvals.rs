@@ -82,7 +82,9 @@ async fn decide(s: &RunStack, op: &str, request_id: &str, version: u64) -> Value
 }
 
 async fn record(s: &RunStack, task: &Task, at: DateTime<Utc>) -> Value {
-    s.run_record(&task.task_id, &occurrence_key(at)).await.expect("a run record")
+    s.run_record(&task.task_id, &occurrence_key(at))
+        .await
+        .expect("a run record")
 }
 
 async fn calls(issues: &McpFixture) -> Vec<(String, Value)> {
@@ -106,7 +108,10 @@ async fn park(s: &RunStack, task: &Task, at: DateTime<Utc>, arguments: Value) ->
     assert_eq!(s.deliver_once(task, at).await, Disposition::AwaitingApproval);
     let parked = record(s, task, at).await;
     assert_eq!(parked["status"], "awaiting_approval", "{parked}");
-    parked["request_id"].as_str().expect("the record names its request").to_owned()
+    parked["request_id"]
+        .as_str()
+        .expect("the record names its request")
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -140,7 +145,10 @@ async fn a_gated_call_waits_and_once_approved_is_made_once_with_its_arguments() 
     let listed = approvals(&s).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["arguments"], json!({"id": 7}));
-    assert_eq!((listed[0]["state"].as_str(), listed[0]["version"].as_u64()), (Some("open"), Some(1)));
+    assert_eq!(
+        (listed[0]["state"].as_str(), listed[0]["version"].as_u64()),
+        (Some("open"), Some(1))
+    );
     let stale = decide(&s, "approve_call", &request_id, 2).await;
     assert_eq!(stale["error"]["code"], "version_conflict", "{stale}");
     let approved = decide(&s, "approve_call", &request_id, 1).await;
@@ -152,7 +160,10 @@ async fn a_gated_call_waits_and_once_approved_is_made_once_with_its_arguments() 
     // model call, which reads its answer.
     s.model.script([Reply::text("Deleted issue 7.", 1200, 20)]).await;
     assert_eq!(deliver(&s, &resumes[0]).await, Disposition::Ran(RunStatus::Succeeded));
-    assert_eq!(calls(&issues).await, vec![("delete_issue".to_owned(), json!({"id": 7}))]);
+    assert_eq!(
+        calls(&issues).await,
+        vec![("delete_issue".to_owned(), json!({"id": 7}))]
+    );
     let carried = s.model.requests().await.last().expect("a model call").1.clone();
     let messages = carried["messages"].as_array().unwrap();
     assert_eq!(
@@ -199,7 +210,11 @@ async fn a_changed_argument_asks_again_and_a_denial_ends_the_occurrence_skipped(
         .await;
     assert_eq!(deliver(&s, &resume).await, Disposition::AwaitingApproval);
     let approved_only = vec![("delete_issue".to_owned(), json!({"id": 7}))];
-    assert_eq!(calls(&issues).await, approved_only, "an approval never serves other arguments");
+    assert_eq!(
+        calls(&issues).await,
+        approved_only,
+        "an approval never serves other arguments"
+    );
     let second = record(&s, &task, at).await["request_id"].as_str().unwrap().to_owned();
     assert_ne!(second, first);
     // The first request's resume, delivered again (a duplicate, or a second
@@ -329,9 +344,16 @@ async fn an_approval_used_by_a_crashed_attempt_is_never_made_again() {
         .script([Reply::text("It may have been deleted.", 1200, 20)])
         .await;
     let after = deadline() + Duration::minutes(2);
-    let taken = s.runner().deliver("m2", &resume, after, after + Duration::minutes(5)).await.unwrap();
+    let taken = s
+        .runner()
+        .deliver("m2", &resume, after, after + Duration::minutes(5))
+        .await
+        .unwrap();
     assert_eq!(taken, Disposition::Ran(RunStatus::Succeeded));
-    assert!(calls(&issues).await.is_empty(), "used once, by the crashed attempt: never made again");
+    assert!(
+        calls(&issues).await.is_empty(),
+        "used once, by the crashed attempt: never made again"
+    );
     // The model read that the call was already made.
     let asked = s.model.requests().await;
     let last = &asked.last().expect("a request").1;

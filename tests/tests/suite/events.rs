@@ -85,7 +85,11 @@ async fn the_reconcile_admin_and_runner_fixtures_are_what_the_functions_take() {
         .unwrap();
     assert_eq!(again["error"]["code"], "version_conflict", "{again}");
     // Gated calls' requests: none yet; deciding one that does not exist is not_found.
-    let approvals = t.admin().handle(fixture("admin-approvals.json"), Utc::now()).await.unwrap();
+    let approvals = t
+        .admin()
+        .handle(fixture("admin-approvals.json"), Utc::now())
+        .await
+        .unwrap();
     assert_eq!(
         (approvals["approvals"].clone(), approvals["cursor"].clone()),
         (serde_json::json!([]), serde_json::Value::Null),

@@ -191,7 +191,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let id = format!("approved_{}", approval.request_id);
         let approvals = requests.as_deref().unwrap_or_default();
         let result = self
-            .approved_call(turns, &sessions[route.session], &route, (id.clone(), input.clone()), run, approvals)
+            .approved_call(
+                turns,
+                &sessions[route.session],
+                &route,
+                (id.clone(), input.clone()),
+                run,
+                approvals,
+            )
             .await?;
         tracing::info!(tool = %route.tool, request_id, "the resumed run's approved call, before its first model call");
         turns.carry(&offered, &id, input, result);
@@ -239,7 +246,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                         tool: &route.tool,
                         arguments: input,
                     };
-                    let Some(approval) = CallApproval::ask(&call, Utc::now(), self.settings.approval_hours, self.settings.retention) else {
+                    let Some(approval) =
+                        CallApproval::ask(&call, Utc::now(), self.settings.approval_hours, self.settings.retention)
+                    else {
                         return Err(turns.too_large_to_ask(&route.tool));
                     };
                     tracing::info!(tool = %route.tool, request_id = %approval.request_id, "a gated tool call waits for an approval");
@@ -285,7 +294,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 });
             }
             Gate::Refused(state) => {
-                return Ok(refused(id, format!("refused: this call was {} by an approver", state.as_str())));
+                return Ok(refused(
+                    id,
+                    format!("refused: this call was {} by an approver", state.as_str()),
+                ));
             }
             // `gate_turn` stopped the run for these before any call.
             Gate::Ask | Gate::TooManyAsks => None,
@@ -296,10 +308,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         match self.store.use_approval(approval, run.execution_id, Utc::now()).await {
             Ok(true) => {}
             Ok(false) => {
-                return Ok(refused(
-                    id,
-                    "refused: this call's approval was already used".to_owned(),
-                ));
+                return Ok(refused(id, "refused: this call's approval was already used".to_owned()));
             }
             Err(e) => {
                 return Err(turns.model_failed(format!(
@@ -308,7 +317,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 )));
             }
         }
-        let result = self.tool_call(turns, session, &route.tool, id, input, run.run_id).await?;
+        let result = self
+            .tool_call(turns, session, &route.tool, id, input, run.run_id)
+            .await?;
         if let Block::ToolResult { content, is_error, .. } = &result {
             let text = gate::result_text(content);
             if let Err(e) = self.store.keep_call_result(approval, &text, *is_error).await {

@@ -108,7 +108,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             .iter()
             .any(|r| r.request_id == request_id && r.state == crate::domain::run::gate::ApprovalState::Approved);
         if !approved {
-            tracing::warn!(request_id, "a resume without an approved request of this occurrence: nothing claimed");
+            tracing::warn!(
+                request_id,
+                "a resume without an approved request of this occurrence: nothing claimed"
+            );
         }
         Ok(approved)
     }

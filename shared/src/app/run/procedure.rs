@@ -45,7 +45,11 @@ impl<T> Setup<T> {
     ) {
         let index = self.sessions.len();
         self.sessions.push(session);
-        let destructive: BTreeSet<String> = listed.iter().filter(|t| t.destructive).map(|t| t.name.clone()).collect();
+        let destructive: BTreeSet<String> = listed
+            .iter()
+            .filter(|t| t.destructive)
+            .map(|t| t.name.clone())
+            .collect();
         let listed = listed
             .into_iter()
             .map(|tool| ToolSpec {

@@ -212,7 +212,18 @@ mod tests {
             BTreeSet::from(["delete".to_owned()])
         );
         let too_many: BTreeSet<String> = (0..=MAX_ASK_FIRST).map(|i| format!("t{i}")).collect();
-        assert!(approve(&mut task, &chat(), "usr_admin", args(&[]), bind(&[]), Some(too_many), now).is_err());
+        assert!(
+            approve(
+                &mut task,
+                &chat(),
+                "usr_admin",
+                args(&[]),
+                bind(&[]),
+                Some(too_many),
+                now
+            )
+            .is_err()
+        );
 
         let mut reminder = awaiting(now);
         reminder.kind = TaskKind::Reminder;

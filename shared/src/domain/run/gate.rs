@@ -410,7 +410,9 @@ mod tests {
         ));
         assert_eq!(
             asked.request_id,
-            CallApproval::ask(&call(&args), now() + Duration::hours(1), 24, Duration::days(30)).unwrap().request_id,
+            CallApproval::ask(&call(&args), now() + Duration::hours(1), 24, Duration::days(30))
+                .unwrap()
+                .request_id,
             "the same call asks under the same id"
         );
     }
@@ -422,9 +424,16 @@ mod tests {
         assert_eq!(asked.approved_arguments(), Some(args));
         let mut tampered = asked.clone();
         tampered.arguments = r#"{"body":"other","n":[1,2.5,null]}"#.into();
-        assert_eq!(tampered.approved_arguments(), None, "arguments that do not hash as asked are never called");
+        assert_eq!(
+            tampered.approved_arguments(),
+            None,
+            "arguments that do not hash as asked are never called"
+        );
         let huge = json!({"body": "x".repeat(MAX_ARGUMENT_BYTES)});
-        assert!(CallApproval::ask(&call(&huge), now(), 24, Duration::days(30)).is_none(), "too large to put to an approver");
+        assert!(
+            CallApproval::ask(&call(&huge), now(), 24, Duration::days(30)).is_none(),
+            "too large to put to an approver"
+        );
     }
 
     #[test]
