@@ -303,6 +303,43 @@ impl RunStack {
         self.run_record(&task.task_id, &occurrence).await.expect("a run record")
     }
 
+    /// An issues server listing `tools` and a `triage` prompt, installed in
+    /// ws_1 as `ins_1`, and its connector task offered `offered`, approved
+    /// by an admin who gated `ask_first` (a gated tool call's set-up, SPEC
+    /// §15), stored.
+    pub async fn triage(
+        &self,
+        tools: Vec<local::mcp_fixture::FixtureTool>,
+        offered: &[&str],
+        ask_first: &[&str],
+    ) -> (local::mcp_fixture::McpFixture, Task) {
+        let issues = local::mcp_fixture::McpFixture::start(local::mcp_fixture::FixtureState {
+            prompts: vec![local::mcp_fixture::scheduled_prompt(
+                "triage",
+                json!({"version": 1}),
+                &[],
+                "Triage.",
+            )],
+            tools,
+            ..Default::default()
+        })
+        .await
+        .expect("the issues server starts");
+        self.store()
+            .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
+            .await
+            .expect("its install is stored");
+        let mut task = connector_task("issues", "triage", offered, &[]);
+        task.approval = Some(shared::domain::task::Approval {
+            id: "admin:adm_1:1".into(),
+            approved_at: Utc::now(),
+            by: Some("adm_1".into()),
+            ask_first: ask_first.iter().map(|t| (*t).to_owned()).collect(),
+        });
+        self.insert(&task).await;
+        (issues, task)
+    }
+
     /// The runner on a store of the caller's choice (to inject crashes).
     pub fn runner_on<S: shared::ports::RunStore>(&self, store: S, settings: RunSettings) -> TestRunner<S> {
         Runner::new(

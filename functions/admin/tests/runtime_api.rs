@@ -89,24 +89,8 @@ async fn the_binary_sets_the_budget_and_decides_gated_calls() {
     use local::converse::Reply;
     use local::mcp_fixture::annotated_tool;
     let s = tests::RunStack::start().await.unwrap();
-    let issues = McpFixture::start(FixtureState {
-        prompts: vec![scheduled_prompt("triage", json!({"version": 1}), &[], "Triage.")],
-        tools: vec![annotated_tool("delete_issue", json!({"destructiveHint": true}))],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    s.store()
-        .put_install(&tests::install(
-            "ins_1",
-            "issues",
-            &issues.url(),
-            shared::domain::task::install::InstallScope::Workspace,
-        ))
-        .await
-        .unwrap();
-    let task = tests::connector_task("issues", "triage", &["delete_issue"], &[]);
-    s.insert(&task).await;
+    let gated = annotated_tool("delete_issue", json!({"destructiveHint": true}));
+    let (issues, task) = s.triage(vec![gated], &["delete_issue"], &[]).await;
     let api = Launch::new("admin", &s.t.aws, &s.t.stack)
         .unwrap()
         .timeout(Duration::from_secs(30))

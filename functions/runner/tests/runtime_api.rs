@@ -610,26 +610,10 @@ async fn the_binary_holds_a_person_to_their_monthly_cap() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gated_call_waits_under_the_runners_role_and_the_admins_approval_resumes_it_once() {
     use local::converse::Reply;
-    use local::mcp_fixture::{FixtureState, McpFixture, annotated_tool, scheduled_prompt};
+    use local::mcp_fixture::annotated_tool;
     let s = RunStack::start().await.unwrap();
-    let issues = McpFixture::start(FixtureState {
-        prompts: vec![scheduled_prompt("triage", json!({"version": 1}), &[], "Triage.")],
-        tools: vec![annotated_tool("delete_issue", json!({"destructiveHint": true}))],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    s.store()
-        .put_install(&tests::install(
-            "ins_1",
-            "issues",
-            &issues.url(),
-            shared::domain::task::install::InstallScope::Workspace,
-        ))
-        .await
-        .unwrap();
-    let task = tests::connector_task("issues", "triage", &["delete_issue"], &[]);
-    s.store().insert_task(&task).await.unwrap();
+    let gated = annotated_tool("delete_issue", json!({"destructiveHint": true}));
+    let (issues, task) = s.triage(vec![gated], &["delete_issue"], &[]).await;
     let runner = started(&s).await;
     let admin = s.t.admin();
     let principal = json!({"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]});

@@ -890,6 +890,7 @@ impl Walk<'_> {
         for kind in [
             shared::domain::run::notification::DETAIL_TYPE,
             "Workspace budget reached",
+            "Tool call awaiting approval",
         ] {
             let of_kind: Vec<&Value> = events.iter().filter(|e| e["detail-type"] == kind).collect();
             say(format!("\"{kind}\" events on the bus: {}", of_kind.len()));

@@ -31,13 +31,20 @@ fn the_main_job_walks_the_whole_loop() {
         "cancelled: Parcel is deleted",
         ": ran and finished",
         "Water plants: runs every day at 08:00 Europe/Berlin; next at",
-        "\"Scheduled run finished\" events on the bus: 8",
+        "\"Scheduled run finished\" events on the bus: 9",
         // The workspace's budget (SPEC §15): reached, one event; raised, runs again.
         "reached true",
         "skipped: budget reached: the workspace's monthly budget is spent",
         "reached false",
         "\"Workspace budget reached\" events on the bus: 1",
         "{\"budget_usd\":",
+        // A gated tool call (SPEC §15): it waits, nothing called; approved,
+        // the occurrence resumes and the call is made once.
+        "waits for a workspace admin to approve a tool call (request apr_",
+        "calls made meanwhile: 0",
+        "approve_call: \"approved\"",
+        "calls made on the issues server by the resumed run: 1",
+        "\"Tool call awaiting approval\" events on the bus: 1",
         // A monthly reminder on the 31st: one expression, the months
         // without a 31st skipped and named.
         "Rent: cron(0 9 31 * ? *) in Europe/Berlin on Scheduler",
@@ -56,7 +63,7 @@ fn the_main_job_walks_the_whole_loop() {
         assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
     }
     // Every event on the bus reached its person; none was dropped or left.
-    assert_eq!(text.matches(" -> shown to ").count(), 8, "{text}");
+    assert_eq!(text.matches(" -> shown to ").count(), 9, "{text}");
     for unexpected in ["dropped:", "left in the queue"] {
         assert!(!text.contains(unexpected), "`{unexpected}` in:\n{text}");
     }

@@ -9,19 +9,18 @@
 
 use chrono::{DateTime, Duration, Utc};
 use local::converse::Reply;
-use local::mcp_fixture::{FixtureState, McpFixture, annotated_tool, scheduled_prompt, tool};
+use local::mcp_fixture::{McpFixture, annotated_tool, tool};
 use serde_json::{Value, json};
 use shared::adapters::dynamo::DynamoStore;
 use shared::app::run::Disposition;
 use shared::domain::run::door::SkipReason;
 use shared::domain::run::gate::CallApproval;
 use shared::domain::run::occurrence::occurrence_key;
+use shared::domain::task::Task;
 use shared::domain::task::claim::RunStatus;
-use shared::domain::task::install::InstallScope;
-use shared::domain::task::{Approval, Task};
 use shared::ports::{RunStore, StoreError};
 use tests::intercept::{Intercepted, RunStoreHook};
-use tests::{RunStack, connector_task, crashes, deadline, install, run_settings};
+use tests::{RunStack, crashes, deadline, run_settings};
 
 fn admin() -> Value {
     json!({"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]})
@@ -29,37 +28,16 @@ fn admin() -> Value {
 
 /// The issues server installed in ws_1 (`delete_issue` annotated
 /// destructive; `archive_issue` destructive but read-only, so not gated;
-/// `list_issues` plain) and its approved task offered all three, stored.
+/// `list_issues` plain) and its approved task offered all three, the
+/// admin's `ask_first` as given, stored.
 async fn issues_task(s: &RunStack, ask_first: &[&str]) -> (McpFixture, Task) {
-    let issues = McpFixture::start(FixtureState {
-        prompts: vec![scheduled_prompt("triage", json!({"version": 1}), &[], "Triage.")],
-        tools: vec![
-            tool("list_issues"),
-            annotated_tool("delete_issue", json!({"destructiveHint": true})),
-            annotated_tool("archive_issue", json!({"destructiveHint": true, "readOnlyHint": true})),
-        ],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    s.store()
-        .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
+    let tools = vec![
+        tool("list_issues"),
+        annotated_tool("delete_issue", json!({"destructiveHint": true})),
+        annotated_tool("archive_issue", json!({"destructiveHint": true, "readOnlyHint": true})),
+    ];
+    s.triage(tools, &["list_issues", "delete_issue", "archive_issue"], ask_first)
         .await
-        .unwrap();
-    let mut task = connector_task(
-        "issues",
-        "triage",
-        &["list_issues", "delete_issue", "archive_issue"],
-        &[],
-    );
-    task.approval = Some(Approval {
-        id: "admin:adm_1:1".into(),
-        approved_at: Utc::now(),
-        by: Some("adm_1".into()),
-        ask_first: ask_first.iter().map(|t| (*t).to_owned()).collect(),
-    });
-    s.insert(&task).await;
-    (issues, task)
 }
 
 async fn admin_op(s: &RunStack, request: Value) -> Value {

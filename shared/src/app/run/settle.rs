@@ -50,6 +50,21 @@ fn outcome_alone(record: &RunRecord, error: &StoreError) -> RunRecord {
     minimal
 }
 
+/// A claimed occurrence given back (a release, or a park at a gated call)
+/// after this attempt spent `spent`: its reservation returned, what its
+/// attempts spent carried on the claim.
+fn released<'a>(occ: &'a Delivery, claimed: &'a Claimed, spent: f64) -> Release<'a> {
+    Release {
+        task: &claimed.task,
+        occurrence: &occ.key,
+        execution_id: &occ.message.execution_id,
+        period: &claimed.period,
+        reserved_usd: budget::reservation(claimed.task.spec.budget) + claimed.crashed,
+        carried_usd: spent + claimed.crashed,
+        workspace_held_usd: claimed.workspace,
+    }
+}
+
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// Settles a claimed occurrence (`RunStore::settle`): its record, the
     /// claim finished, the budget settled, the account charged, fenced on
@@ -181,16 +196,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         claimed: &Claimed,
         requeue: Requeue,
     ) -> Result<Disposition, RunError> {
-        let task = &claimed.task;
-        let release = Release {
-            task,
-            occurrence: &occ.key,
-            execution_id: &occ.message.execution_id,
-            period: &claimed.period,
-            reserved_usd: budget::reservation(task.spec.budget) + claimed.crashed,
-            carried_usd: requeue.cost + claimed.crashed,
-            workspace_held_usd: claimed.workspace,
-        };
+        let release = released(occ, claimed, requeue.cost);
         match self.store.release(&release).await? {
             Settled::LostClaim => {
                 tracing::warn!("the claim was taken over before this run was released");
@@ -230,7 +236,6 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         parked: Parked,
         now: DateTime<Utc>,
     ) -> Result<Disposition, RunError> {
-        let task = &claimed.task;
         let outcome = Outcome {
             status: RunStatus::AwaitingApproval,
             reason: Some(cap_reason(&format!(
@@ -254,15 +259,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         );
         record.request_id = Some(parked.approval.request_id.clone());
         let park = Park {
-            release: Release {
-                task,
-                occurrence: &occ.key,
-                execution_id: &occ.message.execution_id,
-                period: &claimed.period,
-                reserved_usd: budget::reservation(task.spec.budget) + claimed.crashed,
-                carried_usd: parked.cost + claimed.crashed,
-                workspace_held_usd: claimed.workspace,
-            },
+            release: released(occ, claimed, parked.cost),
             record: &record,
             approval: &parked.approval,
         };
