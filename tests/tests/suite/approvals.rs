@@ -135,19 +135,32 @@ async fn a_gated_call_waits_and_once_approved_is_made_once_with_its_arguments() 
     assert_eq!(resumes.len(), 1, "one resume: {resumes:?}");
 
     // The re-run carries the approved call: made once, before its first
-    // model call, which reads its answer.
-    s.model.script([Reply::text("Deleted issue 7.", 1200, 20)]).await;
+    // model call, which reads its answer; the model asking it again in the
+    // run is answered with what it answered, not a second call.
+    s.model
+        .script([
+            Reply::tool("issues__delete_issue", json!({"id": 7}), 1000, 50),
+            Reply::text("Deleted issue 7.", 1200, 20),
+        ])
+        .await;
     assert_eq!(deliver(&s, &resumes[0]).await, Disposition::Ran(RunStatus::Succeeded));
     assert_eq!(
         calls(&issues).await,
         vec![("delete_issue".to_owned(), json!({"id": 7}))]
     );
-    let carried = s.model.requests().await.last().expect("a model call").1.clone();
+    let asked = s.model.requests().await;
+    let carried = &asked[asked.len() - 2].1;
     let messages = carried["messages"].as_array().unwrap();
     assert_eq!(
         messages[messages.len() - 2]["content"][0]["toolUse"]["input"],
         json!({"id": 7}),
         "the conversation goes on from the approved call"
+    );
+    let last = &asked[asked.len() - 1].1["messages"];
+    let answered = last[last.as_array().unwrap().len() - 1].to_string();
+    assert!(
+        answered.contains("delete_issue done") && !answered.contains("refused"),
+        "asked again, the call is answered with what it answered: {answered}"
     );
     let settled = record(&s, &task, at).await;
     assert_eq!(settled["status"], "succeeded", "{settled}");

@@ -125,7 +125,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 };
                 let session = &sessions[route.session];
                 let made = if route.gated {
-                    let approvals = requests.as_deref().unwrap_or_default();
+                    let approvals = requests.as_deref_mut().unwrap_or_default();
                     self.approved_call(&turns, session, &route, (id, input), run, approvals)
                         .await
                 } else {
@@ -189,7 +189,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             ));
         };
         let id = format!("approved_{}", approval.request_id);
-        let approvals = requests.as_deref().unwrap_or_default();
+        let approvals = requests.as_deref_mut().unwrap_or_default();
         let result = self
             .approved_call(
                 turns,
@@ -272,7 +272,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         route: &crate::domain::run::agent_loop::Route,
         (id, input): (String, Value),
         run: &RunIds<'_>,
-        approvals: &[CallApproval],
+        approvals: &mut [CallApproval],
     ) -> Result<Block, Ended> {
         let hash = gate::arguments_hash(&input);
         let refused = |id: String, text: String| Block::ToolResult {
@@ -281,7 +281,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             is_error: true,
         };
         let approval = match gate::gate(approvals, run.run_id, &route.server, &route.tool, &hash) {
-            Gate::Make(request_id) => approvals.iter().find(|a| a.request_id == request_id),
+            Gate::Make(request_id) => approvals.iter().position(|a| a.request_id == request_id),
             Gate::Made { result, is_error } => {
                 tracing::info!(tool = %route.tool, "an approved call made by an earlier attempt: its answer, not a second call");
                 let text = result.unwrap_or_else(|| {
@@ -302,10 +302,12 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             // `gate_turn` stopped the run for these before any call.
             Gate::Ask | Gate::TooManyAsks => None,
         };
-        let Some(approval) = approval else {
+        let Some(at) = approval else {
             return Ok(refused(id, "refused: this call has no approval".to_owned()));
         };
-        match self.store.use_approval(approval, run.execution_id, Utc::now()).await {
+        let approval = approvals[at].clone();
+        let now = Utc::now();
+        match self.store.use_approval(&approval, run.execution_id, now).await {
             Ok(true) => {}
             Ok(false) => {
                 return Ok(refused(id, "refused: this call's approval was already used".to_owned()));
@@ -322,12 +324,18 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             .await?;
         if let Block::ToolResult { content, is_error, .. } = &result {
             let text = gate::result_text(content);
-            if let Err(e) = self.store.keep_call_result(approval, &text, *is_error).await {
+            if let Err(e) = self.store.keep_call_result(&approval, &text, *is_error).await {
                 tracing::warn!(error = %crate::error_chain(&e), "the approved call's answer was not kept on its request");
             }
+            // Asked again in this run, the call is answered from here.
+            let used = &mut approvals[at];
+            used.used_at = Some(now);
+            used.result = Some(text);
+            used.result_is_error = *is_error;
         }
         Ok(result)
     }
+
     /// One model call (`Model::converse`) within the run's wall time: at a
     /// slot of the fleet's pace when there is one, else retried with backoff.
     async fn model_call(
