@@ -225,6 +225,11 @@ pub struct SeedPlan {
     /// spent, reach it, so claims, take-overs and dead claims meet a month
     /// that is spent (`budget_reached`).
     pub workspace_budget: Option<f64>,
+    /// For a third of the seeds, the connector tasks' tool is gated (the
+    /// admin's `ask_first`, SPEC §15): each run stops at its tool call and
+    /// waits; the simulation's admin denies a third of the requests and
+    /// approves the rest, whose resumes meet faults as any delivery does.
+    pub gated: bool,
 }
 
 fn pick<T: Copy>(rng: &mut fastrand::Rng, items: &[T]) -> T {
@@ -435,10 +440,12 @@ pub fn plan(seed: u64, size: usize, per_task: usize) -> SeedPlan {
     // Drawn apart from the faults, so a seed's faults stay what they were.
     let mut side = fastrand::Rng::with_seed(seed ^ 0x5EED_B0D6);
     let workspace_budget = (side.u8(..3) == 0).then(|| (side.f64() * 0.6 * 100.0).round() / 100.0);
+    let gated = side.u8(..3) == 0;
     SeedPlan {
         seed,
         tasks,
         workspace_budget,
+        gated,
     }
 }
 
@@ -446,10 +453,11 @@ impl SeedPlan {
     /// The fault schedule, one line per message that has a fault.
     pub fn schedule(&self) -> String {
         let mut out = format!(
-            "seed {}: fault schedule; workspace budget {}\n",
+            "seed {}: fault schedule; workspace budget {}{}\n",
             self.seed,
             self.workspace_budget
-                .map_or_else(|| "none".to_owned(), |b| format!("${b:.2} a month"))
+                .map_or_else(|| "none".to_owned(), |b| format!("${b:.2} a month")),
+            if self.gated { "; connector tools gated" } else { "" }
         );
         for task in &self.tasks {
             for (o, occ) in task.occurrences.iter().enumerate() {
@@ -830,6 +838,10 @@ struct Ran {
     took_over: usize,
     answers: BTreeMap<&'static str, usize>,
     faults: Vec<Fault>,
+    /// The admin's decisions of its gated calls' requests.
+    decided: Decided,
+    /// Decisions the store refused (each a violation).
+    admin_errors: Vec<String>,
 }
 
 /// The report of a run over seeds.
@@ -852,12 +864,13 @@ pub struct SimReport {
     pub real_seconds: f64,
 }
 
-pub const CHECKS: [&str; 5] = [ONE_OUTCOME, SIDE_EFFECTS, ACCOUNTING, ONE_EVENT, NONE_LOST];
+pub const CHECKS: [&str; 6] = [ONE_OUTCOME, SIDE_EFFECTS, ACCOUNTING, ONE_EVENT, NONE_LOST, GATED];
 pub const ONE_OUTCOME: &str = "at most one settled outcome per occurrence";
 pub const SIDE_EFFECTS: &str = "tool side effects by run id";
 pub const ACCOUNTING: &str = "budget_used, workspace months and account charges";
 pub const ONE_EVENT: &str = "one bus event per settled run, none for a skip";
 pub const NONE_LOST: &str = "every delivered occurrence recorded";
+pub const GATED: &str = "a gated call made only under its approval, each decision applied";
 
 impl SimReport {
     pub fn violation_count(&self) -> usize {
@@ -1046,8 +1059,53 @@ pub async fn run(config: &SimConfig) -> anyhow::Result<SimReport> {
 
 /// The simulated SQS of one occurrence: its messages, received until
 /// acknowledged or dead-lettered.
+/// What the simulation's admin decided of the requests of gated calls.
+#[derive(Debug, Clone, Copy, Default)]
+struct Decided {
+    approved: usize,
+    denied: usize,
+}
+
+/// The simulation's workspace admin: decides a parked occurrence's open
+/// request at once, a third denied (its occurrence ends skipped `denied`),
+/// the rest approved (the resume's body answered, to be delivered). Not
+/// faulted: the admin function's own failures are its tests'.
+async fn decide(
+    admin: &DynamoStore,
+    run_id: &str,
+    rng: &mut fastrand::Rng,
+    decided: &mut Decided,
+) -> anyhow::Result<Option<String>> {
+    use shared::domain::run::gate::{ApprovalState, CallDecision};
+    use shared::ports::CallApprovals;
+    let requests = admin.run_approvals("ws_1", run_id).await?;
+    let Some(open) = requests.iter().find(|r| r.state == ApprovalState::Open) else {
+        return Ok(None);
+    };
+    let now = Utc::now();
+    if rng.u8(..3) == 0 {
+        let denied = open.decide(CallDecision::Deny, "sim", None, open.version, now)?;
+        let ended =
+            shared::app::approvals::end_occurrence(admin, &denied, open.version, now, Duration::days(30)).await?;
+        anyhow::ensure!(ended.is_ok(), "a parked occurrence could not be denied: {ended:?}");
+        decided.denied += 1;
+        return Ok(None);
+    }
+    let approved = open.decide(CallDecision::Approve, "sim", None, open.version, now)?;
+    anyhow::ensure!(
+        admin.approve_call(&approved, open.version).await?,
+        "a parked occurrence's request could not be approved"
+    );
+    decided.approved += 1;
+    Ok(Some(serde_json::to_string(&shared::app::approvals::resume_message(
+        &approved,
+    ))?))
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn run_occurrence(
     runner: &SimRunner,
+    admin: &DynamoStore,
     task: &Task,
     index: usize,
     plan: &OccurrencePlan,
@@ -1067,9 +1125,13 @@ async fn run_occurrence(
         took_over: 0,
         answers: BTreeMap::new(),
         faults: Vec::new(),
+        decided: Decided::default(),
+        admin_errors: Vec::new(),
     };
-    // (simulated seconds after the anchor, message, receives so far)
+    // (simulated seconds after the anchor, message, receives so far); a
+    // message past the plan's is an approval's resume (`resumes`).
     let mut queue: Vec<(i64, usize, u32)> = plan.messages.iter().enumerate().map(|(i, m)| (m.at, i, 0)).collect();
+    let mut resumes: Vec<(String, String, Vec<Vec<Fault>>)> = Vec::new();
     while !queue.is_empty() {
         queue.sort();
         let t = queue[0].0;
@@ -1080,8 +1142,18 @@ async fn run_occurrence(
         // the plan: a run's wall time is measured against the real clock.
         let now = (anchor + Duration::seconds(t)).max(real);
         let deliveries = batch.iter().map(|&(_, m, receives)| {
-            let message = &plan.messages[m];
-            let mut faults = message.faults.get(receives as usize).cloned().unwrap_or_default();
+            let (execution_id, body, planned) = match plan.messages.get(m) {
+                Some(message) => (
+                    message.execution_id.clone(),
+                    run_message(task, scheduled, &message.execution_id),
+                    &message.faults,
+                ),
+                None => {
+                    let (execution_id, body, faults) = &resumes[m - plan.messages.len()];
+                    (execution_id.clone(), body.clone(), faults)
+                }
+            };
+            let mut faults = planned.get(receives as usize).cloned().unwrap_or_default();
             // A give-up needs a run whose wall time is short in real time:
             // only a delivery whose `now` is not ahead of the real clock.
             for f in &mut faults {
@@ -1102,8 +1174,7 @@ async fn run_occurrence(
             } else {
                 now + Duration::seconds(INVOCATION_SECONDS)
             };
-            let body = run_message(task, scheduled, &message.execution_id);
-            let id = format!("{}-{m}-{receives}", message.execution_id);
+            let id = format!("{execution_id}-{m}-{receives}");
             async move {
                 let delivery = Arc::new(Delivery::new(faults));
                 let fut = DELIVERY.scope(
@@ -1141,6 +1212,18 @@ async fn run_occurrence(
                 ran.lossy |= lossy;
             }
             let receives = receives + 1;
+            if let Answer::Done(Disposition::AwaitingApproval) = answer {
+                match decide(admin, &ran.run_id, rng, &mut ran.decided).await {
+                    Ok(Some(body)) => {
+                        let execution_id = format!("resume-{}-{}", ran.run_id, resumes.len());
+                        resumes.push((execution_id, body, receive_faults(rng, Kind::Connector)));
+                        queue.push((t + 30, plan.messages.len() + resumes.len() - 1, 0));
+                    }
+                    Ok(None) => {}
+                    Err(error) => ran.admin_errors.push(format!("{error:#}")),
+                }
+                continue;
+            }
             let delay = match answer {
                 Answer::Done(_) => continue,
                 Answer::Crashed => VISIBILITY_SECONDS,
@@ -1163,7 +1246,18 @@ fn tasks_of(plan: &SeedPlan) -> Vec<Task> {
     plan.tasks
         .iter()
         .map(|t| match t.kind {
-            Kind::Connector => connector_task(SERVER, &t.name, &[TOOL], &[]),
+            Kind::Connector => {
+                let mut task = connector_task(SERVER, &t.name, &[TOOL], &[]);
+                if plan.gated {
+                    task.approval = Some(shared::domain::task::Approval {
+                        id: "admin:sim:1".into(),
+                        approved_at: Utc::now(),
+                        by: Some("sim".into()),
+                        ask_first: BTreeSet::from([TOOL.to_owned()]),
+                    });
+                }
+                task
+            }
             Kind::Reminder => {
                 let mut task = reminder(Utc::now());
                 task.task_id = TaskId::for_reminder("ws_1", "usr_123", &t.name);
@@ -1249,6 +1343,7 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyh
         faulty.push((kind, BedrockModel::from_sdk(&sdk)));
         stand_ins.push(stand_in);
     }
+    let admin = s.store();
     let sent = Arc::new(Mutex::new(HashMap::new()));
     let runner: SimRunner = Runner::new(
         SimStore(store),
@@ -1270,6 +1365,7 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyh
     let ran: Vec<Vec<Ran>> = {
         use futures::StreamExt;
         let runner = &runner;
+        let admin = &admin;
         let tasks = &tasks;
         futures::stream::iter(plan.tasks.iter().enumerate())
             .map(|(index, tp)| async move {
@@ -1283,7 +1379,9 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyh
                         scheduled -= Duration::seconds(1);
                     }
                     let anchor = scheduled + Duration::seconds(occ.lateness) + (real - real.trunc_subsecs(0));
-                    out.push(run_occurrence(runner, &tasks[index], index, occ, scheduled, anchor, &mut rng).await);
+                    out.push(
+                        run_occurrence(runner, admin, &tasks[index], index, occ, scheduled, anchor, &mut rng).await,
+                    );
                 }
                 out
             })
@@ -1379,6 +1477,14 @@ async fn check(
     }
     report.faults.extend(shapes);
     for r in ran {
+        for (label, n) in [
+            ("gated call: approved", r.decided.approved),
+            ("gated call: denied", r.decided.denied),
+        ] {
+            if n > 0 {
+                *report.faults.entry(label.into()).or_default() += n;
+            }
+        }
         if r.took_over > 0 {
             *report.faults.entry("lease expired, taken over".into()).or_default() += r.took_over;
         }
@@ -1392,7 +1498,10 @@ async fn check(
     let items = s.t.scan_all().await?;
     let events = s.events().await;
     let mut events_of: HashMap<String, usize> = HashMap::new();
-    for e in &events {
+    for e in events
+        .iter()
+        .filter(|e| e["detail-type"] == shared::domain::run::notification::DETAIL_TYPE)
+    {
         if let Some(id) = e["detail"]["run_id"].as_str() {
             *events_of.entry(id.to_owned()).or_default() += 1;
         }
@@ -1407,8 +1516,19 @@ async fn check(
     let mut task_items: HashMap<String, &Value> = HashMap::new();
     let mut accounts: Vec<&Value> = Vec::new();
     let mut workspaces: Vec<&Value> = Vec::new();
+    // Each run's requests: (state, used).
+    let mut requests: HashMap<String, Vec<(String, bool)>> = HashMap::new();
     for item in &items {
         match item["entity"].as_str() {
+            Some(shared::adapters::approvals::ENTITY) => {
+                requests
+                    .entry(item["run_id"].as_str().unwrap_or_default().to_owned())
+                    .or_default()
+                    .push((
+                        item["state"].as_str().unwrap_or_default().to_owned(),
+                        item["used_at"].is_string(),
+                    ));
+            }
             Some("run") => {
                 records.insert(
                     (
@@ -1488,7 +1608,7 @@ async fn check(
                     *budget_expected.entry((id.to_owned(), period.clone())).or_default() +=
                         f(&claim["crashed_usd"]) + budget::reservation(task.spec.budget);
                 }
-                "released" => {
+                "released" | "awaiting_approval" => {
                     *budget_expected.entry((id.to_owned(), period.clone())).or_default() += f(&claim["crashed_usd"]);
                 }
                 _ => {}
@@ -1518,8 +1638,9 @@ async fn check(
                 format!("{what}: no attempt lost, yet {done} side effects for {recorded_calls} recorded calls"),
             );
         }
-        // 3. Accounting: what the records cost.
-        if let Some(rec) = record {
+        // 3. Accounting: what the records cost. A record awaiting approval
+        // is not an outcome: its claim holds what it shows.
+        if let Some(rec) = record.filter(|_| status != "awaiting_approval") {
             let cost = f(&rec["cost_usd"]);
             *budget_expected.entry((id.to_owned(), period.clone())).or_default() += cost;
             if status != "skipped" || cost > 0.0 {
@@ -1541,6 +1662,27 @@ async fn check(
                 ONE_EVENT,
                 format!("{what}: {events} bus events for a record {status:?}"),
             );
+        }
+        // 6. Gated calls: a call at the server only under an approved and
+        // used request of its run; every decision the admin made applied.
+        if plan.gated && task.kind == shared::domain::task::TaskKind::Connector {
+            let of_run = requests.get(&r.run_id).map(Vec::as_slice).unwrap_or_default();
+            let used = of_run
+                .iter()
+                .filter(|(state, used)| state == "approved" && *used)
+                .count();
+            if done > used as u32 {
+                violate(
+                    GATED,
+                    format!("{what}: {done} calls at the server, {used} approved requests used"),
+                );
+            }
+            if r.decided.denied > 0 && !(status == "skipped" && record.is_some_and(|rec| rec["reason"] == "denied")) {
+                violate(GATED, format!("{what}: denied, yet the record is {status:?}"));
+            }
+        }
+        for error in &r.admin_errors {
+            violate(GATED, format!("{what}: {error}"));
         }
         // 5. None lost.
         if record.is_none() {

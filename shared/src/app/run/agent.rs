@@ -126,8 +126,18 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 let session = &sessions[route.session];
                 let made = if route.gated {
                     let approvals = requests.as_deref_mut().unwrap_or_default();
-                    self.approved_call(&turns, session, &route, (id, input), run, approvals)
+                    match self
+                        .approved_call(&turns, session, &route, (id, input), run, approvals)
                         .await
+                    {
+                        Ok((answer, true)) => Ok(answer),
+                        // Answered without a call: not a call of this run.
+                        Ok((answer, false)) => {
+                            turns.not_made();
+                            Ok(answer)
+                        }
+                        Err(ended) => Err(ended),
+                    }
                 } else {
                     self.tool_call(&turns, session, &route.tool, id, input, run.run_id)
                         .await
@@ -190,7 +200,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         };
         let id = format!("approved_{}", approval.request_id);
         let approvals = requests.as_deref_mut().unwrap_or_default();
-        let result = self
+        let (result, called) = self
             .approved_call(
                 turns,
                 &sessions[route.session],
@@ -200,8 +210,8 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 approvals,
             )
             .await?;
-        tracing::info!(tool = %route.tool, request_id, "the resumed run's approved call, before its first model call");
-        turns.carry(&offered, &id, input, result);
+        tracing::info!(tool = %route.tool, request_id, called, "the resumed run's approved call, before its first model call");
+        turns.carry(&offered, &id, input, result, called);
         Ok(())
     }
 
@@ -273,7 +283,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         (id, input): (String, Value),
         run: &RunIds<'_>,
         approvals: &mut [CallApproval],
-    ) -> Result<Block, Ended> {
+    ) -> Result<(Block, bool), Ended> {
         let hash = gate::arguments_hash(&input);
         let refused = |id: String, text: String| Block::ToolResult {
             id,
@@ -287,30 +297,32 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 let text = result.unwrap_or_else(|| {
                     "this approved call was already made once in this occurrence; its answer was not kept".to_owned()
                 });
-                return Ok(Block::ToolResult {
+                let answer = Block::ToolResult {
                     id,
                     content: vec![Block::Text(text)],
                     is_error,
-                });
+                };
+                return Ok((answer, false));
             }
             Gate::Refused(state) => {
-                return Ok(refused(
-                    id,
-                    format!("refused: this call was {} by an approver", state.as_str()),
-                ));
+                let answer = refused(id, format!("refused: this call was {} by an approver", state.as_str()));
+                return Ok((answer, false));
             }
             // `gate_turn` stopped the run for these before any call.
             Gate::Ask | Gate::TooManyAsks => None,
         };
         let Some(at) = approval else {
-            return Ok(refused(id, "refused: this call has no approval".to_owned()));
+            return Ok((refused(id, "refused: this call has no approval".to_owned()), false));
         };
         let approval = approvals[at].clone();
         let now = Utc::now();
         match self.store.use_approval(&approval, run.execution_id, now).await {
             Ok(true) => {}
             Ok(false) => {
-                return Ok(refused(id, "refused: this call's approval was already used".to_owned()));
+                return Ok((
+                    refused(id, "refused: this call's approval was already used".to_owned()),
+                    false,
+                ));
             }
             Err(e) => {
                 return Err(turns.model_failed(format!(
@@ -333,7 +345,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             used.result = Some(text);
             used.result_is_error = *is_error;
         }
-        Ok(result)
+        Ok((result, true))
     }
 
     /// One model call (`Model::converse`) within the run's wall time: at a

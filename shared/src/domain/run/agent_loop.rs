@@ -476,12 +476,13 @@ impl AgentLoop {
             .map(|(name, r)| (name.clone(), r.clone()))
     }
 
-    /// The resumed run's approved call, made before its first model call
-    /// (`domain::run::gate`): counted as a tool call, and its conversation
-    /// goes on from the prompt, that call (`offered` with `input`, as the
-    /// model asked it) and its answer (`result`, bounded as any).
-    pub fn carry(&mut self, offered: &str, id: &str, input: Value, result: Block) {
-        self.usage.tool_calls += 1;
+    /// The resumed run's approved call, before its first model call
+    /// (`domain::run::gate`): counted as a tool call when this attempt
+    /// `called` it (an earlier attempt's is answered from what it kept), and
+    /// its conversation goes on from the prompt, that call (`offered` with
+    /// `input`, as the model asked it) and its answer (`result`, bounded as any).
+    pub fn carry(&mut self, offered: &str, id: &str, input: Value, result: Block, called: bool) {
+        self.usage.tool_calls += u32::from(called);
         self.messages.push(Message {
             role: Role::Assistant,
             content: vec![Block::ToolUse {
@@ -603,6 +604,13 @@ impl AgentLoop {
         }
         self.usage.tool_calls += 1;
         ToolCall::Allowed(route)
+    }
+
+    /// A gated call [`AgentLoop::tool_call`] allowed was answered without
+    /// being made (made by an earlier attempt, or refused): not counted as
+    /// a call of this run.
+    pub fn not_made(&mut self) {
+        self.usage.tool_calls = self.usage.tool_calls.saturating_sub(1);
     }
 
     /// One tool result as it arrives, bounded against what the run may
