@@ -349,4 +349,9 @@ async fn an_approval_used_by_a_crashed_attempt_is_never_made_again() {
     let asked = s.model.requests().await;
     let last = &asked.last().expect("a request").1;
     assert!(last.to_string().contains("already made once"), "{last}");
+    let settled = record(&s, &task, at).await;
+    assert_eq!(
+        settled["usage"]["tool_calls"], 0,
+        "the take-over made no call: {settled}"
+    );
 }
