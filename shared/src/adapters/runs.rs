@@ -544,6 +544,28 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// A skip's record, put if the occurrence has none, or, for the skip of
+    /// an approval's resume (`RunRecord::request_id`), over the record that
+    /// says it awaits that request.
+    fn skip_record_put(&self, item: Item, record: &RunRecord) -> Result<TransactWriteItem, StoreError> {
+        let Some(request_id) = &record.request_id else {
+            return put_if_absent(self.table(), item);
+        };
+        let put = Put::builder()
+            .table_name(self.table())
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk) OR (#status = :awaiting AND request_id = :request)")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":awaiting", s(RunStatus::AwaitingApproval.as_str()))
+            .expression_attribute_values(":request", s(request_id))
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+}
+
 impl RunStore for DynamoStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimAnswer, StoreError> {
         self.reserve(request, None).await
@@ -709,7 +731,7 @@ impl RunStore for DynamoStore {
         let result = self
             .client()
             .transact_write_items()
-            .transact_items(put_if_absent(self.table(), item.clone())?)
+            .transact_items(self.skip_record_put(item.clone(), record)?)
             .transact_items(TransactWriteItem::builder().update(taken).build())
             .send()
             .await;
@@ -730,7 +752,9 @@ impl RunStore for DynamoStore {
             let now = record.finished_at.timestamp();
             let claim = task.as_ref().and_then(|task| task.claims.get(&record.scheduled_time));
             return Ok(match claim {
-                Some(claim) if claim.is_dead(now) => task.map_or(Unclaimed::Done, Unclaimed::Dead),
+                Some(claim) if claim.is_dead(now) || ends_awaiting(claim, record) => {
+                    task.map_or(Unclaimed::Done, Unclaimed::Dead)
+                }
                 // A live lease: its run records the outcome, or its claim dies.
                 Some(claim) if claim.status == RunStatus::Running => Unclaimed::Live,
                 _ => Unclaimed::Done,
@@ -768,7 +792,7 @@ impl RunStore for DynamoStore {
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
         let mut items = vec![
-            put_if_absent(self.table(), item)?,
+            self.skip_record_put(item, record)?,
             TransactWriteItem::builder().update(taken).build(),
         ];
         if let Some(account) = account {
@@ -907,6 +931,13 @@ impl RunStore for DynamoStore {
     async fn pace_charge(&self, model_id: &str, now_ms: i64, charge_ms: i64) -> Result<bool, StoreError> {
         self.charge_pace(model_id, now_ms, charge_ms).await
     }
+}
+
+/// Whether a skip ends the occurrence `claim` holds while it waits for an
+/// approval: only the skip of that request's resume (a resume the door or
+/// a spent budget refuses), which pays what the claim carries.
+fn ends_awaiting(claim: &Claim, record: &RunRecord) -> bool {
+    claim.status == RunStatus::AwaitingApproval && claim.request_id.is_some() && claim.request_id == record.request_id
 }
 
 /// Whether a completing settle was refused for its completion alone (the

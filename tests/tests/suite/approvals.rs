@@ -355,3 +355,59 @@ async fn an_approval_used_by_a_crashed_attempt_is_never_made_again() {
         "the take-over made no call: {settled}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_meeting_a_spent_workspace_month_ends_the_occurrence_skipped_and_paid() {
+    let s = RunStack::start().await.unwrap();
+    let (issues, task) = issues_task(&s, &[]).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let request_id = park(&s, &task, at, json!({"id": 7})).await;
+    let spent = record(&s, &task, at).await["cost_usd"].as_f64().unwrap();
+    // The workspace's month is spent while the call waits.
+    let set = admin_op(
+        &s,
+        json!({"op": "set_budget", "principal": admin(), "budget": {"max_usd_per_month": 0.0}, "expected_version": 0}),
+    )
+    .await;
+    assert_eq!(set["workspace"]["reached"], true, "{set}");
+    assert_eq!(decide(&s, "approve_call", &request_id, 1).await["ok"], true);
+    let resume = s.t.take_run_messages().await.pop().expect("a resume");
+    assert_eq!(
+        deliver(&s, &resume).await,
+        Disposition::Skipped(SkipReason::BudgetReached(
+            shared::domain::task::budget::BudgetLevel::Workspace
+        ))
+    );
+    assert!(calls(&issues).await.is_empty(), "a refused resume calls nothing");
+    let ended = record(&s, &task, at).await;
+    assert_eq!(ended["status"], "skipped", "{ended}");
+    assert!(
+        ended["reason"].as_str().unwrap().starts_with("budget reached"),
+        "{ended}"
+    );
+    assert!(
+        (ended["cost_usd"].as_f64().unwrap() - spent).abs() < 1e-9,
+        "it pays what the parked run spent: {ended}"
+    );
+    let account = shared::domain::task::budget::Account::Install("acct_ins_1".into());
+    let charged = s
+        .account(&account, &shared::domain::task::budget::period(at))
+        .await
+        .expect("the account is charged");
+    assert!(
+        (charged["spent_usd"].as_f64().unwrap() - spent).abs() < 1e-9,
+        "{charged}"
+    );
+    // Redelivered, nothing more; at its expiry the unused approval closes.
+    assert_eq!(deliver(&s, &resume).await, Disposition::Duplicate);
+    let later = Utc::now() + Duration::hours(25);
+    shared::app::approvals::expire_lapsed(&s.store(), later, Duration::days(30))
+        .await
+        .unwrap();
+    assert_eq!(approvals(&s).await[0]["state"], "expired");
+    assert_eq!(
+        record(&s, &task, at).await["reason"],
+        ended["reason"],
+        "the outcome stays"
+    );
+}

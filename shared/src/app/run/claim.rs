@@ -41,6 +41,14 @@ impl Claimed {
     }
 }
 
+/// Whether `occ` is the resume of the request its occurrence's claim awaits.
+fn resumes(task: Option<&Task>, occ: &Delivery) -> bool {
+    let awaited = task
+        .and_then(|t| t.claims.get(&occ.key))
+        .and_then(|c| c.request_id.as_deref());
+    awaited.is_some() && awaited == occ.message.resume.as_deref()
+}
+
 /// What the claim step came to.
 pub(super) enum Claiming {
     /// This execution runs the occurrence.
@@ -167,6 +175,12 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             ClaimOutcome::Finished { status } => {
                 tracing::info!(status = status.as_str(), "duplicate delivery of a finished occurrence");
                 answered(Disposition::Duplicate)
+            }
+            // The resume of the request it awaits, refused by its budget:
+            // skipped, paying what the waiting claim carries.
+            ClaimOutcome::AwaitingApproval if resumes(old.as_deref(), occ) => {
+                let reason = self.over_budget(occ, old.as_deref(), now).await?;
+                answered(self.skip_unclaimed(occ, reason, now, 1, old.as_deref()).await?)
             }
             ClaimOutcome::AwaitingApproval => {
                 tracing::info!("the occurrence waits for an approval; only its approval resumes it");

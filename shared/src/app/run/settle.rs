@@ -343,8 +343,10 @@ pub(crate) async fn record_skip<S: RunStore>(
     task: Option<&Task>,
 ) -> Result<Skip, crate::ports::StoreError> {
     let skipped = Outcome::skipped(reason.describe());
-    // A skip names no model.
-    let record = RunRecord::new(occ, &skipped, attempts, 0.0, "", now, now, retention);
+    // A skip names no model. A resume's skip names its request: it ends the
+    // occurrence that awaits it (`RunStore::record_unclaimed`).
+    let mut record = RunRecord::new(occ, &skipped, attempts, 0.0, "", now, now, retention);
+    record.request_id = occ.message.resume.clone();
     let held = match store.record_unclaimed(&record).await? {
         Unclaimed::Done => None,
         Unclaimed::Live => return Ok(Skip::HeldElsewhere),
@@ -398,7 +400,8 @@ async fn pay_dead_claim<S: RunStore>(
         return Ok(());
     };
     let committed = dead.committed(budget::reservation(held.spec.budget));
-    let record = RunRecord::new(occ, skipped, dead.attempts, committed, "", now, now, retention);
+    let mut record = RunRecord::new(occ, skipped, dead.attempts, committed, "", now, now, retention);
+    record.request_id = occ.message.resume.clone();
     let install = match &held.provenance {
         Provenance::Connector { install_id, .. } if committed > 0.0 => {
             store.install(&held.workspace, install_id).await?
