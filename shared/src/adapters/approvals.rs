@@ -249,7 +249,8 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().condition_check(check).build())
     }
 
-    async fn send_all(&self, items: Vec<TransactWriteItem>) -> Result<bool, StoreError> {
+    /// Sends a transaction once: `false` when a condition refused it.
+    pub(crate) async fn send_all(&self, items: Vec<TransactWriteItem>) -> Result<bool, StoreError> {
         self.counted();
         let result = self
             .client()

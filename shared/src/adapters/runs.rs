@@ -804,19 +804,8 @@ impl RunStore for DynamoStore {
         if workspace != 0.0 {
             items.push(self.workspace_hold(&record.workspace, period, workspace, false)?);
         }
-        self.counted();
-        let result = self
-            .client()
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            // A record is there, or the claim moved on: nothing of this skip's.
-            Err(err) if Cancellation::of(&err).by_conditions_alone() => Ok(()),
-            Err(err) => Err(request_error("TransactWriteItems", err)),
-        }
+        // Refused: a record is there, or the claim moved on; nothing of this skip's.
+        self.send_all(items).await.map(drop)
     }
 
     async fn current_task(
