@@ -26,7 +26,7 @@ if cargo tree -p shared --no-default-features -e normal --prefix none | grep -q 
   exit 1
 fi
 echo "== keys.rs is the only module that builds DynamoDB keys"
-prefixes='"(WS|TASK|INSTALL|RUN|IDEM|KEY|ACCOUNT|PERIOD|MALFORMED|MSG|WEBHOOK|OWNER|CREATED|SCHEDULABLE|CONNECTOR|PACE|CHECK)#'
+prefixes='"(WS|TASK|INSTALL|RUN|IDEM|KEY|ACCOUNT|PERIOD|MALFORMED|MSG|WEBHOOK|OWNER|CREATED|SCHEDULABLE|CONNECTOR|PACE|CHECK|BUDGET|REACHED|PROBE|APPROVALS|REQ)#'
 if grep -rnE --include='*.rs' "$prefixes" shared functions infra tests | grep -v '^shared/src/adapters/keys.rs:'; then
   echo "a DynamoDB key prefix is spelled outside shared/src/adapters/keys.rs: build the key with keys::Key" >&2
   exit 1

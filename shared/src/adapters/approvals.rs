@@ -27,7 +27,7 @@ use crate::ports::{CallApprovals, EndAwaiting, Park, Settled, StoreError};
 /// The `entity` of a request's item.
 pub const ENTITY: &str = "call_approval";
 /// The `gsi3` partition of the requests that hold an occurrence.
-const HOLDING: &str = "APPROVALS";
+const HOLDING: &str = super::keys::APPROVALS_HOLDING;
 
 fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
@@ -38,10 +38,7 @@ fn n(value: impl ToString) -> AttributeValue {
 }
 
 fn key(workspace: &str, request_id: &str) -> Key {
-    Key {
-        pk: format!("APPROVALS#{workspace}"),
-        sk: format!("REQ#{request_id}"),
-    }
+    Key::approval(workspace, request_id)
 }
 
 /// Whether a request still holds its occurrence: open, or approved and
@@ -299,7 +296,7 @@ impl CallApprovals for DynamoStore {
             .as_ref()
             .and_then(|k| k.get(SK))
             .and_then(|v| v.as_s().ok())
-            .and_then(|sk| sk.strip_prefix("REQ#"))
+            .and_then(|sk| sk.strip_prefix(super::keys::APPROVAL_PREFIX))
             .map(str::to_owned);
         let mut approvals = read_items::<CallApproval>(page.items, ENTITY)?;
         approvals.sort_by_key(|a| std::cmp::Reverse(a.requested_at));

@@ -13,6 +13,7 @@
 //! | owner       | `OWNER#<workspace>#<principal>` | `REMINDERS`        |
 //! | model pace  | `PACE#<model id>`     | `PACE`                       |
 //! | check cursor | `CHECK#<family>#<shard>` | `CURSOR`                  |
+//! | approval request | `APPROVALS#<workspace>` | `REQ#<request_id>`     |
 //!
 //! One global secondary index, `gsi1` (keys only, sparse: only the items
 //! below carry its keys), for the two lookups the primary key cannot do:
@@ -45,7 +46,8 @@
 //! | item              | gsi3pk                | gsi3sk                 |
 //! |-------------------|-----------------------|------------------------|
 //! | active reminder   | `SCHEDULABLE#<00-15>` | `<due or ~>#<task_id>` |
-//! | firing connector task | `CONNECTOR#<00-15>` | `<due>#<task_id>`    | The owner item lists the principal's reminder
+//! | firing connector task | `CONNECTOR#<00-15>` | `<due>#<task_id>`    |
+//! | approval request holding its occurrence | `APPROVALS` | `<expires_at>#<request_id>` | The owner item lists the principal's reminder
 //! ids (`reminders`) under a `version`: the cap's consistent count.
 //!
 //! A task's workspace from its id alone (admin: a task of another
@@ -95,6 +97,11 @@ pub fn workspace_partition(workspace: &str) -> String {
     format!("WS#{workspace}")
 }
 pub const TASK_PREFIX: &str = "TASK#";
+/// The sort-key prefix of a workspace's approval requests.
+pub const APPROVAL_PREFIX: &str = "REQ#";
+/// The `gsi3` partition of the approval requests that hold an occurrence,
+/// sorted by expiry (the missed-occurrence check's period expires them).
+pub const APPROVALS_HOLDING: &str = "APPROVALS";
 pub const INSTALL_PREFIX: &str = "INSTALL#";
 
 impl Key {
@@ -176,6 +183,15 @@ impl Key {
         Self {
             pk: format!("BUDGET#{workspace}"),
             sk: format!("REACHED#{month}"),
+        }
+    }
+
+    /// A gated tool call's approval request (`adapters::approvals`): the
+    /// workspace's requests in one partition, for its admins' list.
+    pub fn approval(workspace: &str, request_id: &str) -> Self {
+        Self {
+            pk: format!("APPROVALS#{workspace}"),
+            sk: format!("{APPROVAL_PREFIX}{request_id}"),
         }
     }
 
