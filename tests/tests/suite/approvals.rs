@@ -411,3 +411,39 @@ async fn an_approval_meeting_a_spent_workspace_month_ends_the_occurrence_skipped
         "the outcome stays"
     );
 }
+
+/// `approve`'s `ask_first`, read back through the admin's `get`, gates the
+/// next run's call of that tool, which the server does not annotate.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admins_ask_first_is_read_back_and_gates_the_next_run() {
+    let s = RunStack::start().await.unwrap();
+    let (issues, task) = issues_task(&s, &[]).await;
+    let got = admin_op(&s, json!({"op": "get", "principal": admin(), "task_id": task.task_id})).await;
+    let approved = admin_op(
+        &s,
+        json!({"op": "approve", "principal": admin(), "task_id": task.task_id,
+               "expected_version": got["version"], "ask_first": ["list_issues"]}),
+    )
+    .await;
+    assert_eq!(approved["ok"], true, "{approved}");
+    let got = admin_op(&s, json!({"op": "get", "principal": admin(), "task_id": task.task_id})).await;
+    assert_eq!(got["task"]["approval"]["ask_first"], json!(["list_issues"]), "{got}");
+    assert_eq!(got["task"]["approval"]["by"], "adm_1");
+    // A re-approval that names none keeps it.
+    let again = admin_op(
+        &s,
+        json!({"op": "approve", "principal": admin(), "task_id": task.task_id, "expected_version": got["version"]}),
+    )
+    .await;
+    assert_eq!(again["ok"], true, "{again}");
+    let got = admin_op(&s, json!({"op": "get", "principal": admin(), "task_id": task.task_id})).await;
+    assert_eq!(got["task"]["approval"]["ask_first"], json!(["list_issues"]), "{got}");
+
+    let at = Utc::now() - Duration::seconds(5);
+    s.model
+        .script([Reply::tool("issues__list_issues", json!({}), 1000, 50)])
+        .await;
+    assert_eq!(s.deliver_once(&task, at).await, Disposition::AwaitingApproval);
+    assert!(calls(&issues).await.is_empty());
+    assert_eq!(approvals(&s).await[0]["tool"], "list_issues");
+}

@@ -299,6 +299,24 @@ async fn a_persons_cap_stops_their_reminders_and_nobody_elses() {
     let record = record_of(&s, &second, second_at).await;
     let reason = record["reason"].as_str().unwrap();
     assert!(reason.contains("its person's monthly cap"), "{reason}");
+    // The owner reads it through their own `runs`.
+    let runs =
+        s.t.schedules_app()
+            .handle(
+                json!({"op": "runs", "principal": {"id": "usr_1", "workspace": "ws_1",
+                   "scopes": ["schedule.read", "schedule.write"]}, "task_id": second.task_id}),
+                Utc::now(),
+            )
+            .await
+            .unwrap();
+    assert_eq!(runs["runs"][0]["status"], "skipped", "{runs}");
+    assert!(
+        runs["runs"][0]["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("its person's monthly cap"),
+        "{runs}"
+    );
     // Another person, and the same person in another workspace, run.
     let (other, other_at) = due(&s, "ws_1", "usr_2", "k3").await;
     assert_eq!(deliver(&other, other_at).await, Disposition::Ran(RunStatus::Succeeded));

@@ -179,3 +179,55 @@ async fn a_servers_text_cannot_act_on_the_operators_terminal() {
         "{text:?}"
     );
 }
+
+/// A gated tool call waiting for an admin (SPEC §15), as an operator reads
+/// it: the request, its tool, exact arguments, state and version, the
+/// fields `approve_call` takes; once decided, no longer listed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_call_waiting_for_an_admin_is_listed_with_what_decides_it() {
+    let s = RunStack::start().await.unwrap();
+    let env = EnvFile::write(&s.t.aws, &s.t.stack, &[]);
+    let gated = local::mcp_fixture::annotated_tool("delete_issue", serde_json::json!({"destructiveHint": true}));
+    let (_issues, task) = s.triage(vec![gated], &["delete_issue"], &[]).await;
+    s.model
+        .script([Reply::tool(
+            "issues__delete_issue",
+            serde_json::json!({"id": 7}),
+            1000,
+            50,
+        )])
+        .await;
+    let at = Utc::now() - Duration::seconds(5);
+    assert_eq!(
+        s.deliver_once(&task, at).await,
+        shared::app::run::Disposition::AwaitingApproval
+    );
+
+    let ran = sat_with(env.path(), &["describe", task.task_id.as_str()]).await;
+    assert_eq!(ran.status, 0, "{ran:?}");
+    let text = &ran.stdout;
+    assert!(text.contains("Tool calls waiting (1)"), "{text}");
+    assert!(text.contains("delete_issue on issues"), "{text}");
+    assert!(text.contains(r#"{"id":7}"#), "the exact arguments: {text}");
+    let report = sat_with(env.path(), &["--json", "describe", task.task_id.as_str()])
+        .await
+        .json();
+    let waiting = &report["approvals"][0];
+    assert_eq!(waiting["state"], "open", "{report}");
+    assert_eq!(waiting["arguments"], serde_json::json!({"id": 7}));
+    assert_eq!(waiting["version"], 1);
+    assert_eq!(report["runs"][0]["status"], "awaiting_approval", "{report}");
+
+    let deny = serde_json::json!({"op": "deny_call",
+        "principal": {"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]},
+        "request_id": waiting["request_id"], "expected_version": 1});
+    assert_eq!(s.t.admin().handle(deny, Utc::now()).await.unwrap()["ok"], true);
+    let report = sat_with(env.path(), &["--json", "describe", task.task_id.as_str()])
+        .await
+        .json();
+    assert_eq!(report["approvals"], serde_json::json!([]), "decided: {report}");
+    assert_eq!(
+        report["runs"][0]["explanation"],
+        "skipped: a workspace admin denied the tool call it asked to make"
+    );
+}
