@@ -313,9 +313,22 @@ impl RunStack {
         offered: &[&str],
         ask_first: &[&str],
     ) -> (local::mcp_fixture::McpFixture, Task) {
+        self.issues_task("triage", tools, offered, ask_first).await
+    }
+
+    /// An issues server listing `tools` and the scheduled prompt `prompt`,
+    /// installed in ws_1 as `ins_1`, and the prompt's connector task offered
+    /// `offered`, approved by an admin who gated `ask_first`, stored.
+    pub async fn issues_task(
+        &self,
+        prompt: &str,
+        tools: Vec<local::mcp_fixture::FixtureTool>,
+        offered: &[&str],
+        ask_first: &[&str],
+    ) -> (local::mcp_fixture::McpFixture, Task) {
         let issues = local::mcp_fixture::McpFixture::start(local::mcp_fixture::FixtureState {
             prompts: vec![local::mcp_fixture::scheduled_prompt(
-                "triage",
+                prompt,
                 json!({"version": 1}),
                 &[],
                 "Triage.",
@@ -329,7 +342,7 @@ impl RunStack {
             .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
             .await
             .expect("its install is stored");
-        let mut task = connector_task("issues", "triage", offered, &[]);
+        let mut task = connector_task("issues", prompt, offered, &[]);
         task.approval = Some(shared::domain::task::Approval {
             id: "admin:adm_1:1".into(),
             approved_at: Utc::now(),

@@ -8,7 +8,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use local::converse::Reply;
-use local::mcp_fixture::{FixtureState, McpFixture, scheduled_prompt, tool};
+use local::mcp_fixture::{McpFixture, tool};
 use serde_json::{Value, json};
 use shared::adapters::keys::Key;
 use shared::app::run::Disposition;
@@ -16,9 +16,8 @@ use shared::domain::run::door::SkipReason;
 use shared::domain::run::occurrence::occurrence_key;
 use shared::domain::task::budget::{self, BudgetLevel};
 use shared::domain::task::claim::RunStatus;
-use shared::domain::task::install::InstallScope;
 use shared::domain::task::{Task, TaskId};
-use tests::{RunStack, connector_task, deadline, install, reminder, run_message, run_settings};
+use tests::{RunStack, deadline, reminder, run_message, run_settings};
 
 fn admin_of(workspace: &str) -> Value {
     json!({"id": "adm_1", "workspace": workspace, "scopes": ["schedule.admin"]})
@@ -70,25 +69,8 @@ async fn held(s: &RunStack, workspace: &str) -> f64 {
 /// The issues server installed in ws_1 and its approved weekly_summary
 /// task (a connector task reserves $0.25 a run), stored.
 async fn weekly_summary(s: &RunStack) -> (McpFixture, Task) {
-    let issues = McpFixture::start(FixtureState {
-        prompts: vec![scheduled_prompt(
-            "weekly_summary",
-            json!({"version": 1}),
-            &[],
-            "Summarise.",
-        )],
-        tools: vec![tool("list_issues")],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    s.store()
-        .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
+    s.issues_task("weekly_summary", vec![tool("list_issues")], &["list_issues"], &[])
         .await
-        .unwrap();
-    let connector = connector_task("issues", "weekly_summary", &["list_issues"], &[]);
-    s.insert(&connector).await;
-    (issues, connector)
 }
 
 async fn record_of(s: &RunStack, task: &Task, at: DateTime<Utc>) -> Value {
