@@ -11,6 +11,7 @@ pub mod keys;
 pub mod mcp;
 pub mod metrics;
 pub mod pace;
+pub mod partitions;
 pub mod queue;
 pub mod redelivery;
 pub mod reminders;
@@ -34,7 +35,11 @@ pub mod tls;
 /// parsed, their region patterns compiled) and an IMDS client, which a
 /// function never uses (about 1 M instructions of each cold start,
 /// docs/benchmarks.md).
+///
+/// Before any client is built, it narrows the SDK's endpoint partitions to
+/// the function's region when the template asks for it ([`partitions`]).
 pub async fn sdk_config() -> aws_config::SdkConfig {
+    partitions::narrow();
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::environment::EnvironmentVariableRegionProvider::new())
         .credentials_provider(aws_config::environment::EnvironmentVariableCredentialsProvider::new())

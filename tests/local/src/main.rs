@@ -934,7 +934,7 @@ async fn serve(functions: &Functions, dispatch: &Dispatcher<'_>, backend: &ChatB
     env.push(("AWS_ENDPOINT_URL_LAMBDA".to_owned(), invoke.endpoint()));
     let text: String = env
         .iter()
-        .filter(|(k, _)| k != "RUST_LOG")
+        .filter(|(k, _)| k != "RUST_LOG" && k != shared::adapters::partitions::VARIABLE)
         .map(|(k, v)| format!("{k}='{v}'\n"))
         .collect();
     std::fs::write(&path, text)?;

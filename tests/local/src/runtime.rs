@@ -389,6 +389,11 @@ impl Launch {
         // template.yaml does not allow (infra/python/local_iam.py).
         env.retain(|(k, _)| k != "AWS_ACCESS_KEY_ID");
         env.push(("AWS_ACCESS_KEY_ID".to_owned(), role_key(function)?.to_owned()));
+        // As the template's globals set it for every function.
+        env.push((
+            shared::adapters::partitions::VARIABLE.to_owned(),
+            shared::adapters::partitions::FILE.to_owned(),
+        ));
         env.extend(
             stack
                 .function_env()

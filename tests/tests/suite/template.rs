@@ -161,6 +161,10 @@ fn the_create_function_is_built_and_configured_as_the_code_expects() {
     let globals = &t["Globals"]["Function"];
     assert_eq!(globals["Runtime"], "provided.al2023");
     assert_eq!(globals["Architectures"][0], "arm64");
+    assert_eq!(
+        globals["Environment"]["Variables"][shared::adapters::partitions::VARIABLE],
+        shared::adapters::partitions::FILE
+    );
     let function = resource(&t, "CreateFunction");
     assert_eq!(function["Metadata"]["BuildMethod"], "rust-cargolambda");
     assert_eq!(function["Metadata"]["BuildProperties"]["Binary"], "create");

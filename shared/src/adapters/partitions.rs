@@ -1,0 +1,177 @@
+//! The SDK's endpoint partitions, narrowed to the one the function runs in.
+//!
+//! Each AWS SDK crate parses its copy of the endpoint partitions (eight
+//! partitions, every region, a region pattern each) when its first client is
+//! built, whatever endpoint resolver the client is given: about 0.7 M
+//! instructions per crate at every cold start, a third of it compiling the
+//! patterns (docs/benchmarks.md). The SDK reads them instead from the file
+//! that `SMITHY_CLIENT_SDK_CUSTOM_PARTITION` names, when it is set.
+//!
+//! [`narrow`] writes, for the SDK to read, the one partition that lists the
+//! function's region (`AWS_REGION`), as the SDK's own copy states it, less
+//! the regions' descriptions, which the resolver never reads. A function
+//! only ever resolves endpoints in its own region, and a region a partition
+//! lists resolves to that partition before any pattern is tried, so its
+//! endpoints are the ones the whole list gives (`shared/tests/partitions.rs`
+//! resolves every listed region both ways). The template sets the variable
+//! to [`FILE`] for every function; a region this copy does not list gets the
+//! whole copy, and a variable naming a file not called [`FILE_NAME`] is the
+//! operator's, left alone. `partitions.json` is the SDK crates' copy, byte for byte; a test
+//! holds it to the linked crates'.
+
+use serde_json::{Value, json};
+
+/// The variable the SDK crates read their partitions' file from.
+pub const VARIABLE: &str = "SMITHY_CLIENT_SDK_CUSTOM_PARTITION";
+
+/// The file the template names in [`VARIABLE`], in Lambda's one writable
+/// folder.
+pub const FILE: &str = "/tmp/endpoint-partitions.json";
+
+/// The name of a file [`narrow`] writes, in whatever folder the variable
+/// names (locally, tests name their own).
+pub const FILE_NAME: &str = "endpoint-partitions.json";
+
+/// The SDK crates' endpoint partitions, as they embed them.
+pub const SDK_PARTITIONS: &str = include_str!("partitions.json");
+
+/// The partitions document for a function in `region`: the one partition
+/// that lists it, its regions without descriptions. `None` when no
+/// partition lists it.
+pub fn for_region(region: &str) -> Option<String> {
+    let mut document: Value = serde_json::from_str(SDK_PARTITIONS).ok()?;
+    let version = document.get("version").cloned().unwrap_or(Value::Null);
+    let partitions = document.get_mut("partitions")?.as_array_mut()?;
+    let mut partition = partitions.drain(..).find(|partition| {
+        partition
+            .get("regions")
+            .and_then(|regions| regions.get(region))
+            .is_some()
+    })?;
+    for described in partition.get_mut("regions")?.as_object_mut()?.values_mut() {
+        *described = json!({});
+    }
+    Some(json!({ "partitions": [partition], "version": version }).to_string())
+}
+
+/// Writes the file the variable names when it is called [`FILE_NAME`]: the
+/// partition of this process's region, or the whole copy. Call it before the first client is
+/// built ([`super::sdk_config`]). The write is a rename, so a process never
+/// reads another's half-written file.
+pub fn narrow() {
+    let Some(file) = std::env::var_os(VARIABLE).map(std::path::PathBuf::from) else {
+        return;
+    };
+    if file.file_name().is_none_or(|name| name != FILE_NAME) {
+        return;
+    }
+    let narrowed = std::env::var("AWS_REGION").ok().and_then(|region| for_region(&region));
+    let document = narrowed.as_deref().unwrap_or(SDK_PARTITIONS);
+    let draft = file.with_extension(format!("json.{}", std::process::id()));
+    let written = std::fs::write(&draft, document).and_then(|()| std::fs::rename(&draft, &file));
+    if let Err(error) = written {
+        tracing::error!(%error, file = %file.display(), "the endpoint partitions could not be written");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partitions_of(document: &str) -> Vec<Value> {
+        let document: Value = serde_json::from_str(document).unwrap();
+        document["partitions"].as_array().unwrap().clone()
+    }
+
+    #[test]
+    fn a_region_gets_the_one_partition_that_lists_it_with_the_sdks_outputs_and_pattern() {
+        let sdk = partitions_of(SDK_PARTITIONS);
+        for (region, id) in [
+            ("us-east-1", "aws"),
+            ("eu-west-1", "aws"),
+            ("cn-north-1", "aws-cn"),
+            ("us-gov-west-1", "aws-us-gov"),
+            ("eusc-de-east-1", "aws-eusc"),
+        ] {
+            let narrowed = partitions_of(&for_region(region).unwrap());
+            assert_eq!(narrowed.len(), 1, "{region}");
+            let (one, whole) = (&narrowed[0], sdk.iter().find(|p| p["id"] == id).unwrap());
+            assert_eq!(one["id"], id, "{region}");
+            assert_eq!(one["outputs"], whole["outputs"], "{region}");
+            assert_eq!(one["regionRegex"], whole["regionRegex"], "{region}");
+            let listed = |p: &Value| p["regions"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+            assert_eq!(listed(one), listed(whole), "{region}");
+            assert!(one["regions"].as_object().unwrap().values().all(|r| r == &json!({})));
+        }
+    }
+
+    /// The byte string an SDK crate's `endpoint_lib.rs` embeds, unescaped.
+    fn embedded(source: &str) -> String {
+        let start = source.find("new_from_json(b\"").expect("the embedded partitions") + "new_from_json(b\"".len();
+        let mut text = String::new();
+        let mut chars = source[start..].chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => return text,
+                '\\' => text.push(chars.next().unwrap()),
+                c => text.push(c),
+            }
+        }
+        panic!("an unterminated byte string")
+    }
+
+    #[test]
+    fn the_copy_is_every_linked_sdk_crates_own() {
+        let metadata = std::process::Command::new(env!("CARGO"))
+            .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(
+            metadata.status.success(),
+            "{}",
+            String::from_utf8_lossy(&metadata.stderr)
+        );
+        let metadata: Value = serde_json::from_slice(&metadata.stdout).unwrap();
+        let mut checked = Vec::new();
+        for package in metadata["packages"].as_array().unwrap() {
+            let name = package["name"].as_str().unwrap();
+            let wanted = [
+                "aws-sdk-dynamodb",
+                "aws-sdk-bedrockruntime",
+                "aws-sdk-scheduler",
+                "aws-sdk-sqs",
+                "aws-sdk-secretsmanager",
+            ];
+            if !wanted.contains(&name) {
+                continue;
+            }
+            let manifest = std::path::Path::new(package["manifest_path"].as_str().unwrap());
+            let source = std::fs::read_to_string(manifest.with_file_name("src/endpoint_lib.rs")).unwrap();
+            assert_eq!(
+                embedded(&source),
+                SDK_PARTITIONS,
+                "{name} embeds other partitions: copy its into partitions.json"
+            );
+            checked.push(name);
+        }
+        assert_eq!(checked.len(), 5, "{checked:?}");
+    }
+
+    #[test]
+    fn a_region_no_partition_lists_keeps_the_sdks_whole_list() {
+        assert_eq!(for_region("xx-mars-1"), None);
+        assert_eq!(for_region(""), None);
+    }
+
+    #[test]
+    fn the_narrowed_file_is_a_fraction_of_the_whole() {
+        let narrowed = for_region("us-east-1").unwrap();
+        assert!(
+            narrowed.len() * 2 < SDK_PARTITIONS.len(),
+            "{} of {}",
+            narrowed.len(),
+            SDK_PARTITIONS.len()
+        );
+    }
+}
