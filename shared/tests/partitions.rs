@@ -21,7 +21,7 @@ async fn print_endpoints() {
         return;
     };
     let region = std::env::var("AWS_REGION").unwrap();
-    partitions::narrow();
+    partitions::narrow(std::env::var(partitions::VARIABLE).ok().as_deref(), Some(&region));
     if order == "narrow" {
         let file = std::fs::read_to_string(std::env::var(partitions::VARIABLE).unwrap()).unwrap();
         assert!(

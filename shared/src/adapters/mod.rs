@@ -39,7 +39,11 @@ pub mod tls;
 /// Before any client is built, it narrows the SDK's endpoint partitions to
 /// the function's region when the template asks for it ([`partitions`]).
 pub async fn sdk_config() -> aws_config::SdkConfig {
-    partitions::narrow();
+    let env = crate::config::Env::process();
+    partitions::narrow(
+        env.optional(partitions::VARIABLE).as_deref(),
+        env.optional("AWS_REGION").as_deref(),
+    );
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::environment::EnvironmentVariableRegionProvider::new())
         .credentials_provider(aws_config::environment::EnvironmentVariableCredentialsProvider::new())

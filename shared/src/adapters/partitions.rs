@@ -54,21 +54,22 @@ pub fn for_region(region: &str) -> Option<String> {
     Some(json!({ "partitions": [partition], "version": version }).to_string())
 }
 
-/// Writes the file the variable names when it is called [`FILE_NAME`]: the
-/// partition of this process's region, or the whole copy. Call it before the first client is
-/// built ([`super::sdk_config`]). The write is a rename, so a process never
-/// reads another's half-written file.
-pub fn narrow() {
-    let Some(file) = std::env::var_os(VARIABLE).map(std::path::PathBuf::from) else {
+/// Writes `file`, the file the variable names, when it is called
+/// [`FILE_NAME`]: the partition of the process's `region`, or the whole
+/// copy. Call it before the first client is built ([`super::sdk_config`]).
+/// The write is a rename, so a process never reads another's half-written
+/// file.
+pub fn narrow(file: Option<&str>, region: Option<&str>) {
+    let Some(file) = file.map(std::path::Path::new) else {
         return;
     };
     if file.file_name().is_none_or(|name| name != FILE_NAME) {
         return;
     }
-    let narrowed = std::env::var("AWS_REGION").ok().and_then(|region| for_region(&region));
+    let narrowed = region.and_then(for_region);
     let document = narrowed.as_deref().unwrap_or(SDK_PARTITIONS);
     let draft = file.with_extension(format!("json.{}", std::process::id()));
-    let written = std::fs::write(&draft, document).and_then(|()| std::fs::rename(&draft, &file));
+    let written = std::fs::write(&draft, document).and_then(|()| std::fs::rename(&draft, file));
     if let Err(error) = written {
         tracing::error!(%error, file = %file.display(), "the endpoint partitions could not be written");
     }
@@ -162,6 +163,35 @@ mod tests {
     fn a_region_no_partition_lists_keeps_the_sdks_whole_list() {
         assert_eq!(for_region("xx-mars-1"), None);
         assert_eq!(for_region(""), None);
+    }
+
+    #[test]
+    fn narrow_writes_only_a_file_of_its_name_the_region_s_partition_or_the_whole_copy() {
+        let folder = std::env::temp_dir().join(format!("narrow-test-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        let ours = folder.join(FILE_NAME);
+        let ours_text = ours.to_str().unwrap();
+        narrow(Some(ours_text), Some("cn-north-1"));
+        assert_eq!(
+            std::fs::read_to_string(&ours).unwrap(),
+            for_region("cn-north-1").unwrap()
+        );
+        narrow(Some(ours_text), Some("xx-mars-1"));
+        assert_eq!(std::fs::read_to_string(&ours).unwrap(), SDK_PARTITIONS);
+        narrow(Some(ours_text), None);
+        assert_eq!(std::fs::read_to_string(&ours).unwrap(), SDK_PARTITIONS);
+        // An operator's own file is never written.
+        let theirs = folder.join("partitions.json");
+        std::fs::write(&theirs, "theirs").unwrap();
+        narrow(Some(theirs.to_str().unwrap()), Some("us-east-1"));
+        assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "theirs");
+        narrow(None, Some("us-east-1"));
+        let left: Vec<_> = std::fs::read_dir(&folder)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "no draft is left behind: {left:?}");
+        std::fs::remove_dir_all(&folder).unwrap();
     }
 
     #[test]

@@ -344,8 +344,9 @@ pub fn role_key(function: &str) -> anyhow::Result<&'static str> {
 
 /// The variables `template.yaml` sets on `function` (the function's
 /// `VARIABLES` in `shared::config`, which `tests/suite/template.rs` holds
-/// to the template), plus `ALLOW_LOOPBACK_CONNECTORS`, which only local
-/// runs set. Locally one reconcile process is both the webhook intake and
+/// to the template) and the template's globals' endpoint partitions file
+/// (`adapters::partitions`), plus `ALLOW_LOOPBACK_CONNECTORS`, which only
+/// local runs set. Locally one reconcile process is both the webhook intake and
 /// the worker, so it gets both functions' variables.
 pub fn template_variables(function: &str) -> anyhow::Result<Vec<&'static str>> {
     use shared::config::{AdminConfig, CreateConfig, ReconcileConfig, RunnerConfig, SchedulesConfig};
@@ -361,6 +362,7 @@ pub fn template_variables(function: &str) -> anyhow::Result<Vec<&'static str>> {
         "schedules" => SchedulesConfig::VARIABLES.to_vec(),
         other => bail!("no function `{other}` in template.yaml"),
     };
+    names.push(shared::adapters::partitions::VARIABLE);
     names.push("ALLOW_LOOPBACK_CONNECTORS");
     names.sort_unstable();
     names.dedup();
@@ -389,11 +391,6 @@ impl Launch {
         // template.yaml does not allow (infra/python/local_iam.py).
         env.retain(|(k, _)| k != "AWS_ACCESS_KEY_ID");
         env.push(("AWS_ACCESS_KEY_ID".to_owned(), role_key(function)?.to_owned()));
-        // As the template's globals set it for every function.
-        env.push((
-            shared::adapters::partitions::VARIABLE.to_owned(),
-            shared::adapters::partitions::FILE.to_owned(),
-        ));
         env.extend(
             stack
                 .function_env()

@@ -594,7 +594,8 @@ impl Stack {
 
     /// The local value of every SPEC §9 variable that has one: those that
     /// point a function at this stack's resources, both flags on, and SPEC
-    /// §9's example ceilings. `ALLOW_LOOPBACK_CONNECTORS=true`: local
+    /// §9's example ceilings, and the template's globals' endpoint
+    /// partitions file. `ALLOW_LOOPBACK_CONNECTORS=true`: local
     /// connectors are on loopback (the template never sets it). The model's
     /// variables come with the Converse endpoint
     /// ([`crate::runtime::Launch::model`]); `CATCH_UP_SECONDS` and
@@ -636,6 +637,10 @@ impl Stack {
             ("RECONCILE_QUEUE_URL", self.reconcile_queue_url.clone()),
             ("CONNECTOR_SECRET_PREFIX", self.connector_secret_prefix()),
             ("ALLOW_LOOPBACK_CONNECTORS", "true".to_owned()),
+            (
+                shared::adapters::partitions::VARIABLE,
+                shared::adapters::partitions::FILE.to_owned(),
+            ),
         ]
     }
 }
