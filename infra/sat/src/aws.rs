@@ -267,8 +267,9 @@ impl Subscription {
         Ok(subscription)
     }
 
-    async fn subscribe(&self, task_id: &str) -> Result<(), SatError> {
-        let queue_arn = self
+    /// The verify queue's ARN.
+    async fn queue_arn(&self) -> Result<String, SatError> {
+        Ok(self
             .sqs
             .get_queue_attributes()
             .queue_url(&self.queue_url)
@@ -278,7 +279,11 @@ impl Subscription {
             .map_err(|e| SatError::aws("reading the verify queue's ARN", e))?
             .attributes
             .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-            .unwrap_or_default();
+            .unwrap_or_default())
+    }
+
+    async fn subscribe(&self, task_id: &str) -> Result<(), SatError> {
+        let queue_arn = self.queue_arn().await?;
         let pattern = serde_json::json!({
             "source": [shared::domain::run::notification::SOURCE],
             "detail-type": [shared::domain::run::notification::DETAIL_TYPE],

@@ -365,6 +365,17 @@ fn verdicts(
     (declarations, unmarked)
 }
 
+/// The name the server is installed as: `--server`, else its own.
+fn server_name(args: &CheckArgs, session: &McpClient) -> Result<String, SatError> {
+    args.server
+        .clone()
+        .or_else(|| session.server_name())
+        .filter(|s| !s.trim().is_empty())
+        .ok_or_else(|| {
+            SatError::Usage("the server gives itself no name: say what it is installed as with --server".into())
+        })
+}
+
 pub async fn run(args: &CheckArgs, resources: Option<&Resources>) -> Result<CheckReport, SatError> {
     let settings = settings(args, resources)?;
     let now = Utc::now();
@@ -384,14 +395,7 @@ pub async fn run(args: &CheckArgs, resources: Option<&Resources>) -> Result<Chec
         .into_iter()
         .map(|t| t.name)
         .collect();
-    let server = args
-        .server
-        .clone()
-        .or_else(|| session.server_name())
-        .filter(|s| !s.trim().is_empty())
-        .ok_or_else(|| {
-            SatError::Usage("the server gives itself no name: say what it is installed as with --server".into())
-        })?;
+    let server = server_name(args, &session)?;
     let install = install(&args.workspace, &server, &args.url, now);
     let installs = BTreeMap::from([(install.install_id.clone(), install.clone())]);
     // One server alone in a workspace: the workspace cap is all its room.
@@ -405,10 +409,7 @@ pub async fn run(args: &CheckArgs, resources: Option<&Resources>) -> Result<Chec
     let created: BTreeMap<&str, &Task> = plan
         .writes
         .iter()
-        .filter_map(|w| match &w.task.provenance {
-            shared::domain::task::Provenance::Connector { prompt, .. } => Some((prompt.as_str(), &w.task)),
-            shared::domain::task::Provenance::User { .. } => None,
-        })
+        .filter_map(|w| w.task.provenance.prompt().map(|prompt| (prompt, &w.task)))
         .collect();
 
     let (declarations, unmarked) = verdicts(&prompts, &created, &plan.refused, args.fires, now);
@@ -443,11 +444,7 @@ fn given_arguments(args: &CheckArgs, prompt: &str, task: &Task) -> Result<BTreeM
         return Err(SatError::Usage(format!(
             "--arg {}: {prompt} has no such argument (it has: {})",
             unknown.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(", "),
-            if task.prompt_arguments.is_empty() {
-                "none".to_owned()
-            } else {
-                task.prompt_arguments.keys().cloned().collect::<Vec<_>>().join(", ")
-            }
+            listed(task.prompt_arguments.keys().map(String::as_str))
         )));
     }
     let missing: Vec<&String> = task
@@ -466,6 +463,33 @@ fn given_arguments(args: &CheckArgs, prompt: &str, task: &Task) -> Result<BTreeM
     Ok(arguments)
 }
 
+/// Names joined, or "none".
+fn listed<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.collect();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The run settings a first request is rendered with: the model, prices
+/// and ceilings the operator gave.
+fn rendering(settings: &Settings) -> shared::app::run::RunSettings {
+    shared::app::run::RunSettings {
+        worker_enabled: true,
+        catch_up: chrono::Duration::seconds(shared::config::DEFAULT_CATCH_UP_SECONDS),
+        model_id: settings.model_id.clone(),
+        prices: settings.prices.clone(),
+        ceilings: settings.ceilings,
+        retention: chrono::Duration::days(90),
+        // A rendering sends no request: nothing to pace or to cap.
+        pace: None,
+        person_monthly_usd: None,
+        approval_hours: shared::domain::run::gate::DEFAULT_APPROVAL_HOURS,
+    }
+}
+
 /// The dry run of one accepted declaration: its approved bounds as
 /// declared, the given argument values, the run's first request.
 async fn dry_run(
@@ -478,14 +502,9 @@ async fn dry_run(
     now: DateTime<Utc>,
 ) -> Result<DryRun, SatError> {
     let Some(task) = created.get(prompt) else {
-        let known: Vec<&str> = created.keys().copied().collect();
         return Err(SatError::Usage(format!(
             "--dry-run {prompt}: not an accepted scheduled prompt of this server (accepted: {})",
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
+            listed(created.keys().copied())
         )));
     };
     let mut task = (*task).clone();
@@ -515,19 +534,7 @@ async fn dry_run(
             return Ok(report);
         }
     };
-    let run = shared::app::run::RunSettings {
-        worker_enabled: true,
-        catch_up: chrono::Duration::seconds(shared::config::DEFAULT_CATCH_UP_SECONDS),
-        model_id: settings.model_id.clone(),
-        prices: settings.prices.clone(),
-        ceilings: settings.ceilings,
-        retention: chrono::Duration::days(90),
-        // A rendering sends no request: nothing to pace or to cap.
-        pace: None,
-        person_monthly_usd: None,
-        approval_hours: shared::domain::run::gate::DEFAULT_APPROVAL_HOURS,
-    };
-    match shared::app::run::first_request(&task, server, messages, own, &run, now) {
+    match shared::app::run::first_request(&task, server, messages, own, &rendering(settings), now) {
         Ok(first) => {
             report.left_out = first.left_out;
             report.request = Some(

@@ -194,86 +194,95 @@ pub async fn run(args: &DescribeArgs, resources: &Resources) -> Result<DescribeR
             dlq_arn: String::new(),
         },
     );
-    let admin = Admin::new(
-        store,
-        schedules.clone(),
-        NoRuns,
-        AdminSettings {
-            max_active: 0,
-            retention: chrono::Duration::zero(),
-        },
-    );
-    let principal = Principal {
-        id: OPERATOR.to_owned(),
-        workspace: workspace.clone(),
-        scopes: vec![shared::app::admin::ADMIN_SCOPE.to_owned()],
+    let settings = AdminSettings {
+        max_active: 0,
+        retention: chrono::Duration::zero(),
     };
-    let detail = match admin
-        .handle(
-            AdminRequest::Get {
-                principal: principal.clone(),
-                task_id: args.task_id.clone(),
-            },
-            now,
-        )
-        .await
-        .map_err(admin_error)?
+    let reader = Reader {
+        admin: Admin::new(store, schedules.clone(), NoRuns, settings),
+        task_id: &args.task_id,
+        workspace: &workspace,
+        now,
+    };
+    let detail = match reader
+        .ask(|principal, task_id| AdminRequest::Get { principal, task_id })
+        .await?
     {
         Ok(AdminAnswer::Get(detail)) => detail,
-        Ok(_) => return Err(SatError::Admin("admin get answered something else".into())),
-        Err(refusal) => return Err(refused(refusal, &args.task_id, &workspace)),
+        other => return Err(reader.unexpected("get", other)),
     };
-    let operator = principal.clone();
-    let runs = match admin
-        .handle(
-            AdminRequest::Runs {
-                principal: principal.clone(),
-                task_id: args.task_id.clone(),
-                limit: Some(args.runs),
-            },
-            now,
-        )
-        .await
-        .map_err(admin_error)?
+    let limit = Some(args.runs);
+    let runs = match reader
+        .ask(|principal, task_id| AdminRequest::Runs {
+            principal,
+            task_id,
+            limit,
+        })
+        .await?
     {
         Ok(AdminAnswer::Runs { runs }) => runs,
-        Ok(_) => return Err(SatError::Admin("admin runs answered something else".into())),
         Err(AdminRefusal::InvalidRequest(why)) => return Err(SatError::Usage(format!("--runs: {why}"))),
-        Err(refusal) => return Err(refused(refusal, &args.task_id, &workspace)),
+        other => return Err(reader.unexpected("runs", other)),
     };
-    let approvals = match admin
-        .handle(
-            AdminRequest::Approvals {
-                principal: principal.clone(),
-                task_id: Some(args.task_id.clone()),
-                cursor: None,
-                limit: Some(100),
-            },
-            now,
-        )
-        .await
-        .map_err(admin_error)?
-    {
-        Ok(AdminAnswer::Approvals { approvals, .. }) => approvals
-            .into_iter()
-            .filter(|a| a.state == ApprovalState::Open || (a.state == ApprovalState::Approved && a.used_at.is_none()))
-            .collect(),
-        Ok(_) => return Err(SatError::Admin("admin approvals answered something else".into())),
-        Err(refusal) => return Err(refused(refusal, &args.task_id, &workspace)),
+    let approvals = match reader.ask(approvals_of).await? {
+        Ok(AdminAnswer::Approvals { approvals, .. }) => approvals.into_iter().filter(waiting).collect(),
+        other => return Err(reader.unexpected("approvals", other)),
     };
-    let workspace_budget = match admin
-        .handle(AdminRequest::Workspace { principal: operator }, now)
-        .await
-        .map_err(admin_error)?
-    {
+    let workspace_budget = match reader.ask(|principal, _| AdminRequest::Workspace { principal }).await? {
         Ok(AdminAnswer::Workspace { workspace }) => workspace,
-        Ok(_) => return Err(SatError::Admin("admin workspace answered something else".into())),
-        Err(refusal) => return Err(refused(refusal, &args.task_id, &workspace)),
+        other => return Err(reader.unexpected("workspace", other)),
     };
     let scheduler = scheduler_view(&schedules, &detail).await?;
     let mut report = report(*detail, runs, scheduler, (workspace, workspace_budget), now);
     report.approvals = approvals;
     Ok(report)
+}
+
+/// The admin's reads of one task, as the operator in its workspace.
+struct Reader<'a> {
+    admin: Admin<DynamoStore, EventBridgeSchedules, NoRuns>,
+    task_id: &'a str,
+    workspace: &'a str,
+    now: DateTime<Utc>,
+}
+
+impl Reader<'_> {
+    /// The admin's answer to the request `request` builds from the
+    /// operator's principal and the task id.
+    async fn ask(
+        &self,
+        request: impl FnOnce(Principal, String) -> AdminRequest,
+    ) -> Result<Result<AdminAnswer, AdminRefusal>, SatError> {
+        let principal = Principal {
+            id: OPERATOR.to_owned(),
+            workspace: self.workspace.to_owned(),
+            scopes: vec![shared::app::admin::ADMIN_SCOPE.to_owned()],
+        };
+        let request = request(principal, self.task_id.to_owned());
+        self.admin.handle(request, self.now).await.map_err(admin_error)
+    }
+
+    /// A refusal, or an answer of another operation's kind, as sat's error.
+    fn unexpected(&self, op: &str, answer: Result<AdminAnswer, AdminRefusal>) -> SatError {
+        match answer {
+            Ok(_) => SatError::Admin(format!("admin {op} answered something else")),
+            Err(refusal) => refused(refusal, self.task_id, self.workspace),
+        }
+    }
+}
+
+fn approvals_of(principal: Principal, task_id: String) -> AdminRequest {
+    AdminRequest::Approvals {
+        principal,
+        task_id: Some(task_id),
+        cursor: None,
+        limit: Some(100),
+    }
+}
+
+/// A tool call still waiting: open, or approved and not yet made.
+fn waiting(approval: &ApprovalView) -> bool {
+    approval.state == ApprovalState::Open || (approval.state == ApprovalState::Approved && approval.used_at.is_none())
 }
 
 async fn scheduler_view(schedules: &EventBridgeSchedules, detail: &TaskDetail) -> Result<SchedulerView, SatError> {

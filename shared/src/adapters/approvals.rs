@@ -115,21 +115,12 @@ impl DynamoStore {
             )?))
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
-        // New, or the same call still open (an attempt that parked on it
-        // and lost its answer): never over a decided or used request.
-        let request = Put::builder()
-            .table_name(self.table())
-            .set_item(Some(item_of(park.approval)?))
-            .condition_expression("attribute_not_exists(#pk) OR #state = :open")
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":open", s(ApprovalState::Open.as_str()))
-            .build()
-            .map_err(|e| request_error("TransactWriteItems", e))?;
         let mut items = vec![
             TransactWriteItem::builder().update(update).build(),
             TransactWriteItem::builder().put(record).build(),
-            TransactWriteItem::builder().put(request).build(),
+            TransactWriteItem::builder()
+                .put(self.request_put(park.approval)?)
+                .build(),
         ];
         let workspace = release.carried_usd - release.workspace_held_usd;
         if workspace != 0.0 {
@@ -146,6 +137,21 @@ impl DynamoStore {
                 source: "the request was decided while its call was asked again".into(),
             }),
         }
+    }
+
+    /// The park's put of its request: new, or the same call still open (an
+    /// attempt that parked on it and lost its answer), never over a decided
+    /// or used request.
+    fn request_put(&self, approval: &CallApproval) -> Result<Put, StoreError> {
+        Put::builder()
+            .table_name(self.table())
+            .set_item(Some(item_of(approval)?))
+            .condition_expression("attribute_not_exists(#pk) OR #state = :open")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":open", s(ApprovalState::Open.as_str()))
+            .build()
+            .map_err(|e| request_error("TransactWriteItems", e))
     }
 
     /// The requests of `run_id`, read strongly from the workspace's partition.

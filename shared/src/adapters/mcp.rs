@@ -342,12 +342,7 @@ impl McpConnectors {
         reading: Reading,
     ) -> Result<McpClient, McpError> {
         let http = pinned_http(endpoint, address, tls)?;
-        let mut config = StreamableHttpClientTransportConfig::with_uri(endpoint.url.as_str().to_owned())
-            .max_json_response_size(reading.response_bytes())
-            .max_sse_event_size(reading.response_bytes());
-        if let Some(token) = token {
-            config = config.auth_header(token);
-        }
+        let config = transport_config(endpoint, token, reading);
         let client_config = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("scheduled-agent-tasks", env!("CARGO_PKG_VERSION")),
@@ -398,6 +393,23 @@ impl McpConnectors {
             client,
             server: (host, endpoint.port),
         })
+    }
+}
+
+/// The transport of one connection: the endpoint's URL, its credential,
+/// and every response bounded in bytes as `reading` says (rmcp's default
+/// is 16 MiB, buffered twice while decoding).
+fn transport_config(
+    endpoint: &Endpoint,
+    token: Option<String>,
+    reading: Reading,
+) -> StreamableHttpClientTransportConfig {
+    let config = StreamableHttpClientTransportConfig::with_uri(endpoint.url.as_str().to_owned())
+        .max_json_response_size(reading.response_bytes())
+        .max_sse_event_size(reading.response_bytes());
+    match token {
+        Some(token) => config.auth_header(token),
+        None => config,
     }
 }
 

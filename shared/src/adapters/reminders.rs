@@ -23,6 +23,23 @@ fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
 }
 
+/// A page ends at its `limit`-th task and continues after it (the cursor
+/// names a task, not DynamoDB's position, so what was read past it is read
+/// again by the next page); DynamoDB may say there is more (`unread`) when
+/// there is not, and the next page is then empty.
+fn page_of(mut tasks: Vec<Task>, unread: bool, limit: usize) -> OwnedPage {
+    let more = unread || tasks.len() > limit;
+    tasks.truncate(limit);
+    let next = match (more, tasks.last()) {
+        (true, Some(last)) => Some(ListCursor {
+            created: last.created_at,
+            task_id: last.task_id.clone(),
+        }),
+        _ => None,
+    };
+    OwnedPage { tasks, next }
+}
+
 impl ReminderStore for DynamoStore {
     async fn owned(
         &self,
@@ -73,20 +90,7 @@ impl ReminderStore for DynamoStore {
                 break;
             }
         }
-        // A page ends at its `limit`-th task and continues after it (the
-        // cursor names a task, not DynamoDB's position, so what was read
-        // past it is read again by the next page); DynamoDB may say there
-        // is more when there is not, and the next page is then empty.
-        let more = start.is_some() || tasks.len() > limit;
-        tasks.truncate(limit);
-        let next = match (more, tasks.last()) {
-            (true, Some(last)) => Some(ListCursor {
-                created: last.created_at,
-                task_id: last.task_id.clone(),
-            }),
-            _ => None,
-        };
-        Ok(OwnedPage { tasks, next })
+        Ok(page_of(tasks, start.is_some(), limit))
     }
 
     async fn runs(&self, task_id: &TaskId, limit: usize) -> Result<Vec<RunRecord>, StoreError> {

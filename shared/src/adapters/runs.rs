@@ -395,29 +395,10 @@ impl DynamoStore {
                 return Ok(ClaimAnswer::Refused(None));
             };
             let reservation = budget::reservation(task.spec.budget);
-            let now = request.now.timestamp();
             let held = task.claims.get(request.occurrence);
-            let claim = match (from, held) {
-                (None, None) => Claim {
-                    workspace_usd: reservation,
-                    ..request.claim.clone()
-                },
-                (Some(TakeOver::Crashed), Some(old)) if old.status == RunStatus::Running && old.lease_until < now => {
-                    old.after_crash(request.claim, reservation)
-                }
-                (Some(TakeOver::Released), Some(old)) if old.status == RunStatus::Released => {
-                    old.after_release(request.claim, reservation)
-                }
-                // The re-run an approval resumes carries what the occurrence spent.
-                (Some(TakeOver::Approved), Some(old))
-                    if old.status == RunStatus::AwaitingApproval
-                        && old.request_id.is_some()
-                        && old.request_id.as_deref() == request.resume =>
-                {
-                    old.after_release(request.claim, reservation)
-                }
-                // Not free, or not as the caller saw it: refused, as it is.
-                _ => return Ok(ClaimAnswer::Refused(Some(Box::new(task)))),
+            // Not free, or not as the caller saw it: refused, as it is.
+            let Some(claim) = new_claim(request, from, held, reservation) else {
+                return Ok(ClaimAnswer::Refused(Some(Box::new(task))));
             };
             let mut items = vec![
                 self.claim_taken(request, &task, held, &claim, reservation)?,
@@ -643,23 +624,7 @@ impl RunStore for DynamoStore {
         if workspace != 0.0 {
             items.push(self.workspace_hold(&task.workspace, release.period, workspace, false)?);
         }
-        // One token per claim released: SQS brings a returned message back
-        // with its execution id, and a second release under the first one's
-        // token would be answered from DynamoDB's record without applying
-        // (the claim kept, its reservation later charged as a crash). The
-        // claim's start and lease tell two claims of one execution apart.
-        let claim = task.claims.get(release.occurrence);
-        let token = settle_token_of(
-            task.task_id.as_str(),
-            release.occurrence,
-            &format!(
-                "release {} {} {}",
-                release.execution_id,
-                claim.map(|c| c.started_at.to_rfc3339()).unwrap_or_default(),
-                claim.map_or(0, |c| c.lease_until)
-            ),
-        );
-        match self.transact(items, token, 0).await? {
+        match self.transact(items, release_token(release), 0).await? {
             Sent::Done => Ok(Settled::Done),
             Sent::Declined(..) => Ok(Settled::LostClaim),
             Sent::Refused(old) => {
@@ -824,49 +789,7 @@ impl RunStore for DynamoStore {
         completion: &Completion,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let (fence, value) = schedule_fence(completion, ":fence")?;
-        let mut update = self
-            .client()
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(Key::task(workspace, task_id.as_str()).to_map()))
-            .update_expression(format!(
-                "SET completed_at = :now, #state = :completed, updated_at = :now, version = version + :one{} \
-                 REMOVE #gsi3pk, #gsi3sk",
-                if completion.expires.is_some() {
-                    ", #ttl = :ttl"
-                } else {
-                    ""
-                }
-            ))
-            .expression_attribute_names("#gsi3pk", GSI3PK)
-            .expression_attribute_names("#gsi3sk", GSI3SK)
-            .condition_expression(format!(
-                "attribute_exists(#pk) AND {fence} AND attribute_not_exists(completed_at) \
-                 AND NOT (#override.deleted = :yes) AND NOT (#override.paused = :yes) \
-                 AND claims.#occ.execution_id = :exec AND claims.#occ.#status = :skipped",
-            ))
-            .expression_attribute_names("#occ", occurrence_key(completion.at))
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":exec", s(execution_id))
-            .expression_attribute_values(":skipped", s(RunStatus::Skipped.as_str()))
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#schedule", "schedule")
-            .expression_attribute_names("#override", "override")
-            .expression_attribute_values(":now", s(&crate::domain::schedule::format_utc(now)))
-            .expression_attribute_values(":completed", s("completed"))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":fence", value)
-            .expression_attribute_values(":yes", AttributeValue::Bool(true));
-        if completion.schedule.is_none() {
-            update = update.expression_attribute_names("#at", "at");
-        }
-        if let Some(ttl) = completion.expires {
-            update = update
-                .expression_attribute_names("#ttl", "ttl")
-                .expression_attribute_values(":ttl", n(ttl));
-        }
+        let update = self.skip_completion(workspace, task_id, execution_id, completion, now)?;
         self.counted();
         match update.send().await {
             Ok(_) => {}
@@ -940,6 +863,117 @@ fn completion_refused(old: Option<Item>, settlement: &Settlement<'_>) -> Result<
         .claims
         .get(settlement.occurrence)
         .is_some_and(|claim| claim.execution_id == settlement.execution_id && claim.status == RunStatus::Running))
+}
+
+impl DynamoStore {
+    /// The update a skip's completion of a finished one-time task makes:
+    /// while the skip's claim is this execution's, the task unchanged in
+    /// schedule, not paused, cancelled or completed.
+    fn skip_completion(
+        &self,
+        workspace: &str,
+        task_id: &crate::domain::task::TaskId,
+        execution_id: &str,
+        completion: &Completion,
+        now: DateTime<Utc>,
+    ) -> Result<aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder, StoreError> {
+        let (fence, value) = schedule_fence(completion, ":fence")?;
+        let mut update = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(Key::task(workspace, task_id.as_str()).to_map()))
+            .update_expression(format!(
+                "SET completed_at = :now, #state = :completed, updated_at = :now, version = version + :one{} \
+                 REMOVE #gsi3pk, #gsi3sk",
+                if completion.expires.is_some() {
+                    ", #ttl = :ttl"
+                } else {
+                    ""
+                }
+            ))
+            .expression_attribute_names("#gsi3pk", GSI3PK)
+            .expression_attribute_names("#gsi3sk", GSI3SK)
+            .condition_expression(format!(
+                "attribute_exists(#pk) AND {fence} AND attribute_not_exists(completed_at) \
+                 AND NOT (#override.deleted = :yes) AND NOT (#override.paused = :yes) \
+                 AND claims.#occ.execution_id = :exec AND claims.#occ.#status = :skipped",
+            ))
+            .expression_attribute_names("#occ", occurrence_key(completion.at))
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":exec", s(execution_id))
+            .expression_attribute_values(":skipped", s(RunStatus::Skipped.as_str()))
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#schedule", "schedule")
+            .expression_attribute_names("#override", "override")
+            .expression_attribute_values(":now", s(&crate::domain::schedule::format_utc(now)))
+            .expression_attribute_values(":completed", s("completed"))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":fence", value)
+            .expression_attribute_values(":yes", AttributeValue::Bool(true));
+        if completion.schedule.is_none() {
+            update = update.expression_attribute_names("#at", "at");
+        }
+        if let Some(ttl) = completion.expires {
+            update = update
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":ttl", n(ttl));
+        }
+        Ok(update)
+    }
+}
+
+/// One token per claim released: SQS brings a returned message back with
+/// its execution id, and a second release under the first one's token would
+/// be answered from DynamoDB's record without applying (the claim kept, its
+/// reservation later charged as a crash). The claim's start and lease tell
+/// two claims of one execution apart.
+fn release_token(release: &Release<'_>) -> String {
+    let claim = release.task.claims.get(release.occurrence);
+    settle_token_of(
+        release.task.task_id.as_str(),
+        release.occurrence,
+        &format!(
+            "release {} {} {}",
+            release.execution_id,
+            claim.map(|c| c.started_at.to_rfc3339()).unwrap_or_default(),
+            claim.map_or(0, |c| c.lease_until)
+        ),
+    )
+}
+
+/// The claim a claimant takes, decided from the claim the occurrence holds
+/// and what the claimant takes it over from; `None` when it is not free,
+/// or not as the claimant saw it.
+fn new_claim(
+    request: &ClaimRequest<'_>,
+    from: Option<TakeOver>,
+    held: Option<&Claim>,
+    reservation: f64,
+) -> Option<Claim> {
+    let now = request.now.timestamp();
+    match (from, held) {
+        (None, None) => Some(Claim {
+            workspace_usd: reservation,
+            ..request.claim.clone()
+        }),
+        (Some(TakeOver::Crashed), Some(old)) if old.status == RunStatus::Running && old.lease_until < now => {
+            Some(old.after_crash(request.claim, reservation))
+        }
+        (Some(TakeOver::Released), Some(old)) if old.status == RunStatus::Released => {
+            Some(old.after_release(request.claim, reservation))
+        }
+        // The re-run an approval resumes carries what the occurrence spent.
+        (Some(TakeOver::Approved), Some(old))
+            if old.status == RunStatus::AwaitingApproval
+                && old.request_id.is_some()
+                && old.request_id.as_deref() == request.resume =>
+        {
+            Some(old.after_release(request.claim, reservation))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]

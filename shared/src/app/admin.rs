@@ -579,23 +579,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
                 arguments,
                 bindings,
                 ask_first,
-            } => {
-                self.change(&target, now, |task, installs| {
-                    let mut approved = task.clone();
-                    approval::approve(
-                        &mut approved,
-                        installs,
-                        &principal.id,
-                        arguments,
-                        bindings,
-                        ask_first,
-                        now,
-                    )
-                    .map_err(|e| AdminRefusal::InvalidRequest(e.0))?;
-                    Ok(Decision::Write(Box::new(approved)))
-                })
-                .await
-            }
+            } => self.approve(&target, arguments, bindings, ask_first, now).await,
             AdminRequest::RunNow {
                 target,
                 idempotency_key,
@@ -607,11 +591,10 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
             AdminRequest::Delete { target, note } => self.edit(&target, Edit::Cancel { note }, now).await,
             AdminRequest::Restore { target } => self.edit(&target, Edit::Restore, now).await,
             AdminRequest::Workspace { .. } => {
-                let budget = self
-                    .store
-                    .workspace_budget(&principal.workspace, &budget::period(now))
-                    .await?;
-                Ok(Ok(workspace_answer(budget)))
+                let month = budget::period(now);
+                Ok(Ok(workspace_answer(
+                    self.store.workspace_budget(&principal.workspace, &month).await?,
+                )))
             }
             AdminRequest::SetBudget {
                 budget,
@@ -639,6 +622,26 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
                     .await
             }
         }
+    }
+
+    /// `approve`: the task approved with these arguments, bindings and
+    /// gated tools, through the one change path.
+    async fn approve(
+        &self,
+        target: &Target,
+        arguments: BTreeMap<String, String>,
+        bindings: BTreeMap<String, Option<String>>,
+        ask_first: Option<std::collections::BTreeSet<String>>,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let admin = &target.principal.id;
+        self.change(target, now, |task, installs| {
+            let mut approved = task.clone();
+            approval::approve(&mut approved, installs, admin, arguments, bindings, ask_first, now)
+                .map_err(|e| AdminRefusal::InvalidRequest(e.0))?;
+            Ok(Decision::Write(Box::new(approved)))
+        })
+        .await
     }
 
     /// `approvals`: a page of the workspace's requests (`limit` 1 to 100,

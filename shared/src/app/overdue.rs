@@ -264,20 +264,23 @@ async fn judge_task<S: DueIndex + RunStore>(
         return Ok(missed);
     }
     if store.move_due(task, judged.due).await? {
-        for m in &missed {
-            tracing::warn!(
-                task_id = %m.task_id,
-                workspace = %m.workspace,
-                scheduled_time = %occurrence_key(m.scheduled_time),
-                reason = m.reason,
-                "an occurrence was missed"
-            );
-        }
+        missed.iter().for_each(log_missed);
         Ok(missed)
     } else {
         // Another check, or a change of the task, moved `due` meanwhile.
         Ok(Vec::new())
     }
+}
+
+/// The log line of a missed occurrence.
+fn log_missed(m: &Missed) {
+    tracing::warn!(
+        task_id = %m.task_id,
+        workspace = %m.workspace,
+        scheduled_time = %occurrence_key(m.scheduled_time),
+        reason = m.reason,
+        "an occurrence was missed"
+    );
 }
 
 /// Gives a task that fires but has no `due` (written before the check

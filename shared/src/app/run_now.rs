@@ -180,16 +180,7 @@ where
         Err(why) => return Ok(Requested::Refused(why)),
     };
     // 4. Write.
-    let record = IdempotencyRecord {
-        principal: principal.id.clone(),
-        key: key.to_owned(),
-        fingerprint: fingerprint.clone(),
-        task_id: task.task_id.clone(),
-        workspace: task.workspace.clone(),
-        created_at: now,
-        ttl: Some((now + retention).timestamp()),
-        occurrence: Some(at),
-    };
+    let record = key_record(principal, key, &fingerprint, task, at, (now, retention));
     let written = match commit_with(store, schedules, task, updated, now, retention, Some(&record)).await? {
         Changed::Written(task) => task,
         Changed::VersionMoved { current } => return Ok(Requested::VersionMoved { current }),
@@ -211,6 +202,28 @@ where
         task: written,
         replayed: false,
     })
+}
+
+/// The key's record, written with the run now's occurrence and kept for
+/// `retention`.
+fn key_record(
+    principal: &Principal,
+    key: &str,
+    fingerprint: &Fingerprint,
+    task: &Task,
+    at: DateTime<Utc>,
+    (now, retention): (DateTime<Utc>, Duration),
+) -> IdempotencyRecord {
+    IdempotencyRecord {
+        principal: principal.id.clone(),
+        key: key.to_owned(),
+        fingerprint: fingerprint.clone(),
+        task_id: task.task_id.clone(),
+        workspace: task.workspace.clone(),
+        created_at: now,
+        ttl: Some((now + retention).timestamp()),
+        occurrence: Some(at),
+    }
 }
 
 /// The answer of a key already used: the same occurrence, its message sent

@@ -113,36 +113,8 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 return ended;
             }
             let mut results = Vec::new();
-            for (id, name, input) in calls {
-                let route = match turns.tool_call(&id, &name) {
-                    ToolCall::Allowed(route) => route,
-                    ToolCall::Refused(result) => {
-                        tracing::warn!(tool = %name, "refused a call to a tool this task is not offered");
-                        results.push(turns.held(result));
-                        continue;
-                    }
-                    ToolCall::OverLimit(ended) => return ended,
-                };
-                let session = &sessions[route.session];
-                let made = if route.gated {
-                    let approvals = requests.as_deref_mut().unwrap_or_default();
-                    match self
-                        .approved_call(&turns, session, &route, (id, input), run, approvals)
-                        .await
-                    {
-                        Ok((answer, true)) => Ok(answer),
-                        // Answered without a call: not a call of this run.
-                        Ok((answer, false)) => {
-                            turns.not_made();
-                            Ok(answer)
-                        }
-                        Err(ended) => Err(ended),
-                    }
-                } else {
-                    self.tool_call(&turns, session, &route.tool, id, input, run.run_id)
-                        .await
-                };
-                match made {
+            for call in calls {
+                match self.one_call(&mut turns, sessions, run, &mut requests, call).await {
                     // Bounded as it arrives, not once the turn's results are all in.
                     Ok(result) => results.push(turns.held(result)),
                     Err(ended) => return ended,
@@ -151,6 +123,40 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             if let Err(ended) = turns.tool_results(results) {
                 return ended;
             }
+        }
+    }
+
+    /// One call the model asked for: refused when the task does not offer
+    /// its tool, made under its approval when gated, else made.
+    async fn one_call(
+        &self,
+        turns: &mut AgentLoop,
+        sessions: &[C::Session],
+        run: &RunIds<'_>,
+        requests: &mut Option<Vec<CallApproval>>,
+        (id, name, input): (String, String, Value),
+    ) -> Result<Block, Ended> {
+        let route = match turns.tool_call(&id, &name) {
+            ToolCall::Allowed(route) => route,
+            ToolCall::Refused(result) => {
+                tracing::warn!(tool = %name, "refused a call to a tool this task is not offered");
+                return Ok(result);
+            }
+            ToolCall::OverLimit(ended) => return Err(ended),
+        };
+        let session = &sessions[route.session];
+        if route.gated {
+            let approvals = requests.as_deref_mut().unwrap_or_default();
+            let (answer, called) = self
+                .approved_call(turns, session, &route, (id, input), run, approvals)
+                .await?;
+            if !called {
+                // Answered without a call: not a call of this run.
+                turns.not_made();
+            }
+            Ok(answer)
+        } else {
+            self.tool_call(turns, session, &route.tool, id, input, run.run_id).await
         }
     }
 
@@ -274,7 +280,8 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// A gated call the gate let through: made once under its approval (the
     /// approval used first, in a conditional write, then the call, then its
     /// answer kept on the request), or, made by an earlier attempt, its
-    /// answer as kept. Never made without an approval of exactly it.
+    /// answer as kept, and whether the call was made now. Never made
+    /// without an approval of exactly it.
     async fn approved_call(
         &self,
         turns: &AgentLoop,
@@ -285,34 +292,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         approvals: &mut [CallApproval],
     ) -> Result<(Block, bool), Ended> {
         let hash = gate::arguments_hash(&input);
-        let refused = |id: String, text: String| Block::ToolResult {
-            id,
-            content: vec![Block::Text(text)],
-            is_error: true,
-        };
-        let approval = match gate::gate(approvals, run.run_id, &route.server, &route.tool, &hash) {
-            Gate::Make(request_id) => approvals.iter().position(|a| a.request_id == request_id),
-            Gate::Made { result, is_error } => {
-                tracing::info!(tool = %route.tool, "an approved call made by an earlier attempt: its answer, not a second call");
-                let text = result.unwrap_or_else(|| {
-                    "this approved call was already made once in this occurrence; its answer was not kept".to_owned()
-                });
-                let answer = Block::ToolResult {
-                    id,
-                    content: vec![Block::Text(text)],
-                    is_error,
-                };
-                return Ok((answer, false));
-            }
-            Gate::Refused(state) => {
-                let answer = refused(id, format!("refused: this call was {} by an approver", state.as_str()));
-                return Ok((answer, false));
-            }
-            // `gate_turn` stopped the run for these before any call.
-            Gate::Ask | Gate::TooManyAsks => None,
-        };
-        let Some(at) = approval else {
-            return Ok((refused(id, "refused: this call has no approval".to_owned()), false));
+        let at = match approval_of(approvals, run.run_id, route, &hash, &id) {
+            Ok(at) => at,
+            Err(answer) => return Ok((answer, false)),
         };
         let approval = approvals[at].clone();
         let now = Utc::now();
@@ -320,7 +302,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Ok(true) => {}
             Ok(false) => {
                 return Ok((
-                    refused(id, "refused: this call's approval was already used".to_owned()),
+                    refused_call(id, "refused: this call's approval was already used"),
                     false,
                 ));
             }
@@ -708,5 +690,50 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 is_error: true,
             }),
         }
+    }
+}
+
+/// The approval a gated call is made under (its index in `approvals`), or
+/// the answer it gets without a call: the kept answer of a call an earlier
+/// attempt made, or a refusal.
+fn approval_of(
+    approvals: &[CallApproval],
+    run_id: &str,
+    route: &crate::domain::run::agent_loop::Route,
+    hash: &str,
+    id: &str,
+) -> Result<usize, Block> {
+    let request_id = match gate::gate(approvals, run_id, &route.server, &route.tool, hash) {
+        Gate::Make(request_id) => request_id,
+        Gate::Made { result, is_error } => {
+            tracing::info!(tool = %route.tool, "an approved call made by an earlier attempt: its answer, not a second call");
+            let text = result.unwrap_or_else(|| {
+                "this approved call was already made once in this occurrence; its answer was not kept".to_owned()
+            });
+            return Err(Block::ToolResult {
+                id: id.to_owned(),
+                content: vec![Block::Text(text)],
+                is_error,
+            });
+        }
+        Gate::Refused(state) => {
+            let why = format!("refused: this call was {} by an approver", state.as_str());
+            return Err(refused_call(id.to_owned(), &why));
+        }
+        // `gate_turn` stopped the run for these before any call.
+        Gate::Ask | Gate::TooManyAsks => return Err(refused_call(id.to_owned(), "refused: this call has no approval")),
+    };
+    approvals
+        .iter()
+        .position(|a| a.request_id == request_id)
+        .ok_or_else(|| refused_call(id.to_owned(), "refused: this call has no approval"))
+}
+
+/// A tool call's answer when it was not made.
+fn refused_call(id: String, why: &str) -> Block {
+    Block::ToolResult {
+        id,
+        content: vec![Block::Text(why.to_owned())],
+        is_error: true,
     }
 }

@@ -179,8 +179,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             // The resume of the request it awaits, refused by its budget:
             // skipped, paying what the waiting claim carries.
             ClaimOutcome::AwaitingApproval if resumes(old.as_deref(), occ) => {
-                let reason = self.over_budget(occ, old.as_deref(), now).await?;
-                answered(self.skip_unclaimed(occ, reason, now, 1, old.as_deref()).await?)
+                answered(self.skip_over_budget(occ, old.as_deref(), now).await?)
             }
             ClaimOutcome::AwaitingApproval => {
                 tracing::info!("the occurrence waits for an approval; only its approval resumes it");
@@ -194,44 +193,57 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 tracing::info!(lease_until, "occurrence is running elsewhere; retry later");
                 answered(Disposition::Busy)
             }
-            ClaimOutcome::Expired => match self.store.take_over(request, TakeOver::Crashed).await? {
-                ClaimAnswer::Claimed(task) => {
-                    tracing::warn!("took over an expired lease");
-                    Ok(Claiming::Held(Claimed::of(task, &occ.key, request.period)))
-                }
-                // Still expired: another attempt's reservation does not fit
-                // the month. Skipped, paying what the dead claim committed.
-                ClaimAnswer::Refused(old) if diagnose(old.as_deref(), &occ.key, now) == ClaimOutcome::Expired => {
-                    let reason = self.over_budget(occ, old.as_deref(), now).await?;
-                    answered(self.skip_unclaimed(occ, reason, now, 1, old.as_deref()).await?)
-                }
-                ClaimAnswer::Refused(_) => answered(Disposition::Busy),
-                ClaimAnswer::BudgetReached(task, level, limit) => {
-                    self.budget_reached(occ, &task, (level, limit), now).await
-                }
-            },
-            ClaimOutcome::Released => match self.store.take_over(request, TakeOver::Released).await? {
-                ClaimAnswer::Claimed(task) => {
-                    tracing::info!("claimed an occurrence given back before, with what it carries");
-                    Ok(Claiming::Held(Claimed::of(task, &occ.key, request.period)))
-                }
-                // Still released: its reservation does not fit the budget.
-                ClaimAnswer::Refused(old) if diagnose(old.as_deref(), &occ.key, now) == ClaimOutcome::Released => {
-                    let reason = self.over_budget(occ, old.as_deref(), now).await?;
-                    answered(self.skip_unclaimed(occ, reason, now, 1, old.as_deref()).await?)
-                }
-                // Taken by another delivery meanwhile: as busy, diagnosed again later.
-                ClaimAnswer::Refused(_) => answered(Disposition::Busy),
-                ClaimAnswer::BudgetReached(task, level, limit) => {
-                    self.budget_reached(occ, &task, (level, limit), now).await
-                }
-            },
+            ClaimOutcome::Expired => self.take_over(occ, request, TakeOver::Crashed, now).await,
+            ClaimOutcome::Released => self.take_over(occ, request, TakeOver::Released, now).await,
             ClaimOutcome::Missing => answered(self.skip_unclaimed(occ, SkipReason::Missing, now, 1, None).await?),
-            ClaimOutcome::BudgetExhausted => {
-                let reason = self.over_budget(occ, old.as_deref(), now).await?;
-                answered(self.skip_unclaimed(occ, reason, now, 1, old.as_deref()).await?)
+            ClaimOutcome::BudgetExhausted => answered(self.skip_over_budget(occ, old.as_deref(), now).await?),
+        }
+    }
+
+    /// A take-over of a crashed attempt's expired lease or of an occurrence
+    /// given back, with what it carries. Still as it was, its reservation
+    /// does not fit the budget: skipped, paying what the old claim
+    /// committed. Taken by another delivery meanwhile: as busy, diagnosed
+    /// again later.
+    async fn take_over(
+        &self,
+        occ: &Delivery,
+        request: &ClaimRequest<'_>,
+        from: TakeOver,
+        now: DateTime<Utc>,
+    ) -> Result<Claiming, RunError> {
+        let as_was = match from {
+            TakeOver::Crashed => ClaimOutcome::Expired,
+            TakeOver::Released | TakeOver::Approved => ClaimOutcome::Released,
+        };
+        match self.store.take_over(request, from).await? {
+            ClaimAnswer::Claimed(task) => {
+                match from {
+                    TakeOver::Crashed => tracing::warn!("took over an expired lease"),
+                    _ => tracing::info!("claimed an occurrence given back before, with what it carries"),
+                }
+                Ok(Claiming::Held(Claimed::of(task, &occ.key, request.period)))
+            }
+            ClaimAnswer::Refused(old) if diagnose(old.as_deref(), &occ.key, now) == as_was => Ok(Claiming::Answered(
+                self.skip_over_budget(occ, old.as_deref(), now).await?,
+            )),
+            ClaimAnswer::Refused(_) => Ok(Claiming::Answered(Disposition::Busy)),
+            ClaimAnswer::BudgetReached(task, level, limit) => {
+                self.budget_reached(occ, &task, (level, limit), now).await
             }
         }
+    }
+
+    /// An occurrence skipped for its budget (`over_budget` says which),
+    /// paying what the claim it holds carries.
+    async fn skip_over_budget(
+        &self,
+        occ: &Delivery,
+        old: Option<&Task>,
+        now: DateTime<Utc>,
+    ) -> Result<Disposition, RunError> {
+        let reason = self.over_budget(occ, old, now).await?;
+        self.skip_unclaimed(occ, reason, now, 1, old).await
     }
 
     /// Why a claim refused for its budget is skipped: the door speaks first

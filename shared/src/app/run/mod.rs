@@ -190,6 +190,9 @@ pub enum RunError {
     Store(#[from] StoreError),
 }
 
+/// The log line of a delivery more than two minutes early (`door::not_yet`).
+const NOT_YET: &str = "a delivery of an occurrence not due yet: not run, nothing claimed or recorded";
+
 impl Disposition {
     /// The delivery's outcome as a code, for its span.
     pub fn code(&self) -> String {
@@ -305,10 +308,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
 
         // 0. Not due yet: nothing written.
         if crate::domain::run::door::not_yet(occ.scheduled, now) {
-            tracing::warn!(
-                scheduled_time = %occ.key,
-                "a delivery of an occurrence not due yet: not run, nothing claimed or recorded"
-            );
+            tracing::warn!(scheduled_time = %occ.key, "{NOT_YET}");
             return Ok(Disposition::NotYet);
         }
         // 1. Door, before any read.
@@ -343,12 +343,8 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             },
         };
         // 6. Settle; 7. its record is the notification's outbox.
-        let skip = match &door {
-            Verdict::Skip(reason) => Some(reason),
-            Verdict::Run => None,
-        };
         let Some(recorded) = self
-            .settle(&occ, &claimed, install.as_ref(), &outcome, skip, (now, deadline))
+            .settle(&occ, &claimed, install.as_ref(), &outcome, door.skip(), (now, deadline))
             .await?
         else {
             return Ok(Disposition::Duplicate);

@@ -56,11 +56,8 @@ pub fn approve(
         }
         target.arguments.insert(name, value);
     }
-    if let Some((name, _)) = task
-        .prompt_arguments
-        .iter()
-        .find(|(n, required)| **required && !target.arguments.contains_key(*n))
-    {
+    let missing = |(name, required): (&String, &bool)| *required && !target.arguments.contains_key(name);
+    if let Some((name, _)) = task.prompt_arguments.iter().find(|&argument| missing(argument)) {
         return invalid(format!("the required argument `{name}` has no value"));
     }
     for (need, install) in bindings {
@@ -83,15 +80,7 @@ pub fn approve(
     // Given, the admin's gating replaces the last; not given, it stays: a
     // re-approval never drops what an admin gated.
     let ask_first = match ask_first {
-        Some(names) => {
-            if names.len() > MAX_ASK_FIRST {
-                return invalid(format!("ask_first names at most {MAX_ASK_FIRST} tools"));
-            }
-            if let Some(name) = names.iter().find(|n| n.is_empty() || n.chars().count() > 128) {
-                return invalid(format!("ask_first name `{name}` must be 1 to 128 characters"));
-            }
-            names
-        }
+        Some(names) => gated(names)?,
         None => task.approval.as_ref().map(|a| a.ask_first.clone()).unwrap_or_default(),
     };
     task.spec = target;
@@ -105,6 +94,21 @@ pub fn approve(
         ask_first,
     });
     Ok(())
+}
+
+/// The tools an admin gates (`ask_first`), within their bounds.
+fn gated(names: BTreeSet<String>) -> Result<BTreeSet<String>, InvalidApproval> {
+    if names.len() > MAX_ASK_FIRST {
+        return Err(InvalidApproval(format!(
+            "ask_first names at most {MAX_ASK_FIRST} tools"
+        )));
+    }
+    if let Some(name) = names.iter().find(|n| n.is_empty() || n.chars().count() > 128) {
+        return Err(InvalidApproval(format!(
+            "ask_first name `{name}` must be 1 to 128 characters"
+        )));
+    }
+    Ok(names)
 }
 
 #[cfg(test)]

@@ -420,26 +420,7 @@ impl CreateRequest {
             .limits
             .check()
             .map_err(|e| Rejection::invalid(format!("agent.limits: {e}")))?;
-        let approval = match (&self.approval, surface) {
-            (None, Surface::Tool) => {
-                return Err(Rejection::invalid(
-                    "approval is required: the user must approve the call",
-                ));
-            }
-            (None, Surface::App) => None,
-            (Some(approval), _) => {
-                check_id("approval.id", &approval.id)?;
-                let approved_at = schedule::parse_instant(&approval.approved_at).ok_or_else(|| {
-                    Rejection::invalid("approval.approved_at must be an RFC 3339 instant with an offset")
-                })?;
-                Some(Approval {
-                    id: approval.id.clone(),
-                    approved_at,
-                    by: None,
-                    ask_first: Default::default(),
-                })
-            }
-        };
+        let approval = self.approval(surface)?;
         check_text("input.title", &self.input.title, MAX_TITLE_CHARS)?;
         check_text("input.instruction", &self.input.instruction, MAX_INSTRUCTION_CHARS)?;
         let kinds = self.input.kinds();
@@ -470,6 +451,30 @@ impl CreateRequest {
             approval,
             fingerprint,
         })
+    }
+}
+
+impl CreateRequest {
+    /// The user's approval of the call: required of the model's tool, which
+    /// creates only what the user approved; optional in the owner's app.
+    fn approval(&self, surface: Surface) -> Result<Option<Approval>, Rejection> {
+        let Some(approval) = &self.approval else {
+            return match surface {
+                Surface::Tool => Err(Rejection::invalid(
+                    "approval is required: the user must approve the call",
+                )),
+                Surface::App => Ok(None),
+            };
+        };
+        check_id("approval.id", &approval.id)?;
+        let approved_at = schedule::parse_instant(&approval.approved_at)
+            .ok_or_else(|| Rejection::invalid("approval.approved_at must be an RFC 3339 instant with an offset"))?;
+        Ok(Some(Approval {
+            id: approval.id.clone(),
+            approved_at,
+            by: None,
+            ask_first: Default::default(),
+        }))
     }
 }
 

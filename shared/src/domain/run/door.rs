@@ -140,6 +140,16 @@ pub enum Verdict {
     Skip(SkipReason),
 }
 
+impl Verdict {
+    /// Why the occurrence is skipped, when it is.
+    pub fn skip(&self) -> Option<&SkipReason> {
+        match self {
+            Verdict::Skip(reason) => Some(reason),
+            Verdict::Run => None,
+        }
+    }
+}
+
 /// What the runner knows of the task when it asks.
 #[derive(Debug, Clone, Copy)]
 pub enum TaskFacts<'a> {

@@ -191,23 +191,14 @@ pub fn compare(old: &Spec, new: &Spec) -> Vec<Difference> {
             push(what, a.to_string(), b.to_string(), b > a);
         }
     }
-    let money = |v: f64| format!("${v:.2}");
     let (ob, nb) = (old.budget.unwrap_or_default(), new.budget.unwrap_or_default());
-    if ob.max_usd_per_run != nb.max_usd_per_run {
-        push(
-            "budget per run",
-            money(ob.max_usd_per_run),
-            money(nb.max_usd_per_run),
-            nb.max_usd_per_run > ob.max_usd_per_run,
-        );
-    }
-    if ob.max_usd_per_month != nb.max_usd_per_month {
-        push(
-            "budget per month",
-            money(ob.max_usd_per_month),
-            money(nb.max_usd_per_month),
-            nb.max_usd_per_month > ob.max_usd_per_month,
-        );
+    for (what, a, b) in [
+        ("budget per run", ob.max_usd_per_run, nb.max_usd_per_run),
+        ("budget per month", ob.max_usd_per_month, nb.max_usd_per_month),
+    ] {
+        if a != b {
+            push(what, format!("${a:.2}"), format!("${b:.2}"), b > a);
+        }
     }
     let (old_needs, new_needs): (BTreeSet<String>, BTreeSet<String>) =
         (old.needs.keys().cloned().collect(), new.needs.keys().cloned().collect());

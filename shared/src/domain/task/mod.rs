@@ -118,6 +118,16 @@ pub enum Provenance {
     },
 }
 
+impl Provenance {
+    /// The scheduled prompt a connector task runs; none for a reminder.
+    pub fn prompt(&self) -> Option<&str> {
+        match self {
+            Provenance::Connector { prompt, .. } => Some(prompt),
+            Provenance::User { .. } => None,
+        }
+    }
+}
+
 /// The agent a reminder was created by, pinned at create.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentPin {
