@@ -16,10 +16,12 @@
 //! resolves every listed region both ways). The template sets the variable
 //! to [`FILE`] for every function; a region this copy does not list gets the
 //! whole copy, and a variable naming a file not called [`FILE_NAME`] is the
-//! operator's, left alone. `partitions.json` is the SDK crates' copy, byte for byte; a test
-//! holds it to the linked crates'.
+//! operator's, left alone. `partitions/sdk.json` is the SDK crates' copy,
+//! byte for byte, and `partitions/narrowed.rs` each of its partitions alone,
+//! made ahead of time so a start parses nothing; tests hold the first to the
+//! linked crates' and the second to the first.
 
-use serde_json::{Value, json};
+mod narrowed;
 
 /// The variable the SDK crates read their partitions' file from.
 pub const VARIABLE: &str = "SMITHY_CLIENT_SDK_CUSTOM_PARTITION";
@@ -33,25 +35,17 @@ pub const FILE: &str = "/tmp/endpoint-partitions.json";
 pub const FILE_NAME: &str = "endpoint-partitions.json";
 
 /// The SDK crates' endpoint partitions, as they embed them.
-pub const SDK_PARTITIONS: &str = include_str!("partitions.json");
+pub const SDK_PARTITIONS: &str = include_str!("partitions/sdk.json");
 
 /// The partitions document for a function in `region`: the one partition
-/// that lists it, its regions without descriptions. `None` when no
-/// partition lists it.
-pub fn for_region(region: &str) -> Option<String> {
-    let mut document: Value = serde_json::from_str(SDK_PARTITIONS).ok()?;
-    let version = document.get("version").cloned().unwrap_or(Value::Null);
-    let partitions = document.get_mut("partitions")?.as_array_mut()?;
-    let mut partition = partitions.drain(..).find(|partition| {
-        partition
-            .get("regions")
-            .and_then(|regions| regions.get(region))
-            .is_some()
-    })?;
-    for described in partition.get_mut("regions")?.as_object_mut()?.values_mut() {
-        *described = json!({});
-    }
-    Some(json!({ "partitions": [partition], "version": version }).to_string())
+/// that lists it, its regions without descriptions (`narrowed.rs`, made
+/// from the SDK's copy ahead of time, so a start parses nothing). `None`
+/// when no partition lists it.
+pub fn for_region(region: &str) -> Option<&'static str> {
+    narrowed::NARROWED
+        .iter()
+        .find(|(regions, _)| regions.contains(&region))
+        .map(|(_, document)| *document)
 }
 
 /// Writes `file`, the file the variable names, when it is called
@@ -66,8 +60,7 @@ pub fn narrow(file: Option<&str>, region: Option<&str>) {
     if file.file_name().is_none_or(|name| name != FILE_NAME) {
         return;
     }
-    let narrowed = region.and_then(for_region);
-    let document = narrowed.as_deref().unwrap_or(SDK_PARTITIONS);
+    let document = region.and_then(for_region).unwrap_or(SDK_PARTITIONS);
     let draft = file.with_extension(format!("json.{}", std::process::id()));
     let written = std::fs::write(&draft, document).and_then(|()| std::fs::rename(&draft, file));
     if let Err(error) = written {
@@ -78,6 +71,58 @@ pub fn narrow(file: Option<&str>, region: Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
+
+    /// Each partition of the SDK's copy alone, its regions without
+    /// descriptions, with the regions it lists.
+    fn each_alone() -> Vec<(Vec<String>, String)> {
+        let document: Value = serde_json::from_str(SDK_PARTITIONS).unwrap();
+        let version = document["version"].clone();
+        let mut alone = Vec::new();
+        for partition in document["partitions"].as_array().unwrap() {
+            let mut partition = partition.clone();
+            let regions = partition["regions"].as_object_mut().unwrap();
+            regions.values_mut().for_each(|described| *described = json!({}));
+            let listed = regions.keys().cloned().collect();
+            alone.push((
+                listed,
+                json!({ "partitions": [partition], "version": version }).to_string(),
+            ));
+        }
+        alone
+    }
+
+    /// `narrowed.rs` as [`each_alone`] makes it.
+    fn narrowed_source() -> String {
+        let mut source = String::from(
+            "//! Each partition of the SDK's copy (`sdk.json`) alone, its regions\n\
+             //! without descriptions, beside the regions it lists. Made by\n\
+             //! `PARTITIONS_WRITE=1 cargo test -p shared --lib partitions`; a test holds\n\
+             //! it to `sdk.json`.\n\n\
+             #[rustfmt::skip]\n\
+             pub(super) const NARROWED: &[(&[&str], &str)] = &[\n",
+        );
+        for (regions, document) in each_alone() {
+            let regions: Vec<String> = regions.iter().map(|r| format!("{r:?}")).collect();
+            source.push_str(&format!("    (&[{}],\n     r#\"{document}\"#),\n", regions.join(", ")));
+        }
+        source.push_str("];\n");
+        source
+    }
+
+    #[test]
+    fn the_narrowed_table_is_made_from_the_sdks_copy() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/adapters/partitions/narrowed.rs");
+        let (made, kept) = (narrowed_source(), std::fs::read_to_string(&path).unwrap());
+        if made != kept && crate::config::Env::process().optional("PARTITIONS_WRITE").is_some() {
+            std::fs::write(&path, &made).unwrap();
+            return;
+        }
+        assert!(
+            made == kept,
+            "partitions/narrowed.rs is stale: PARTITIONS_WRITE=1 cargo test -p shared --lib partitions"
+        );
+    }
 
     fn partitions_of(document: &str) -> Vec<Value> {
         let document: Value = serde_json::from_str(document).unwrap();
@@ -94,7 +139,7 @@ mod tests {
             ("us-gov-west-1", "aws-us-gov"),
             ("eusc-de-east-1", "aws-eusc"),
         ] {
-            let narrowed = partitions_of(&for_region(region).unwrap());
+            let narrowed = partitions_of(for_region(region).unwrap());
             assert_eq!(narrowed.len(), 1, "{region}");
             let (one, whole) = (&narrowed[0], sdk.iter().find(|p| p["id"] == id).unwrap());
             assert_eq!(one["id"], id, "{region}");
@@ -152,7 +197,7 @@ mod tests {
             assert_eq!(
                 embedded(&source),
                 SDK_PARTITIONS,
-                "{name} embeds other partitions: copy its into partitions.json"
+                "{name} embeds other partitions: copy its into partitions/sdk.json, then PARTITIONS_WRITE=1"
             );
             checked.push(name);
         }
