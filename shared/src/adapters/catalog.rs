@@ -510,13 +510,7 @@ impl DueIndex for DynamoStore {
             }
             None => "attribute_exists(#pk) AND attribute_not_exists(#due)",
         };
-        let mut expression = String::new();
-        if !sets.is_empty() {
-            expression.push_str(&format!("SET {}", sets.join(", ")));
-        }
-        if !removes.is_empty() {
-            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
-        }
+        let expression = set_and_remove(&sets, &removes);
         names.retain(|name, _| expression.contains(name.as_str()) || condition.contains(name.as_str()));
         self.counted();
         let result = self
@@ -532,6 +526,18 @@ impl DueIndex for DynamoStore {
             .await;
         written("UpdateItem", result)
     }
+}
+
+/// An update expression of these `SET` and `REMOVE` actions.
+fn set_and_remove(sets: &[&str], removes: &[&str]) -> String {
+    let mut clauses = Vec::new();
+    if !sets.is_empty() {
+        clauses.push(format!("SET {}", sets.join(", ")));
+    }
+    if !removes.is_empty() {
+        clauses.push(format!("REMOVE {}", removes.join(", ")));
+    }
+    clauses.join(" ")
 }
 
 /// An instant as the task item stores it (its serde form).

@@ -60,23 +60,7 @@ pub fn approve(
     if let Some((name, _)) = task.prompt_arguments.iter().find(|&argument| missing(argument)) {
         return invalid(format!("the required argument `{name}` has no value"));
     }
-    for (need, install) in bindings {
-        if !target.needs.contains_key(&need) {
-            return invalid(format!("the task declares no need `{need}`"));
-        }
-        if let Some(id) = &install
-            && let Err(refusal) = check_binding(task, id, installs)
-        {
-            return invalid(refusal.to_string());
-        }
-        target.bindings.insert(need, install);
-    }
-    target.bindings.retain(|need, _| target.needs.contains_key(need));
-    if let Some(need) = target.needs.keys().find(|n| !target.bindings.contains_key(*n)) {
-        return invalid(format!(
-            "need `{need}` has no decision: bind it to an install, or pass null to leave it unbound"
-        ));
-    }
+    bind(task, &mut target, bindings, installs)?;
     // Given, the admin's gating replaces the last; not given, it stays: a
     // re-approval never drops what an admin gated.
     let ask_first = match ask_first {
@@ -94,6 +78,35 @@ pub fn approve(
         ask_first,
     });
     Ok(())
+}
+
+/// The admin's bindings applied to the bounds being approved: each to a
+/// declared need, as `check_binding` allows; every need then decided.
+fn bind(
+    task: &Task,
+    target: &mut crate::domain::task::Spec,
+    bindings: BTreeMap<String, Option<String>>,
+    installs: &BTreeMap<String, Install>,
+) -> Result<(), InvalidApproval> {
+    for (need, install) in bindings {
+        if !target.needs.contains_key(&need) {
+            return Err(InvalidApproval(format!("the task declares no need `{need}`")));
+        }
+        if let Some(id) = &install
+            && let Err(refusal) = check_binding(task, id, installs)
+        {
+            return Err(InvalidApproval(refusal.to_string()));
+        }
+        target.bindings.insert(need, install);
+    }
+    let needs = &target.needs;
+    target.bindings.retain(|need, _| needs.contains_key(need));
+    match target.needs.keys().find(|n| !target.bindings.contains_key(*n)) {
+        Some(need) => Err(InvalidApproval(format!(
+            "need `{need}` has no decision: bind it to an install, or pass null to leave it unbound"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The tools an admin gates (`ask_first`), within their bounds.

@@ -226,26 +226,32 @@ pub fn settle_holds(
     if unbound.is_empty() {
         lift(task, changes, HoldReason::NeedUnbound);
     } else {
-        let gone = unbound.iter().all(|(need, _)| {
-            task.spec
-                .bindings
-                .get(need)
-                .cloned()
-                .flatten()
-                .is_some_and(|id| !installs.get(&id).is_some_and(|i| i.is_installed()))
-        });
-        let needs = unbound
-            .iter()
-            .map(|(n, _)| format!("`{n}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let detail = if gone {
-            format!("the connector bound to {needs} is not installed")
-        } else {
-            let why: Vec<String> = unbound.iter().map(|(n, r)| format!("`{n}`: {r}")).collect();
-            format!("the binding of {} is refused: {}", needs, why.join("; "))
-        };
+        let detail = unbound_detail(task, &unbound, installs);
         place(task, changes, HoldReason::NeedUnbound, now, detail);
+    }
+}
+
+/// What a hold for refused bindings says: that the bound connector is gone,
+/// or why each binding is refused.
+fn unbound_detail(task: &Task, unbound: &[(String, String)], installs: &BTreeMap<String, Install>) -> String {
+    let gone = unbound.iter().all(|(need, _)| {
+        task.spec
+            .bindings
+            .get(need)
+            .cloned()
+            .flatten()
+            .is_some_and(|id| !installs.get(&id).is_some_and(|i| i.is_installed()))
+    });
+    let needs = unbound
+        .iter()
+        .map(|(n, _)| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if gone {
+        format!("the connector bound to {needs} is not installed")
+    } else {
+        let why: Vec<String> = unbound.iter().map(|(n, r)| format!("`{n}`: {r}")).collect();
+        format!("the binding of {} is refused: {}", needs, why.join("; "))
     }
 }
 

@@ -295,8 +295,18 @@ impl Cron {
     /// Friday", "every 15 minutes"), 24-hour local times; a day of the
     /// month that some months lack is said to be skipped there.
     pub fn in_words(&self) -> String {
+        let months = if self.months.len() == 12 {
+            String::new()
+        } else {
+            format!(", in {}", runs_in_words(&self.months, |m| month_name(m).to_owned()))
+        };
+        format!("{}, {}{months}", self.times_in_words(), self.days_in_words())
+    }
+
+    /// The times of day it fires at, in words.
+    fn times_in_words(&self) -> String {
         let all_hours = self.hours.len() == 24;
-        let times = if all_hours && let Some(step) = even_step(&self.minutes, 0, 60) {
+        if all_hours && let Some(step) = even_step(&self.minutes, 0, 60) {
             if step == 1 {
                 "every minute".to_owned()
             } else {
@@ -321,8 +331,13 @@ impl Cron {
             let minutes: Vec<String> = self.minutes.iter().map(u8::to_string).collect();
             let hours: Vec<String> = self.hours.iter().map(|h| format!("{h:02}")).collect();
             format!("at minutes {} of hours {}", and_list(&minutes), and_list(&hours))
-        };
-        let days = match &self.days {
+        }
+    }
+
+    /// The days it fires on, in words; a day of the month that some of its
+    /// months lack is said to be skipped there.
+    fn days_in_words(&self) -> String {
+        match &self.days {
             Days::Every => "every day".to_owned(),
             Days::OfWeek(days) => format!("on {}", runs_in_words(days, |d| weekday_name((d + 6) % 7).to_owned())),
             Days::OfMonth(days) => {
@@ -349,13 +364,7 @@ impl Cron {
                 }
                 text
             }
-        };
-        let months = if self.months.len() == 12 {
-            String::new()
-        } else {
-            format!(", in {}", runs_in_words(&self.months, |m| month_name(m).to_owned()))
-        };
-        format!("{times}, {days}{months}")
+        }
     }
 }
 
