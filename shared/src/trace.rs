@@ -119,6 +119,20 @@ impl std::fmt::Debug for Tracer {
     }
 }
 
+/// A use case that opens spans on its [`Tracer`], off until one is given.
+pub trait Traced: Sized {
+    /// The use case's tracer (its flush ends an invocation).
+    fn tracer(&self) -> &Tracer;
+
+    fn tracer_mut(&mut self) -> &mut Tracer;
+
+    /// Opens its spans on `tracer` (off by default).
+    fn with_tracer(mut self, tracer: Tracer) -> Self {
+        *self.tracer_mut() = tracer;
+        self
+    }
+}
+
 /// Who runs an occurrence, for `invoke_agent`.
 #[derive(Debug, Clone, Copy)]
 pub struct AgentFacts<'a> {

@@ -11,6 +11,7 @@ use shared::adapters::telemetry;
 use shared::app::create::{CreateReminder, CreateSettings};
 use shared::config::CreateConfig;
 use shared::domain::payload::Payload;
+use shared::trace::Traced;
 
 pub type App = CreateReminder<DynamoStore, EventBridgeSchedules>;
 

@@ -38,6 +38,7 @@ use shared::adapters::secrets::{SecretError, SecretsReader};
 use shared::app::reconcile::{Delivery, InstallRules, Reconciler, intake};
 use shared::config::ReconcileConfig;
 use shared::domain::connector::webhook::WebhookSecret;
+use shared::trace::Traced;
 
 /// The webhook intake: the store (webhook ids), the work queue, the secret.
 pub struct Intake {

@@ -18,6 +18,7 @@ use shared::adapters::redelivery::Returns;
 use shared::adapters::{metrics, telemetry};
 use shared::app::run::{Disposition, RunSettings, Runner};
 use shared::config::RunnerConfig;
+use shared::trace::Traced;
 
 pub struct App {
     pub runner: Runner<DynamoStore, BedrockModel, McpConnectors>,

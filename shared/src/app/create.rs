@@ -132,6 +132,16 @@ pub struct CreateReminder<S, G> {
     tracer: Tracer,
 }
 
+impl<S: TaskStore, G: Schedules> crate::trace::Traced for CreateReminder<S, G> {
+    fn tracer(&self) -> &Tracer {
+        &self.tracer
+    }
+
+    fn tracer_mut(&mut self) -> &mut Tracer {
+        &mut self.tracer
+    }
+}
+
 impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
     pub fn new(store: S, schedules: G, settings: CreateSettings) -> Self {
         Self {
@@ -140,16 +150,6 @@ impl<S: TaskStore, G: Schedules> CreateReminder<S, G> {
             settings,
             tracer: Tracer::off(),
         }
-    }
-
-    /// Opens its spans on `tracer` (off by default).
-    pub fn with_tracer(mut self, tracer: Tracer) -> Self {
-        self.tracer = tracer;
-        self
-    }
-
-    pub fn tracer(&self) -> &Tracer {
-        &self.tracer
     }
 
     pub fn store(&self) -> &S {

@@ -418,6 +418,22 @@ impl<
     G: Schedules,
     C: Connectors,
     Q: WorkQueue,
+> crate::trace::Traced for Reconciler<S, G, C, Q>
+{
+    fn tracer(&self) -> &Tracer {
+        &self.tracer
+    }
+
+    fn tracer_mut(&mut self) -> &mut Tracer {
+        &mut self.tracer
+    }
+}
+
+impl<
+    S: TaskCatalog + TaskStore + ReminderStore + DueIndex + RunStore + crate::ports::CallApprovals,
+    G: Schedules,
+    C: Connectors,
+    Q: WorkQueue,
 > Reconciler<S, G, C, Q>
 {
     pub fn new(store: S, schedules: G, connectors: C, queue: Q, ceilings: Ceilings, rules: InstallRules) -> Self {
@@ -435,16 +451,6 @@ impl<
             },
             tracer: Tracer::off(),
         }
-    }
-
-    /// Opens its spans on `tracer` (off by default).
-    pub fn with_tracer(mut self, tracer: Tracer) -> Self {
-        self.tracer = tracer;
-        self
-    }
-
-    pub fn tracer(&self) -> &Tracer {
-        &self.tracer
     }
 
     /// The missed-occurrence check's window and its records' retention.

@@ -20,6 +20,7 @@ use shared::domain::run::occurrence::run_id;
 use shared::domain::task::AgentPin;
 use shared::domain::task::claim::RunStatus;
 use shared::domain::task::install::InstallScope;
+use shared::trace::Traced;
 use shared::trace::Tracer;
 use tests::{MODEL, RunStack, TestStack, connector_task, create_request, install, installed, run_message};
 

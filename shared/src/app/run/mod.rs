@@ -235,6 +235,16 @@ fn label(span: &tracing::Span, trace: &trace::Span, occ: &Delivery) {
     trace.set(key::OCCURRENCE, occ.key.clone());
 }
 
+impl<S: RunStore, M: Model, C: Connectors> crate::trace::Traced for Runner<S, M, C> {
+    fn tracer(&self) -> &Tracer {
+        &self.tracer
+    }
+
+    fn tracer_mut(&mut self) -> &mut Tracer {
+        &mut self.tracer
+    }
+}
+
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     pub fn new(store: S, model: M, connectors: C, settings: RunSettings) -> Self {
         Self {
@@ -249,16 +259,6 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             ],
             shares_seen: std::sync::Mutex::default(),
         }
-    }
-
-    /// Opens its spans on `tracer` (off by default).
-    pub fn with_tracer(mut self, tracer: Tracer) -> Self {
-        self.tracer = tracer;
-        self
-    }
-
-    pub fn tracer(&self) -> &Tracer {
-        &self.tracer
     }
 
     pub fn store(&self) -> &S {
