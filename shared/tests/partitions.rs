@@ -1,16 +1,30 @@
 //! The narrowed endpoint partitions (`adapters::partitions`) resolve every
-//! region they list to the endpoints the SDK's whole list gives. Each side
+//! region they list, in each SDK crate a function builds a client of, to
+//! the endpoints the SDK's whole list gives. Each side
 //! runs in a process of its own, since the SDK reads its partitions once per
 //! process: this test binary runs itself again, once narrowed and once not,
 //! for each region, and compares what each prints.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use aws_sdk_bedrockruntime::config::endpoint as bedrock;
-use aws_sdk_dynamodb::config::endpoint as dynamodb;
 use serde_json::Value;
 use shared::adapters::partitions;
 use std::process::Command;
+
+/// A crate's default endpoint for a region, FIPS and dual stack or not.
+macro_rules! resolve {
+    ($sdk:ident, $region:expr, $fips:expr, $dual_stack:expr) => {{
+        use $sdk::config::endpoint::{DefaultResolver, Params, ResolveEndpoint as _};
+        let params = Params::builder()
+            .region($region)
+            .use_fips($fips)
+            .use_dual_stack($dual_stack)
+            .build()
+            .unwrap();
+        let answer = DefaultResolver::new().resolve_endpoint(&params).await;
+        answer.map(|e| e.url().to_owned()).map_err(|e| e.to_string())
+    }};
+}
 
 /// The variable that makes `print_endpoints` print, `narrow` or `whole`.
 const CHILD: &str = "PARTITIONS_TEST_CHILD";
@@ -31,24 +45,11 @@ async fn print_endpoints() {
     }
     let mut endpoints = Vec::new();
     for (fips, dual_stack) in [(false, false), (true, false), (false, true), (true, true)] {
-        use aws_sdk_bedrockruntime::config::endpoint::ResolveEndpoint as _;
-        use aws_sdk_dynamodb::config::endpoint::ResolveEndpoint as _;
-        let params = dynamodb::Params::builder()
-            .region(&region)
-            .use_fips(fips)
-            .use_dual_stack(dual_stack)
-            .build()
-            .unwrap();
-        let answer = dynamodb::DefaultResolver::new().resolve_endpoint(&params).await;
-        endpoints.push(answer.map(|e| e.url().to_owned()).map_err(|e| e.to_string()));
-        let params = bedrock::Params::builder()
-            .region(&region)
-            .use_fips(fips)
-            .use_dual_stack(dual_stack)
-            .build()
-            .unwrap();
-        let answer = bedrock::DefaultResolver::new().resolve_endpoint(&params).await;
-        endpoints.push(answer.map(|e| e.url().to_owned()).map_err(|e| e.to_string()));
+        endpoints.push(resolve!(aws_sdk_dynamodb, &region, fips, dual_stack));
+        endpoints.push(resolve!(aws_sdk_bedrockruntime, &region, fips, dual_stack));
+        endpoints.push(resolve!(aws_sdk_scheduler, &region, fips, dual_stack));
+        endpoints.push(resolve!(aws_sdk_sqs, &region, fips, dual_stack));
+        endpoints.push(resolve!(aws_sdk_secretsmanager, &region, fips, dual_stack));
     }
     println!("ENDPOINTS {}", serde_json::to_string(&endpoints).unwrap());
 }
