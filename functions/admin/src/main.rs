@@ -13,6 +13,6 @@ use shared::config::{AdminConfig, FromEnv};
 async fn main() -> Result<(), Error> {
     telemetry::init(shared::config::log_directives(&shared::config::Env::process()));
     let config = AdminConfig::from_env()?;
-    let app = admin::build(&sdk_config().await, config);
+    let app = admin::build(&sdk_config().await?, config);
     run(service_fn(|event| admin::handle(&app, event))).await
 }

@@ -12,6 +12,6 @@ use shared::config::{CreateConfig, FromEnv};
 async fn main() -> Result<(), Error> {
     telemetry::init(shared::config::log_directives(&shared::config::Env::process()));
     let config = CreateConfig::from_env()?;
-    let app = create::build(&sdk_config().await, config);
+    let app = create::build(&sdk_config().await?, config);
     run(service_fn(|event| create::handle(&app, event))).await
 }

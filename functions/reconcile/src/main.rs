@@ -14,6 +14,6 @@ use shared::config::{FromEnv, ReconcileConfig};
 async fn main() -> Result<(), Error> {
     telemetry::init(shared::config::log_directives(&shared::config::Env::process()));
     let config = ReconcileConfig::from_env()?;
-    let app = reconcile::build(&sdk_config().await, config);
+    let app = reconcile::build(&sdk_config().await?, config);
     run(service_fn(|event| reconcile::handle(&app, event))).await
 }

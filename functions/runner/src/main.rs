@@ -13,6 +13,6 @@ use shared::config::{FromEnv, RunnerConfig};
 async fn main() -> Result<(), Error> {
     telemetry::init(shared::config::log_directives(&shared::config::Env::process()));
     let config = RunnerConfig::from_env()?;
-    let app = runner::build(&sdk_config().await, config);
+    let app = runner::build(&sdk_config().await?, config);
     run(service_fn(|event| runner::handle(&app, event))).await
 }

@@ -14,6 +14,6 @@ use shared::config::{FromEnv, SchedulesConfig};
 async fn main() -> Result<(), Error> {
     telemetry::init(shared::config::log_directives(&shared::config::Env::process()));
     let config = SchedulesConfig::from_env()?;
-    let app = schedules::build(&sdk_config().await, config);
+    let app = schedules::build(&sdk_config().await?, config);
     run(service_fn(|event| schedules::handle(&app, event))).await
 }

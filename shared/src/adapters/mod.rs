@@ -37,19 +37,21 @@ pub mod tls;
 /// docs/benchmarks.md).
 ///
 /// Before any client is built, it narrows the SDK's endpoint partitions to
-/// the function's region when the template asks for it ([`partitions`]).
-pub async fn sdk_config() -> aws_config::SdkConfig {
+/// the function's region when the template asks for it ([`partitions`]); a
+/// file it cannot write fails the start.
+pub async fn sdk_config() -> Result<aws_config::SdkConfig, partitions::PartitionsError> {
     let env = crate::config::Env::process();
     partitions::narrow(
         env.optional(partitions::VARIABLE).as_deref(),
         env.optional("AWS_REGION").as_deref(),
-    );
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
+    )
+    .inspect_err(|error| tracing::error!(%error, "the function cannot start"))?;
+    Ok(aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::environment::EnvironmentVariableRegionProvider::new())
         .credentials_provider(aws_config::environment::EnvironmentVariableCredentialsProvider::new())
         .http_client(tls::sdk_http_client(&tls::Tls::process()))
         .load()
-        .await
+        .await)
 }
 
 /// An SDK client built at its first use and shared by the clones: for a

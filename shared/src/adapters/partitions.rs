@@ -50,22 +50,34 @@ pub fn for_region(region: &str) -> Option<&'static str> {
 
 /// Writes `file`, the file the variable names, when it is called
 /// [`FILE_NAME`]: the partition of the process's `region`, or the whole
-/// copy. Call it before the first client is built ([`super::sdk_config`]).
-/// The write is a rename, so a process never reads another's half-written
-/// file.
-pub fn narrow(file: Option<&str>, region: Option<&str>) {
+/// copy. Call it before the first client is built ([`super::sdk_config`]):
+/// once the variable is set, an SDK crate that cannot read its file panics
+/// at its first client, so a failed write fails the start, said. The write
+/// is a rename, so a process never reads another's half-written file.
+pub fn narrow(file: Option<&str>, region: Option<&str>) -> Result<(), PartitionsError> {
     let Some(file) = file.map(std::path::Path::new) else {
-        return;
+        return Ok(());
     };
     if file.file_name().is_none_or(|name| name != FILE_NAME) {
-        return;
+        return Ok(());
     }
     let document = region.and_then(for_region).unwrap_or(SDK_PARTITIONS);
     let draft = file.with_extension(format!("json.{}", std::process::id()));
-    let written = std::fs::write(&draft, document).and_then(|()| std::fs::rename(&draft, file));
-    if let Err(error) = written {
-        tracing::error!(%error, file = %file.display(), "the endpoint partitions could not be written");
-    }
+    std::fs::write(&draft, document)
+        .and_then(|()| std::fs::rename(&draft, file))
+        .map_err(|source| PartitionsError {
+            file: file.display().to_string(),
+            source,
+        })
+}
+
+/// The endpoint partitions' file could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("the SDK's endpoint partitions could not be written to {file} ({VARIABLE}): {source}")]
+pub struct PartitionsError {
+    pub file: String,
+    #[source]
+    pub source: std::io::Error,
 }
 
 #[cfg(test)]
@@ -82,7 +94,13 @@ mod tests {
         for partition in document["partitions"].as_array().unwrap() {
             let mut partition = partition.clone();
             let regions = partition["regions"].as_object_mut().unwrap();
-            regions.values_mut().for_each(|described| *described = json!({}));
+            // A region's overrides stay; only its description goes.
+            regions
+                .values_mut()
+                .filter_map(Value::as_object_mut)
+                .for_each(|region| {
+                    region.remove("description");
+                });
             let listed = regions.keys().cloned().collect();
             alone.push((
                 listed,
@@ -145,9 +163,12 @@ mod tests {
             assert_eq!(one["id"], id, "{region}");
             assert_eq!(one["outputs"], whole["outputs"], "{region}");
             assert_eq!(one["regionRegex"], whole["regionRegex"], "{region}");
-            let listed = |p: &Value| p["regions"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
-            assert_eq!(listed(one), listed(whole), "{region}");
-            assert!(one["regions"].as_object().unwrap().values().all(|r| r == &json!({})));
+            // Every region listed, with every override the SDK's copy gives it.
+            let mut described = whole["regions"].as_object().unwrap().clone();
+            described
+                .values_mut()
+                .for_each(|r| drop(r.as_object_mut().unwrap().remove("description")));
+            assert_eq!(one["regions"].as_object().unwrap(), &described, "{region}");
         }
     }
 
@@ -199,6 +220,7 @@ mod tests {
                 SDK_PARTITIONS,
                 "{name} embeds other partitions: copy its into partitions/sdk.json, then PARTITIONS_WRITE=1"
             );
+            assert!(source.contains(VARIABLE), "{name} no longer reads {VARIABLE}");
             checked.push(name);
         }
         assert_eq!(checked.len(), 5, "{checked:?}");
@@ -216,21 +238,24 @@ mod tests {
         std::fs::create_dir_all(&folder).unwrap();
         let ours = folder.join(FILE_NAME);
         let ours_text = ours.to_str().unwrap();
-        narrow(Some(ours_text), Some("cn-north-1"));
+        narrow(Some(ours_text), Some("cn-north-1")).unwrap();
         assert_eq!(
             std::fs::read_to_string(&ours).unwrap(),
             for_region("cn-north-1").unwrap()
         );
-        narrow(Some(ours_text), Some("xx-mars-1"));
+        narrow(Some(ours_text), Some("xx-mars-1")).unwrap();
         assert_eq!(std::fs::read_to_string(&ours).unwrap(), SDK_PARTITIONS);
-        narrow(Some(ours_text), None);
+        narrow(Some(ours_text), None).unwrap();
         assert_eq!(std::fs::read_to_string(&ours).unwrap(), SDK_PARTITIONS);
         // An operator's own file is never written.
         let theirs = folder.join("partitions.json");
         std::fs::write(&theirs, "theirs").unwrap();
-        narrow(Some(theirs.to_str().unwrap()), Some("us-east-1"));
+        narrow(Some(theirs.to_str().unwrap()), Some("us-east-1")).unwrap();
         assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "theirs");
-        narrow(None, Some("us-east-1"));
+        narrow(None, Some("us-east-1")).unwrap();
+        let unwritable = folder.join("missing").join(FILE_NAME);
+        let refused = narrow(unwritable.to_str(), Some("us-east-1")).unwrap_err();
+        assert!(refused.to_string().contains(VARIABLE), "{refused}");
         let left: Vec<_> = std::fs::read_dir(&folder)
             .unwrap()
             .map(|e| e.unwrap().file_name())
