@@ -112,19 +112,25 @@ async fn an_internal_failure_is_a_function_error() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_endpoint_partitions_file_it_cannot_write_fails_the_start_and_says_so() {
+/// The log lines of a start that fails under what `change` does to the
+/// function's environment.
+async fn failed_start(change: impl FnOnce(Launch) -> Launch) -> String {
     let aws = LocalAws::start().await.unwrap();
     let stack = Stack::create(&aws.sdk, StackNames::unique("rt")).await.unwrap();
-    let unwritable = format!("/nonexistent-{}/endpoint-partitions.json", std::process::id());
-    let mut function = start(launch(&aws, &stack).set("SMITHY_CLIENT_SDK_CUSTOM_PARTITION", unwritable)).await;
+    let mut function = start(change(launch(&aws, &stack))).await;
     let status = function
         .process
         .wait_exit(std::time::Duration::from_secs(30))
         .await
         .unwrap();
     assert!(!status.success());
-    let logs = function.logs().unwrap();
+    function.logs().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_partitions_file_it_cannot_write_fails_the_start_and_says_so() {
+    let unwritable = format!("/nonexistent-{}/endpoint-partitions.json", std::process::id());
+    let logs = failed_start(|launch| launch.set("SMITHY_CLIENT_SDK_CUSTOM_PARTITION", unwritable)).await;
     assert!(
         logs.contains("endpoint partitions could not be written")
             && logs.contains("SMITHY_CLIENT_SDK_CUSTOM_PARTITION"),
@@ -134,15 +140,6 @@ async fn an_endpoint_partitions_file_it_cannot_write_fails_the_start_and_says_so
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_variable_fails_the_start_and_names_itself() {
-    let aws = LocalAws::start().await.unwrap();
-    let stack = Stack::create(&aws.sdk, StackNames::unique("rt")).await.unwrap();
-    let mut function = start(launch(&aws, &stack).unset("SCHEDULE_CEILINGS")).await;
-    let status = function
-        .process
-        .wait_exit(std::time::Duration::from_secs(30))
-        .await
-        .unwrap();
-    assert!(!status.success());
-    let logs = function.logs().unwrap();
+    let logs = failed_start(|launch| launch.unset("SCHEDULE_CEILINGS")).await;
     assert!(logs.contains("SCHEDULE_CEILINGS"), "{logs}");
 }
