@@ -14,6 +14,17 @@ use tests::{TestStack, admin_principal, installed};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_admin");
 
+/// The admin binary on `t`'s stack under its template's environment.
+async fn start_admin(t: &TestStack) -> local::runtime::Function {
+    Launch::new("admin", &t.aws, &t.stack)
+        .unwrap()
+        .timeout(Duration::from_secs(30))
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_binary_lists_explains_and_approves() {
     let t = TestStack::start().await.unwrap();
@@ -35,13 +46,7 @@ async fn the_binary_lists_explains_and_approves() {
         .await
         .unwrap();
 
-    let api = Launch::new("admin", &t.aws, &t.stack)
-        .unwrap()
-        .timeout(Duration::from_secs(30))
-        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
-        .start(Path::new(BINARY))
-        .await
-        .unwrap();
+    let api = start_admin(&t).await;
 
     let listed = api
         .invoke_ok(&json!({"op": "list", "principal": admin_principal()}))
@@ -91,13 +96,7 @@ async fn the_binary_sets_the_budget_and_decides_gated_calls() {
     let s = tests::RunStack::start().await.unwrap();
     let gated = annotated_tool("delete_issue", json!({"destructiveHint": true}));
     let (issues, task) = s.triage(vec![gated], &["delete_issue"], &[]).await;
-    let api = Launch::new("admin", &s.t.aws, &s.t.stack)
-        .unwrap()
-        .timeout(Duration::from_secs(30))
-        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
-        .start(Path::new(BINARY))
-        .await
-        .unwrap();
+    let api = start_admin(&s.t).await;
     let principal = json!({"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]});
 
     let read = api
