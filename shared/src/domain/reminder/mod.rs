@@ -79,15 +79,20 @@ pub struct ApprovalRequest {
     pub approved_at: String,
 }
 
-/// What the model proposed and the user approved, or what the owner asked
-/// for in the app: exactly one of `at`, `daily`, `weekly`, `monthly`,
-/// `yearly`, and for a recurring one an optional `until` (the model's tool
-/// takes `at` only). The recurring kinds are read by [`Recurrence`].
+/// The fields a person gives a reminder, one declaration for create and
+/// update: exactly one of `at`, `daily`, `weekly`, `monthly`, `yearly` in a
+/// create (any one or none in an update), and for a recurring one an
+/// optional `until` (the model's tool takes `at` only). The recurring kinds
+/// are read by [`Recurrence`]. `Text` is `String` in a create, where title
+/// and instruction are required, and `Option<String>` in an update, where
+/// any field may stay as it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ReminderInput {
-    pub title: String,
-    pub instruction: String,
+pub struct ReminderFields<Text: Given> {
+    #[serde(skip_serializing_if = "Given::absent")]
+    pub title: Text,
+    #[serde(skip_serializing_if = "Given::absent")]
+    pub instruction: Text,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,12 +103,41 @@ pub struct ReminderInput {
     pub monthly: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub yearly: Option<Value>,
-    /// The last local date a recurring reminder runs on (`YYYY-MM-DD`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The last local date a recurring reminder runs on (`YYYY-MM-DD`);
+    /// `Some(Value::Null)` when given as `null`: an update removes it, a
+    /// create reads it as absent.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub until: Option<Value>,
 }
 
-impl ReminderInput {
+/// What the model proposed and the user approved, or what the owner asked
+/// for in the app.
+pub type ReminderInput = ReminderFields<String>;
+
+/// The `input` of the schedules function's `update`: any of the fields,
+/// `until` a date or `null` to remove it (absent: unchanged); the same
+/// rules as create.
+pub type UpdateInput = ReminderFields<Option<String>>;
+
+/// A text field of [`ReminderFields`]: always given in a create, perhaps
+/// not in an update.
+pub trait Given {
+    fn absent(&self) -> bool;
+}
+
+impl Given for String {
+    fn absent(&self) -> bool {
+        false
+    }
+}
+
+impl Given for Option<String> {
+    fn absent(&self) -> bool {
+        self.is_none()
+    }
+}
+
+impl<Text: Given> ReminderFields<Text> {
     fn kinds(&self) -> Kinds<'_> {
         Kinds {
             at: self.at.as_deref(),
@@ -112,6 +146,13 @@ impl ReminderInput {
             monthly: self.monthly.as_ref(),
             yearly: self.yearly.as_ref(),
         }
+    }
+}
+
+impl ReminderInput {
+    /// `until` unless given as `null`, which a create reads as absent.
+    fn until(&self) -> Option<&Value> {
+        self.until.as_ref().filter(|until| !until.is_null())
     }
 }
 
@@ -424,12 +465,12 @@ impl CreateRequest {
         check_text("input.title", &self.input.title, MAX_TITLE_CHARS)?;
         check_text("input.instruction", &self.input.instruction, MAX_INSTRUCTION_CHARS)?;
         let kinds = self.input.kinds();
-        if surface == Surface::Tool && (kinds.recurring() || self.input.until.is_some()) {
+        if surface == Surface::Tool && (kinds.recurring() || self.input.until().is_some()) {
             return Err(Rejection::invalid(
                 "this tool creates one-time reminders (`at`); recurring ones are made in the app",
             ));
         }
-        let when = When::read(kinds, self.input.until.as_ref())?.ok_or_else(|| match surface {
+        let when = When::read(kinds, self.input.until())?.ok_or_else(|| match surface {
             Surface::Tool => Rejection::invalid("input.at is required"),
             Surface::App => Rejection::invalid("give exactly one of `at`, `daily`, `weekly`, `monthly`, `yearly`"),
         })?;
@@ -591,32 +632,6 @@ impl ListCursor {
     }
 }
 
-/// The `input` of the schedules function's `update`: any of the fields,
-/// at most one of `at`, `daily`, `weekly`, `monthly`, `yearly`, and
-/// `until` (a date, or `null` to remove it; absent: unchanged); the same
-/// rules as create.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UpdateInput {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub instruction: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub at: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub daily: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weekly: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub monthly: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub yearly: Option<Value>,
-    /// `Some(Value::Null)`: remove it.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
-    pub until: Option<Value>,
-}
-
 /// A field that is present, `null` included (serde reads a `null`
 /// `Option` as absent).
 fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
@@ -656,14 +671,7 @@ impl UpdateInput {
         if let Some(instruction) = &self.instruction {
             check_text("input.instruction", instruction, MAX_INSTRUCTION_CHARS)?;
         }
-        let kinds = Kinds {
-            at: self.at.as_deref(),
-            daily: self.daily.as_ref(),
-            weekly: self.weekly.as_ref(),
-            monthly: self.monthly.as_ref(),
-            yearly: self.yearly.as_ref(),
-        };
-        let when = When::read(kinds, None)?;
+        let when = When::read(self.kinds(), None)?;
         let until = self.until.as_ref().map(read_until).transpose()?;
         if matches!(when, Some(When::At(_))) && until.is_some_and(|u| u.is_some()) {
             return Err(Rejection::InvalidSchedule(
@@ -801,6 +809,50 @@ mod tests {
             Ok(_) => "ok",
             Err(e) => e.code(),
         }
+    }
+
+    #[test]
+    fn create_requires_both_texts_update_any_field_and_a_null_until_is_absent_in_a_create() {
+        let fields = |json: serde_json::Value| serde_json::from_value::<ReminderInput>(json).map_err(|e| e.to_string());
+        let update = |json: serde_json::Value| serde_json::from_value::<UpdateInput>(json).map_err(|e| e.to_string());
+        assert!(
+            fields(serde_json::json!({"title": "t", "at": "2026-12-24T19:00:00Z"}))
+                .unwrap_err()
+                .contains("missing field `instruction`")
+        );
+        assert!(
+            fields(serde_json::json!({"title": "t", "instruction": "i", "every": "day"}))
+                .unwrap_err()
+                .contains("unknown field `every`")
+        );
+        assert!(
+            update(serde_json::json!({"every": "day"}))
+                .unwrap_err()
+                .contains("unknown field `every`")
+        );
+        let only_until = update(serde_json::json!({"until": null})).unwrap();
+        assert_eq!(
+            (only_until.title, only_until.until),
+            (None, Some(serde_json::Value::Null)),
+            "null removes it"
+        );
+        assert_eq!(update(serde_json::json!({})).unwrap().until, None, "absent: unchanged");
+        // A one-time create through the tool, which refuses an `until`, takes a `null` one.
+        assert_eq!(code_of(|r| r.input.until = Some(serde_json::Value::Null)), "ok");
+        assert_eq!(
+            code_of(|r| r.input.until = Some(serde_json::json!("2026-12-31"))),
+            "invalid_request"
+        );
+        // The wire form leaves out what is absent, as before.
+        assert_eq!(
+            serde_json::to_value(update(serde_json::json!({"title": "t"})).unwrap()).unwrap(),
+            serde_json::json!({"title": "t"})
+        );
+        assert_eq!(
+            serde_json::to_value(fields(serde_json::json!({"title": "t", "instruction": "i", "at": "x"})).unwrap())
+                .unwrap(),
+            serde_json::json!({"title": "t", "instruction": "i", "at": "x"})
+        );
     }
 
     #[test]
