@@ -14,7 +14,7 @@ use serde::Serialize;
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::app::admin::WorkspaceView;
-use shared::app::admin::{Admin, AdminAnswer, AdminRefusal, AdminRequest, AdminSettings, DiffView, TaskDetail};
+use shared::app::admin::{Admin, AdminAnswer, AdminRefusal, AdminRequest, AdminSettings, DiffView, Own, TaskDetail};
 use shared::app::approvals::ApprovalView;
 use shared::domain::operations::history::RunView;
 use shared::domain::reminder::Principal;
@@ -204,16 +204,13 @@ pub async fn run(args: &DescribeArgs, resources: &Resources) -> Result<DescribeR
         workspace: &workspace,
         now,
     };
-    let detail = match reader
-        .ask(|principal, task_id| AdminRequest::Get { principal, task_id })
-        .await?
-    {
+    let detail = match reader.ask(|principal, task_id| Own::Get { principal, task_id }).await? {
         Ok(AdminAnswer::Get(detail)) => detail,
         other => return Err(reader.unexpected("get", other)),
     };
     let limit = Some(args.runs);
     let runs = match reader
-        .ask(|principal, task_id| AdminRequest::Runs {
+        .ask(|principal, task_id| Own::Runs {
             principal,
             task_id,
             limit,
@@ -228,7 +225,7 @@ pub async fn run(args: &DescribeArgs, resources: &Resources) -> Result<DescribeR
         Ok(AdminAnswer::Approvals { approvals, .. }) => approvals.into_iter().filter(waiting).collect(),
         other => return Err(reader.unexpected("approvals", other)),
     };
-    let workspace_budget = match reader.ask(|principal, _| AdminRequest::Workspace { principal }).await? {
+    let workspace_budget = match reader.ask(|principal, _| Own::Workspace { principal }).await? {
         Ok(AdminAnswer::Workspace { workspace }) => workspace,
         other => return Err(reader.unexpected("workspace", other)),
     };
@@ -251,7 +248,7 @@ impl Reader<'_> {
     /// operator's principal and the task id.
     async fn ask(
         &self,
-        request: impl FnOnce(Principal, String) -> AdminRequest,
+        request: impl FnOnce(Principal, String) -> Own,
     ) -> Result<Result<AdminAnswer, AdminRefusal>, SatError> {
         let principal = Principal {
             id: OPERATOR.to_owned(),
@@ -259,7 +256,10 @@ impl Reader<'_> {
             scopes: vec![shared::app::admin::ADMIN_SCOPE.to_owned()],
         };
         let request = request(principal, self.task_id.to_owned());
-        self.admin.handle(request, self.now).await.map_err(admin_error)
+        self.admin
+            .handle(AdminRequest::Own(request), self.now)
+            .await
+            .map_err(admin_error)
     }
 
     /// A refusal, or an answer of another operation's kind, as sat's error.
@@ -271,8 +271,8 @@ impl Reader<'_> {
     }
 }
 
-fn approvals_of(principal: Principal, task_id: String) -> AdminRequest {
-    AdminRequest::Approvals {
+fn approvals_of(principal: Principal, task_id: String) -> Own {
+    Own::Approvals {
         principal,
         task_id: Some(task_id),
         cursor: None,

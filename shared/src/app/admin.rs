@@ -17,9 +17,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::app::approvals::{self, ApprovalView};
-use crate::app::change::StepError;
-use crate::app::change::{Target, commit};
-use crate::app::run_now::{self, Requested, RunNowFailure};
+use crate::app::change::{self, OwnRequests, Request, SharedStep, SurfaceError, Target};
+use crate::app::run_now::{self, Requested};
 use crate::domain::connector::approval;
 use crate::domain::operations::history::RunView;
 use crate::domain::reminder::Principal;
@@ -34,10 +33,7 @@ use crate::domain::task::install::Install;
 use crate::domain::task::overrides::OverrideEdit;
 use crate::domain::task::skip;
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
-use crate::ports::{
-    CallApprovals, QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore,
-    WorkspaceBudgets,
-};
+use crate::ports::{CallApprovals, ReminderStore, RunQueue, Schedules, TaskCatalog, TaskStore, WorkspaceBudgets};
 
 pub const ADMIN_SCOPE: &str = "schedule.admin";
 
@@ -73,42 +69,18 @@ impl AdminRefusal {
     }
 }
 
-impl From<StepError> for AdminError {
-    fn from(e: StepError) -> Self {
-        match e {
-            StepError::Store(e) => AdminError::Store(e),
-            StepError::Schedule(e) => AdminError::Schedule(e),
-            StepError::Unschedulable(id, why) => AdminError::Unschedulable(id, why),
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum AdminError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Schedule(#[from] ScheduleError),
-    #[error("task {0}'s schedule cannot be expressed: {1}")]
-    Unschedulable(String, String),
-    #[error(transparent)]
-    Queue(#[from] QueueError),
-}
-
-impl From<RunNowFailure> for AdminError {
-    fn from(e: RunNowFailure) -> Self {
-        match e {
-            RunNowFailure::Step(e) => e.into(),
-            RunNowFailure::Queue(e) => AdminError::Queue(e),
-        }
-    }
-}
+/// An internal failure: the function errors and the caller retries.
+pub type AdminError = SurfaceError;
 
 /// An admin request, as the handler decodes it from the invoke payload
-/// (`functions/admin`): the operation named by `op`, with its fields.
+/// (`functions/admin`): the operation named by `op`, with its fields; the
+/// edits both surfaces share are declared once (`change::SharedRequest`).
+pub type AdminRequest = Request<Own>;
+
+/// An admin's own operations.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub enum AdminRequest {
+pub enum Own {
     List {
         principal: Principal,
         /// 1 to 100, default 50.
@@ -139,10 +111,6 @@ pub enum AdminRequest {
         #[serde(default)]
         note: Option<String>,
     },
-    Resume {
-        #[serde(flatten)]
-        target: Target,
-    },
     Delete {
         #[serde(flatten)]
         target: Target,
@@ -152,23 +120,6 @@ pub enum AdminRequest {
     Restore {
         #[serde(flatten)]
         target: Target,
-    },
-    /// An approved connector task skips its next occurrence (`domain::task::skip`).
-    SkipNext {
-        #[serde(flatten)]
-        target: Target,
-    },
-    /// Takes a skip back before its occurrence comes.
-    Unskip {
-        #[serde(flatten)]
-        target: Target,
-    },
-    /// One extra occurrence of an approved connector task now
-    /// (`app::run_now`), exactly once per key.
-    RunNow {
-        #[serde(flatten)]
-        target: Target,
-        idempotency_key: String,
     },
     /// The latest run records of any task of the workspace, newest first.
     Runs {
@@ -245,25 +196,40 @@ pub struct WorkspaceView {
     pub updated_at: Option<DateTime<Utc>>,
 }
 
-impl AdminRequest {
-    pub fn principal(&self) -> &Principal {
+impl OwnRequests for Own {
+    const OPS: &'static [&'static str] = &[
+        "list",
+        "get",
+        "approve",
+        "pause",
+        "resume",
+        "delete",
+        "restore",
+        "skip_next",
+        "unskip",
+        "run_now",
+        "runs",
+        "workspace",
+        "approvals",
+        "approve_call",
+        "deny_call",
+        "set_budget",
+    ];
+
+    fn principal(&self) -> &Principal {
         match self {
-            AdminRequest::List { principal, .. }
-            | AdminRequest::Get { principal, .. }
-            | AdminRequest::Runs { principal, .. }
-            | AdminRequest::Workspace { principal }
-            | AdminRequest::SetBudget { principal, .. }
-            | AdminRequest::Approvals { principal, .. }
-            | AdminRequest::ApproveCall { principal, .. }
-            | AdminRequest::DenyCall { principal, .. } => principal,
-            AdminRequest::Approve { target, .. }
-            | AdminRequest::Pause { target, .. }
-            | AdminRequest::Resume { target }
-            | AdminRequest::Delete { target, .. }
-            | AdminRequest::Restore { target }
-            | AdminRequest::SkipNext { target }
-            | AdminRequest::Unskip { target }
-            | AdminRequest::RunNow { target, .. } => &target.principal,
+            Own::List { principal, .. }
+            | Own::Get { principal, .. }
+            | Own::Runs { principal, .. }
+            | Own::Workspace { principal }
+            | Own::SetBudget { principal, .. }
+            | Own::Approvals { principal, .. }
+            | Own::ApproveCall { principal, .. }
+            | Own::DenyCall { principal, .. } => principal,
+            Own::Approve { target, .. }
+            | Own::Pause { target, .. }
+            | Own::Delete { target, .. }
+            | Own::Restore { target } => &target.principal,
         }
     }
 }
@@ -570,33 +536,37 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
         if !principal.holds(ADMIN_SCOPE) {
             return Ok(Err(AdminRefusal::Forbidden));
         }
-        match request {
-            AdminRequest::List { limit, cursor, .. } => self.list(&principal, limit, cursor).await,
-            AdminRequest::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
-            AdminRequest::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
-            AdminRequest::Approve {
+        let own = match request {
+            Request::Shared(shared) => {
+                return match shared.into_step() {
+                    (target, SharedStep::Edit(edit)) => self.edit(&target, edit, now).await,
+                    (target, SharedStep::RunNow { idempotency_key }) => {
+                        self.run_now(&target, &idempotency_key, now).await
+                    }
+                };
+            }
+            Request::Own(own) => own,
+        };
+        match own {
+            Own::List { limit, cursor, .. } => self.list(&principal, limit, cursor).await,
+            Own::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
+            Own::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
+            Own::Approve {
                 target,
                 arguments,
                 bindings,
                 ask_first,
             } => self.approve(&target, arguments, bindings, ask_first, now).await,
-            AdminRequest::RunNow {
-                target,
-                idempotency_key,
-            } => self.run_now(&target, &idempotency_key, now).await,
-            AdminRequest::SkipNext { target } => self.edit(&target, Edit::SkipNext, now).await,
-            AdminRequest::Unskip { target } => self.edit(&target, Edit::Unskip, now).await,
-            AdminRequest::Pause { target, note } => self.edit(&target, Edit::Pause { note }, now).await,
-            AdminRequest::Resume { target } => self.edit(&target, Edit::Resume, now).await,
-            AdminRequest::Delete { target, note } => self.edit(&target, Edit::Cancel { note }, now).await,
-            AdminRequest::Restore { target } => self.edit(&target, Edit::Restore, now).await,
-            AdminRequest::Workspace { .. } => {
+            Own::Pause { target, note } => self.edit(&target, Edit::Pause { note }, now).await,
+            Own::Delete { target, note } => self.edit(&target, Edit::Cancel { note }, now).await,
+            Own::Restore { target } => self.edit(&target, Edit::Restore, now).await,
+            Own::Workspace { .. } => {
                 let month = budget::period(now);
                 Ok(Ok(workspace_answer(
                     self.store.workspace_budget(&principal.workspace, &month).await?,
                 )))
             }
-            AdminRequest::SetBudget {
+            Own::SetBudget {
                 budget,
                 expected_version,
                 ..
@@ -604,15 +574,15 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
                 let limit = budget.map(|b| b.max_usd_per_month);
                 self.set_budget(&principal, limit, expected_version, now).await
             }
-            AdminRequest::Approvals {
+            Own::Approvals {
                 task_id, cursor, limit, ..
             } => self.approvals(&principal, task_id, cursor, limit, now).await,
-            AdminRequest::ApproveCall {
+            Own::ApproveCall {
                 request_id,
                 expected_version,
                 ..
             } => self.approve_call(&principal, &request_id, expected_version, now).await,
-            AdminRequest::DenyCall {
+            Own::DenyCall {
                 request_id,
                 expected_version,
                 note,
@@ -921,40 +891,29 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
             .into_iter()
             .map(|i| (i.install_id.clone(), i))
             .collect();
-        let updated = match decide(&task, &installs) {
-            Ok(Decision::Write(updated)) => *updated,
-            // Nothing to change (a skip of the one already skipped): no write.
-            Ok(Decision::Unchanged) => {
-                return Ok(Ok(AdminAnswer::Changed {
-                    task: view(&task),
-                    explanation: explain(&task, now),
-                }));
-            }
+        let decision = match decide(&task, &installs) {
+            Ok(decision) => decision,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        let updated = match commit(
+        match change::apply(
             &self.store,
             &self.schedules,
             &task,
-            updated,
+            decision,
             now,
             self.settings.retention,
         )
         .await?
         {
-            Ok(updated) => updated,
-            Err(current) => {
-                return Ok(Err(AdminRefusal::VersionConflict {
-                    expected: expected_version,
-                    current,
-                }));
-            }
-        };
-        tracing::info!(task_id = %updated.task_id, version = updated.version, state = updated.state().as_str(), "admin change written");
-        Ok(Ok(AdminAnswer::Changed {
-            task: view(&updated),
-            explanation: explain(&updated, now),
-        }))
+            Ok(task) => Ok(Ok(AdminAnswer::Changed {
+                task: view(&task),
+                explanation: explain(&task, now),
+            })),
+            Err(current) => Ok(Err(AdminRefusal::VersionConflict {
+                expected: expected_version,
+                current,
+            })),
+        }
     }
 }
 
@@ -964,4 +923,33 @@ fn decode_cursor(text: &str) -> Result<String, String> {
     let id = String::from_utf8(hex::decode(text).map_err(|_| bad())?).map_err(|_| bad())?;
     crate::domain::task::TaskId::parse(&id).ok_or_else(bad)?;
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::change::SharedRequest;
+
+    #[test]
+    fn every_admin_op_decodes_and_an_unknown_one_names_them_all() {
+        crate::app::change::assert_every_op_decodes::<Own>();
+        let pause = serde_json::json!({"op": "pause", "principal": {"id": "adm", "workspace": "ws", "scopes": []},
+                                       "task_id": "t", "expected_version": 3, "note": "n"});
+        assert!(matches!(
+            serde_json::from_value::<AdminRequest>(pause).unwrap(),
+            Request::Own(Own::Pause { note: Some(_), .. })
+        ));
+        let run_now = serde_json::json!({"op": "run_now", "principal": {"id": "adm", "workspace": "ws", "scopes": []},
+                                         "task_id": "t", "expected_version": 3, "idempotency_key": "k"});
+        assert!(matches!(
+            serde_json::from_value::<AdminRequest>(run_now).unwrap(),
+            Request::Shared(SharedRequest::RunNow { .. })
+        ));
+        let unskip_without_version = serde_json::json!({"op": "unskip", "principal": {"id": "adm", "workspace": "ws", "scopes": []},
+                                                  "task_id": "t"});
+        let error = serde_json::from_value::<AdminRequest>(unskip_without_version)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("missing field `expected_version`"), "{error}");
+    }
 }

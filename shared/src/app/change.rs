@@ -26,25 +26,180 @@
 
 use chrono::{DateTime, Duration, Utc};
 
+use crate::app::create::CreateError;
 use crate::domain::connector::reconcile::Write;
+use crate::domain::reminder::Principal;
 use crate::domain::run::definition::{Order, ScheduleDefinition};
+use crate::domain::task::edit::{Decision, Edit};
 use crate::domain::task::idempotency::IdempotencyRecord;
 use crate::domain::task::{Provenance, Task};
 use crate::domain::{task::run_now, task::skip};
 use crate::ports::{
-    ReminderStore, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, UpdateWritten, Versioned,
+    QueueError, ReminderStore, ScheduleError, Schedules, StoreError, TaskCatalog, TaskStore, UpdateWritten, Versioned,
 };
 
-/// A schedule put that could not be brought in step.
 /// What every edit of an existing task names, on both surfaces
 /// (`app::admin`, `app::schedules`): who asks, the task, and the version
 /// they read. Each request variant that edits carries it flattened, so the
 /// wire keeps its fields and every edit's use case takes the one type.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 pub struct Target {
-    pub principal: crate::domain::reminder::Principal,
+    pub principal: Principal,
     pub task_id: String,
     pub expected_version: u64,
+}
+
+/// An internal failure of a request to either surface (`app::admin`,
+/// `app::schedules`): the function errors and the caller retries.
+#[derive(Debug, thiserror::Error)]
+pub enum SurfaceError {
+    #[error(transparent)]
+    Create(#[from] CreateError),
+    #[error(transparent)]
+    Step(#[from] StepError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl From<StoreError> for SurfaceError {
+    fn from(e: StoreError) -> Self {
+        SurfaceError::Step(e.into())
+    }
+}
+
+impl From<ScheduleError> for SurfaceError {
+    fn from(e: ScheduleError) -> Self {
+        SurfaceError::Step(e.into())
+    }
+}
+
+/// The requests the owner and an admin make with the same fields,
+/// declared once for both surfaces' requests ([`Request`]).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum SharedRequest {
+    /// A paused task runs again (`domain::task::edit`).
+    Resume {
+        #[serde(flatten)]
+        target: Target,
+    },
+    /// The next occurrence is skipped (`domain::task::skip`).
+    SkipNext {
+        #[serde(flatten)]
+        target: Target,
+    },
+    /// Takes a skip back before its occurrence comes.
+    Unskip {
+        #[serde(flatten)]
+        target: Target,
+    },
+    /// One extra occurrence now (`app::run_now`), exactly once per key.
+    RunNow {
+        #[serde(flatten)]
+        target: Target,
+        idempotency_key: String,
+    },
+}
+
+/// What a shared request does to its target.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SharedStep {
+    /// An edit of the task's standing, through each surface's edit step.
+    Edit(Edit),
+    RunNow {
+        idempotency_key: String,
+    },
+}
+
+impl SharedRequest {
+    /// The `op`s that name them.
+    pub const OPS: [&'static str; 4] = ["resume", "skip_next", "unskip", "run_now"];
+
+    pub fn target(&self) -> &Target {
+        match self {
+            SharedRequest::Resume { target }
+            | SharedRequest::SkipNext { target }
+            | SharedRequest::Unskip { target }
+            | SharedRequest::RunNow { target, .. } => target,
+        }
+    }
+
+    pub fn into_step(self) -> (Target, SharedStep) {
+        match self {
+            SharedRequest::Resume { target } => (target, SharedStep::Edit(Edit::Resume)),
+            SharedRequest::SkipNext { target } => (target, SharedStep::Edit(Edit::SkipNext)),
+            SharedRequest::Unskip { target } => (target, SharedStep::Edit(Edit::Unskip)),
+            SharedRequest::RunNow {
+                target,
+                idempotency_key,
+            } => (target, SharedStep::RunNow { idempotency_key }),
+        }
+    }
+}
+
+/// A surface's own requests (`app::admin::Own`, `app::schedules::Own`),
+/// tagged by `op` as the shared ones are.
+pub trait OwnRequests: serde::de::DeserializeOwned {
+    /// Every `op` the surface takes, the shared ones included: the list an
+    /// unknown `op`'s error gives.
+    const OPS: &'static [&'static str];
+
+    fn principal(&self) -> &Principal;
+}
+
+/// A request to the owner's or an admin's surface: a shared one or one of
+/// the surface's own, chosen by its `op`. An unknown `op` is refused with
+/// every `op` the surface takes; a known one with its own fields' error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request<Own> {
+    Shared(SharedRequest),
+    Own(Own),
+}
+
+impl<Own: OwnRequests> Request<Own> {
+    pub fn principal(&self) -> &Principal {
+        match self {
+            Request::Shared(shared) => &shared.target().principal,
+            Request::Own(own) => own.principal(),
+        }
+    }
+}
+
+impl<'de, Own: OwnRequests> serde::Deserialize<'de> for Request<Own> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = serde_json::Value::deserialize(deserializer)?;
+        match value.get("op").and_then(serde_json::Value::as_str) {
+            Some(op) if SharedRequest::OPS.contains(&op) => serde_json::from_value(value).map(Request::Shared),
+            Some(op) if !Own::OPS.contains(&op) => return Err(D::Error::unknown_variant(op, Own::OPS)),
+            _ => serde_json::from_value(value).map(Request::Own),
+        }
+        .map_err(D::Error::custom)
+    }
+}
+
+/// For each surface's tests: every `op` it lists decodes as its own or a
+/// shared request, and an unknown one is refused naming them all.
+#[cfg(test)]
+pub(crate) fn assert_every_op_decodes<Own: OwnRequests + std::fmt::Debug>() {
+    for op in Own::OPS {
+        let error = serde_json::from_value::<Request<Own>>(serde_json::json!({ "op": op }))
+            .expect_err("no fields")
+            .to_string();
+        assert!(!error.contains("unknown variant"), "{op}: {error}");
+    }
+    for op in SharedRequest::OPS {
+        assert!(Own::OPS.contains(&op), "{op} is shared");
+    }
+    let error = serde_json::from_value::<Request<Own>>(serde_json::json!({ "op": "bogus" }))
+        .expect_err("unknown")
+        .to_string();
+    assert!(error.starts_with("unknown variant `bogus`, expected one of"), "{error}");
+    assert!(Own::OPS.iter().all(|op| error.contains(&format!("`{op}`"))), "{error}");
+    let missing = serde_json::from_value::<Request<Own>>(serde_json::json!({}))
+        .expect_err("no op")
+        .to_string();
+    assert!(missing.contains("missing field `op`"), "{missing}");
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +280,31 @@ where
             Changed::KeyTaken => Err(0),
         },
     )
+}
+
+/// A decided edit (`domain::task::edit::decide`) applied: nothing written
+/// when it changes nothing, else [`commit`]ted. The task as it now is, or
+/// the version that won the race.
+pub async fn apply<S, G>(
+    store: &S,
+    schedules: &G,
+    task: &Task,
+    decision: Decision,
+    now: DateTime<Utc>,
+    retention: Duration,
+) -> Result<Result<Task, u64>, StepError>
+where
+    S: TaskStore + TaskCatalog + ReminderStore,
+    G: Schedules,
+{
+    let Decision::Write(after) = decision else {
+        return Ok(Ok(task.clone()));
+    };
+    let written = commit(store, schedules, task, *after, now, retention).await?;
+    if let Ok(task) = &written {
+        tracing::info!(task_id = %task.task_id, version = task.version, state = task.state().as_str(), "edit written");
+    }
+    Ok(written)
 }
 
 /// The edited task as it is written: the next version, stamped `now`; a

@@ -22,8 +22,8 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::app::change::StepError;
 use crate::app::change::{Changed, commit_with};
+use crate::app::change::{StepError, SurfaceError};
 use crate::domain::reminder::Principal;
 use crate::domain::run::door::{Facts, TaskFacts, Verdict, verdict};
 use crate::domain::run::occurrence::{RunMessage, occurrence_key, run_id};
@@ -58,6 +58,15 @@ pub enum RunNowFailure {
     Step(#[from] StepError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+}
+
+impl From<RunNowFailure> for SurfaceError {
+    fn from(e: RunNowFailure) -> Self {
+        match e {
+            RunNowFailure::Step(e) => SurfaceError::Step(e),
+            RunNowFailure::Queue(e) => SurfaceError::Queue(e),
+        }
+    }
 }
 
 impl From<StoreError> for RunNowFailure {

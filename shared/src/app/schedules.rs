@@ -26,23 +26,20 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::app::change::StepError;
-use crate::app::change::{Changed, Target, commit, commit_with};
-use crate::app::create::{Answer, CreateError, CreateReminder, CreateSettings};
-use crate::app::run_now::{self, Requested, RunNowFailure};
+use crate::app::change::{self, Changed, OwnRequests, SharedRequest, SharedStep, SurfaceError, Target, commit_with};
+use crate::app::create::{Answer, CreateReminder, CreateSettings};
+use crate::app::run_now::{self, Requested};
 use crate::domain::operations::history::{self, RunView};
 use crate::domain::reminder::{
     CreateRequest, ListCursor, Principal, Rejection, Surface, UpdateInput, WRITE_SCOPE, check_id,
 };
 use crate::domain::schedule::format_utc;
 use crate::domain::schedule::recurrence::ScheduleView;
-use crate::domain::task::edit::{self, Actor, Decision, Edit, EditRefusal};
+use crate::domain::task::edit::{self, Actor, Edit, EditRefusal};
 use crate::domain::task::explain::{self, Reader};
 use crate::domain::task::idempotency::{IdempotencyRecord, Replay};
 use crate::domain::task::{Provenance, Task, TaskId, TaskKind, TaskState};
-use crate::ports::{
-    QueueError, ReminderStore, RunQueue, ScheduleError, Schedules, StateFilter, StoreError, TaskCatalog, TaskStore,
-};
+use crate::ports::{ReminderStore, RunQueue, Schedules, StateFilter, TaskCatalog, TaskStore};
 
 pub const READ_SCOPE: &str = "schedule.read";
 /// Next run instants `get` shows.
@@ -90,44 +87,18 @@ impl Refusal {
 }
 
 /// An internal failure: the function errors and the caller retries.
-#[derive(Debug, thiserror::Error)]
-pub enum SchedulesError {
-    #[error(transparent)]
-    Create(#[from] CreateError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Schedule(#[from] ScheduleError),
-    #[error("task {0}'s schedule cannot be expressed: {1}")]
-    Unschedulable(String, String),
-    #[error(transparent)]
-    Queue(#[from] QueueError),
-}
-
-impl From<RunNowFailure> for SchedulesError {
-    fn from(e: RunNowFailure) -> Self {
-        match e {
-            RunNowFailure::Step(e) => e.into(),
-            RunNowFailure::Queue(e) => SchedulesError::Queue(e),
-        }
-    }
-}
-
-impl From<StepError> for SchedulesError {
-    fn from(e: StepError) -> Self {
-        match e {
-            StepError::Store(e) => SchedulesError::Store(e),
-            StepError::Schedule(e) => SchedulesError::Schedule(e),
-            StepError::Unschedulable(id, why) => SchedulesError::Unschedulable(id, why),
-        }
-    }
-}
+pub type SchedulesError = SurfaceError;
 
 /// An owner's request, as the handler decodes it from the invoke payload
-/// (`functions/schedules`): the operation named by `op`, with its fields.
+/// (`functions/schedules`): the operation named by `op`, with its fields;
+/// the edits both surfaces share are declared once
+/// (`change::SharedRequest`).
+pub type Request = change::Request<Own>;
+
+/// The owner's own operations.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub enum Request {
+pub enum Own {
     List {
         principal: Principal,
         #[serde(default)]
@@ -164,65 +135,56 @@ pub enum Request {
         #[serde(flatten)]
         target: Target,
     },
-    Resume {
-        #[serde(flatten)]
-        target: Target,
-    },
     Cancel {
         #[serde(flatten)]
         target: Target,
     },
-    /// A recurring reminder skips its next occurrence (`domain::task::skip`).
-    SkipNext {
-        #[serde(flatten)]
-        target: Target,
-    },
-    /// Takes a skip back before its occurrence comes.
-    Unskip {
-        #[serde(flatten)]
-        target: Target,
-    },
-    /// One extra occurrence of a recurring reminder now (`app::run_now`).
-    RunNow {
-        #[serde(flatten)]
-        target: Target,
-        idempotency_key: String,
-    },
+}
+
+impl OwnRequests for Own {
+    const OPS: &'static [&'static str] = &[
+        "list",
+        "get",
+        "runs",
+        "run",
+        "create",
+        "update",
+        "pause",
+        "resume",
+        "cancel",
+        "skip_next",
+        "unskip",
+        "run_now",
+    ];
+
+    fn principal(&self) -> &Principal {
+        match self {
+            Own::Create(create) => &create.principal,
+            Own::List { principal, .. }
+            | Own::Get { principal, .. }
+            | Own::Runs { principal, .. }
+            | Own::Run { principal, .. } => principal,
+            Own::Update { target, .. } | Own::Pause { target } | Own::Cancel { target } => &target.principal,
+        }
+    }
 }
 
 impl Request {
     /// The operation's name, as `op` spells it.
     pub fn op(&self) -> Op {
         match self {
-            Request::List { .. } => Op::List,
-            Request::Get { .. } => Op::Get,
-            Request::Runs { .. } => Op::Runs,
-            Request::Run { .. } => Op::Run,
-            Request::Create(_) => Op::Create,
-            Request::Update { .. } => Op::Update,
-            Request::Pause { .. } => Op::Pause,
-            Request::Resume { .. } => Op::Resume,
-            Request::Cancel { .. } => Op::Cancel,
-            Request::SkipNext { .. } => Op::SkipNext,
-            Request::Unskip { .. } => Op::Unskip,
-            Request::RunNow { .. } => Op::RunNow,
-        }
-    }
-
-    fn principal(&self) -> &Principal {
-        match self {
-            Request::Create(create) => &create.principal,
-            Request::List { principal, .. }
-            | Request::Get { principal, .. }
-            | Request::Runs { principal, .. }
-            | Request::Run { principal, .. } => principal,
-            Request::Update { target, .. }
-            | Request::Pause { target }
-            | Request::Resume { target }
-            | Request::Cancel { target }
-            | Request::SkipNext { target }
-            | Request::Unskip { target }
-            | Request::RunNow { target, .. } => &target.principal,
+            Request::Shared(SharedRequest::Resume { .. }) => Op::Resume,
+            Request::Shared(SharedRequest::SkipNext { .. }) => Op::SkipNext,
+            Request::Shared(SharedRequest::Unskip { .. }) => Op::Unskip,
+            Request::Shared(SharedRequest::RunNow { .. }) => Op::RunNow,
+            Request::Own(Own::List { .. }) => Op::List,
+            Request::Own(Own::Get { .. }) => Op::Get,
+            Request::Own(Own::Runs { .. }) => Op::Runs,
+            Request::Own(Own::Run { .. }) => Op::Run,
+            Request::Own(Own::Create(_)) => Op::Create,
+            Request::Own(Own::Update { .. }) => Op::Update,
+            Request::Own(Own::Pause { .. }) => Op::Pause,
+            Request::Own(Own::Cancel { .. }) => Op::Cancel,
         }
     }
 }
@@ -436,28 +398,32 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
                 return Ok(Err(rejection.into()));
             }
         }
-        match request {
-            Request::List {
+        let own = match request {
+            Request::Shared(shared) => {
+                return match shared.into_step() {
+                    (target, SharedStep::Edit(edit)) => self.switch(&target, edit, now).await,
+                    (target, SharedStep::RunNow { idempotency_key }) => {
+                        self.run_now(&target, &idempotency_key, now).await
+                    }
+                };
+            }
+            Request::Own(own) => own,
+        };
+        match own {
+            Own::List {
                 state, limit, cursor, ..
             } => self.list(&principal, state, limit, cursor, now).await,
-            Request::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
-            Request::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
-            Request::Run { task_id, run_id, .. } => self.run(&principal, &task_id, &run_id).await,
-            Request::Create(request) => self.create(*request, now).await,
-            Request::Update {
+            Own::Get { task_id, .. } => self.get(&principal, &task_id, now).await,
+            Own::Runs { task_id, limit, .. } => self.runs(&principal, &task_id, limit).await,
+            Own::Run { task_id, run_id, .. } => self.run(&principal, &task_id, &run_id).await,
+            Own::Create(request) => self.create(*request, now).await,
+            Own::Update {
                 target,
                 idempotency_key,
                 input,
             } => self.update(&target, &idempotency_key, *input, now).await,
-            Request::Pause { target } => self.switch(&target, Edit::Pause { note: None }, now).await,
-            Request::Resume { target } => self.switch(&target, Edit::Resume, now).await,
-            Request::Cancel { target } => self.switch(&target, Edit::Cancel { note: None }, now).await,
-            Request::SkipNext { target } => self.switch(&target, Edit::SkipNext, now).await,
-            Request::Unskip { target } => self.switch(&target, Edit::Unskip, now).await,
-            Request::RunNow {
-                target,
-                idempotency_key,
-            } => self.run_now(&target, &idempotency_key, now).await,
+            Own::Pause { target } => self.switch(&target, Edit::Pause { note: None }, now).await,
+            Own::Cancel { target } => self.switch(&target, Edit::Cancel { note: None }, now).await,
         }
     }
 
@@ -771,31 +737,26 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
             Ok(task) => task,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        let updated = match edit::decide(&edit, Actor::Owner(&principal.id), &task, now) {
-            Ok(Decision::Unchanged) => return Ok(Ok(unchanged(&task, now))),
-            Ok(Decision::Write(updated)) => *updated,
+        let decision = match edit::decide(&edit, Actor::Owner(&principal.id), &task, now) {
+            Ok(decision) => decision,
             Err(refusal) => return Ok(Err(owners_refusal(refusal))),
         };
-        let updated = match commit(
+        match change::apply(
             self.store(),
             self.schedules(),
             &task,
-            updated,
+            decision,
             now,
             self.settings.retention,
         )
         .await?
         {
-            Ok(updated) => updated,
-            Err(current) => {
-                return Ok(Err(Refusal::VersionConflict {
-                    expected: expected_version,
-                    current,
-                }));
-            }
-        };
-        tracing::info!(task_id = %updated.task_id, version = updated.version, state = updated.state().as_str(), "reminder switched");
-        Ok(Ok(unchanged(&updated, now)))
+            Ok(task) => Ok(Ok(unchanged(&task, now))),
+            Err(current) => Ok(Err(Refusal::VersionConflict {
+                expected: expected_version,
+                current,
+            })),
+        }
     }
 }
 
@@ -863,11 +824,9 @@ mod tests {
     fn every_op_is_a_request_variant_and_the_writes_are_the_edits() {
         for op in Op::ALL {
             assert_eq!(Op::named(op.name()), Some(op));
-            let error = serde_json::from_value::<Request>(serde_json::json!({"op": op.name()}))
-                .expect_err("no fields")
-                .to_string();
-            assert!(!error.contains("unknown variant"), "{}: {error}", op.name());
         }
+        assert_eq!(Own::OPS, Op::ALL.map(Op::name));
+        change::assert_every_op_decodes::<Own>();
         assert_eq!(Op::named("delete"), None);
         let writes: Vec<&str> = Op::ALL.into_iter().filter(|op| op.writes()).map(Op::name).collect();
         assert_eq!(
