@@ -12,9 +12,9 @@
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
+use crate::domain::schedule::zone::Zone;
 use arbitrary::Unstructured;
 use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, SecondsFormat, TimeZone, Timelike, Utc};
-use chrono_tz::Tz;
 
 use crate::domain::connector::declaration;
 use crate::domain::connector::webhook::{Event, TOLERANCE_SECONDS, WebhookError, WebhookSecret};
@@ -333,7 +333,7 @@ pub fn declaration(data: &[u8]) {
         .unwrap_or_else(|e| panic!("accepted schedule {:?} does not convert: {e}", parsed.schedule));
     match &parsed.schedule {
         Schedule::Cron { timezone, .. } => {
-            assert!(Tz::from_str(timezone).is_ok(), "zone {timezone:?}");
+            assert!(Zone::from_str(timezone).is_ok(), "zone {timezone:?}");
             preview::cron_fires(&expression, now(), 3)
                 .unwrap_or_else(|e| panic!("{} in {timezone} has no preview: {e}", expression.expression));
         }
@@ -373,7 +373,7 @@ pub fn cron(data: &[u8]) {
     let fires = preview::cron_fires(&expression, after, 5)
         .unwrap_or_else(|e| panic!("{text:?} -> {}: the preview refuses it: {e}", expression.expression));
     let ours = instants(&fires);
-    let zone = Tz::from_str(zone_name).unwrap_or(Tz::UTC);
+    let zone = Zone::from_str(zone_name).unwrap_or(Zone::utc());
     let theirs = oracle(text, zone, after, ours.len());
     assert_eq!(
         ours, theirs,
@@ -387,7 +387,7 @@ pub fn cron(data: &[u8]) {
 /// at the first). Vixie cron ANDs the day fields when either starts with
 /// `*` and ORs them otherwise; croner counts only a bare `*` as a star, so
 /// the day rule is passed to it explicitly.
-fn oracle(text: &str, zone: Tz, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+fn oracle(text: &str, zone: Zone, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
     if count == 0 {
         return Vec::new();
     }
@@ -747,7 +747,7 @@ pub fn calendar_reference(r: &Recurrence, after: DateTime<Utc>, count: usize) ->
     use crate::domain::schedule::calendar::MonthDay;
     use crate::domain::schedule::recurrence::Rule;
     use chrono::{Datelike, NaiveDate};
-    let zone = Tz::from_str(&r.timezone).unwrap_or(Tz::UTC);
+    let zone = Zone::from_str(&r.timezone).unwrap_or(Zone::utc());
     let weekday_of = |date: NaiveDate| date.weekday().num_days_from_monday() as u8;
     let same_weekday_so_far = |date: NaiveDate| {
         (1..=date.day())

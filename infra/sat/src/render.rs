@@ -4,8 +4,8 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 use comfy_table::{ContentArrangement, Table, presets};
+use shared::domain::schedule::zone::Zone;
 
 /// A report a command answers: its machine form is its serde form.
 pub trait Report: serde::Serialize {
@@ -37,7 +37,7 @@ pub fn table(header: &[&str]) -> Table {
 
 /// `2026-12-07 09:00 CET` in `zone` (UTC when the zone is unknown).
 pub fn local(at: DateTime<Utc>, zone: &str) -> String {
-    match Tz::from_str(zone) {
+    match Zone::from_str(zone) {
         Ok(tz) => at.with_timezone(&tz).format("%a %Y-%m-%d %H:%M %Z").to_string(),
         Err(_) => at.format("%a %Y-%m-%d %H:%M UTC").to_string(),
     }

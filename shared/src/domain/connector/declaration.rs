@@ -134,7 +134,7 @@ fn schedule(raw: Option<RawSchedule>) -> Result<Schedule, DeclarationError> {
             rate: None,
         }) => {
             Cron::parse(&cron)?;
-            chrono_tz::Tz::from_str(&tz).map_err(|_| DeclarationError::Timezone(tz.clone()))?;
+            crate::domain::schedule::zone::Zone::from_str(&tz).map_err(|_| DeclarationError::Timezone(tz.clone()))?;
             Ok(Schedule::Cron {
                 cron,
                 timezone: tz,

@@ -11,17 +11,18 @@
 
 use std::str::FromStr;
 
+use crate::domain::schedule::zone::Zone;
 use chrono::{
     DateTime, Datelike, Duration, FixedOffset, LocalResult, NaiveDate, NaiveDateTime, SecondsFormat, TimeZone,
     Timelike, Utc,
 };
-use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
 pub mod calendar;
 pub mod cron;
 pub mod preview;
 pub mod recurrence;
+pub mod zone;
 
 use calendar::Calendar;
 
@@ -88,7 +89,7 @@ impl Expression {
 /// midnight that DST skips starts the day at the first local time that
 /// exists; one that happens twice, at the first.
 pub fn end_of_local_day(until: NaiveDate, timezone: &str) -> DateTime<Utc> {
-    let zone = Tz::from_str(timezone).unwrap_or(Tz::UTC);
+    let zone = Zone::from_str(timezone).unwrap_or(Zone::utc());
     let next = until.succ_opt().unwrap_or(until);
     (0..=24 * 60)
         .find_map(|minute| {

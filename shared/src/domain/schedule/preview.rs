@@ -20,9 +20,9 @@
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
+use crate::domain::schedule::zone::Zone;
 use chrono::Datelike;
 use chrono::{DateTime, Duration, LocalResult, NaiveDate, NaiveDateTime, TimeZone, Utc};
-use chrono_tz::Tz;
 use serde::Serialize;
 
 use super::calendar::days_in_month;
@@ -273,7 +273,7 @@ pub fn cron_fires(expression: &Expression, after: DateTime<Utc>, count: usize) -
 fn walk(expression: &Expression, after: DateTime<Utc>, count: usize, notes: bool) -> Result<Vec<Fire>, PreviewError> {
     let cron =
         EbCron::parse(&expression.expression).ok_or_else(|| PreviewError::Expression(expression.expression.clone()))?;
-    let zone = Tz::from_str(&expression.timezone).map_err(|_| PreviewError::Zone(expression.timezone.clone()))?;
+    let zone = Zone::from_str(&expression.timezone).map_err(|_| PreviewError::Zone(expression.timezone.clone()))?;
     let after_local = after.with_timezone(&zone).naive_local();
     let end = expression.end_date;
     let end_local = end.map(|e| e.with_timezone(&zone).naive_local());
@@ -329,7 +329,7 @@ fn walk(expression: &Expression, after: DateTime<Utc>, count: usize, notes: bool
 
 /// A local time of a cron's as Scheduler fires it in `zone`: once, the
 /// first of two that DST repeats, and none that DST skips (named).
-fn fire_at(zone: &Tz, local: NaiveDateTime) -> Fire {
+fn fire_at(zone: &Zone, local: NaiveDateTime) -> Fire {
     match zone.from_local_datetime(&local) {
         LocalResult::Single(t) => Fire {
             at: Some(t.with_timezone(&Utc)),
@@ -693,7 +693,7 @@ mod tests {
 
     /// The oracle: croner evaluates the declared Unix cron on local times,
     /// and Scheduler's DST rule maps them to instants.
-    fn oracle(unix: &str, zone: Tz, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+    fn oracle(unix: &str, zone: Zone, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
         let cron = croner::Cron::from_str(unix).expect("croner parses");
         let start = after.with_timezone(&zone).naive_local() - Duration::hours(3);
         cron.iter_after(start)
@@ -776,7 +776,7 @@ mod tests {
         fn eventbridge_fires_as_the_unix_cron_declares(unix in arb_cron(), zone in arb_zone(), after in arb_after()) {
             let schedule = cron(&unix, zone);
             let ours = instants(&next_fires(&schedule, after, 40).unwrap());
-            let theirs = oracle(&unix, Tz::from_str(zone).unwrap(), after, ours.len());
+            let theirs = oracle(&unix, Zone::from_str(zone).unwrap(), after, ours.len());
             prop_assert_eq!(ours, theirs, "{} in {}", unix, zone);
         }
     }

@@ -19,8 +19,8 @@
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
+use crate::domain::schedule::zone::Zone;
 use chrono::{DateTime, NaiveDate, Utc};
-use chrono_tz::Tz;
 use serde_json::{Value, json};
 
 use crate::domain::schedule::Schedule;
@@ -87,7 +87,7 @@ fn parse_time(text: &str) -> Result<(u8, u8), RecurrenceError> {
 }
 
 fn parse_zone(text: &str) -> Result<String, RecurrenceError> {
-    match Tz::from_str(text) {
+    match Zone::from_str(text) {
         Ok(_) if !text.is_empty() => Ok(text.to_owned()),
         _ => refuse(format!(
             "timezone `{text}` is not an IANA time zone (e.g. `Europe/Berlin`)"
@@ -790,7 +790,7 @@ mod tests {
                     .filter(|f| f.local.as_str() < last.format("%Y-%m").to_string().as_str())
                     .map(|f| f.local[..7].to_owned())
                     .collect();
-                let zone = Tz::from_str(&r.timezone).unwrap();
+                let zone = Zone::from_str(&r.timezone).unwrap();
                 let (mut y, mut m) = {
                     use chrono::Datelike;
                     let d = first.with_timezone(&zone).date_naive();
