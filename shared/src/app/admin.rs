@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::app::approvals::{self, ApprovalView};
-use crate::app::change::{self, OwnRequests, Request, SharedStep, SurfaceError, Target};
+use crate::app::change::{self, Edits, OwnRequests, Request, SurfaceError, Target};
 use crate::app::run_now::{self, Requested};
 use crate::domain::connector::approval;
 use crate::domain::operations::history::RunView;
@@ -439,52 +439,6 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
         }
     }
 
-    /// `run_now`: one extra occurrence of an approved connector task now.
-    async fn run_now(&self, target: &Target, key: &str, now: DateTime<Utc>) -> Outcome {
-        let (principal, task_id, expected_version) = (&target.principal, &target.task_id, target.expected_version);
-        if let Err(rejection) = crate::domain::reminder::check_id("idempotency_key", key) {
-            return Ok(Err(AdminRefusal::InvalidRequest(rejection.to_string())));
-        }
-        let task = match self.load(principal, task_id).await? {
-            Ok(task) => task,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-        if let Err(refusal) = connector_only(&task, "run_now") {
-            return Ok(Err(refusal));
-        }
-        let install = match &task.provenance {
-            Provenance::Connector { install_id, .. } => self.store.install(&task.workspace, install_id).await?,
-            Provenance::User { .. } => None,
-        };
-        let requested = run_now::request(
-            &self.store,
-            &self.schedules,
-            &self.queue,
-            principal,
-            &task,
-            install.as_ref(),
-            key,
-            expected_version,
-            now,
-            self.settings.retention,
-        )
-        .await?;
-        Ok(match requested {
-            Requested::Sent { run_id, task, replayed } => Ok(AdminAnswer::RunNow {
-                run_id,
-                replayed,
-                task: view(&task),
-                explanation: explain(&task, now),
-            }),
-            Requested::Refused(why) => Err(AdminRefusal::InvalidRequest(format!("run_now refused: {why}"))),
-            Requested::VersionMoved { current } => Err(AdminRefusal::VersionConflict {
-                expected: expected_version,
-                current,
-            }),
-            Requested::Conflict => Err(AdminRefusal::IdempotencyConflict),
-        })
-    }
-
     /// Answers one decoded request: a typed answer, or a refusal (an
     /// `ok: false` answer); internal failures are errors (the caller retries).
     pub async fn handle(&self, request: AdminRequest, now: DateTime<Utc>) -> Outcome {
@@ -537,14 +491,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
             return Ok(Err(AdminRefusal::Forbidden));
         }
         let own = match request {
-            Request::Shared(shared) => {
-                return match shared.into_step() {
-                    (target, SharedStep::Edit(edit)) => self.edit(&target, edit, now).await,
-                    (target, SharedStep::RunNow { idempotency_key }) => {
-                        self.run_now(&target, &idempotency_key, now).await
-                    }
-                };
-            }
+            Request::Shared(shared) => return shared.make(self, now).await,
             Request::Own(own) => own,
         };
         match own {
@@ -767,22 +714,6 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
         })
     }
 
-    /// `pause`, `resume`, `delete`, `restore`, `skip_next` and `unskip`:
-    /// the admin's rules are `domain::task::edit`'s; a restore must also fit its
-    /// owner's cap, which only the store can tell.
-    async fn edit(&self, target: &Target, edit: Edit, now: DateTime<Utc>) -> Outcome {
-        if edit == Edit::Restore
-            && let Err(refusal) = self.restore_fits(&target.principal, &target.task_id, now).await?
-        {
-            return Ok(Err(refusal));
-        }
-        self.change(target, now, |task, _| {
-            edit::decide(&edit, Actor::Admin(&target.principal.id), task, now)
-                .map_err(|refusal| AdminRefusal::InvalidRequest(refusal.to_string()))
-        })
-        .await
-    }
-
     /// A restored reminder counts toward its owner's `MAX_ACTIVE_REMINDERS`
     /// again: a restore that would take the owner past it is refused.
     async fn restore_fits(
@@ -923,6 +854,74 @@ fn decode_cursor(text: &str) -> Result<String, String> {
     let id = String::from_utf8(hex::decode(text).map_err(|_| bad())?).map_err(|_| bad())?;
     crate::domain::task::TaskId::parse(&id).ok_or_else(bad)?;
     Ok(id)
+}
+
+impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprovals, G: Schedules, Q: RunQueue> Edits
+    for Admin<S, G, Q>
+{
+    type Outcome = Outcome;
+
+    /// `pause`, `resume`, `delete`, `restore`, `skip_next` and `unskip`:
+    /// the admin's rules are `domain::task::edit`'s; a restore must also fit its
+    /// owner's cap, which only the store can tell.
+    async fn edit(&self, target: &Target, edit: Edit, now: DateTime<Utc>) -> Outcome {
+        if edit == Edit::Restore
+            && let Err(refusal) = self.restore_fits(&target.principal, &target.task_id, now).await?
+        {
+            return Ok(Err(refusal));
+        }
+        self.change(target, now, |task, _| {
+            edit::decide(&edit, Actor::Admin(&target.principal.id), task, now)
+                .map_err(|refusal| AdminRefusal::InvalidRequest(refusal.to_string()))
+        })
+        .await
+    }
+
+    /// `run_now`: one extra occurrence of an approved connector task now.
+    async fn run_now(&self, target: &Target, key: &str, now: DateTime<Utc>) -> Outcome {
+        let (principal, task_id, expected_version) = (&target.principal, &target.task_id, target.expected_version);
+        if let Err(rejection) = crate::domain::reminder::check_id("idempotency_key", key) {
+            return Ok(Err(AdminRefusal::InvalidRequest(rejection.to_string())));
+        }
+        let task = match self.load(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if let Err(refusal) = connector_only(&task, "run_now") {
+            return Ok(Err(refusal));
+        }
+        let install = match &task.provenance {
+            Provenance::Connector { install_id, .. } => self.store.install(&task.workspace, install_id).await?,
+            Provenance::User { .. } => None,
+        };
+        let requested = run_now::request(
+            &self.store,
+            &self.schedules,
+            &self.queue,
+            principal,
+            &task,
+            install.as_ref(),
+            key,
+            expected_version,
+            now,
+            self.settings.retention,
+        )
+        .await?;
+        Ok(match requested {
+            Requested::Sent { run_id, task, replayed } => Ok(AdminAnswer::RunNow {
+                run_id,
+                replayed,
+                task: view(&task),
+                explanation: explain(&task, now),
+            }),
+            Requested::Refused(why) => Err(AdminRefusal::InvalidRequest(format!("run_now refused: {why}"))),
+            Requested::VersionMoved { current } => Err(AdminRefusal::VersionConflict {
+                expected: expected_version,
+                current,
+            }),
+            Requested::Conflict => Err(AdminRefusal::IdempotencyConflict),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -101,14 +101,14 @@ pub enum SharedRequest {
     },
 }
 
-/// What a shared request does to its target.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SharedStep {
-    /// An edit of the task's standing, through each surface's edit step.
-    Edit(Edit),
-    RunNow {
-        idempotency_key: String,
-    },
+/// A surface that takes the shared requests: its edit step, which applies
+/// `domain::task::edit`'s rules for its actor, and its run now.
+pub trait Edits {
+    type Outcome;
+
+    fn edit(&self, target: &Target, edit: Edit, now: DateTime<Utc>) -> impl Future<Output = Self::Outcome> + Send;
+
+    fn run_now(&self, target: &Target, key: &str, now: DateTime<Utc>) -> impl Future<Output = Self::Outcome> + Send;
 }
 
 impl SharedRequest {
@@ -124,15 +124,16 @@ impl SharedRequest {
         }
     }
 
-    pub fn into_step(self) -> (Target, SharedStep) {
+    /// The request, made on `surface`.
+    pub async fn make<E: Edits>(self, surface: &E, now: DateTime<Utc>) -> E::Outcome {
         match self {
-            SharedRequest::Resume { target } => (target, SharedStep::Edit(Edit::Resume)),
-            SharedRequest::SkipNext { target } => (target, SharedStep::Edit(Edit::SkipNext)),
-            SharedRequest::Unskip { target } => (target, SharedStep::Edit(Edit::Unskip)),
+            SharedRequest::Resume { target } => surface.edit(&target, Edit::Resume, now).await,
+            SharedRequest::SkipNext { target } => surface.edit(&target, Edit::SkipNext, now).await,
+            SharedRequest::Unskip { target } => surface.edit(&target, Edit::Unskip, now).await,
             SharedRequest::RunNow {
                 target,
                 idempotency_key,
-            } => (target, SharedStep::RunNow { idempotency_key }),
+            } => surface.run_now(&target, &idempotency_key, now).await,
         }
     }
 }

@@ -26,7 +26,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::app::change::{self, Changed, OwnRequests, SharedRequest, SharedStep, SurfaceError, Target, commit_with};
+use crate::app::change::{self, Changed, Edits, OwnRequests, SharedRequest, SurfaceError, Target, commit_with};
 use crate::app::create::{Answer, CreateReminder, CreateSettings};
 use crate::app::run_now::{self, Requested};
 use crate::domain::operations::history::{self, RunView};
@@ -399,14 +399,7 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
             }
         }
         let own = match request {
-            Request::Shared(shared) => {
-                return match shared.into_step() {
-                    (target, SharedStep::Edit(edit)) => self.switch(&target, edit, now).await,
-                    (target, SharedStep::RunNow { idempotency_key }) => {
-                        self.run_now(&target, &idempotency_key, now).await
-                    }
-                };
-            }
+            Request::Shared(shared) => return shared.make(self, now).await,
             Request::Own(own) => own,
         };
         match own {
@@ -422,8 +415,8 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
                 idempotency_key,
                 input,
             } => self.update(&target, &idempotency_key, *input, now).await,
-            Own::Pause { target } => self.switch(&target, Edit::Pause { note: None }, now).await,
-            Own::Cancel { target } => self.switch(&target, Edit::Cancel { note: None }, now).await,
+            Own::Pause { target } => self.edit(&target, Edit::Pause { note: None }, now).await,
+            Own::Cancel { target } => self.edit(&target, Edit::Cancel { note: None }, now).await,
         }
     }
 
@@ -676,88 +669,6 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Owne
             },
         }
     }
-
-    /// One extra occurrence of a recurring reminder now (`app::run_now`).
-    async fn run_now(&self, target: &Target, key: &str, now: DateTime<Utc>) -> Outcome {
-        let (principal, task_id, expected_version) = (&target.principal, &target.task_id, target.expected_version);
-        if let Err(rejection) = check_id("idempotency_key", key) {
-            return Ok(Err(rejection.into()));
-        }
-        let task = match self.owned(principal, task_id).await? {
-            Ok(task) => task,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-        // A key already used answers what it answered first, whatever the
-        // reminder became since (`run_now::request` replays it): only a new
-        // key is refused for a one-time reminder.
-        if task.spec.schedule.is_one_time()
-            && self
-                .store()
-                .idempotency_record(&principal.workspace, &principal.id, key)
-                .await?
-                .is_none()
-        {
-            return Ok(Err(Refusal::invalid(
-                "run_now is for recurring reminders: a one-time reminder runs at its time (move it with update)",
-            )));
-        }
-        let requested = run_now::request(
-            self.store(),
-            self.schedules(),
-            &self.queue,
-            principal,
-            &task,
-            None,
-            key,
-            expected_version,
-            now,
-            self.settings.retention,
-        )
-        .await?;
-        Ok(match requested {
-            Requested::Sent { run_id, task, replayed } => Ok(OwnerAnswer::RunNow {
-                run_id,
-                replayed,
-                task: summary(&task, now),
-            }),
-            Requested::Refused(why) => Err(Refusal::invalid(format!("run_now refused: {why}"))),
-            Requested::VersionMoved { current } => Err(Refusal::VersionConflict {
-                expected: expected_version,
-                current,
-            }),
-            Requested::Conflict => Err(Refusal::Reminder(Rejection::IdempotencyConflict)),
-        })
-    }
-
-    /// A pause, resume, cancel, skip next or unskip: the owner's rules are
-    /// `domain::task::edit`'s.
-    async fn switch(&self, target: &Target, edit: Edit, now: DateTime<Utc>) -> Outcome {
-        let (principal, expected_version) = (&target.principal, target.expected_version);
-        let task = match self.editable(target).await? {
-            Ok(task) => task,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-        let decision = match edit::decide(&edit, Actor::Owner(&principal.id), &task, now) {
-            Ok(decision) => decision,
-            Err(refusal) => return Ok(Err(owners_refusal(refusal))),
-        };
-        match change::apply(
-            self.store(),
-            self.schedules(),
-            &task,
-            decision,
-            now,
-            self.settings.retention,
-        )
-        .await?
-        {
-            Ok(task) => Ok(Ok(unchanged(&task, now))),
-            Err(current) => Ok(Err(Refusal::VersionConflict {
-                expected: expected_version,
-                current,
-            })),
-        }
-    }
 }
 
 /// An edit's refusal as the owner's answer names it: a passed time is the
@@ -813,6 +724,92 @@ pub fn summary(task: &Task, now: DateTime<Utc>) -> Summary {
         state: task.state(),
         next_run_at: next_runs(task, now, 1).into_iter().next(),
         version: task.version,
+    }
+}
+
+impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Edits for OwnerSchedules<S, G, Q> {
+    type Outcome = Outcome;
+
+    /// A pause, resume, cancel, skip next or unskip: the owner's rules are
+    /// `domain::task::edit`'s.
+    async fn edit(&self, target: &Target, edit: Edit, now: DateTime<Utc>) -> Outcome {
+        let (principal, expected_version) = (&target.principal, target.expected_version);
+        let task = match self.editable(target).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let decision = match edit::decide(&edit, Actor::Owner(&principal.id), &task, now) {
+            Ok(decision) => decision,
+            Err(refusal) => return Ok(Err(owners_refusal(refusal))),
+        };
+        match change::apply(
+            self.store(),
+            self.schedules(),
+            &task,
+            decision,
+            now,
+            self.settings.retention,
+        )
+        .await?
+        {
+            Ok(task) => Ok(Ok(unchanged(&task, now))),
+            Err(current) => Ok(Err(Refusal::VersionConflict {
+                expected: expected_version,
+                current,
+            })),
+        }
+    }
+
+    /// One extra occurrence of a recurring reminder now (`app::run_now`).
+    async fn run_now(&self, target: &Target, key: &str, now: DateTime<Utc>) -> Outcome {
+        let (principal, task_id, expected_version) = (&target.principal, &target.task_id, target.expected_version);
+        if let Err(rejection) = check_id("idempotency_key", key) {
+            return Ok(Err(rejection.into()));
+        }
+        let task = match self.owned(principal, task_id).await? {
+            Ok(task) => task,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        // A key already used answers what it answered first, whatever the
+        // reminder became since (`run_now::request` replays it): only a new
+        // key is refused for a one-time reminder.
+        if task.spec.schedule.is_one_time()
+            && self
+                .store()
+                .idempotency_record(&principal.workspace, &principal.id, key)
+                .await?
+                .is_none()
+        {
+            return Ok(Err(Refusal::invalid(
+                "run_now is for recurring reminders: a one-time reminder runs at its time (move it with update)",
+            )));
+        }
+        let requested = run_now::request(
+            self.store(),
+            self.schedules(),
+            &self.queue,
+            principal,
+            &task,
+            None,
+            key,
+            expected_version,
+            now,
+            self.settings.retention,
+        )
+        .await?;
+        Ok(match requested {
+            Requested::Sent { run_id, task, replayed } => Ok(OwnerAnswer::RunNow {
+                run_id,
+                replayed,
+                task: summary(&task, now),
+            }),
+            Requested::Refused(why) => Err(Refusal::invalid(format!("run_now refused: {why}"))),
+            Requested::VersionMoved { current } => Err(Refusal::VersionConflict {
+                expected: expected_version,
+                current,
+            }),
+            Requested::Conflict => Err(Refusal::Reminder(Rejection::IdempotencyConflict)),
+        })
     }
 }
 
