@@ -894,15 +894,16 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
             Provenance::Connector { install_id, .. } => self.store.install(&task.workspace, install_id).await?,
             Provenance::User { .. } => None,
         };
-        let requested = run_now::request(
-            &self.store,
-            &self.schedules,
-            &self.queue,
+        let ask = run_now::Ask {
             principal,
-            &task,
-            install.as_ref(),
+            task: &task,
+            install: install.as_ref(),
             key,
             expected_version,
+        };
+        let requested = run_now::request(
+            (&self.store, &self.schedules, &self.queue),
+            ask,
             now,
             self.settings.retention,
         )

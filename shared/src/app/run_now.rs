@@ -151,19 +151,22 @@ fn planned(
     }
 }
 
-/// One run now of `task` (read at `expected_version`) by `principal` with
-/// `key`, at `now`; `install` is a connector task's (for the door). See
-/// the module doc for the steps.
-#[allow(clippy::too_many_arguments)]
+/// One run now asked: by `principal`, of `task` as read at
+/// `expected_version` (with its install, for a connector task's door),
+/// under `key`.
+pub struct Ask<'a> {
+    pub principal: &'a Principal,
+    pub task: &'a Task,
+    pub install: Option<&'a Install>,
+    pub key: &'a str,
+    pub expected_version: u64,
+}
+
+/// The run now `ask` asks for, at `now`, through the store, the schedules
+/// and the runs queue. See the module doc for the steps.
 pub async fn request<S, G, Q>(
-    store: &S,
-    schedules: &G,
-    queue: &Q,
-    principal: &Principal,
-    task: &Task,
-    install: Option<&Install>,
-    key: &str,
-    expected_version: u64,
+    (store, schedules, queue): (&S, &G, &Q),
+    ask: Ask<'_>,
     now: DateTime<Utc>,
     retention: Duration,
 ) -> Result<Requested, RunNowFailure>
@@ -172,6 +175,13 @@ where
     G: Schedules,
     Q: RunQueue,
 {
+    let Ask {
+        principal,
+        task,
+        install,
+        key,
+        expected_version,
+    } = ask;
     let fingerprint = fingerprint(principal, task, expected_version);
     // 1. Replay.
     if let Some(record) = store

@@ -784,15 +784,16 @@ impl<S: TaskStore + TaskCatalog + ReminderStore, G: Schedules, Q: RunQueue> Edit
                 "run_now is for recurring reminders: a one-time reminder runs at its time (move it with update)",
             )));
         }
-        let requested = run_now::request(
-            self.store(),
-            self.schedules(),
-            &self.queue,
+        let ask = run_now::Ask {
             principal,
-            &task,
-            None,
+            task: &task,
+            install: None,
             key,
             expected_version,
+        };
+        let requested = run_now::request(
+            (self.store(), self.schedules(), &self.queue),
+            ask,
             now,
             self.settings.retention,
         )
