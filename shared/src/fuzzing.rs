@@ -387,7 +387,7 @@ pub fn cron(data: &[u8]) {
 /// at the first). Vixie cron ANDs the day fields when either starts with
 /// `*` and ORs them otherwise; croner counts only a bare `*` as a star, so
 /// the day rule is passed to it explicitly.
-fn oracle(text: &str, zone: Zone, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+pub(crate) fn oracle(text: &str, zone: Zone, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
     if count == 0 {
         return Vec::new();
     }

@@ -691,21 +691,10 @@ mod tests {
         );
     }
 
-    /// The oracle: croner evaluates the declared Unix cron on local times,
-    /// and Scheduler's DST rule maps them to instants.
-    fn oracle(unix: &str, zone: Zone, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
-        let cron = croner::Cron::from_str(unix).expect("croner parses");
-        let start = after.with_timezone(&zone).naive_local() - Duration::hours(3);
-        cron.iter_after(start)
-            .filter_map(|local: NaiveDateTime| match zone.from_local_datetime(&local) {
-                LocalResult::Single(t) => Some(t.with_timezone(&Utc)),
-                LocalResult::Ambiguous(first, _) => Some(first.with_timezone(&Utc)),
-                LocalResult::None => None,
-            })
-            .filter(|t| *t > after)
-            .take(count)
-            .collect()
-    }
+    // The oracle: croner evaluates the declared Unix cron on local times,
+    // and Scheduler's DST rule maps them to instants (`fuzzing`'s, which the
+    // fuzz targets use too).
+    use crate::fuzzing::oracle;
 
     fn arb_list(min: u8, max: u8) -> impl Strategy<Value = String> {
         prop_oneof![
