@@ -826,7 +826,7 @@ impl<S: TaskCatalog + TaskStore + ReminderStore + WorkspaceBudgets + CallApprova
             Ok(decision) => decision,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        match change::apply(
+        match change::commit(
             &self.store,
             &self.schedules,
             &task,

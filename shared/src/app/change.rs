@@ -3,7 +3,8 @@
 //! planned changes (a new task is inserted, not changed). The caller has read
 //! the task at the version it was shown and applied a typed edit
 //! (`domain::task::overrides::OverrideEdit`, `domain::reminder`'s checked update,
-//! `domain::connector::approval`); [`commit`] does the rest, the same way for all:
+//! `domain::connector::approval`) into a `domain::task::edit::Decision`;
+//! [`commit`] does the rest, the same way for all:
 //!
 //! 1. the new version and time; a skip of the next occurrence moved to
 //!    the new schedule's next one, or forgotten once spent
@@ -257,39 +258,15 @@ fn unschedulable(task: &Task, error: impl std::fmt::Display) -> StepError {
     StepError::Unschedulable(task.task_id.to_string(), error.to_string())
 }
 
-/// Writes `after`, the caller's edit of `before` (read at the version the
-/// caller checked), and keeps its Scheduler schedule in step; see the
-/// module doc for the steps. `Err(current)`: the task moved since it was
-/// read, and this is its version now (0: it is gone).
+/// A decided edit of `before` (read at the version the caller checked):
+/// nothing written when it changes nothing, else the edited task written
+/// and its Scheduler schedule kept in step; see the module doc for the
+/// steps. The task as it now is, or `Err(current)`: the task moved since
+/// it was read, and this is its version now (0: it is gone).
 pub async fn commit<S, G>(
     store: &S,
     schedules: &G,
     before: &Task,
-    after: Task,
-    now: DateTime<Utc>,
-    retention: Duration,
-) -> Result<Result<Task, u64>, StepError>
-where
-    S: TaskStore + TaskCatalog + ReminderStore,
-    G: Schedules,
-{
-    Ok(
-        match commit_with(store, schedules, before, after, now, retention, None).await? {
-            Changed::Written(task) => Ok(*task),
-            Changed::VersionMoved { current } => Err(current),
-            // Only a change with an idempotency record can find its key taken.
-            Changed::KeyTaken => Err(0),
-        },
-    )
-}
-
-/// A decided edit (`domain::task::edit::decide`) applied: nothing written
-/// when it changes nothing, else [`commit`]ted. The task as it now is, or
-/// the version that won the race.
-pub async fn apply<S, G>(
-    store: &S,
-    schedules: &G,
-    task: &Task,
     decision: Decision,
     now: DateTime<Utc>,
     retention: Duration,
@@ -299,13 +276,19 @@ where
     G: Schedules,
 {
     let Decision::Write(after) = decision else {
-        return Ok(Ok(task.clone()));
+        return Ok(Ok(before.clone()));
     };
-    let written = commit(store, schedules, task, *after, now, retention).await?;
-    if let Ok(task) = &written {
-        tracing::info!(task_id = %task.task_id, version = task.version, state = task.state().as_str(), "edit written");
-    }
-    Ok(written)
+    Ok(
+        match commit_with(store, schedules, before, *after, now, retention, None).await? {
+            Changed::Written(task) => {
+                tracing::info!(task_id = %task.task_id, version = task.version, state = task.state().as_str(), "change written");
+                Ok(*task)
+            }
+            Changed::VersionMoved { current } => Err(current),
+            // Only a change with an idempotency record can find its key taken.
+            Changed::KeyTaken => Err(0),
+        },
+    )
 }
 
 /// The edited task as it is written: the next version, stamped `now`; a

@@ -22,6 +22,7 @@ use chrono::{DateTime, Duration, Utc};
 use crate::app::overdue::{CheckSettings, adopt, check_shard};
 
 use crate::domain::connector::reconcile::{self, ServerView, Write};
+use crate::domain::task::edit::Decision;
 use crate::domain::task::install::{Install, InstallStatus};
 use crate::domain::task::limits::Ceilings;
 use crate::domain::task::{Provenance, Task, TaskId};
@@ -935,7 +936,7 @@ impl<
                         &self.store,
                         &self.schedules,
                         before,
-                        write.task.clone(),
+                        Decision::Write(Box::new(write.task.clone())),
                         now,
                         chrono::Duration::zero(),
                     ))
