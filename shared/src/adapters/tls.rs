@@ -395,6 +395,78 @@ mod tests {
         held.abort();
     }
 
+    /// A loopback HTTP/1.1 server that answers every request `200` with no
+    /// body, with `close` as its `Connection` header when given: how many
+    /// connections it accepted.
+    async fn serve(close: bool) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let port = listener.local_addr().expect("its address").port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let answer: &[u8] = if close {
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    } else {
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+                    };
+                    let mut read = Vec::new();
+                    let mut buffer = [0u8; 4096];
+                    while stream.readable().await.is_ok() {
+                        match stream.try_read(&mut buffer) {
+                            Ok(0) => return,
+                            Ok(n) => read.extend_from_slice(&buffer[..n]),
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                            Err(_) => return,
+                        }
+                        // One answer for each request read whole (no bodies are sent).
+                        while let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+                            read.drain(..end + 4);
+                            if stream.writable().await.is_err() || stream.try_write(answer).is_err() {
+                                return;
+                            }
+                            if close {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    /// A connector keeps its connections: a second request to the same
+    /// endpoint goes over the first one's (in AWS a new one costs a TCP and
+    /// a TLS handshake). moto answers `Connection: close`, so locally each
+    /// request opens one (infra/FIDELITY.md).
+    #[tokio::test]
+    async fn a_second_request_reuses_the_connection_unless_the_server_closes_it() {
+        for (close, connections) in [(false, 1), (true, 2)] {
+            let (port, accepted) = serve(close).await;
+            let connector = SdkConnector::new(
+                Arc::new(Tls::process().client_config(&[b"http/1.1"])),
+                Some(Duration::from_secs(5)),
+                Some(Duration::from_secs(5)),
+            );
+            for _ in 0..2 {
+                let mut request = HttpRequest::empty();
+                request.set_uri(format!("http://127.0.0.1:{port}/")).expect("a URI");
+                let response = connector.call(request).await.expect("answered");
+                assert_eq!(response.status().as_u16(), 200);
+            }
+            assert_eq!(
+                accepted.load(std::sync::atomic::Ordering::SeqCst),
+                connections,
+                "connection: close {close}"
+            );
+        }
+    }
+
     #[test]
     fn a_root_that_is_not_a_certificate_is_refused() {
         assert!(Tls::trusting(CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01])).is_err());
