@@ -10,8 +10,8 @@
 //!
 //! Why not chrono-tz: its tables hold a `&'static str` for each of the
 //! tens of thousands of transitions of every zone, each a pointer the
-//! loader of a position-independent binary writes at every start (about
-//! 260 pages, written before `main`, whether a zone is named or not).
+//! loader of a position-independent binary writes at every start (hundreds
+//! of pages, written before `main`, whether a zone is named or not).
 //! jiff's copy is one blob of bytes, and a zone is parsed when first named.
 
 use std::fmt;
