@@ -1,5 +1,6 @@
 //! Statements of the docs that the code can keep true: the README's layout
-//! names paths that exist, and docs/testing.md names every fuzz target.
+//! names paths that exist, docs/testing.md names every fuzz target, and the
+//! fuzz crate builds the versions the workspace builds.
 
 use std::path::Path;
 
@@ -113,4 +114,52 @@ fn the_code_map_names_every_port() {
         .map(str::to_owned)
         .collect();
     assert_eq!(named, ports, "ARCHITECTURE's ports list and shared/src/ports.rs");
+}
+
+/// Each package of a `Cargo.lock`, with the versions it is locked at.
+fn locked(lock: &str) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let mut packages: std::collections::BTreeMap<_, std::collections::BTreeSet<_>> = Default::default();
+    let mut name = None;
+    for line in lock.lines() {
+        let quoted = |key: &str| {
+            line.strip_prefix(key)
+                .and_then(|rest| rest.strip_prefix(" = \""))
+                .and_then(|rest| rest.strip_suffix('"'))
+                .map(str::to_owned)
+        };
+        if let Some(n) = quoted("name") {
+            name = Some(n);
+        } else if let (Some(version), Some(n)) = (quoted("version"), name.take()) {
+            packages.entry(n).or_default().insert(version);
+        }
+    }
+    packages
+}
+
+/// `shared/fuzz` has a lock of its own (it is outside the workspace); a
+/// crate both build is locked at a version the workspace's lock has too, so
+/// the fuzz targets run the code the functions run.
+#[test]
+fn the_fuzz_crate_builds_the_workspaces_versions() {
+    let workspace = locked(&read("Cargo.lock"));
+    let fuzz = locked(&read("shared/fuzz/Cargo.lock"));
+    assert!(
+        workspace.len() > 300 && fuzz.len() > 20,
+        "{} and {} packages",
+        workspace.len(),
+        fuzz.len()
+    );
+    let mut shared = 0;
+    for (name, versions) in &fuzz {
+        let Some(ours) = workspace.get(name) else { continue };
+        shared += 1;
+        for version in versions {
+            assert!(
+                ours.contains(version),
+                "shared/fuzz/Cargo.lock has {name} {version}, the workspace {ours:?}: \
+                 `cargo update --offline -p {name}@{version} --precise <the workspace's>` in shared/fuzz"
+            );
+        }
+    }
+    assert!(shared > 20, "{shared} packages in both locks");
 }
