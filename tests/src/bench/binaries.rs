@@ -170,6 +170,24 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// A Lambda cold start finds its `/tmp` empty, where every local process
+/// shares the machine's one: the endpoint partitions file each function
+/// writes at start (ARCHITECTURE, "Start") goes to a folder made for this
+/// start alone, so the start creates it as in Lambda rather than replacing
+/// the one an earlier start left (infra/FIDELITY.md). The folder, and the
+/// variable naming the file in it.
+fn empty_tmp() -> anyhow::Result<(tempfile::TempDir, (String, String))> {
+    let tmp = tempfile::tempdir()?;
+    let file = tmp.path().join(shared::adapters::partitions::FILE_NAME);
+    Ok((
+        tmp,
+        (
+            shared::adapters::partitions::VARIABLE.to_owned(),
+            file.display().to_string(),
+        ),
+    ))
+}
+
 /// One start: (init, first answer, warm answer).
 async fn start_once(
     bench: &Bench,
@@ -184,12 +202,14 @@ async fn start_once(
     let log = bench
         .logs
         .join(format!("cold-{}.log", deployed.label.replace([' ', '(', ')'], "")));
-    let env: Vec<(String, String)> = bench
+    let (_tmp, partitions) = empty_tmp()?;
+    let mut env: Vec<(String, String)> = bench
         .env
         .iter()
-        .filter(|(k, _)| !deployed.unset.contains(&k.as_str()))
+        .filter(|(k, _)| !deployed.unset.contains(&k.as_str()) && *k != partitions.0)
         .cloned()
         .collect();
+    env.push(partitions);
     let started = Instant::now();
     let _process = FunctionProcess::spawn(&binary, &api, name, &env, Some(&log))?;
     // Queued before the process polls: it is handed over at the first poll.
@@ -373,6 +393,7 @@ pub struct Instructions {
 async fn callgrind(bench: &Bench, binary: &Path, name: &str, payloads: &[Value], out: &Path) -> anyhow::Result<()> {
     // valgrind runs the code about 50 times slower: long limits.
     let api = RuntimeApi::start(name, Duration::from_secs(600)).await?;
+    let (_tmp, partitions) = empty_tmp()?;
     let log = std::fs::File::create(bench.logs.join(format!("callgrind-{name}-{}.log", payloads.len())))?;
     let mut child = tokio::process::Command::new("valgrind")
         .arg("--tool=callgrind")
@@ -387,6 +408,7 @@ async fn callgrind(bench: &Bench, binary: &Path, name: &str, payloads: &[Value],
         .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{name}"))
         .env("AWS_LAMBDA_LOG_STREAM_NAME", "local")
         .envs(bench.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env(&partitions.0, &partitions.1)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
