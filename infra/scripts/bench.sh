@@ -8,7 +8,7 @@
 # (between its `bench:` markers), stamped with the command, commit and
 # machine. Reports figures; asserts nothing.
 #
-#   bench.sh [--invocations N] [--starts K]
+#   bench.sh [--invocations N] [--starts K] [--runs R]
 #            [--only requests,passes,cold,instructions,sizes]   (binaries: the last three)
 #
 # The pass figures alone need neither valgrind nor the release builds:

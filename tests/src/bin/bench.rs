@@ -2,7 +2,7 @@
 //! docs/benchmarks.md's tables and writes them as JSON. Reports; asserts nothing.
 //!
 //! `bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--doc FILE] [--invocations N]
-//! [--starts K] [--only requests,passes,caching,cold,instructions,sizes]` (`binaries`: the
+//! [--starts K] [--runs R] [--only requests,passes,caching,cold,instructions,sizes]` (`binaries`: the
 //! last three). `--doc` writes each measured section into that file
 //! (docs/benchmarks.md), stamped with the command, commit and machine.
 
@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use tests::bench::{Options, markdown, run};
 
-const USAGE: &str = "bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--doc FILE] [--invocations N] [--starts K] [--only requests,passes,caching,cold,instructions,sizes]\n\nThe benchmarks (infra/scripts/bench.sh): prints the tables of docs/benchmarks.md, writes them as JSON, and with --doc into that file's marked sections, stamped with the command, commit and machine.";
+const USAGE: &str = "bench --functions DIR --sizes DIR --arch NAME [--out FILE] [--doc FILE] [--invocations N] [--starts K] [--runs R] [--only requests,passes,caching,cold,instructions,sizes]\n\nThe benchmarks (infra/scripts/bench.sh): prints the tables of docs/benchmarks.md, writes them as JSON, and with --doc into that file's marked sections, stamped with the command, commit and machine.";
 
 fn parse(args: &[String]) -> anyhow::Result<Options> {
     let mut options = Options {
@@ -24,6 +24,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
         out: PathBuf::from("target/bench.json"),
         invocations: 5,
         starts: 31,
+        runs: 1,
         only: Vec::new(),
         doc: None,
     };
@@ -43,6 +44,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
             "--doc" => options.doc = Some(value.into()),
             "--invocations" => options.invocations = number()?,
             "--starts" => options.starts = number()?,
+            "--runs" => options.runs = number()?,
             "--only" => options.only = value.split(',').map(str::to_owned).collect(),
             other => anyhow::bail!("unknown flag {other}"),
         }
