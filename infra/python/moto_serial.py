@@ -12,7 +12,9 @@ ignores (see `_transaction_token`), and backs up only what a transaction
 can change instead of every table it names (see `_transact_write_items`),
 and reads one partition for a query of a table's key (see `_QueryView`).
 And it refuses a function's request its role in `template.yaml` does not
-allow, as AWS does and moto does not (`local_iam.py`).
+allow, as AWS does and moto does not (`local_iam.py`), and lists moto's
+package folder once rather than for every request it routes (see
+`_moto_modules`).
 """
 
 import io
@@ -23,6 +25,7 @@ import time
 import copy
 
 import local_iam
+import moto.backends as backends
 import moto.dynamodb.models as dynamodb_models
 import moto.server as server
 import moto.sqs.models as sqs_models
@@ -298,6 +301,17 @@ def _carry_trace_header(environ):
         pass
     environ["wsgi.input"] = io.BytesIO(body)
     environ["CONTENT_LENGTH"] = str(len(body))
+
+
+# moto's server routes each request by asking whether its host names one of
+# moto's service packages, and lists its package folder to answer, twice a
+# request: a `listdir` and some 180 `stat`s, about half of what moto spends
+# on a `GetSecretValue` or a `GetItem`. The folder does not change while the
+# server runs, so it is listed once: the same names, routed the same way.
+# No AWS service spends that time, and it falls on every request, cold or
+# warm, the webhook intake's secret read too (docs/benchmarks.md).
+_moto_modules = tuple(backends.list_of_moto_modules())
+backends.list_of_moto_modules = lambda: _moto_modules
 
 
 class Serial:
