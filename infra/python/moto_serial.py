@@ -304,10 +304,11 @@ def _carry_trace_header(environ):
 
 
 # moto's server routes each request by asking whether its host names one of
-# moto's service packages, and lists its package folder to answer, twice a
-# request: a `listdir` and some 180 `stat`s, about half of what moto spends
-# on a `GetSecretValue` or a `GetItem`. The folder does not change while the
-# server runs, so it is listed once: the same names, routed the same way.
+# moto's service packages, and lists its package folder to answer, once a
+# request: a `listdir` and a `stat` per entry, a large part of what moto
+# spends on a `GetSecretValue` or a `GetItem`. The folder does not change
+# while the server runs, so it is listed once: the same names, routed the
+# same way (`tests/local/tests/moto.rs` counts the listings).
 # No AWS service spends that time, and it falls on every request, cold or
 # warm, the webhook intake's secret read too (docs/benchmarks.md).
 _moto_modules = tuple(backends.list_of_moto_modules())
