@@ -26,7 +26,7 @@ if cargo tree -p shared --no-default-features -e normal --prefix none | grep -q 
   exit 1
 fi
 echo "== keys.rs is the only module that builds DynamoDB keys"
-prefixes='"(WS|TASK|INSTALL|RUN|IDEM|KEY|ACCOUNT|PERIOD|MALFORMED|MSG|WEBHOOK|OWNER|CREATED|SCHEDULABLE|CONNECTOR|PACE|CHECK|BUDGET|REACHED|PROBE|APPROVALS|REQ)#'
+prefixes='"(WS|TASK|INSTALL|RUN|IDEM|KEY|ACCOUNT|PERIOD|MALFORMED|MSG|WEBHOOK|OWNER|CREATED|SCHEDULABLE|CONNECTOR|PACE|CHECK|BUDGET|REACHED|PROBE|APPROVALS|REQ|JOURNAL)#'
 if grep -rnE --include='*.rs' "$prefixes" shared functions infra tests | grep -v '^shared/src/adapters/keys.rs:'; then
   echo "a DynamoDB key prefix is spelled outside shared/src/adapters/keys.rs: build the key with keys::Key" >&2
   exit 1
@@ -97,6 +97,18 @@ export LOCAL_IAM_USED="$PWD/target/iam-used.txt" LOCAL_IAM_REFUSED="$PWD/target/
 rm -f "$LOCAL_IAM_USED" "$LOCAL_IAM_REFUSED"
 status=0
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
+# Date rot is caught here, not by the calendar: the suites that move
+# through time run again with the process clock (and every child's: moto,
+# the function binaries) moved a month and a year ahead (docs/testing.md).
+echo "== the time-sensitive suites again, with the clock moved ahead (libfaketime)"
+faketime_lib="$(infra/scripts/faketime.sh)"
+suite="$(cargo test -p tests --test suite --locked --no-run --message-format=json 2>/dev/null |
+  python -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"] == "suite"][0])')"
+for ahead in +30d +365d; do
+  echo "clock moved $ahead: upgrade, lifecycle, overdue"
+  (cd tests && LD_PRELOAD="$faketime_lib" FAKETIME="$ahead" FAKETIME_DONT_FAKE_MONOTONIC=1 \
+    "$suite" upgrade lifecycle overdue) 2>&1 | tee -a "$log" || status=$?
+done
 python infra/python/local_iam.py "$LOCAL_IAM_USED" || true
 # A request a function's role does not allow fails the suite, even where
 # the function took the refusal in its stride (a best-effort write).

@@ -17,6 +17,25 @@ use crate::domain::task::{Task, TaskId};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Where the use cases take the time from. No module of `app/` reads the
+/// wall clock: a caller hands in the `now` a request is handled at and,
+/// where time passes during the work (a run's model and tool calls, its
+/// waits), a clock; tests and the simulation hand in their own, so no
+/// outcome depends on the date a test runs.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The wall clock: the one the functions hand in.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
 /// The store failed: the call may be retried.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -338,6 +357,27 @@ pub trait RunStore: Send + Sync {
         result: &str,
         is_error: bool,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The occurrence's journal (`domain::run::journal`), strongly read:
+    /// the calls it made, by position, and the outcome an attempt journaled
+    /// when its settle failed.
+    fn journal(
+        &self,
+        task_id: &str,
+        occurrence: &str,
+    ) -> impl Future<Output = Result<crate::domain::run::journal::Journal, StoreError>> + Send;
+    /// Journals a call its occurrence made, before the model sees the
+    /// answer; the position already journaled (a call of an earlier
+    /// attempt's) leaves that entry as it was.
+    fn journal_call(
+        &self,
+        call: &crate::domain::run::journal::JournaledCall,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Journals the outcome an attempt is settling (after its settle failed
+    /// once), so a later attempt settles it instead of running again.
+    fn journal_outcome(
+        &self,
+        outcome: &crate::domain::run::journal::JournaledOutcome,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Marks `workspace`'s `month` reached at `budget_usd`, once: the mark's
     /// insert is the month's one `Workspace budget reached` event (SPEC §15).
     fn mark_budget_reached(
@@ -519,6 +559,13 @@ pub struct ToolOutput {
     pub is_error: bool,
 }
 
+/// What a `tools/call` names in its `_meta`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallMeta<'a> {
+    pub run_id: &'a str,
+    pub call_key: &'a str,
+}
+
 pub trait McpSession: Send + Sync {
     /// `prompts/get` with the approved argument values.
     fn get_prompt(
@@ -538,13 +585,14 @@ pub trait McpSession: Send + Sync {
         &self,
     ) -> impl Future<Output = Result<Vec<crate::domain::connector::reconcile::ListedPrompt>, McpError>> + Send;
     /// `tools/call`, its `_meta` carrying the run id (the same on every
-    /// attempt of one occurrence), so a server can refuse to repeat a side
-    /// effect after a crash.
+    /// attempt of one occurrence) and the call's key (the same for the same
+    /// call on every attempt, `domain::run::journal::call_key`), so a
+    /// server can refuse to repeat a side effect after a crash.
     fn call_tool(
         &self,
         name: &str,
         input: Value,
-        run_id: &str,
+        meta: CallMeta<'_>,
     ) -> impl Future<Output = Result<ToolOutput, McpError>> + Send;
 }
 

@@ -10,6 +10,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use shared::domain::run::definition::{ScheduleDefinition, ScheduleStatus};
 use shared::domain::run::gate::CallApproval;
+use shared::domain::run::journal::{Journal, JournaledCall, JournaledOutcome};
 use shared::domain::run::occurrence::RunRecord;
 use shared::domain::run::pace::Slots;
 use shared::domain::task::idempotency::IdempotencyRecord;
@@ -84,6 +85,12 @@ pub trait RunStoreHook<P: RunStore>: Send + Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         inner.keep_call_result(a, result, is_error)
     }
+    fn journal_call(&self, inner: &P, c: &JournaledCall) -> impl Future<Output = Result<(), StoreError>> + Send {
+        inner.journal_call(c)
+    }
+    fn journal_outcome(&self, inner: &P, o: &JournaledOutcome) -> impl Future<Output = Result<(), StoreError>> + Send {
+        inner.journal_outcome(o)
+    }
     fn record_malformed(
         &self,
         inner: &P,
@@ -125,6 +132,15 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
         run_id: &str,
     ) -> impl Future<Output = Result<Vec<CallApproval>, StoreError>> + Send {
         self.inner.run_approvals(workspace, run_id)
+    }
+    fn journal(&self, task_id: &str, occurrence: &str) -> impl Future<Output = Result<Journal, StoreError>> + Send {
+        self.inner.journal(task_id, occurrence)
+    }
+    fn journal_call(&self, c: &JournaledCall) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.hook.journal_call(&self.inner, c)
+    }
+    fn journal_outcome(&self, o: &JournaledOutcome) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.hook.journal_outcome(&self.inner, o)
     }
     fn use_approval(
         &self,

@@ -78,6 +78,7 @@ use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::mcp::McpConnectors;
 use shared::app::run::{Disposition, RunSettings, Runner, SETTLE_RESERVE_SECONDS};
 use shared::domain::run::agent::{Message, ModelReply, ModelRequest};
+use shared::domain::run::journal::{Journal, JournaledCall, JournaledOutcome};
 use shared::domain::run::occurrence::{RunRecord, occurrence_key, run_id};
 use shared::domain::run::pace::Slots;
 use shared::domain::schedule::Schedule;
@@ -85,8 +86,8 @@ use shared::domain::task::budget;
 use shared::domain::task::install::{Install, InstallScope};
 use shared::domain::task::{Task, TaskId};
 use shared::ports::{
-    ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, ModelError, PaceAnswer, Release, RunStore,
-    ServerTool, Settled, Settlement, StoreError, TakeOver, ToolOutput, Unclaimed,
+    CallMeta, ClaimAnswer, ClaimRequest, Connectors, McpError, McpSession, Model, ModelError, PaceAnswer, Release,
+    RunStore, ServerTool, Settled, Settlement, StoreError, TakeOver, ToolOutput, Unclaimed,
 };
 
 use crate::{RunStack, connector_task, install, reminder, run_message};
@@ -132,6 +133,8 @@ pub enum Point {
     Model(u32),
     /// The n-th tool call of the delivery, from 1.
     Tool(u32),
+    /// A tool call's journal write (`RunStore::journal_call`).
+    Journal,
     Settle,
     Release,
     RecordUnclaimed,
@@ -148,6 +151,7 @@ impl Point {
             Point::ToolsList => "tools/list".into(),
             Point::Model(n) => format!("model call {n}"),
             Point::Tool(n) => format!("tool call {n}"),
+            Point::Journal => "journal write".into(),
             Point::Settle => "settle".into(),
             Point::Release => "release".into(),
             Point::RecordUnclaimed => "unclaimed record".into(),
@@ -641,6 +645,15 @@ impl<S: RunStore> RunStore for SimStore<S> {
     ) -> Result<Vec<shared::domain::run::gate::CallApproval>, StoreError> {
         self.0.run_approvals(workspace, run_id).await
     }
+    async fn journal(&self, task_id: &str, occurrence: &str) -> Result<Journal, StoreError> {
+        self.0.journal(task_id, occurrence).await
+    }
+    async fn journal_call(&self, call: &JournaledCall) -> Result<(), StoreError> {
+        at(Point::Journal, self.0.journal_call(call)).await
+    }
+    async fn journal_outcome(&self, outcome: &JournaledOutcome) -> Result<(), StoreError> {
+        self.0.journal_outcome(outcome).await
+    }
     async fn use_approval(
         &self,
         approval: &shared::domain::run::gate::CallApproval,
@@ -777,14 +790,14 @@ impl<T: McpSession> McpSession for SimSession<T> {
     async fn list_prompts(&self) -> Result<Vec<shared::domain::connector::reconcile::ListedPrompt>, McpError> {
         self.inner.list_prompts().await
     }
-    async fn call_tool(&self, name: &str, input: Value, run_id: &str) -> Result<ToolOutput, McpError> {
+    async fn call_tool(&self, name: &str, input: Value, meta: CallMeta<'_>) -> Result<ToolOutput, McpError> {
         let n = Delivery::current().map_or(0, |d| d.tool_calls.fetch_add(1, Ordering::Relaxed) + 1);
         let sent = self.sent.clone();
         at(Point::Tool(n), async move {
             if let Ok(mut sent) = sent.lock() {
-                *sent.entry(run_id.to_owned()).or_default() += 1;
+                *sent.entry(meta.run_id.to_owned()).or_default() += 1;
             }
-            self.inner.call_tool(name, input, run_id).await
+            self.inner.call_tool(name, input, meta).await
         })
         .await
     }

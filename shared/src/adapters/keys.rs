@@ -14,6 +14,8 @@
 //! | model pace  | `PACE#<model id>`     | `PACE`                       |
 //! | check cursor | `CHECK#<family>#<shard>` | `CURSOR`                  |
 //! | approval request | `APPROVALS#<workspace>` | `REQ#<request_id>`     |
+//! | journaled call | `TASK#<task_id>`    | `JOURNAL#<scheduled time>#<position, 4 digits>` |
+//! | journaled outcome | `TASK#<task_id>` | `JOURNAL#<scheduled time>#END` |
 //!
 //! One global secondary index, `gsi1` (keys only, sparse: only the items
 //! below carry its keys), for the two lookups the primary key cannot do:
@@ -97,6 +99,10 @@ pub fn workspace_partition(workspace: &str) -> String {
     format!("WS#{workspace}")
 }
 pub const TASK_PREFIX: &str = "TASK#";
+/// The sort-key prefix of one occurrence's journal, in its task's partition.
+pub fn journal_prefix(occurrence: &str) -> String {
+    format!("JOURNAL#{occurrence}#")
+}
 /// The sort-key prefix of a workspace's approval requests.
 pub const APPROVAL_PREFIX: &str = "REQ#";
 /// The `gsi3` partition of the approval requests that hold an occurrence,
@@ -226,6 +232,24 @@ impl Key {
         Self {
             pk: format!("CHECK#{family}#{shard:02}"),
             sk: "CURSOR".to_owned(),
+        }
+    }
+
+    /// One tool call of an occurrence's journal (`domain::run::journal`),
+    /// beside its run record, ordered by position.
+    pub fn journal_call(task_id: &str, occurrence: &str, position: u32) -> Self {
+        Self {
+            pk: format!("TASK#{task_id}"),
+            sk: format!("{}{position:04}", journal_prefix(occurrence)),
+        }
+    }
+
+    /// The outcome an occurrence's journal keeps for a settle that failed
+    /// once; it sorts after every call.
+    pub fn journal_outcome(task_id: &str, occurrence: &str) -> Self {
+        Self {
+            pk: format!("TASK#{task_id}"),
+            sk: format!("{}END", journal_prefix(occurrence)),
         }
     }
 

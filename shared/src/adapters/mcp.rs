@@ -26,7 +26,8 @@
 //! filter by, the first [`MAX_TOOLS`]), each description cut to
 //! [`MAX_DESCRIPTION_CHARS`] and a schema above [`MAX_SCHEMA_BYTES`]
 //! replaced by an open object schema. Every `tools/call` carries the run id
-//! in `_meta` (`agent::RUN_ID_META`), and, when traces are on, the W3C
+//! and the call's key in `_meta` (`agent::RUN_ID_META`,
+//! `journal::CALL_KEY_META`), and, when traces are on, the W3C
 //! `traceparent` of its `execute_tool` span (`crate::trace`).
 //!
 //! A connector's credential is read from Secrets Manager on first use (the
@@ -67,8 +68,9 @@ use crate::domain::connector::endpoint::{Endpoint, EndpointPolicy, connect_endpo
 use crate::domain::connector::reconcile::ListedPrompt;
 use crate::domain::connector::webhook::InstallRules;
 use crate::domain::run::agent::{Block, ImageFormat, Message, RUN_ID_META, Role};
+use crate::domain::run::journal::CALL_KEY_META;
 use crate::domain::task::install::Install;
-use crate::ports::{Connectors, McpError, McpSession, ServerTool, ToolOutput};
+use crate::ports::{CallMeta, Connectors, McpError, McpSession, ServerTool, ToolOutput};
 use crate::trace;
 
 /// Every MCP request ends within this, or fails the step that made it.
@@ -851,13 +853,14 @@ impl McpSession for McpClient {
             .collect())
     }
 
-    async fn call_tool(&self, name: &str, input: Value, run_id: &str) -> Result<ToolOutput, McpError> {
+    async fn call_tool(&self, name: &str, input: Value, call: CallMeta<'_>) -> Result<ToolOutput, McpError> {
         let mut params = CallToolRequestParams::new(name.to_owned());
         if let Value::Object(args) = input {
             params = params.with_arguments(args);
         }
         let mut meta = JsonObject::new();
-        meta.insert(RUN_ID_META.to_owned(), Value::String(run_id.to_owned()));
+        meta.insert(RUN_ID_META.to_owned(), Value::String(call.run_id.to_owned()));
+        meta.insert(CALL_KEY_META.to_owned(), Value::String(call.call_key.to_owned()));
         self.trace_call(&mut meta);
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
         let result = timed("tools/call", self.client.call_tool(params)).await?;

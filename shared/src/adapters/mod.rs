@@ -7,6 +7,7 @@ pub mod bedrock;
 pub mod budgets;
 pub mod catalog;
 pub mod dynamo;
+pub mod journal;
 pub mod keys;
 pub mod mcp;
 pub mod metrics;

@@ -200,43 +200,81 @@ mod tests {
         panic!("an unterminated byte string")
     }
 
+    /// The version `Cargo.lock` pins of each package named, read from the
+    /// lock file itself: `cargo metadata` would want every package of the
+    /// lock for every platform, which a build on a fresh machine never
+    /// downloads.
+    fn locked_versions(lock: &str, names: &[&str]) -> Vec<(String, String)> {
+        let mut found = Vec::new();
+        for package in lock.split("[[package]]").skip(1) {
+            let field = |key: &str| {
+                package.lines().find_map(|line| {
+                    line.strip_prefix(key)
+                        .and_then(|rest| rest.trim().strip_prefix('='))
+                        .map(|value| value.trim().trim_matches('"').to_owned())
+                })
+            };
+            if let (Some(name), Some(version)) = (field("name "), field("version "))
+                && names.contains(&name.as_str())
+            {
+                found.push((name, version));
+            }
+        }
+        found
+    }
+
+    /// Where cargo unpacked a registry package's source: under the cargo
+    /// home the build ran with (rustup names it to the compiler), in any
+    /// registry's folder.
+    fn unpacked(name: &str, version: &str) -> std::path::PathBuf {
+        let home = option_env!("CARGO_HOME").map_or_else(
+            || std::env::home_dir().expect("a home folder").join(".cargo"),
+            std::path::PathBuf::from,
+        );
+        let registries = home.join("registry").join("src");
+        std::fs::read_dir(&registries)
+            .unwrap_or_else(|e| panic!("{}: {e}", registries.display()))
+            .map(|registry| registry.unwrap().path().join(format!("{name}-{version}")))
+            .find(|folder| folder.is_dir())
+            .unwrap_or_else(|| panic!("{name} {version} is not unpacked under {}", registries.display()))
+    }
+
     #[test]
     fn the_copy_is_every_linked_sdk_crates_own() {
-        let metadata = std::process::Command::new(env!("CARGO"))
-            .args(["metadata", "--format-version", "1", "--offline", "--locked"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .unwrap();
-        assert!(
-            metadata.status.success(),
-            "{}",
-            String::from_utf8_lossy(&metadata.stderr)
-        );
-        let metadata: Value = serde_json::from_slice(&metadata.stdout).unwrap();
+        let wanted = [
+            "aws-sdk-dynamodb",
+            "aws-sdk-bedrockruntime",
+            "aws-sdk-scheduler",
+            "aws-sdk-sqs",
+            "aws-sdk-secretsmanager",
+        ];
+        let lock = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.lock");
+        let lock = std::fs::read_to_string(lock).unwrap();
+        let locked = locked_versions(&lock, &wanted);
         let mut checked = Vec::new();
-        for package in metadata["packages"].as_array().unwrap() {
-            let name = package["name"].as_str().unwrap();
-            let wanted = [
-                "aws-sdk-dynamodb",
-                "aws-sdk-bedrockruntime",
-                "aws-sdk-scheduler",
-                "aws-sdk-sqs",
-                "aws-sdk-secretsmanager",
-            ];
-            if !wanted.contains(&name) {
-                continue;
-            }
-            let manifest = std::path::Path::new(package["manifest_path"].as_str().unwrap());
-            let source = std::fs::read_to_string(manifest.with_file_name("src/endpoint_lib.rs")).unwrap();
+        for (name, version) in &locked {
+            let source = std::fs::read_to_string(unpacked(name, version).join("src/endpoint_lib.rs")).unwrap();
             assert_eq!(
                 embedded(&source),
                 SDK_PARTITIONS,
                 "{name} embeds other partitions: copy its into partitions/sdk.json, then PARTITIONS_WRITE=1"
             );
             assert!(source.contains(VARIABLE), "{name} no longer reads {VARIABLE}");
-            checked.push(name);
+            checked.push(name.as_str());
         }
-        assert_eq!(checked.len(), 5, "{checked:?}");
+        checked.sort_unstable();
+        let mut all = wanted.to_vec();
+        all.sort_unstable();
+        assert_eq!(checked, all, "each linked SDK crate once in the lock");
+    }
+
+    #[test]
+    fn the_lock_is_read_as_cargo_writes_it() {
+        let lock = "version = 4\n\n[[package]]\nname = \"aws-sdk-sqs\"\nversion = \"1.2.3\"\nsource = \"registry+x\"\n\n[[package]]\nname = \"aws-sdk-sqs-extra\"\nversion = \"9\"\n\n[[package]]\nname = \"other\"\nversion = \"0.1.0\"\ndependencies = [\n \"aws-sdk-sqs\",\n]\n";
+        assert_eq!(
+            locked_versions(lock, &["aws-sdk-sqs"]),
+            vec![("aws-sdk-sqs".to_owned(), "1.2.3".to_owned())]
+        );
     }
 
     #[test]

@@ -39,6 +39,7 @@ use chrono::{DateTime, Duration, Utc};
 use super::dynamo::{Cancellation, DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
 use super::keys::{GSI3PK, GSI3SK, Key, PK, SK};
 use crate::domain::run::gate::CallApproval;
+use crate::domain::run::journal::{Journal, JournaledCall, JournaledOutcome};
 use crate::domain::run::occurrence::{RunRecord, cap_output, occurrence_key};
 use crate::domain::run::pace::Slots;
 use crate::domain::run::settlement::Completion;
@@ -660,6 +661,18 @@ impl RunStore for DynamoStore {
 
     async fn keep_call_result(&self, approval: &CallApproval, result: &str, is_error: bool) -> Result<(), StoreError> {
         self.keep_result(approval, result, is_error).await
+    }
+
+    async fn journal(&self, task_id: &str, occurrence: &str) -> Result<Journal, StoreError> {
+        self.read_journal(task_id, occurrence).await
+    }
+
+    async fn journal_call(&self, call: &JournaledCall) -> Result<(), StoreError> {
+        self.put_journal_call(call).await
+    }
+
+    async fn journal_outcome(&self, outcome: &JournaledOutcome) -> Result<(), StoreError> {
+        self.put_journal_outcome(outcome).await
     }
 
     async fn mark_budget_reached(

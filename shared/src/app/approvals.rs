@@ -26,6 +26,10 @@ pub struct ApprovalView {
     pub request_id: String,
     pub task_id: String,
     pub run_id: String,
+    /// The install the call goes to (two installs of one server are two
+    /// targets); absent on a request an earlier release put.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub install: String,
     pub server: String,
     pub tool: String,
     /// The exact arguments, as JSON.
@@ -55,6 +59,7 @@ pub fn view(approval: &CallApproval, now: DateTime<Utc>) -> ApprovalView {
         request_id: approval.request_id.clone(),
         task_id: approval.task_id.clone(),
         run_id: approval.run_id.clone(),
+        install: approval.install.clone(),
         server: approval.server.clone(),
         tool: approval.tool.clone(),
         arguments,

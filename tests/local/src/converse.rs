@@ -61,6 +61,14 @@ pub enum Reply {
     },
     /// Answer an error, as Bedrock would (`ThrottlingException`, 429).
     Error { status: u16, code: String },
+    /// A model that calls each offered tool it has not seen called in the
+    /// conversation, one a turn, in the order offered, with no arguments;
+    /// once it has seen every one called, it finishes with a text. What a
+    /// run's conversation shows it decides whether a call is asked again.
+    EachToolOnce,
+    /// Never answer (a model call that hangs): the request is recorded,
+    /// then nothing comes back.
+    Stall,
 }
 
 impl Reply {
@@ -387,6 +395,28 @@ fn tokens(text: &str) -> u64 {
 
 /// The default when the script is empty: one call of the first offered tool,
 /// then a short summary that quotes the last tool result.
+/// [`Reply::EachToolOnce`]'s answer to `request`.
+fn each_tool_once(request: &Value) -> Reply {
+    let input_tokens = tokens(&request.to_string());
+    let seen: std::collections::BTreeSet<String> = request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["toolUse"]["name"].as_str().map(str::to_owned))
+        .collect();
+    let unseen = request["toolConfig"]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["toolSpec"]["name"].as_str())
+        .find(|name| !seen.contains(*name));
+    match unseen {
+        Some(tool) => Reply::tool(tool, json!({}), input_tokens, 20),
+        None => Reply::text("Every tool was called once.", input_tokens, 8),
+    }
+}
+
 fn default_reply(request: &Value) -> Reply {
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
     let input_tokens = tokens(&request.to_string());
@@ -459,7 +489,16 @@ async fn converse(
         );
     }
     script.requests.push((model.clone(), request.0.clone()));
-    let reply = script.replies.pop_front().unwrap_or_else(|| default_reply(&request.0));
+    let reply = match script.replies.pop_front() {
+        Some(Reply::Stall) => {
+            drop(script);
+            std::future::pending::<()>().await;
+            unreachable!("a stalled answer never comes")
+        }
+        Some(Reply::EachToolOnce) => each_tool_once(&request.0),
+        Some(reply) => reply,
+        None => default_reply(&request.0),
+    };
     // The reply's input tokens are the request's whole input: what the
     // cache read or wrote of it is billed apart, as Bedrock reports it.
     let cached = |script: &mut Script, input: u64| script.cache_usage(&model, &request.0, input);
@@ -529,6 +568,7 @@ async fn converse(
         Reply::Error { status, code } => {
             return error_response(status, &code, format!("{code} from the stand-in"));
         }
+        Reply::EachToolOnce | Reply::Stall => unreachable!("answered above"),
     };
     (status, headers, axum::Json(value))
 }

@@ -61,7 +61,14 @@ async fn main() -> anyhow::Result<()> {
             bail!("the server lists no tool {name}");
         }
         let out = session
-            .call_tool(name, input, RUN_ID)
+            .call_tool(
+                name,
+                input,
+                shared::ports::CallMeta {
+                    run_id: RUN_ID,
+                    call_key: "ck_conformance",
+                },
+            )
             .await
             .map_err(|e| anyhow::anyhow!("tools/call {name}: {e}"))?;
         println!("{name}: {:?}", out.content);

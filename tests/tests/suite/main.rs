@@ -15,6 +15,7 @@ mod fleet;
 mod harness;
 mod herd;
 mod interop;
+mod journal;
 mod lifecycle;
 mod operations;
 mod overdue;

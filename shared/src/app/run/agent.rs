@@ -8,12 +8,17 @@ use std::sync::atomic::Ordering;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::clock::RunClock;
 use super::{Runner, backoff};
 use crate::domain::run::agent::{Block, ModelReply, tool_result};
+use crate::domain::run::agent_loop::Route;
 use crate::domain::run::agent_loop::{AgentLoop, Ended, Next, ToolCall, Turn};
-use crate::domain::run::gate::{self, CallApproval, Gate, GatedCall};
+use crate::domain::run::gate::{self, CallApproval, Gate, GatedCall, Target};
+use crate::domain::run::journal::{self, Journal, JournaledCall};
 use crate::domain::run::pace::{self, Lane, Pace, Refusal, Slots, Try};
-use crate::ports::{Connectors, McpSession, Model, ModelError, ModelErrorKind, PaceAnswer, RunStore, StoreError};
+use crate::ports::{
+    CallMeta, Connectors, McpSession, Model, ModelError, ModelErrorKind, PaceAnswer, RunStore, StoreError,
+};
 use crate::trace::key;
 
 /// Writes one booking may take (a start and a booking that raced others).
@@ -29,6 +34,23 @@ pub(super) struct RunIds<'a> {
     pub execution_id: &'a str,
     /// The approved request this run resumes (`RunMessage::resume`).
     pub resume: Option<&'a str>,
+    /// The delivery's time.
+    pub clock: &'a RunClock<'a>,
+    /// The position of the occurrence's next call: after every call its
+    /// journal holds (`domain::run::journal`).
+    pub next_call: std::sync::atomic::AtomicU32,
+    /// When what this attempt journals expires (`journal::expiry`).
+    pub journal_ttl: i64,
+}
+
+impl RunIds<'_> {
+    fn target(route: &Route) -> Target<'_> {
+        Target {
+            install: &route.install,
+            server: &route.server,
+            tool: &route.tool,
+        }
+    }
 }
 
 /// Where a lane's last seen next free slot is kept (`Runner::pace_seen`).
@@ -77,21 +99,32 @@ enum Slot {
 
 impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// Turns until the loop ends: a model call, then the tool calls it asks
-    /// for, answered in one message, until [`AgentLoop`] says stop. A turn
+    /// for, answered in one message, until [`AgentLoop`] says stop. The
+    /// calls earlier attempts made come first, read back from the journal
+    /// (`AgentLoop::replay`), never made again. A turn
     /// that asks for a gated call without its approval stops the run before
     /// any call of the turn is made (`gate_turn`).
     pub(super) async fn agent_loop(
         &self,
         mut turns: AgentLoop,
         sessions: &[C::Session],
-        run: &RunIds<'_>,
+        (run, journal): (&RunIds<'_>, &Journal),
         lane: Lane,
     ) -> Ended {
+        for call in &journal.calls {
+            turns.replay(call);
+        }
+        if !journal.calls.is_empty() {
+            tracing::info!(
+                calls = journal.calls.len(),
+                "the calls earlier attempts made, read back from the journal; none is made again"
+            );
+        }
         // The occurrence's approval requests, read at the first gated call.
         let mut requests: Option<Vec<CallApproval>> = None;
         if let Some(request_id) = run.resume
             && let Err(ended) = self
-                .carry_approved(&mut turns, sessions, run, request_id, &mut requests)
+                .carry_approved(&mut turns, sessions, (run, journal), request_id, &mut requests)
                 .await
         {
             return ended;
@@ -101,7 +134,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 Ok(turn) => turn,
                 Err(ended) => return ended,
             };
-            let reply = match self.model_call(&turns, &turn, lane, run.workspace).await {
+            let reply = match self.model_call(&turns, &turn, lane, run).await {
                 Ok(reply) => reply,
                 Err(ended) => return ended,
             };
@@ -156,7 +189,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             }
             Ok(answer)
         } else {
-            self.tool_call(turns, session, &route.tool, id, input, run.run_id).await
+            self.tool_call(turns, session, &route, (id, input), run).await
         }
     }
 
@@ -164,15 +197,16 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// request read (`RunStore::run_approvals`), the call made once under
     /// it (`approved_call`: used first, then called, its answer kept), or
     /// its kept answer when an earlier attempt made it; the conversation
-    /// then goes on from it (`AgentLoop::carry`). A request that is not
-    /// approved carries nothing (the gate asks as usual); an approved tool
-    /// no longer offered, or arguments that do not read back as hashed,
-    /// fail the run with nothing called.
+    /// then goes on from it (`AgentLoop::carry`). A call the journal holds
+    /// was read back with the others and is not carried again. A request
+    /// that is not approved carries nothing (the gate asks as usual); an
+    /// approved tool no longer offered on its install, or arguments that
+    /// do not read back as hashed, fail the run with nothing called.
     async fn carry_approved(
         &self,
         turns: &mut AgentLoop,
         sessions: &[C::Session],
-        run: &RunIds<'_>,
+        (run, journal): (&RunIds<'_>, &Journal),
         request_id: &str,
         requests: &mut Option<Vec<CallApproval>>,
     ) -> Result<(), Ended> {
@@ -193,9 +227,16 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let Some(approval) = approval else {
             return Ok(());
         };
-        let Some((offered, route)) = turns.offered(&approval.server, &approval.tool) else {
+        if journal.made(approval.target(), &approval.arguments_sha256).is_some() {
+            tracing::info!(
+                request_id,
+                "the approved call was made and journaled by an earlier attempt"
+            );
+            return Ok(());
+        }
+        let Some((offered, route)) = turns.offered(approval.target()) else {
             return Err(turns.approved_call_failed(format!(
-                "the approved call's tool `{}` of {} is no longer offered to this task; nothing was called",
+                "the approved call's tool `{}` of {} is no longer offered to this task on the install it was asked for; nothing was called",
                 approval.tool, approval.server
             )));
         };
@@ -251,20 +292,22 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             }
             let approvals = requests.as_deref().unwrap_or_default();
             let hash = gate::arguments_hash(input);
-            match gate::gate(approvals, run.run_id, &route.server, &route.tool, &hash) {
+            match gate::gate(approvals, run.run_id, RunIds::target(route), &hash) {
                 Gate::Ask => {
                     let call = GatedCall {
                         workspace: run.workspace,
                         task_id: run.task_id,
                         run_id: run.run_id,
                         scheduled_time: run.occurrence,
-                        server: &route.server,
-                        tool: &route.tool,
+                        target: RunIds::target(route),
                         arguments: input,
                     };
-                    let Some(approval) =
-                        CallApproval::ask(&call, Utc::now(), self.settings.approval_hours, self.settings.retention)
-                    else {
+                    let Some(approval) = CallApproval::ask(
+                        &call,
+                        run.clock.now(),
+                        self.settings.approval_hours,
+                        self.settings.retention,
+                    ) else {
                         return Err(turns.too_large_to_ask(&route.tool));
                     };
                     tracing::info!(tool = %route.tool, request_id = %approval.request_id, "a gated tool call waits for an approval");
@@ -297,7 +340,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Err(answer) => return Ok((answer, false)),
         };
         let approval = approvals[at].clone();
-        let now = Utc::now();
+        let now = run.clock.now();
         match self.store.use_approval(&approval, run.execution_id, now).await {
             Ok(true) => {}
             Ok(false) => {
@@ -313,9 +356,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 )));
             }
         }
-        let result = self
-            .tool_call(turns, session, &route.tool, id, input, run.run_id)
-            .await?;
+        let result = self.tool_call(turns, session, route, (id, input), run).await?;
         if let Block::ToolResult { content, is_error, .. } = &result {
             let text = gate::result_text(content);
             if let Err(e) = self.store.keep_call_result(&approval, &text, *is_error).await {
@@ -337,11 +378,14 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         turns: &AgentLoop,
         turn: &Turn,
         lane: Lane,
-        workspace: &str,
+        run: &RunIds<'_>,
     ) -> Result<ModelReply, Ended> {
         match &self.settings.pace {
-            Some(pace) => self.paced_call(pace, (lane, workspace), turns, turn).await,
-            None => self.backoff_call(turns, turn, 0).await,
+            Some(pace) => {
+                self.paced_call(pace, (lane, run.workspace), (turns, turn), run.clock)
+                    .await
+            }
+            None => self.backoff_call(turns, turn, run.clock).await,
         }
     }
 
@@ -359,20 +403,20 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         &self,
         pace: &Pace,
         (lane, workspace): (Lane, &str),
-        turns: &AgentLoop,
-        turn: &Turn,
+        (turns, turn): (&AgentLoop, &Turn),
+        clock: &RunClock<'_>,
     ) -> Result<ModelReply, Ended> {
         let mut throttled = 0u32;
         let own = lane.under(pace);
         loop {
-            let now = Utc::now();
+            let now = clock.now();
             if throttled > 0 && turns.time_left(now).as_millis() < pace::MIN_CALL_MS.unsigned_abs().into() {
                 return Err(turns.paced(now));
             }
             // A booking that could not be made counts as full, never as a
             // pass: an unpaced call is what the pace exists to prevent.
-            let unbooked = || Utc::now() + chrono::Duration::milliseconds(own.pace(pace).gap_ms());
-            let (booked, slots) = match self.lane_slot(pace, own, workspace, turns).await {
+            let unbooked = || clock.now() + chrono::Duration::milliseconds(own.pace(pace).gap_ms());
+            let (booked, slots) = match self.lane_slot(pace, own, workspace, (turns, clock)).await {
                 Ok((booked, Slot::At(slots))) => (booked, slots),
                 Ok((_, Slot::Full(room_at))) => return Err(turns.paced(room_at)),
                 Ok((_, Slot::Unbooked)) => return Err(turns.paced(unbooked())),
@@ -381,22 +425,23 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     return Err(turns.paced(unbooked()));
                 }
             };
-            let wait = slots.taken_ms().saturating_sub(Utc::now().timestamp_millis()).max(0);
+            let wait = slots.taken_ms().saturating_sub(clock.now_ms()).max(0);
             tokio::time::sleep(std::time::Duration::from_millis(wait.unsigned_abs())).await;
-            let remaining = turns.time_left(Utc::now());
+            let remaining = turns.time_left(clock.now());
             if remaining.is_zero() {
                 return Err(turns.out_of_time());
             }
             match self.converse(turn, remaining).await {
                 Err(_) => return Err(turns.unanswered()),
                 Ok(Ok(reply)) => {
-                    self.charge_tokens(&booked.pace(pace), booked, &slots, &reply).await;
+                    self.charge_tokens(&booked.pace(pace), booked, &slots, &reply, clock.now_ms())
+                        .await;
                     return Ok(reply);
                 }
                 Ok(Err(e)) if e.kind == ModelErrorKind::Throttled => {
                     throttled += 1;
                     tracing::info!(attempt = throttled, error = %e, "model throttled at its paced slot; booking another");
-                    self.slow_pace(&booked.pace(pace), booked, &slots).await;
+                    self.slow_pace(&booked.pace(pace), booked, &slots, clock.now_ms()).await;
                 }
                 // Not load on the quota: the pace stays, the call waits
                 // its backoff, then books again.
@@ -404,7 +449,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                     let wait = backoff(throttled);
                     throttled += 1;
                     unavailable(&e, throttled);
-                    if let Some(ended) = turns.throttled(Utc::now(), wait) {
+                    if let Some(ended) = turns.throttled(clock.now(), wait) {
                         return Err(ended);
                     }
                     tokio::time::sleep(wait).await;
@@ -424,9 +469,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         pace: &Pace,
         own: Lane,
         workspace: &str,
-        turns: &AgentLoop,
+        (turns, clock): (&AgentLoop, &RunClock<'_>),
     ) -> Result<(Lane, Slot), StoreError> {
-        let now = Utc::now();
+        let now = clock.now();
         let now_ms = now.timestamp_millis();
         let left_ms = i64::try_from(turns.time_left(now).as_millis()).unwrap_or(i64::MAX);
         let latest_ms = pace::latest_slot(now_ms, left_ms);
@@ -506,7 +551,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// booking also eases the item's pace after a window without a throttle.
     async fn slot(&self, item: &Item<'_>, now_ms: i64, latest_ms: i64) -> Result<Slot, StoreError> {
         let (id, lane_pace) = (&item.id, item.pace);
-        let now = DateTime::<Utc>::from_timestamp_millis(now_ms).unwrap_or_else(Utc::now);
+        let now = DateTime::<Utc>::from_timestamp_millis(now_ms).unwrap_or_default();
         let seen = self.seen(item);
         // Visibly full: refused here, without a write (a herd's refusals
         // would be writes to one item, past its partition's rate).
@@ -549,24 +594,22 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// After a throttle at a slot booked under `slots` in `lane`: that
     /// lane's pace (`lane_pace`) slows (`pace::slowed`), once for the round
     /// that booked under that gap.
-    async fn slow_pace(&self, lane_pace: &Pace, lane: Lane, slots: &Slots) {
+    async fn slow_pace(&self, lane_pace: &Pace, lane: Lane, slots: &Slots, now_ms: i64) {
         if let Some(gap) = pace::slowed(lane_pace, slots) {
             let id = lane.pace_id(&self.settings.model_id);
-            self.set_gap(&id, slots, gap, Utc::now().timestamp_millis(), "slowed")
-                .await;
+            self.set_gap(&id, slots, gap, now_ms, "slowed").await;
         }
     }
 
     /// After an answered call at a slot booked under `slots` in `lane`: the
     /// tokens it counted beyond a gap's worth move the lane's next free
     /// slot on (`Pace::token_charge_ms`). Best effort, as the gap's changes.
-    async fn charge_tokens(&self, lane_pace: &Pace, lane: Lane, slots: &Slots, reply: &ModelReply) {
+    async fn charge_tokens(&self, lane_pace: &Pace, lane: Lane, slots: &Slots, reply: &ModelReply, now_ms: i64) {
         let counted = pace::counted_tokens(reply.input_tokens, reply.cache_write_tokens, reply.output_tokens);
         let Some(charge_ms) = lane_pace.token_charge_ms(counted, slots.gap_ms) else {
             return;
         };
         let id = lane.pace_id(&self.settings.model_id);
-        let now_ms = Utc::now().timestamp_millis();
         match self.store.pace_charge(&id, now_ms, charge_ms).await {
             Ok(charged) => tracing::debug!(
                 counted,
@@ -593,17 +636,17 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     }
 
     /// One model call within the run's wall time, retried with jittered
-    /// backoff while it is throttled and a retry still fits (`throttled`:
-    /// the throttles this call already had).
-    async fn backoff_call(&self, turns: &AgentLoop, turn: &Turn, throttled: u32) -> Result<ModelReply, Ended> {
-        let mut throttled = throttled;
+    /// backoff while it is throttled and a retry still fits, on the
+    /// delivery's time (`clock`).
+    async fn backoff_call(&self, turns: &AgentLoop, turn: &Turn, clock: &RunClock<'_>) -> Result<ModelReply, Ended> {
+        let mut throttled = 0u32;
         loop {
-            let remaining = turns.time_left(Utc::now());
+            let remaining = turns.time_left(clock.now());
             if remaining.is_zero() {
                 // Out of time while the model kept it throttled: load, as
                 // `throttled` says (back to the queue before any tool call).
                 if throttled > 0
-                    && let Some(ended) = turns.throttled(Utc::now(), std::time::Duration::ZERO)
+                    && let Some(ended) = turns.throttled(clock.now(), std::time::Duration::ZERO)
                 {
                     return Err(ended);
                 }
@@ -615,7 +658,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 Ok(Err(e)) if e.kind.is_load() => {
                     let wait = backoff(throttled);
                     throttled += 1;
-                    if let Some(ended) = turns.throttled(Utc::now(), wait) {
+                    if let Some(ended) = turns.throttled(clock.now(), wait) {
                         return Err(ended);
                     }
                     if e.kind == ModelErrorKind::Throttled {
@@ -653,22 +696,41 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         answered
     }
 
-    /// One tool call (`McpSession::call_tool`, carrying the run id) within
-    /// the run's wall time, in its `execute_tool` span (which the request's
-    /// `traceparent` names); a failed call is an error result the model reads.
+    /// One tool call (`McpSession::call_tool`, carrying the run id and
+    /// the call's key) within the run's wall time, in its `execute_tool`
+    /// span (which the request's `traceparent` names); a failed call is an
+    /// error result the model reads. Whatever it came to (an answer, an
+    /// error, no answer in time) is journaled before the model sees it
+    /// (`journal`), so no later attempt makes it again; a journal that
+    /// cannot be written stops the run.
     async fn tool_call(
         &self,
         turns: &AgentLoop,
         session: &C::Session,
-        tool: &str,
-        id: String,
-        input: Value,
-        run_id: &str,
+        route: &Route,
+        (id, input): (String, Value),
+        run: &RunIds<'_>,
     ) -> Result<Block, Ended> {
-        let left = turns.time_left(Utc::now());
-        let span = self.tracer.execute_tool(tool, &id);
+        let left = turns.time_left(run.clock.now());
+        let arguments = input.clone();
+        let call = journal::Call {
+            task_id: run.task_id,
+            occurrence: run.occurrence,
+            run_id: run.run_id,
+            position: run.next_call.load(Ordering::Relaxed),
+            install: &route.install,
+            server: &route.server,
+            tool: &route.tool,
+            arguments: &arguments,
+        };
+        let key = call.key();
+        let meta = CallMeta {
+            run_id: run.run_id,
+            call_key: &key,
+        };
+        let span = self.tracer.execute_tool(&route.tool, &id);
         let answered = span
-            .run(tokio::time::timeout(left, session.call_tool(tool, input, run_id)))
+            .run(tokio::time::timeout(left, session.call_tool(&route.tool, input, meta)))
             .await;
         match &answered {
             Err(_) => span.fail("timeout"),
@@ -677,21 +739,30 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Ok(Err(e)) => span.fail(crate::app::mcp_error_type(e)),
         }
         span.end();
-        match answered {
-            Err(_) => Err(turns.out_of_time()),
-            Ok(Ok(out)) => Ok(Block::ToolResult {
-                id,
-                content: tool_result(out.content),
-                is_error: out.is_error,
-            }),
-            Ok(Err(e)) => Ok(Block::ToolResult {
-                id,
-                content: vec![Block::Text(e.to_string())],
-                is_error: true,
-            }),
+        let timed_out = answered.is_err();
+        let (content, is_error) = match answered {
+            Err(_) => (vec![Block::Text(NO_ANSWER_IN_TIME.to_owned())], true),
+            Ok(Ok(out)) => (tool_result(out.content), out.is_error),
+            Ok(Err(e)) => (vec![Block::Text(e.to_string())], true),
+        };
+        let made = JournaledCall::new(&call, &content, is_error, run.clock.now(), run.journal_ttl);
+        if let Err(e) = self.store.journal_call(&made).await {
+            tracing::error!(error = %crate::error_chain(&e), tool = %route.tool, "a call's answer could not be journaled; the run stops so no call is made twice");
+            return Err(turns.model_failed(format!(
+                "the answer of `{}` could not be journaled; the run stopped so that no call is made twice",
+                route.tool
+            )));
         }
+        run.next_call.fetch_add(1, Ordering::Relaxed);
+        if timed_out {
+            return Err(turns.out_of_time());
+        }
+        Ok(Block::ToolResult { id, content, is_error })
     }
 }
+
+/// What a journal keeps of a call that did not answer within the run's time.
+const NO_ANSWER_IN_TIME: &str = "no answer within the run's time";
 
 /// The approval a gated call is made under (its index in `approvals`), or
 /// the answer it gets without a call: the kept answer of a call an earlier
@@ -703,7 +774,7 @@ fn approval_of(
     hash: &str,
     id: &str,
 ) -> Result<usize, Block> {
-    let request_id = match gate::gate(approvals, run_id, &route.server, &route.tool, hash) {
+    let request_id = match gate::gate(approvals, run_id, RunIds::target(route), hash) {
         Gate::Make(request_id) => request_id,
         Gate::Made { result, is_error } => {
             tracing::info!(tool = %route.tool, "an approved call made by an earlier attempt: its answer, not a second call");

@@ -58,6 +58,7 @@
 
 mod agent;
 mod claim;
+mod clock;
 mod procedure;
 mod settle;
 
@@ -70,15 +71,17 @@ use chrono::{DateTime, Duration, Utc};
 
 use crate::domain::run::agent_loop::Ended;
 use crate::domain::run::door::{Facts, SkipReason, TaskFacts, Verdict, verdict};
+use crate::domain::run::journal::Journal;
 use crate::domain::run::occurrence::{Delivery, Outcome, RunMessage};
 use crate::domain::run::pace::Pace;
 use crate::domain::task::budget::Prices;
 use crate::domain::task::claim::RunStatus;
 use crate::domain::task::limits::Ceilings;
-use crate::ports::{Connectors, Model, RunStore, StoreError};
+use crate::ports::{Clock, Connectors, Model, RunStore, StoreError, SystemClock};
 use crate::trace::{self, Tracer, key};
 
 use claim::Claiming;
+use clock::RunClock;
 
 /// What the runner reads besides its ports.
 #[derive(Debug, Clone)]
@@ -216,6 +219,9 @@ pub struct Runner<S, M, C> {
     connectors: C,
     settings: RunSettings,
     tracer: Tracer,
+    /// What a delivery's time moves on by while it runs ([`RunClock`]):
+    /// the wall clock unless [`Runner::with_clock`] hands in another.
+    clock: std::sync::Arc<dyn Clock>,
     /// Each pace lane's next free slot as this process last saw it (ms; 0
     /// for never), by `agent::lane_index`: which write a booking tries
     /// first (`pace::first_try`), and whether it needs one (`pace::seen_full`).
@@ -253,12 +259,21 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             connectors,
             settings,
             tracer: Tracer::off(),
+            clock: std::sync::Arc::new(SystemClock),
             pace_seen: [
                 std::sync::atomic::AtomicI64::new(0),
                 std::sync::atomic::AtomicI64::new(0),
             ],
             shares_seen: std::sync::Mutex::default(),
         }
+    }
+
+    /// The clock a delivery's time moves on by while it runs (a test's or
+    /// the simulation's virtual one).
+    #[must_use]
+    pub fn with_clock(mut self, clock: std::sync::Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     pub fn store(&self) -> &S {
@@ -305,6 +320,11 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Err(reason) => return self.record_malformed(message_id, body, reason, now).await,
         };
         label(&span, trace, &occ);
+        // Every later read of the time is this delivery's `now`, moved on;
+        // the invocation's deadline as far after it (the claim's lease
+        // keeps the deadline as the invocation's clock reads it).
+        let clock = RunClock::new(now, &*self.clock);
+        let run_deadline = clock.deadline(deadline);
 
         // 0. Not due yet: nothing written.
         if crate::domain::run::door::not_yet(occ.scheduled, now) {
@@ -320,8 +340,21 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Claiming::Held(claimed) => claimed,
             Claiming::Answered(disposition) => return Ok(disposition),
         };
+        // An earlier attempt's journal: the calls it made, and the outcome
+        // it was settling when its time ran out (settled now, nothing run).
+        let journal = self.journal_of(&occ, &claimed).await?;
         // 3. Door again, with the task and its install.
         let install = self.install_of(&claimed.task).await?;
+        if let Some(settling) = &journal.outcome {
+            tracing::info!(
+                "an earlier attempt's settle ran out of time: its journaled outcome is settled, nothing runs again"
+            );
+            let outcome = settling.settled_again();
+            let recorded = self
+                .settle(&occ, &claimed, install.as_ref(), &outcome, None, (&clock, run_deadline))
+                .await?;
+            return Ok(recorded.map_or(Disposition::Duplicate, Disposition::Ran));
+        }
         let task = TaskFacts::Present {
             task: &claimed.task,
             install: install.as_ref(),
@@ -334,17 +367,24 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             }
             // 4. and 5. The procedure and the agent loop.
             Verdict::Run => match self
-                .run_agent(&claimed.task, install.as_ref(), &occ, now, deadline)
+                .run_agent(&claimed.task, install.as_ref(), &occ, (&clock, &journal), run_deadline)
                 .await
             {
                 Ended::Run(outcome) => *outcome,
                 Ended::Requeue(requeue) => return self.release(&occ, &claimed, requeue).await,
-                Ended::Awaiting(parked) => return self.park(&occ, &claimed, *parked, now).await,
+                Ended::Awaiting(parked) => return self.park(&occ, &claimed, *parked, &clock).await,
             },
         };
         // 6. Settle; 7. its record is the notification's outbox.
         let Some(recorded) = self
-            .settle(&occ, &claimed, install.as_ref(), &outcome, door.skip(), (now, deadline))
+            .settle(
+                &occ,
+                &claimed,
+                install.as_ref(),
+                &outcome,
+                door.skip(),
+                (&clock, run_deadline),
+            )
             .await?
         else {
             return Ok(Disposition::Duplicate);
@@ -353,6 +393,16 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Verdict::Skip(reason) if recorded == RunStatus::Skipped => Disposition::Skipped(reason),
             _ => Disposition::Ran(recorded),
         })
+    }
+
+    /// The occurrence's journal (`RunStore::journal`) when an earlier
+    /// attempt may have written one: a take-over, a resume, a claim that
+    /// carries what released attempts spent. A first claim reads none.
+    async fn journal_of(&self, occ: &Delivery, claimed: &claim::Claimed) -> Result<Journal, RunError> {
+        if claimed.attempts <= 1 && occ.message.resume.is_none() && claimed.crashed <= 0.0 {
+            return Ok(Journal::default());
+        }
+        Ok(self.store.journal(occ.task_id.as_str(), &occ.key).await?)
     }
 
     /// What the door reads of this delivery. An approval's resume of an

@@ -6,10 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Duration, Utc};
 
 use super::agent::RunIds;
+use super::clock::RunClock;
 use super::{RunSettings, Runner, SETTLE_RESERVE_SECONDS};
 use crate::app::mcp_step;
 use crate::domain::run::agent::{Message, ModelRequest, ToolSpec, prompt_conversation};
 use crate::domain::run::agent_loop::{self, AgentLoop, Ended, Toolbox, reminder_prompt, time_left};
+use crate::domain::run::journal::Journal;
 use crate::domain::run::occurrence::{Delivery, Outcome, Usage, run_id};
 use crate::domain::task::install::Install;
 use crate::domain::task::{Provenance, Task, TaskKind};
@@ -37,7 +39,7 @@ impl<T> Setup<T> {
     /// `admit`, gating those its annotations or `ask_first` gate.
     fn offer(
         &mut self,
-        server: &str,
+        (install, server): (&str, &str),
         listed: Vec<ServerTool>,
         admit: impl Fn(&str) -> bool,
         ask_first: &BTreeSet<String>,
@@ -58,7 +60,7 @@ impl<T> Setup<T> {
                 input_schema: tool.input_schema,
             })
             .collect();
-        self.toolbox.offer(server, index, listed, admit);
+        self.toolbox.offer((install, server), index, listed, admit);
         self.toolbox.gate(index, |tool, offered| {
             crate::domain::run::gate::gated(destructive.contains(tool), ask_first, tool, offered)
         });
@@ -138,7 +140,7 @@ pub fn first_request(
     let messages = prompt_messages(prompt).map_err(|e| e.to_string())?;
     let mut setup = Setup::new(messages);
     setup.offer(
-        server,
+        ("", server),
         own_tools,
         |name| task.spec.tools.contains(name),
         &ask_first(task),
@@ -178,9 +180,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         task: &Task,
         install: Option<&Install>,
         occ: &Delivery,
-        now: DateTime<Utc>,
+        (clock, journal): (&RunClock<'_>, &Journal),
         deadline: DateTime<Utc>,
     ) -> Ended {
+        let now = clock.handled_at();
         let failed = |reason: String| Ended::Run(Box::new(Outcome::failed(reason, Usage::default(), 0.0, None)));
         // A run on a model without a price fails before anything is sent.
         if let Err(e) = self.settings.prices.of(&self.settings.model_id) {
@@ -190,7 +193,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let limits = self.settings.ceilings.bound(task.spec.limits);
         let latest = deadline - Duration::seconds(SETTLE_RESERVE_SECONDS);
         let wall_deadline = agent_loop::wall_deadline(&limits, now, latest);
-        let setup = match self.procedure(task, install, wall_deadline).await {
+        let setup = match self.procedure(task, install, (clock, wall_deadline)).await {
             Ok(setup) => setup,
             // Slow under load before any model call: load, not failure. The
             // occurrence goes back to run within its catch-up window.
@@ -217,9 +220,16 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             occurrence: &occ.key,
             execution_id: &occ.message.execution_id,
             resume: occ.message.resume.as_deref(),
+            clock,
+            next_call: std::sync::atomic::AtomicU32::new(journal.next_position()),
+            journal_ttl: crate::domain::run::journal::expiry(
+                clock.now(),
+                self.settings.approval_hours,
+                self.settings.retention,
+            ),
         };
         let lane = crate::domain::run::pace::Lane::of(task.kind);
-        match self.agent_loop(turns, &setup.sessions, &ids, lane).await {
+        match self.agent_loop(turns, &setup.sessions, (&ids, journal), lane).await {
             // What could not be offered is on the record, whatever the outcome.
             Ended::Run(mut outcome) => {
                 outcome.notes = notes;
@@ -237,7 +247,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         task: &Task,
         install: Option<&Install>,
         occ: &Delivery,
-        now: DateTime<Utc>,
+        (clock, journal): (&RunClock<'_>, &Journal),
         deadline: DateTime<Utc>,
     ) -> Ended {
         let name = match &task.provenance {
@@ -251,7 +261,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             model: &self.settings.model_id,
             run_id: &run,
         });
-        let ended = span.run(self.run(task, install, occ, now, deadline)).await;
+        let ended = span.run(self.run(task, install, occ, (clock, journal), deadline)).await;
         let usage = match &ended {
             Ended::Run(outcome) => {
                 span.set(key::OUTCOME, outcome.status.as_str());
@@ -283,7 +293,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         &self,
         task: &Task,
         install: Option<&Install>,
-        wall_deadline: DateTime<Utc>,
+        (clock, wall_deadline): (&RunClock<'_>, DateTime<Utc>),
     ) -> Result<Setup<C::Session>, SetupError> {
         match task.kind {
             TaskKind::Reminder => {
@@ -293,7 +303,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             // The setup (connects, prompts/get, tools/list per binding) is
             // bounded by the run's wall time too, so the settle still fits.
             TaskKind::Connector => {
-                let left = time_left(wall_deadline, Utc::now());
+                let left = time_left(wall_deadline, clock.now());
                 match tokio::time::timeout(left, self.connector_setup(task, install)).await {
                     Ok(setup) => setup.map_err(SetupError::Mcp),
                     Err(_) => Err(SetupError::TooSlow),
@@ -325,7 +335,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         .await?;
         let ask_first = ask_first(task);
         setup.offer(
-            &install.server,
+            (&install.install_id, &install.server),
             own,
             |name| task.spec.tools.contains(name),
             &ask_first,
@@ -337,7 +347,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             };
             let session = mcp_step(self.tracer.mcp("initialize", None), self.connectors.connect(&bound)).await?;
             let tools = mcp_step(self.tracer.mcp("tools/list", None), session.list_tools(None)).await?;
-            setup.offer(&bound.server, tools, |_| true, &ask_first, session);
+            setup.offer((&bound.install_id, &bound.server), tools, |_| true, &ask_first, session);
         }
         Ok(setup)
     }

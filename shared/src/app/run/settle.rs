@@ -5,9 +5,11 @@
 use chrono::{DateTime, Utc};
 
 use super::claim::Claimed;
+use super::clock::RunClock;
 use super::{Disposition, RunError, Runner};
 use crate::domain::run::agent_loop::{Parked, Requeue};
 use crate::domain::run::door::SkipReason;
+use crate::domain::run::journal::JournaledOutcome;
 use crate::domain::run::occurrence::{Delivery, Outcome, RunRecord, cap_reason, claim_retention};
 use crate::domain::run::settlement;
 use crate::domain::task::budget;
@@ -72,8 +74,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// a take-over (that execution records the outcome). A settle that
     /// keeps failing for now (colliding with other writes of the account,
     /// throttled) is sent again, the same transaction under its token,
-    /// until the invocation's `deadline` ([`Self::settle_in_time`]): the
-    /// run is never repeated to record its outcome while time is left.
+    /// until the invocation's `deadline` ([`Self::settle_in_time`]), and
+    /// its outcome is journaled at the first failure: the attempt after a
+    /// deadline settles that outcome, so the run is never repeated to
+    /// record it.
     pub(super) async fn settle(
         &self,
         occ: &Delivery,
@@ -81,10 +85,11 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         install: Option<&Install>,
         outcome: &Outcome,
         skip: Option<&SkipReason>,
-        (now, deadline): (DateTime<Utc>, DateTime<Utc>),
+        (clock, deadline): (&RunClock<'_>, DateTime<Utc>),
     ) -> Result<Option<RunStatus>, RunError> {
         let task = &claimed.task;
-        let finished_at = Utc::now().max(now);
+        let now = clock.handled_at();
+        let finished_at = clock.now();
         let model_id = &self.settings.model_id;
         let record = RunRecord::new(
             occ,
@@ -119,7 +124,13 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             complete: plan.complete,
             prune: plan.prune,
         };
-        let (settled, recorded) = match self.settle_in_time(&settlement, deadline).await {
+        let journaled = JournaledOutcome::new(
+            task.task_id.as_str(),
+            &occ.key,
+            outcome,
+            crate::domain::run::journal::expiry(now, self.settings.approval_hours, self.settings.retention),
+        );
+        let (settled, recorded) = match self.settle_in_time(&settlement, &journaled, clock, deadline).await {
             Ok(settled) => (settled, outcome.status),
             Err(error @ StoreError::Rejected { .. }) => self.settle_outcome_alone(&settlement, &error).await?,
             Err(error) => return Err(error.into()),
@@ -145,15 +156,25 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     async fn settle_in_time(
         &self,
         settlement: &Settlement<'_>,
+        journaled: &JournaledOutcome,
+        clock: &RunClock<'_>,
         deadline: DateTime<Utc>,
     ) -> Result<Settled, StoreError> {
         let mut attempt = 0;
         loop {
             match self.store.settle(settlement).await {
                 Err(error @ StoreError::Request { .. }) => {
+                    if attempt == 0 {
+                        // Should the time run out before a try gets
+                        // through, the next attempt settles this outcome
+                        // instead of running again.
+                        if let Err(e) = self.store.journal_outcome(journaled).await {
+                            tracing::warn!(error = %crate::error_chain(&e), "the outcome being settled could not be journaled");
+                        }
+                    }
                     let wait = super::backoff(attempt);
                     attempt += 1;
-                    let next = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
+                    let next = clock.now() + chrono::Duration::from_std(wait).unwrap_or_default();
                     if next + chrono::Duration::seconds(SETTLE_GIVE_UP_MARGIN) >= deadline {
                         return Err(error);
                     }
@@ -234,8 +255,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         occ: &Delivery,
         claimed: &Claimed,
         parked: Parked,
-        now: DateTime<Utc>,
+        clock: &RunClock<'_>,
     ) -> Result<Disposition, RunError> {
+        let now = clock.handled_at();
         let outcome = Outcome {
             status: RunStatus::AwaitingApproval,
             reason: Some(cap_reason(&format!(
@@ -254,7 +276,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             claimed.crashed,
             &self.settings.model_id,
             now,
-            Utc::now().max(now),
+            clock.now(),
             self.settings.retention,
         );
         record.request_id = Some(parked.approval.request_id.clone());

@@ -40,6 +40,9 @@ pub const MODEL_THROTTLED: &str = "model throttled";
 pub struct Route {
     pub session: usize,
     pub tool: String,
+    /// The install the session is with: two installs of one server are
+    /// two routes, and an approval serves the one it names.
+    pub install: String,
     /// The server the session is with, as the run names it.
     pub server: String,
     /// A call waits for an approval (`domain::run::gate`).
@@ -92,7 +95,13 @@ impl Toolbox {
     /// took that name (a pair that collides both ways is not offered); an
     /// empty description becomes the name (Converse refuses it empty), and a
     /// schema that is not an object becomes the open object schema.
-    pub fn offer(&mut self, server: &str, session: usize, listed: Vec<ToolSpec>, admit: impl Fn(&str) -> bool) {
+    pub fn offer(
+        &mut self,
+        (install, server): (&str, &str),
+        session: usize,
+        listed: Vec<ToolSpec>,
+        admit: impl Fn(&str) -> bool,
+    ) {
         for tool in listed.into_iter().filter(|t| admit(&t.name)) {
             if self.tools.len() >= MAX_OFFERED_TOOLS {
                 self.left_out.push(format!(
@@ -134,6 +143,7 @@ impl Toolbox {
                 Route {
                     session,
                     tool: tool.name,
+                    install: install.to_owned(),
                     server: server.to_owned(),
                     gated: false,
                 },
@@ -467,12 +477,18 @@ impl AgentLoop {
         self.toolbox.any_gated()
     }
 
-    /// The offered name and route of `server`'s tool `tool`, if offered.
-    pub fn offered(&self, server: &str, tool: &str) -> Option<(String, Route)> {
+    /// The offered name and route of `target`'s tool, if offered: on its
+    /// install, or, for a target that names none (a request of an earlier
+    /// release), on its server.
+    pub fn offered(&self, target: super::gate::Target<'_>) -> Option<(String, Route)> {
         self.toolbox
             .routes
             .iter()
-            .find(|(_, r)| r.server == server && r.tool == tool)
+            .find(|(_, r)| {
+                (target.install.is_empty() || r.install == target.install)
+                    && r.server == target.server
+                    && r.tool == target.tool
+            })
             .map(|(name, r)| (name.clone(), r.clone()))
     }
 
@@ -495,6 +511,43 @@ impl AgentLoop {
         self.messages.push(Message {
             role: Role::User,
             content: vec![result],
+        });
+    }
+
+    /// A call an earlier attempt of the occurrence made, read back from
+    /// its journal (`domain::run::journal`) before this attempt's first
+    /// model call: counted as a call of the occurrence and put in the
+    /// conversation as the model asked it and as the server answered
+    /// (bounded as any answer), so the model goes on from it and never asks
+    /// for it as new. A tool no longer offered is told in words (Converse
+    /// takes no `toolUse` of a tool it is not offered).
+    pub fn replay(&mut self, call: &super::journal::JournaledCall) {
+        let id = format!("journaled_{}", call.position);
+        let target = super::gate::Target {
+            install: &call.install,
+            server: &call.server,
+            tool: &call.tool,
+        };
+        if let Some((offered, _)) = self.offered(target) {
+            self.carry(&offered, &id, call.input(), call.answer(&id), true);
+            return;
+        }
+        self.usage.tool_calls += 1;
+        self.messages.push(Message {
+            role: Role::Assistant,
+            content: vec![Block::Text(format!(
+                "Earlier in this run I called `{}` of {} with {}.",
+                call.tool, call.server, call.arguments
+            ))],
+        });
+        let answer = self.held(Block::Text(format!(
+            "That call was made once and is not made again; it answered{}: {}",
+            if call.is_error { " with an error" } else { "" },
+            call.answer
+        )));
+        self.messages.push(Message {
+            role: Role::User,
+            content: vec![answer],
         });
     }
 
@@ -677,7 +730,7 @@ mod tests {
     fn with_tools(limits: Limits, run_budget: Option<f64>) -> AgentLoop {
         let mut toolbox = Toolbox::default();
         toolbox.offer(
-            "issues",
+            ("ins_issues", "issues"),
             0,
             vec![tool("list", "Lists.", json!({"type": "object"}))],
             |_| true,
@@ -734,7 +787,7 @@ mod tests {
         assert!(converse_schema(json!({"type": ["object", "null"]})).is_err());
         let mut toolbox = Toolbox::default();
         toolbox.offer(
-            "s",
+            ("ins_s", "s"),
             0,
             vec![
                 tool("ok", "d", json!({})),
@@ -753,9 +806,9 @@ mod tests {
             tool("list", "", json!("not a schema")),
             tool("delete", "Deletes.", json!({"type": "object"})),
         ];
-        toolbox.offer("issues", 0, listed, |name| name == "list");
+        toolbox.offer(("ins_issues", "issues"), 0, listed, |name| name == "list");
         toolbox.offer(
-            "chat",
+            ("ins_chat", "chat"),
             1,
             vec![tool("post", "Posts.", json!({"type": "object"}))],
             |_| true,
@@ -772,6 +825,7 @@ mod tests {
             Some(&Route {
                 session: 1,
                 tool: "post".into(),
+                install: "ins_chat".into(),
                 server: "chat".into(),
                 gated: false,
             })
@@ -782,9 +836,9 @@ mod tests {
     #[test]
     fn two_pairs_that_read_alike_are_told_apart_and_a_third_is_not_offered() {
         let mut toolbox = Toolbox::default();
-        toolbox.offer("a", 0, vec![tool("b__c", "1", json!({}))], |_| true);
-        toolbox.offer("a__b", 1, vec![tool("c", "2", json!({}))], |_| true);
-        toolbox.offer("a__b", 2, vec![tool("c", "3", json!({}))], |_| true);
+        toolbox.offer(("ins_a", "a"), 0, vec![tool("b__c", "1", json!({}))], |_| true);
+        toolbox.offer(("ins_a__b", "a__b"), 1, vec![tool("c", "2", json!({}))], |_| true);
+        toolbox.offer(("ins_a__b", "a__b"), 2, vec![tool("c", "3", json!({}))], |_| true);
         let names: Vec<&str> = toolbox.tools().iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["a__b__c", hashed_name("a__b", "c").as_str()]);
         assert_eq!(toolbox.route(names[1]).map(|r| r.session), Some(1));
@@ -822,6 +876,7 @@ mod tests {
             ToolCall::Allowed(Route {
                 session: 0,
                 tool: "list".into(),
+                install: "ins_issues".into(),
                 server: "issues".into(),
                 gated: false,
             })

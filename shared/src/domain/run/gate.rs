@@ -97,9 +97,11 @@ pub fn arguments_hash(arguments: &Value) -> String {
     hex::encode(Sha256::digest(canonical(arguments).as_bytes()))
 }
 
-/// A request's id: the same for the same run, server, tool and arguments.
-pub fn request_id(run_id: &str, server: &str, tool: &str, hash: &str) -> String {
-    let digest = Sha256::digest(format!("{run_id}\n{server}\n{tool}\n{hash}").as_bytes());
+/// A request's id: the same for the same run, install, server, tool and
+/// arguments.
+pub fn request_id(run_id: &str, target: Target<'_>, hash: &str) -> String {
+    let Target { install, server, tool } = target;
+    let digest = Sha256::digest(format!("{run_id}\n{install}\n{server}\n{tool}\n{hash}").as_bytes());
     format!("apr_{}", &hex::encode(digest)[..24])
 }
 
@@ -116,6 +118,15 @@ pub fn result_text(content: &[super::agent::Block]) -> String {
         })
         .collect();
     cap_chars(&text.join("\n"), MAX_RESULT_CHARS)
+}
+
+/// Where a call goes: the install (two installs of one server are two
+/// targets), its server as the run names it, the tool as the server names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target<'a> {
+    pub install: &'a str,
+    pub server: &'a str,
+    pub tool: &'a str,
 }
 
 /// Where a request stands (SPEC §15's `state`).
@@ -149,6 +160,10 @@ pub struct CallApproval {
     pub run_id: String,
     /// The occurrence's key within its task (`occurrence::occurrence_key`).
     pub scheduled_time: String,
+    /// The install the call goes to; empty on a request an earlier
+    /// release put, which named its server alone.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub install: String,
     pub server: String,
     /// The tool as its server names it.
     pub tool: String,
@@ -188,8 +203,7 @@ pub struct GatedCall<'a> {
     pub task_id: &'a str,
     pub run_id: &'a str,
     pub scheduled_time: &'a str,
-    pub server: &'a str,
-    pub tool: &'a str,
+    pub target: Target<'a>,
     pub arguments: &'a Value,
 }
 
@@ -205,13 +219,14 @@ impl CallApproval {
             return None;
         }
         Some(Self {
-            request_id: request_id(call.run_id, call.server, call.tool, &hash),
+            request_id: request_id(call.run_id, call.target, &hash),
             workspace: call.workspace.to_owned(),
             task_id: call.task_id.to_owned(),
             run_id: call.run_id.to_owned(),
             scheduled_time: call.scheduled_time.to_owned(),
-            server: call.server.to_owned(),
-            tool: call.tool.to_owned(),
+            install: call.target.install.to_owned(),
+            server: call.target.server.to_owned(),
+            tool: call.target.tool.to_owned(),
             arguments,
             arguments_sha256: hash,
             requested_at: now,
@@ -237,9 +252,24 @@ impl CallApproval {
         (arguments_hash(&arguments) == self.arguments_sha256).then_some(arguments)
     }
 
-    /// Whether this request is for exactly `call`: its run, server, tool and arguments.
-    pub fn serves(&self, run_id: &str, server: &str, tool: &str, hash: &str) -> bool {
-        self.run_id == run_id && self.server == server && self.tool == tool && self.arguments_sha256 == hash
+    /// Whether this request is for exactly `call`: its run, install,
+    /// server, tool and arguments (a request of an earlier release, which
+    /// names no install, by its server's name).
+    pub fn serves(&self, run_id: &str, target: Target<'_>, hash: &str) -> bool {
+        self.run_id == run_id
+            && (self.install.is_empty() || self.install == target.install)
+            && self.server == target.server
+            && self.tool == target.tool
+            && self.arguments_sha256 == hash
+    }
+
+    /// The call's target as asked.
+    pub fn target(&self) -> Target<'_> {
+        Target {
+            install: &self.install,
+            server: &self.server,
+            tool: &self.tool,
+        }
     }
 
     /// Past its expiry at `now`, undecided.
@@ -319,9 +349,9 @@ pub enum Gate {
     Refused(ApprovalState),
 }
 
-/// The gate's answer for the call `(server, tool, hash)` of `run_id`.
-pub fn gate(requests: &[CallApproval], run_id: &str, server: &str, tool: &str, hash: &str) -> Gate {
-    match requests.iter().find(|r| r.serves(run_id, server, tool, hash)) {
+/// The gate's answer for the call `(target, hash)` of `run_id`.
+pub fn gate(requests: &[CallApproval], run_id: &str, target: Target<'_>, hash: &str) -> Gate {
+    match requests.iter().find(|r| r.serves(run_id, target, hash)) {
         Some(r) if r.state == ApprovalState::Approved && r.used_at.is_none() => Gate::Make(r.request_id.clone()),
         Some(r) if r.state == ApprovalState::Approved => Gate::Made {
             result: r.result.clone(),
@@ -345,14 +375,17 @@ mod tests {
         Utc.with_ymd_and_hms(2026, 12, 5, 9, 0, 0).unwrap()
     }
 
+    fn target<'a>(install: &'a str, server: &'a str, tool: &'a str) -> Target<'a> {
+        Target { install, server, tool }
+    }
+
     fn call<'a>(arguments: &'a Value) -> GatedCall<'a> {
         GatedCall {
             workspace: "T1",
             task_id: "tsk_1",
             run_id: "tsk_1@2026-12-05T09:00:00Z",
             scheduled_time: "2026-12-05T09:00:00Z",
-            server: "issues",
-            tool: "delete_issue",
+            target: target("ins_1", "issues", "delete_issue"),
             arguments,
         }
     }
@@ -398,16 +431,37 @@ mod tests {
         assert_eq!(asked.state, ApprovalState::Open);
         assert_eq!(asked.expires_at, now() + Duration::hours(24));
         let hash = arguments_hash(&args);
-        assert!(asked.serves(&asked.run_id, "issues", "delete_issue", &hash));
-        assert!(!asked.serves("tsk_1@2026-12-06T09:00:00Z", "issues", "delete_issue", &hash));
-        assert!(!asked.serves(&asked.run_id, "issues", "close_issue", &hash));
-        assert!(!asked.serves(&asked.run_id, "other", "delete_issue", &hash));
+        let run = asked.run_id.clone();
+        assert!(asked.serves(&run, target("ins_1", "issues", "delete_issue"), &hash));
         assert!(!asked.serves(
-            &asked.run_id,
-            "issues",
-            "delete_issue",
+            "tsk_1@2026-12-06T09:00:00Z",
+            target("ins_1", "issues", "delete_issue"),
+            &hash
+        ));
+        assert!(!asked.serves(&run, target("ins_1", "issues", "close_issue"), &hash));
+        assert!(!asked.serves(&run, target("ins_1", "other", "delete_issue"), &hash));
+        assert!(
+            !asked.serves(&run, target("ins_2", "issues", "delete_issue"), &hash),
+            "another install of the same server is another call"
+        );
+        assert!(!asked.serves(
+            &run,
+            target("ins_1", "issues", "delete_issue"),
             &arguments_hash(&json!({"id": 8}))
         ));
+        let mut on_two = call(&args);
+        on_two.target.install = "ins_2";
+        assert_ne!(
+            CallApproval::ask(&on_two, now(), 24, Duration::days(30))
+                .unwrap()
+                .request_id,
+            asked.request_id,
+            "a request names its install"
+        );
+        // A request an earlier release put names no install: its server's name serves.
+        let mut older = asked.clone();
+        older.install.clear();
+        assert!(older.serves(&run, target("ins_2", "issues", "delete_issue"), &hash));
         assert_eq!(
             asked.request_id,
             CallApproval::ask(&call(&args), now() + Duration::hours(1), 24, Duration::days(30))
@@ -469,7 +523,7 @@ mod tests {
         let hash = arguments_hash(&args);
         let asked = CallApproval::ask(&call(&args), now(), 24, Duration::days(30)).unwrap();
         let run = asked.run_id.clone();
-        let g = |requests: &[CallApproval], h: &str| gate(requests, &run, "issues", "delete_issue", h);
+        let g = |requests: &[CallApproval], h: &str| gate(requests, &run, target("ins_1", "issues", "delete_issue"), h);
         assert_eq!(g(&[], &hash), Gate::Ask);
         assert_eq!(g(std::slice::from_ref(&asked), &hash), Gate::Ask);
         let mut approved = asked.decide(CallDecision::Approve, "U1", None, 1, now()).unwrap();
@@ -495,8 +549,7 @@ mod tests {
         let other_run = gate(
             std::slice::from_ref(&approved),
             "tsk_1@2026-12-06T09:00:00Z",
-            "issues",
-            "delete_issue",
+            target("ins_1", "issues", "delete_issue"),
             &hash,
         );
         assert_eq!(other_run, Gate::Ask, "an approval never serves another run");

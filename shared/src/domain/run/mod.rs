@@ -14,6 +14,7 @@ pub mod agent_loop;
 pub mod definition;
 pub mod door;
 pub mod gate;
+pub mod journal;
 pub mod model;
 pub mod notification;
 pub mod occurrence;
