@@ -272,6 +272,7 @@ fn fault(rng: &mut fastrand::Rng, kind: Kind) -> Fault {
             Point::ToolsList,
             Point::Model(1),
             Point::Tool(1),
+            Point::Journal,
             Point::Model(2),
             Point::Settle,
             Point::Release,
@@ -291,6 +292,7 @@ fn fault(rng: &mut fastrand::Rng, kind: Kind) -> Fault {
             Point::Claim,
             Point::TakeOver,
             Point::Install,
+            Point::Journal,
             Point::Settle,
             Point::Release,
             Point::RecordUnclaimed,
@@ -875,11 +877,28 @@ pub struct SimReport {
     pub violations: BTreeMap<&'static str, Vec<String>>,
     pub failing_seeds: BTreeSet<u64>,
     pub real_seconds: f64,
+    /// `tools/call` requests the server got.
+    pub calls_sent: usize,
+    /// Effects at a server that honours the call key: one per key.
+    pub effects: usize,
+    /// Calls sent again under a key already sent (an attempt lost between
+    /// a call and its journal entry: a server that honours the key
+    /// refuses the repeat).
+    pub resent: usize,
 }
 
-pub const CHECKS: [&str; 6] = [ONE_OUTCOME, SIDE_EFFECTS, ACCOUNTING, ONE_EVENT, NONE_LOST, GATED];
+pub const CHECKS: [&str; 7] = [
+    ONE_OUTCOME,
+    SIDE_EFFECTS,
+    CALLED_ONCE,
+    ACCOUNTING,
+    ONE_EVENT,
+    NONE_LOST,
+    GATED,
+];
 pub const ONE_OUTCOME: &str = "at most one settled outcome per occurrence";
 pub const SIDE_EFFECTS: &str = "tool side effects by run id";
+pub const CALLED_ONCE: &str = "no call made twice for one occurrence";
 pub const ACCOUNTING: &str = "budget_used, workspace months and account charges";
 pub const ONE_EVENT: &str = "one bus event per settled run, none for a skip";
 pub const NONE_LOST: &str = "every delivered occurrence recorded";
@@ -891,6 +910,9 @@ impl SimReport {
     }
 
     fn merge(&mut self, other: SimReport) {
+        self.calls_sent += other.calls_sent;
+        self.effects += other.effects;
+        self.resent += other.resent;
         self.seeds.extend(other.seeds);
         self.tasks += other.tasks;
         self.occurrences += other.occurrences;
@@ -932,6 +954,17 @@ impl SimReport {
         for (k, v) in &self.faults {
             rows.push((format!("  {k}"), v.to_string()));
         }
+        rows.extend([
+            ("tools/call sent".into(), self.calls_sent.to_string()),
+            (
+                "  effects at a server honouring the call key".into(),
+                self.effects.to_string(),
+            ),
+            (
+                "  sent again under its key (lost before its journal)".into(),
+                self.resent.to_string(),
+            ),
+        ]);
         rows.push(("outcomes".into(), String::new()));
         for (k, v) in &self.outcomes {
             rows.push((format!("  {k}"), v.to_string()));
@@ -1453,6 +1486,22 @@ fn f(value: &Value) -> f64 {
     value.as_f64().unwrap_or_default()
 }
 
+/// Whether a fault loses an attempt between a tool call and its journal
+/// entry: a crash once the call was made, or at the journal's write before
+/// it was sent.
+fn before_its_journal(fault: &Fault) -> bool {
+    matches!(
+        fault,
+        Fault::Crash {
+            point: Point::Tool(_),
+            after: true
+        } | Fault::Crash {
+            point: Point::Journal,
+            after: false
+        }
+    )
+}
+
 /// The checks of one seed, from the table, the fixture and the bus.
 async fn check(
     plan: &SeedPlan,
@@ -1520,11 +1569,21 @@ async fn check(
         }
     }
     let mut effects: HashMap<String, u32> = HashMap::new();
+    // Each run's call keys, and how often each was sent.
+    let mut keys_of: HashMap<String, HashMap<String, u32>> = HashMap::new();
     for meta in calls.iter().flatten() {
         if let Some(id) = meta["ai.nimblebrain/run-id"].as_str() {
             *effects.entry(id.to_owned()).or_default() += 1;
+            let key = meta[shared::domain::run::journal::CALL_KEY_META]
+                .as_str()
+                .unwrap_or("(no key)")
+                .to_owned();
+            *keys_of.entry(id.to_owned()).or_default().entry(key).or_default() += 1;
         }
     }
+    report.calls_sent = calls.iter().flatten().count();
+    report.effects = keys_of.values().map(HashMap::len).sum();
+    report.resent = report.calls_sent - report.effects;
     let mut records: HashMap<(String, String), &Value> = HashMap::new();
     let mut task_items: HashMap<String, &Value> = HashMap::new();
     let mut accounts: Vec<&Value> = Vec::new();
@@ -1649,6 +1708,30 @@ async fn check(
             violate(
                 SIDE_EFFECTS,
                 format!("{what}: no attempt lost, yet {done} side effects for {recorded_calls} recorded calls"),
+            );
+        }
+        // 2b. No call made twice: at a server that honours the call key,
+        // each key is one effect, and the occurrence's record counts every
+        // one; a key is sent again only after an attempt was lost between
+        // its call and the call's journal entry.
+        let keys = keys_of.get(&r.run_id);
+        let distinct = keys.map_or(0, |k| u32::try_from(k.len()).unwrap_or(u32::MAX));
+        let resent: u32 = keys.map_or(0, |k| k.values().map(|n| n - 1).sum());
+        let window = u32::try_from(r.faults.iter().filter(|f| before_its_journal(f)).count()).unwrap_or(u32::MAX);
+        if resent > window {
+            violate(
+                CALLED_ONCE,
+                format!(
+                    "{what}: {resent} calls sent again under a key already sent, {window} attempts lost between a call and its journal"
+                ),
+            );
+        }
+        if matches!(status, "succeeded" | "failed") && distinct != recorded_calls {
+            violate(
+                CALLED_ONCE,
+                format!(
+                    "{what}: {distinct} effects at a server honouring the call key, the record counts {recorded_calls} calls"
+                ),
             );
         }
         // 3. Accounting: what the records cost. A record awaiting approval

@@ -670,3 +670,72 @@ async fn a_gated_call_waits_under_the_runners_role_and_the_admins_approval_resum
         "made once, redelivered or not"
     );
 }
+
+/// A crash of the real binary (SIGKILL) right after a tool answered and
+/// before its next model call: the call was journaled, so the attempt that
+/// takes the occurrence over past the lease reads it back and its model
+/// goes on from it; the server sees the call once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_binary_killed_after_a_tool_answered_never_makes_the_call_again() {
+    use local::converse::Reply;
+    use local::mcp_fixture::tool;
+    let s = RunStack::start().await.unwrap();
+    let (issues, task) = s
+        .triage(
+            vec![tool("close_issue"), tool("label_issue")],
+            &["close_issue", "label_issue"],
+            &[],
+        )
+        .await;
+    let mut runner = started(&s).await;
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    // The model closes the issue, then hangs on its next call.
+    s.model.script([Reply::EachToolOnce, Reply::Stall]).await;
+    let body = run_message(&task, at, "e1");
+    let hung = async {
+        while s.model.requests().await.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let event = sqs_event(&[("m1", &body)]);
+    tokio::select! {
+        answered = runner.invoke_ok(&event) => panic!("the invocation answered: {answered:?}"),
+        () = hung => {}
+    }
+    runner.process.kill().await.unwrap();
+    let made = issues.state().read().await.call_metas.clone();
+    assert_eq!(made.len(), 1, "{made:?}");
+
+    // Redelivered past the lease: taken over, the journal read back.
+    let item =
+        s.t.item_at(shared::adapters::keys::Key::task("ws_1", task.task_id.as_str()))
+            .await
+            .unwrap();
+    let occurrence = shared::domain::run::occurrence::occurrence_key(at);
+    let lease = item["claims"][&occurrence]["lease_until"]
+        .as_i64()
+        .expect("a running claim's lease");
+    let past = chrono::DateTime::from_timestamp(lease + 1, 0).unwrap();
+    s.model.script([Reply::EachToolOnce, Reply::EachToolOnce]).await;
+    let got = s.runner().deliver("m2", &body, past, tests::deadline()).await.unwrap();
+    assert_eq!(
+        got,
+        shared::app::run::Disposition::Ran(shared::domain::task::claim::RunStatus::Succeeded)
+    );
+    let calls: Vec<String> = issues
+        .state()
+        .read()
+        .await
+        .calls
+        .iter()
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert_eq!(
+        calls,
+        ["close_issue", "label_issue"],
+        "the journaled call is not made again"
+    );
+    let record = s.run_record(&task.task_id, &occurrence).await.expect("a record");
+    assert_eq!(record["attempts"], 2, "{record}");
+    assert_eq!(record["usage"]["tool_calls"], 2, "{record}");
+}

@@ -299,6 +299,12 @@ impl FunctionProcess {
         Ok(Self { child })
     }
 
+    /// Kills the process as a crash does (SIGKILL: no handler runs, nothing
+    /// is flushed) and waits for it to end.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill().await.context("killing the function's process")
+    }
+
     /// The process id, to read its CPU time from `/proc`.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()

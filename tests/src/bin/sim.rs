@@ -3,8 +3,10 @@
 //! table, and exits non-zero when a check found a violation. One seed
 //! (`--seeds 17..17`) also prints its fault schedule.
 //!
-//! `sim [--seeds A..B] [--size N] [--per-task M] [--concurrency K] [--parallel P] [--schedule] [--tamper]`
+//! `sim [--seeds A..B] [--size N] [--per-task M] [--concurrency K] [--parallel P] [--schedule] [--tamper] [--doc]`
 //!
+//! `--doc` writes the table into docs/benchmarks.md (its `sim` section),
+//! stamped with the command, the commit, the day and the machine.
 //! `--parallel` runs that many seeds at once (each its own moto);
 //! `--tamper` deletes a run record and overcharges an account behind the
 //! runner's back before the checks, to see them fail.
@@ -15,7 +17,7 @@
 use anyhow::Context;
 use tests::sim::{SimConfig, run};
 
-const USAGE: &str = "sim [--seeds A..B] [--size N] [--per-task M] [--concurrency K] [--parallel P] [--schedule] [--tamper]\n\nThe seeded fault simulation (infra/scripts/sim.sh): each seed on its own local stack; one table; non-zero when a check found a violation.";
+const USAGE: &str = "sim [--seeds A..B] [--size N] [--per-task M] [--concurrency K] [--parallel P] [--schedule] [--tamper] [--doc]\n\nThe seeded fault simulation (infra/scripts/sim.sh): each seed on its own local stack; one table; non-zero when a check found a violation.";
 
 fn parse(args: &[String]) -> anyhow::Result<SimConfig> {
     let mut config = SimConfig::default();
@@ -57,7 +59,9 @@ fn parse(args: &[String]) -> anyhow::Result<SimConfig> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tests::answer_help(USAGE);
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let doc = args.iter().any(|a| a == "--doc");
+    args.retain(|a| a != "--doc");
     let config = parse(&args)?;
     eprintln!(
         "sim: seeds {}..{}, {} occurrences each, on moto, the rmcp fixture and the Converse stand-in (not Bedrock)",
@@ -65,6 +69,9 @@ async fn main() -> anyhow::Result<()> {
     );
     let report = run(&config).await?;
     println!("{}", report.table());
+    if doc {
+        write_doc(&args, &report)?;
+    }
     if report.violation_count() == 0 {
         println!("every check held");
         Ok(())
@@ -76,4 +83,23 @@ async fn main() -> anyhow::Result<()> {
         );
         std::process::exit(1);
     }
+}
+
+/// Writes `report`'s table into docs/benchmarks.md's `sim` section, stamped.
+fn write_doc(args: &[String], report: &tests::sim::SimReport) -> anyhow::Result<()> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let stamp = format!(
+        "*Written by `infra/scripts/sim.sh {} --doc` at commit `{}` on {}, {}, in {:.0} s.*",
+        args.join(" "),
+        tests::bench::commit(),
+        chrono::Utc::now().format("%Y-%m-%d"),
+        tests::bench::machine(),
+        report.real_seconds
+    );
+    let body = format!("{stamp}\n\n| | |\n|---|---:|\n{}", report.table());
+    let text = tests::bench::splice(&text, "sim", &body)?;
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("sim: wrote the table into {}", path.display());
+    Ok(())
 }

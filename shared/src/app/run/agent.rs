@@ -258,7 +258,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             )
             .await?;
         tracing::info!(tool = %route.tool, request_id, called, "the resumed run's approved call, before its first model call");
-        turns.carry(&offered, &id, input, result, called);
+        // Made by an earlier attempt that stopped before journaling it, it
+        // is still a call of this occurrence: counted once, here.
+        let made_before = approval.used_at.is_some();
+        turns.carry(&offered, &id, input, result, called || made_before);
         Ok(())
     }
 

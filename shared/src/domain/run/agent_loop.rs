@@ -492,13 +492,13 @@ impl AgentLoop {
             .map(|(name, r)| (name.clone(), r.clone()))
     }
 
-    /// The resumed run's approved call, before its first model call
-    /// (`domain::run::gate`): counted as a tool call when this attempt
-    /// `called` it (an earlier attempt's is answered from what it kept), and
-    /// its conversation goes on from the prompt, that call (`offered` with
+    /// A call made before this attempt's first model call (the resumed
+    /// run's approved call, `domain::run::gate`, or a journaled one,
+    /// [`AgentLoop::replay`]): counted as a call of the occurrence when
+    /// `counted`, and the conversation goes on from it (`offered` with
     /// `input`, as the model asked it) and its answer (`result`, bounded as any).
-    pub fn carry(&mut self, offered: &str, id: &str, input: Value, result: Block, called: bool) {
-        self.usage.tool_calls += u32::from(called);
+    pub fn carry(&mut self, offered: &str, id: &str, input: Value, result: Block, counted: bool) {
+        self.usage.tool_calls += u32::from(counted);
         self.messages.push(Message {
             role: Role::Assistant,
             content: vec![Block::ToolUse {
