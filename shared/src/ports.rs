@@ -491,7 +491,8 @@ pub enum PaceAnswer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelErrorKind {
     /// Load (`ThrottlingException`, `ServiceUnavailableException`,
-    /// `ModelNotReadyException`): retried, then the run goes back to the
+    /// `ModelNotReadyException`, `ServiceQuotaExceededException`): retried,
+    /// then the run goes back to the
     /// queue or fails as `model throttled`; it slows the model pace.
     Throttled,
     /// For now, not for good: a server error (`InternalServerException`, a

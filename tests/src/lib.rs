@@ -294,6 +294,24 @@ impl RunStack {
             .expect("the delivery answers")
     }
 
+    /// The lease the claim of `task`'s occurrence at `at` holds, as its
+    /// task item has it: a delivery after it takes the occurrence over.
+    pub async fn lease_of(&self, task: &Task, at: DateTime<Utc>) -> DateTime<Utc> {
+        let item = self
+            .t
+            .item_at(shared::adapters::keys::Key::task(
+                &task.workspace,
+                task.task_id.as_str(),
+            ))
+            .await
+            .expect("the task item");
+        let occurrence = shared::domain::run::occurrence::occurrence_key(at);
+        let lease = item["claims"][&occurrence]["lease_until"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("a claim with a lease: {item}"));
+        DateTime::from_timestamp(lease, 0).expect("a lease in range")
+    }
+
     /// Delivers once (as [`RunStack::deliver_once`]), asserts that the
     /// occurrence ran to `status`, and answers its run record.
     pub async fn run_to(&self, task: &Task, at: DateTime<Utc>, status: RunStatus) -> Value {
@@ -568,6 +586,37 @@ impl TestStack {
         let mut rules = self.rules();
         rules.endpoint.allow_loopback = false;
         rules
+    }
+
+    /// The SDK configuration `function` signs with (its role's key,
+    /// `local::runtime::role_key`), so the local IAM check holds a use case
+    /// run in process to that function's role in template.yaml.
+    pub fn sdk_as(&self, function: &str) -> aws_config::SdkConfig {
+        use aws_sdk_dynamodb::config::{Credentials, SharedCredentialsProvider};
+        let key = local::runtime::role_key(function).expect("a function of the template");
+        self.aws
+            .sdk
+            .to_builder()
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                key, "local", None, None, "role",
+            )))
+            .build()
+    }
+
+    /// The reconciler as the reconcile worker runs it: every AWS request
+    /// under its role.
+    pub fn reconciler_as_worker(&self) -> TestReconciler {
+        let rules = self.rules();
+        let sdk = self.sdk_as("reconcile");
+        let config = self.create_config(ENABLED);
+        Reconciler::new(
+            DynamoStore::new(local::strict::dynamodb(&sdk), &self.stack.names.table),
+            EventBridgeSchedules::from_sdk(&sdk, config.target),
+            McpConnectors::from_sdk(&sdk, rules.clone()).for_lists(),
+            FifoQueue::from_sdk(&sdk, &self.stack.reconcile_queue_url),
+            config.ceilings,
+            rules,
+        )
     }
 
     /// The reconciler under the given install rules.

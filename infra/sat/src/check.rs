@@ -108,6 +108,9 @@ pub struct CheckReport {
     /// Why a deployed reconcile would refuse this URL, if it would.
     pub url_refused: Option<String>,
     pub ceilings: Limits,
+    /// Whether the server declared the `prompts` capability; one that serves
+    /// tools alone (most do) is not asked for prompts and declares nothing.
+    pub serves_prompts: bool,
     /// The server's tools, as `tools/list` names them.
     pub tools: Vec<String>,
     /// Every prompt `prompts/list` showed without the marker.
@@ -425,6 +428,7 @@ pub async fn run(args: &CheckArgs, resources: Option<&Resources>) -> Result<Chec
         checked_at: render::utc(now),
         url_refused,
         ceilings: settings.ceilings.limits(),
+        serves_prompts: session.serves_prompts(),
         tools: tools.into_iter().collect(),
         unmarked,
         declarations,
@@ -781,7 +785,11 @@ impl Report for CheckReport {
             if accepted == 1 { "" } else { "s" },
             if accepted == 1 { "a task" } else { "tasks" },
         ));
-        if self.declarations.is_empty() {
+        if !self.serves_prompts {
+            text.push_str(
+                "The server declares no `prompts` capability: it serves tools alone and declares nothing scheduled.\n",
+            );
+        } else if self.declarations.is_empty() {
             text.push_str(&format!(
                 "No prompt carries the `{MARKER}` marker in its _meta: nothing would be scheduled.\n"
             ));

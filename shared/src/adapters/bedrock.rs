@@ -6,7 +6,9 @@
 //!
 //! The SDK's own retries are off: a throttled call comes back at once,
 //! classified ([`ModelErrorKind::Throttled`] for `ThrottlingException`,
-//! `ServiceUnavailableException`, `ModelNotReadyException`), and the run
+//! `ServiceUnavailableException`, `ModelNotReadyException`,
+//! `ServiceQuotaExceededException`; [`ModelErrorKind::Unavailable`] for
+//! [`UNAVAILABLE_CODES`]), and the run
 //! retries it with jittered backoff within its own time (SPEC §7).
 
 use aws_sdk_bedrockruntime::Client;
@@ -24,10 +26,13 @@ use crate::domain::run::agent::{Block, ImageFormat, Message, ModelReply, ModelRe
 use crate::ports::{Model, ModelError, ModelErrorKind};
 
 /// The error codes that mean load, not a bad request: retried by the run.
-pub const THROTTLED_CODES: [&str; 3] = [
+/// `ServiceQuotaExceededException` is the account's quota of requests or
+/// tokens for now (Bedrock counts both), as a throttle is.
+pub const THROTTLED_CODES: [&str; 4] = [
     "ThrottlingException",
     "ServiceUnavailableException",
     "ModelNotReadyException",
+    "ServiceQuotaExceededException",
 ];
 
 #[derive(Clone)]
@@ -57,11 +62,14 @@ fn error(message: impl Into<String>) -> ModelError {
 
 /// The error codes that mean "not now" rather than "no": a server error, a
 /// model that took too long, and the access a fresh account is denied while
-/// its model subscription (AWS Marketplace) completes, for minutes.
-pub const UNAVAILABLE_CODES: [&str; 3] = [
+/// its model subscription (AWS Marketplace) completes, for minutes; and
+/// `ModelErrorException` (424), an error while the model processed the
+/// request, which Bedrock documents as worth a retry.
+pub const UNAVAILABLE_CODES: [&str; 4] = [
     "InternalServerException",
     "ModelTimeoutException",
     "AccessDeniedException",
+    "ModelErrorException",
 ];
 
 /// Whether a failed call is load (retry), for now (retry), or anything else
@@ -387,6 +395,16 @@ mod tests {
             assert_eq!(classify(Some(code), Some(400)), ModelErrorKind::Throttled);
         }
         assert_eq!(classify(None, Some(429)), ModelErrorKind::Throttled);
+        assert_eq!(
+            classify(Some("ServiceQuotaExceededException"), Some(400)),
+            ModelErrorKind::Throttled,
+            "the account's token or request quota, for now"
+        );
+        assert_eq!(
+            classify(Some("ModelErrorException"), Some(424)),
+            ModelErrorKind::Unavailable,
+            "an error while the model processed the request"
+        );
         assert_eq!(classify(Some("ValidationException"), Some(400)), ModelErrorKind::Other);
         for code in UNAVAILABLE_CODES {
             assert_eq!(classify(Some(code), Some(500)), ModelErrorKind::Unavailable, "{code}");

@@ -87,7 +87,11 @@ const WEBHOOK_ID_DAYS: i64 = 2;
 
 impl DynamoStore {
     /// Every page of a query (or its first page only, with a `limit`).
-    async fn query_pages(&self, query: QueryFluentBuilder, limit: Option<i32>) -> Result<Vec<Item>, StoreError> {
+    pub(crate) async fn query_pages(
+        &self,
+        query: QueryFluentBuilder,
+        limit: Option<i32>,
+    ) -> Result<Vec<Item>, StoreError> {
         let mut items = Vec::new();
         let mut start = None;
         loop {
@@ -126,7 +130,7 @@ impl DynamoStore {
 
     /// A strongly consistent query of the items of partition `pk` whose
     /// sort key begins with `prefix`.
-    fn prefix_query(&self, pk: &str, prefix: &str) -> QueryFluentBuilder {
+    pub(crate) fn prefix_query(&self, pk: &str, prefix: &str) -> QueryFluentBuilder {
         self.client()
             .query()
             .table_name(self.table())
@@ -434,39 +438,31 @@ impl DueIndex for DynamoStore {
     async fn check_cursor(&self, family: Family, shard: u8) -> Result<Option<Cursor>, StoreError> {
         #[derive(serde::Deserialize)]
         struct Saved {
-            cursor: Cursor,
+            #[serde(default)]
+            cursor: Option<Cursor>,
         }
         let saved: Option<Saved> = self
             .get_item(Key::check_cursor(family.as_str(), shard), "check cursor")
             .await?;
-        Ok(saved.map(|s| s.cursor))
+        Ok(saved.and_then(|s| s.cursor))
     }
 
+    /// A shard that reached its end keeps its item without a cursor (the
+    /// next period starts from the first task): a put, as every other
+    /// save is, so the worker's role needs no `dynamodb:DeleteItem`, which
+    /// would let it delete any item of the table.
     async fn save_check_cursor(&self, family: Family, shard: u8, cursor: Option<&Cursor>) -> Result<(), StoreError> {
         let key = Key::check_cursor(family.as_str(), shard);
-        match cursor {
-            None => {
-                self.counted();
-                self.client()
-                    .delete_item()
-                    .table_name(self.table())
-                    .set_key(Some(key.to_map()))
-                    .send()
-                    .await
-                    .map_err(|e| request_error("DeleteItem", e))?;
-            }
-            Some(cursor) => {
-                let cursor = serde_dynamo::to_attribute_value(cursor).map_err(|e| StoreError::Corrupt {
-                    what: "check cursor".into(),
-                    source: Box::new(e),
-                })?;
-                let mut item = key.to_map();
-                item.insert("entity".to_owned(), AttributeValue::S("check_cursor".to_owned()));
-                item.insert("cursor".to_owned(), cursor);
-                self.put(item).await?;
-            }
+        let mut item = key.to_map();
+        item.insert("entity".to_owned(), AttributeValue::S("check_cursor".to_owned()));
+        if let Some(cursor) = cursor {
+            let cursor = serde_dynamo::to_attribute_value(cursor).map_err(|e| StoreError::Corrupt {
+                what: "check cursor".into(),
+                source: Box::new(e),
+            })?;
+            item.insert("cursor".to_owned(), cursor);
         }
-        Ok(())
+        self.put(item).await
     }
 
     async fn move_due(&self, task: &Task, to: Option<DateTime<Utc>>) -> Result<bool, StoreError> {

@@ -6,10 +6,8 @@
 //! page: at most the run's tool calls of items, each below
 //! `journal::MAX_ARGUMENT_BYTES` plus `journal::MAX_ANSWER_CHARS`.
 
-use aws_sdk_dynamodb::types::AttributeValue;
-
-use super::dynamo::{DynamoStore, read_item, request_error, to_item};
-use super::keys::{ENTITY, Key, PK, SK, journal_prefix};
+use super::dynamo::{DynamoStore, read_item, to_item};
+use super::keys::{ENTITY, Key, journal_prefix};
 use crate::domain::run::journal::{Journal, JournaledCall, JournaledOutcome};
 use crate::ports::StoreError;
 
@@ -19,37 +17,19 @@ const OUTCOME: &str = "journal_outcome";
 impl DynamoStore {
     pub(crate) async fn read_journal(&self, task_id: &str, occurrence: &str) -> Result<Journal, StoreError> {
         let pk = Key::journal_outcome(task_id, occurrence).pk;
+        let items = self
+            .query_pages(self.prefix_query(&pk, &journal_prefix(occurrence)), None)
+            .await?;
         let mut calls = Vec::new();
         let mut outcome = None;
-        let mut start = None;
-        loop {
-            self.counted();
-            let out = self
-                .client()
-                .query()
-                .table_name(self.table())
-                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
-                .expression_attribute_names("#pk", PK)
-                .expression_attribute_names("#sk", SK)
-                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
-                .expression_attribute_values(":prefix", AttributeValue::S(journal_prefix(occurrence)))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| request_error("Query", e))?;
-            for item in out.items.unwrap_or_default() {
-                match item.get(ENTITY).and_then(|e| e.as_s().ok()).map(String::as_str) {
-                    Some(CALL) => calls.push(read_item::<JournaledCall>(item, CALL)?),
-                    Some(OUTCOME) => outcome = Some(read_item::<JournaledOutcome>(item, OUTCOME)?),
-                    _ => {}
-                }
-            }
-            start = out.last_evaluated_key;
-            if start.is_none() {
-                return Ok(Journal::new(calls, outcome));
+        for item in items {
+            match item.get(ENTITY).and_then(|e| e.as_s().ok()).map(String::as_str) {
+                Some(CALL) => calls.push(read_item::<JournaledCall>(item, CALL)?),
+                Some(OUTCOME) => outcome = Some(read_item::<JournaledOutcome>(item, OUTCOME)?),
+                _ => {}
             }
         }
+        Ok(Journal::new(calls, outcome))
     }
 
     pub(crate) async fn put_journal_call(&self, call: &JournaledCall) -> Result<(), StoreError> {

@@ -500,9 +500,20 @@ impl McpClient {
             .and_then(|p| p.server_info.as_ref().map(|s| s.name.clone()))
     }
 
+    /// Whether the server declared the `prompts` capability at
+    /// `initialize`. Most servers serve tools alone and declare none: they
+    /// declare no scheduled prompts, and are never asked for a list.
+    pub fn serves_prompts(&self) -> bool {
+        self.client.peer_info().is_none_or(|p| p.capabilities.prompts.is_some())
+    }
+
     /// The full `prompts/list`, every page, as the server sent it, within
-    /// [`LIST_DEADLINE`].
+    /// [`LIST_DEADLINE`]; none, unasked, from a server without the
+    /// `prompts` capability ([`McpClient::serves_prompts`]).
     pub async fn raw_prompts(&self) -> Result<Vec<Prompt>, McpError> {
+        if !self.serves_prompts() {
+            return Ok(Vec::new());
+        }
         match tokio::time::timeout(LIST_DEADLINE, self.all_prompts()).await {
             Ok(prompts) => prompts,
             Err(_) => Err(list_timed_out("prompts/list")),

@@ -78,11 +78,17 @@ pub struct FixtureState {
     pub tool_answers: BTreeMap<String, CallToolResult>,
     /// The `_meta` of every `tools/call`, in order (`None` when absent).
     pub call_metas: Vec<Option<Value>>,
+    /// Serves tools alone, as most MCP servers do: no `prompts` capability,
+    /// and a `prompts/list` asked anyway answers `-32601`.
+    pub tools_only: bool,
+    /// Every `prompts/list` asked.
+    pub prompt_lists: usize,
 }
 
 #[derive(Clone)]
 struct Handler {
     state: Arc<RwLock<FixtureState>>,
+    tools_only: bool,
 }
 
 fn page<T: Clone>(items: &[T], size: usize, cursor: Option<String>) -> Result<(Vec<T>, Option<String>), ErrorData> {
@@ -111,15 +117,20 @@ fn to_prompt(p: &FixturePrompt) -> Prompt {
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
+        let capabilities = if self.tools_only {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build()
+        } else {
             ServerCapabilities::builder()
                 .enable_prompts()
                 .enable_prompts_list_changed()
                 .enable_tools()
                 .enable_tool_list_changed()
-                .build(),
-        )
-        .with_server_info(Implementation::new("fixture", "1.0.0"))
+                .build()
+        };
+        ServerConfig::new(capabilities).with_server_info(Implementation::new("fixture", "1.0.0"))
     }
 
     async fn list_prompts(
@@ -127,7 +138,15 @@ impl ServerHandler for Handler {
         request: Option<PaginatedRequestParams>,
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let state = self.state.read().await;
+        let mut state = self.state.write().await;
+        state.prompt_lists += 1;
+        if self.tools_only {
+            return Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "Method not found",
+                None,
+            ));
+        }
         let all: Vec<Prompt> = state.prompts.iter().map(to_prompt).collect();
         let (items, next) = page(&all, state.page_size, request.and_then(|r| r.cursor))?;
         let mut result = ListPromptsResult::with_all_items(items);
@@ -283,12 +302,14 @@ impl McpFixture {
     }
 
     fn app(initial: FixtureState) -> (Arc<RwLock<FixtureState>>, Router) {
+        let tools_only = initial.tools_only;
         let state = Arc::new(RwLock::new(initial));
         let for_service = state.clone();
         let service = StreamableHttpService::new(
             move || {
                 Ok(Handler {
                     state: for_service.clone(),
+                    tools_only,
                 })
             },
             Arc::new(LocalSessionManager::default()),

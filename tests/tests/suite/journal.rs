@@ -137,18 +137,6 @@ impl<P: RunStore> RunStoreHook<P> for CrashAtJournal {
     }
 }
 
-/// The lease the occurrence's claim holds, read from its task item.
-async fn lease_of(s: &RunStack, task: &Task, at: DateTime<Utc>) -> DateTime<Utc> {
-    let item =
-        s.t.item_at(shared::adapters::keys::Key::task("ws_1", task.task_id.as_str()))
-            .await
-            .unwrap();
-    let lease = item["claims"][occurrence_key(at)]["lease_until"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("a claim with a lease: {item}"));
-    DateTime::from_timestamp(lease, 0).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_a_call_and_its_journal_sends_the_same_key_again() {
     let s = RunStack::start().await.unwrap();
@@ -162,7 +150,7 @@ async fn a_crash_between_a_call_and_its_journal_sends_the_same_key_again() {
 
     // Past the lease, the take-over's model asks for the same call at the
     // same place: it carries the same key, which a server can refuse.
-    let past = lease_of(&s, &task, at).await + Duration::seconds(1);
+    let past = s.lease_of(&task, at).await + Duration::seconds(1);
     s.model.script([Reply::EachToolOnce, Reply::EachToolOnce]).await;
     let got = s.runner().deliver("m2", &body, past, deadline()).await.unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
@@ -192,7 +180,7 @@ async fn a_take_over_after_a_call_was_journaled_reads_it_back_and_never_calls_it
     assert!(crashes(s.runner().deliver("m1", &body, Utc::now(), deadline())).await);
     assert_eq!(calls(&issues).await, ["close_issue"]);
 
-    let past = lease_of(&s, &task, at).await + Duration::seconds(1);
+    let past = s.lease_of(&task, at).await + Duration::seconds(1);
     s.model.script([Reply::EachToolOnce, Reply::EachToolOnce]).await;
     let got = s.runner().deliver("m2", &body, past, deadline()).await.unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
@@ -238,7 +226,7 @@ async fn a_settle_that_runs_out_of_time_is_settled_by_the_next_attempt_without_r
     let model_calls = s.model.requests().await.len();
     assert_eq!(model_calls, 2);
 
-    let past = lease_of(&s, &task, at).await + Duration::seconds(1);
+    let past = s.lease_of(&task, at).await + Duration::seconds(1);
     let got = s.runner().deliver("m2", &body, past, deadline()).await.unwrap();
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
     assert_eq!(calls(&issues).await, ["close_issue"], "no call made again");

@@ -134,8 +134,9 @@ async fn each_missed_occurrence_is_reported_once_and_none_that_ran() {
     claim(&s, &crashed, h, h + Duration::minutes(15)).await;
     claim(&s, &running, h, checked_at + Duration::hours(1)).await;
 
-    // Before the cutoff passes the occurrences, nothing is judged.
-    let r = s.t.reconciler();
+    // Before the cutoff passes the occurrences, nothing is judged. The
+    // check runs as the worker does, every request under its role.
+    let r = s.t.reconciler_as_worker();
     let early = s.t.run_overdue_check(&r, h + CATCH_UP).await;
     assert_eq!(early, 0);
 

@@ -787,3 +787,43 @@ async fn a_stale_lifecycle_event_is_recorded_and_ignored() {
         .unwrap();
     assert_eq!(status().await.0, InstallStatus::Uninstalled);
 }
+
+/// Most MCP servers serve tools alone and declare no `prompts` capability
+/// (asked anyway, they answer `-32601`): such an install, beside one that
+/// declares standing work, reconciles to nothing, with no error on it and
+/// no `prompts/list` asked, and the other's task is created as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_serves_tools_alone_reconciles_to_nothing_without_an_error() {
+    let w = World::start().await;
+    let tools_only = McpFixture::start(FixtureState {
+        tools: vec![tool("search")],
+        tools_only: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let summary =
+        w.t.reconciler()
+            .apply(
+                &installed("ins_2", "search", &tools_only.url(), "workspace"),
+                Utc::now(),
+            )
+            .await
+            .unwrap();
+    assert!(summary.changes.is_empty(), "{summary:?}");
+    let install = w.t.item_at(Key::install("ws_1", "ins_2")).await.unwrap();
+    assert!(install.get("last_error").is_none_or(Value::is_null), "{install}");
+    assert_eq!(
+        tools_only.state().read().await.prompt_lists,
+        0,
+        "never asked for prompts"
+    );
+
+    let summary =
+        w.t.reconciler()
+            .apply(&installed("ins_1", "issues", &w.issues.url(), "workspace"), Utc::now())
+            .await
+            .unwrap();
+    assert_eq!(summary.changes.get("created"), Some(&1));
+    assert_eq!(w.t.items_of("task").await.len(), 1);
+}

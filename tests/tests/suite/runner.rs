@@ -286,7 +286,9 @@ async fn a_crash_taken_over_then_given_back_is_carried_into_the_occurrences_one_
     let (key, month) = (occurrence_key(at), period(at));
     let budget_used = |item: &Value| item["budget_used"][month.as_str()].as_f64().unwrap_or_default();
 
-    // 1. The first attempt dies at its settle, its model call made.
+    // 1. The first attempt dies at its settle, its model call made (and no
+    // tool call: after one, the occurrence fails when the model is away).
+    s.model.script([Reply::text("Nothing to summarise.", 1000, 10)]).await;
     let (_, short) = crash_at_settle(&s, &task, at).await;
     // 2. After its lease, taken over while the model is unavailable: given back.
     let later = short + Duration::seconds(shared::app::run::LEASE_MARGIN_SECONDS + 1);

@@ -222,3 +222,26 @@ async fn server_everything_declares_nothing_and_a_dead_server_is_a_clear_error()
     assert_eq!(bad.status, 1, "{bad:?}");
     assert!(bad.stderr.contains("https://"), "{bad:?}");
 }
+
+/// A server that serves tools alone (no `prompts` capability, as most
+/// MCP servers; asked anyway, it answers `-32601`): `sat check` exits 0,
+/// says it declares nothing scheduled, and never asks it for prompts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_serves_tools_alone_declares_nothing_and_exits_0() {
+    use local::mcp_fixture::{FixtureState, McpFixture, tool};
+    let server = McpFixture::start(FixtureState {
+        tools: vec![tool("search")],
+        tools_only: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ran = sat(&["check", &server.url(), "--server", "search"]).await;
+    assert_eq!(ran.status, 0, "{ran:?}");
+    assert!(
+        ran.stdout.contains("serves tools alone and declares nothing scheduled"),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(server.state().read().await.prompt_lists, 0, "never asked for prompts");
+}

@@ -43,7 +43,29 @@ pub(super) struct RunIds<'a> {
     pub journal_ttl: i64,
 }
 
-impl RunIds<'_> {
+impl<'a> RunIds<'a> {
+    /// The ids of `occ`'s run `run_id` of `task`, its calls placed after
+    /// those `journal` holds.
+    pub(super) fn of(
+        task: &'a crate::domain::task::Task,
+        occ: &'a crate::domain::run::occurrence::Delivery,
+        run_id: &'a str,
+        (clock, journal): (&'a RunClock<'a>, &Journal),
+        settings: &super::RunSettings,
+    ) -> Self {
+        Self {
+            workspace: &task.workspace,
+            task_id: task.task_id.as_str(),
+            run_id,
+            occurrence: &occ.key,
+            execution_id: &occ.message.execution_id,
+            resume: occ.message.resume.as_deref(),
+            clock,
+            next_call: std::sync::atomic::AtomicU32::new(journal.next_position()),
+            journal_ttl: journal::expiry(clock.now(), settings.approval_hours, settings.retention),
+        }
+    }
+
     fn target(route: &Route) -> Target<'_> {
         Target {
             install: &route.install,
@@ -258,10 +280,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             )
             .await?;
         tracing::info!(tool = %route.tool, request_id, called, "the resumed run's approved call, before its first model call");
-        // Made by an earlier attempt that stopped before journaling it, it
-        // is still a call of this occurrence: counted once, here.
-        let made_before = approval.used_at.is_some();
-        turns.carry(&offered, &id, input, result, called || made_before);
+        turns.carry(&offered, &id, input, result, called);
         Ok(())
     }
 

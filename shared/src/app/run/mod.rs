@@ -340,9 +340,23 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Claiming::Held(claimed) => claimed,
             Claiming::Answered(disposition) => return Ok(disposition),
         };
+        self.run_claimed(&occ, &claimed, &clock, (now, run_deadline)).await
+    }
+
+    /// Steps 3 to 7 of an occurrence this execution claimed: an earlier
+    /// attempt's journal read (the outcome it was settling settled, nothing
+    /// run again), the door with the task and its install, the run, its
+    /// settle (or release, or park).
+    async fn run_claimed(
+        &self,
+        occ: &Delivery,
+        claimed: &claim::Claimed,
+        clock: &RunClock<'_>,
+        (now, run_deadline): (DateTime<Utc>, DateTime<Utc>),
+    ) -> Result<Disposition, RunError> {
         // An earlier attempt's journal: the calls it made, and the outcome
         // it was settling when its time ran out (settled now, nothing run).
-        let journal = self.journal_of(&occ, &claimed).await?;
+        let journal = self.journal_of(occ, claimed).await?;
         // 3. Door again, with the task and its install.
         let install = self.install_of(&claimed.task).await?;
         if let Some(settling) = &journal.outcome {
@@ -351,7 +365,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             );
             let outcome = settling.settled_again();
             let recorded = self
-                .settle(&occ, &claimed, install.as_ref(), &outcome, None, (&clock, run_deadline))
+                .settle(occ, claimed, install.as_ref(), &outcome, None, (clock, run_deadline))
                 .await?;
             return Ok(recorded.map_or(Disposition::Duplicate, Disposition::Ran));
         }
@@ -359,7 +373,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             task: &claimed.task,
             install: install.as_ref(),
         };
-        let door = verdict(&self.facts(&occ, now, task));
+        let door = verdict(&self.facts(occ, now, task));
         let outcome = match &door {
             Verdict::Skip(reason) => {
                 tracing::info!(reason = reason.code(), "skipped at the door");
@@ -367,23 +381,23 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             }
             // 4. and 5. The procedure and the agent loop.
             Verdict::Run => match self
-                .run_agent(&claimed.task, install.as_ref(), &occ, (&clock, &journal), run_deadline)
+                .run_agent(&claimed.task, install.as_ref(), occ, (clock, &journal), run_deadline)
                 .await
             {
                 Ended::Run(outcome) => *outcome,
-                Ended::Requeue(requeue) => return self.release(&occ, &claimed, requeue).await,
-                Ended::Awaiting(parked) => return self.park(&occ, &claimed, *parked, &clock).await,
+                Ended::Requeue(requeue) => return self.release(occ, claimed, requeue).await,
+                Ended::Awaiting(parked) => return self.park(occ, claimed, *parked, clock).await,
             },
         };
         // 6. Settle; 7. its record is the notification's outbox.
         let Some(recorded) = self
             .settle(
-                &occ,
-                &claimed,
+                occ,
+                claimed,
                 install.as_ref(),
                 &outcome,
                 door.skip(),
-                (&clock, run_deadline),
+                (clock, run_deadline),
             )
             .await?
         else {

@@ -213,21 +213,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             Err(e) => return failed(e),
         };
         let run = run_id(task.task_id.as_str(), occ.scheduled);
-        let ids = RunIds {
-            workspace: &task.workspace,
-            task_id: task.task_id.as_str(),
-            run_id: &run,
-            occurrence: &occ.key,
-            execution_id: &occ.message.execution_id,
-            resume: occ.message.resume.as_deref(),
-            clock,
-            next_call: std::sync::atomic::AtomicU32::new(journal.next_position()),
-            journal_ttl: crate::domain::run::journal::expiry(
-                clock.now(),
-                self.settings.approval_hours,
-                self.settings.retention,
-            ),
-        };
+        let ids = RunIds::of(task, occ, &run, (clock, journal), &self.settings);
         let lane = crate::domain::run::pace::Lane::of(task.kind);
         match self.agent_loop(turns, &setup.sessions, (&ids, journal), lane).await {
             // What could not be offered is on the record, whatever the outcome.

@@ -124,12 +124,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             complete: plan.complete,
             prune: plan.prune,
         };
-        let journaled = JournaledOutcome::new(
-            task.task_id.as_str(),
-            &occ.key,
-            outcome,
-            crate::domain::run::journal::expiry(now, self.settings.approval_hours, self.settings.retention),
-        );
+        let journaled = self.journaled(occ, outcome, now);
         let (settled, recorded) = match self.settle_in_time(&settlement, &journaled, clock, deadline).await {
             Ok(settled) => (settled, outcome.status),
             Err(error @ StoreError::Rejected { .. }) => self.settle_outcome_alone(&settlement, &error).await?,
@@ -145,6 +140,12 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             "occurrence settled"
         );
         Ok(Some(recorded))
+    }
+
+    /// The outcome as the journal keeps it should the settle fail.
+    fn journaled(&self, occ: &Delivery, outcome: &Outcome, now: DateTime<Utc>) -> JournaledOutcome {
+        let ttl = crate::domain::run::journal::expiry(now, self.settings.approval_hours, self.settings.retention);
+        JournaledOutcome::new(occ.task_id.as_str(), &occ.key, outcome, ttl)
     }
 
     /// `RunStore::settle`, sent again after a failure that is not a
