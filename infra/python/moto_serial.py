@@ -315,6 +315,55 @@ _moto_modules = tuple(backends.list_of_moto_modules())
 backends.list_of_moto_modules = lambda: _moto_modules
 
 
+# DynamoDB answers TransactionConflictException to a plain write
+# (PutItem, UpdateItem, DeleteItem) of an item a transaction is writing at
+# that moment; moto, one request at a time, never does. POST
+# /_local/dynamodb-conflict with {"pk": <partition key>, "count": n} makes
+# the next n plain writes of that partition meet one (nothing written), as
+# a transaction racing them would; GET it answers how many are left.
+_conflicts = {}
+_PLAIN_WRITES = ("DynamoDB_20120810.PutItem", "DynamoDB_20120810.UpdateItem", "DynamoDB_20120810.DeleteItem")
+
+
+def _arm_conflicts(environ, start_response):
+    if environ.get("REQUEST_METHOD") == "POST":
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        try:
+            armed = json.loads(environ["wsgi.input"].read(length) or b"{}")
+            _conflicts[str(armed["pk"])] = int(armed.get("count", 1))
+        except (ValueError, KeyError, TypeError):
+            start_response("400 Bad Request", [("Content-Type", "text/plain")])
+            return [b'POST /_local/dynamodb-conflict {"pk": "<partition key>", "count": <n>}']
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [json.dumps(_conflicts).encode()]
+
+
+def _conflict(environ, start_response):
+    """The armed conflict's answer to a plain write of its partition, or None."""
+    if not _conflicts or environ.get("HTTP_X_AMZ_TARGET", "") not in _PLAIN_WRITES:
+        return None
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    try:
+        request = json.loads(body)
+        attributes = request.get("Key") or request.get("Item") or {}
+        pk = attributes.get("pk", {}).get("S")
+    except (ValueError, AttributeError):
+        return None
+    if not _conflicts.get(pk):
+        return None
+    _conflicts[pk] -= 1
+    if not _conflicts[pk]:
+        del _conflicts[pk]
+    start_response("400 Bad Request", [("Content-Type", "application/x-amz-json-1.0")])
+    message = {
+        "__type": "com.amazonaws.dynamodb.v20120810#TransactionConflictException",
+        "message": "Transaction is ongoing for the item",
+    }
+    return [json.dumps(message).encode()]
+
+
 class Serial:
     def __init__(self, app):
         self.app = app
@@ -323,9 +372,14 @@ class Serial:
         with _lock:
             if environ.get("PATH_INFO") == "/_local/sqs-clock":
                 return _clock(environ, start_response)
+            if environ.get("PATH_INFO") == "/_local/dynamodb-conflict":
+                return _arm_conflicts(environ, start_response)
             refused = local_iam.denied(environ)
             if refused is not None:
                 return local_iam.refuse(environ, start_response, *refused)
+            conflict = _conflict(environ, start_response)
+            if conflict is not None:
+                return conflict
             _carry_trace_header(environ)
             # Produce the whole body inside the lock: a lazy body would run
             # the backend after the lock is released.

@@ -26,6 +26,57 @@ use crate::ports::{Inserted, OwnerReminders, ReminderInserted, StoreError, TaskS
 
 pub type Item = HashMap<String, AttributeValue>;
 
+/// The DynamoDB client's configuration every store is built on: the
+/// function's SDK configuration, and [`TransactionConflicts`] retried.
+pub fn config(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::config::Builder {
+    aws_sdk_dynamodb::config::Builder::from(sdk).retry_classifier(TransactionConflicts)
+}
+
+/// DynamoDB answers `TransactionConflictException` to a plain write of an
+/// item a transaction is writing at that moment (a runner's claim or settle
+/// beside a due move, a task's write, a budget's set), and the SDK's
+/// standard retry does not retry it. Nothing was written: it is sent again
+/// as a transient error is, within the client's retry attempts. (A
+/// transaction's own conflicts come as its cancellation, which the settle
+/// retries under its token.)
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TransactionConflicts;
+
+impl aws_smithy_runtime_api::client::retries::classifiers::ClassifyRetry for TransactionConflicts {
+    fn classify_retry(
+        &self,
+        ctx: &aws_smithy_runtime_api::client::interceptors::context::InterceptorContext,
+    ) -> aws_smithy_runtime_api::client::retries::classifiers::RetryAction {
+        use aws_sdk_dynamodb::operation::{
+            delete_item::DeleteItemError, put_item::PutItemError, update_item::UpdateItemError,
+        };
+        use aws_smithy_runtime_api::client::retries::classifiers::RetryAction;
+        let Some(Err(error)) = ctx.output_or_error() else {
+            return RetryAction::NoActionIndicated;
+        };
+        let Some(error) = error.as_operation_error() else {
+            return RetryAction::NoActionIndicated;
+        };
+        let code = error
+            .downcast_ref::<PutItemError>()
+            .and_then(ProvideErrorMetadata::code)
+            .or_else(|| error.downcast_ref::<UpdateItemError>().and_then(ProvideErrorMetadata::code))
+            .or_else(|| error.downcast_ref::<DeleteItemError>().and_then(ProvideErrorMetadata::code));
+        if code == Some(TRANSACTION_CONFLICT) {
+            RetryAction::transient_error()
+        } else {
+            RetryAction::NoActionIndicated
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "TransactionConflicts"
+    }
+}
+
+/// The error code of a plain write that met a transaction on its item.
+pub const TRANSACTION_CONFLICT: &str = "TransactionConflictException";
+
 #[derive(Clone)]
 pub struct DynamoStore {
     client: Client,
@@ -43,7 +94,7 @@ impl DynamoStore {
     }
 
     pub fn from_sdk(sdk: &aws_config::SdkConfig, table: impl Into<String>) -> Self {
-        Self::new(Client::new(sdk), table)
+        Self::new(Client::from_conf(config(sdk).build()), table)
     }
 
     /// DynamoDB requests this store has sent since it was built.

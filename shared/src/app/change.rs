@@ -330,7 +330,13 @@ where
 {
     stamp(before, &mut after, now, retention);
     let order = Order::of(before, &after).map_err(|e| unschedulable(&after, e))?;
-    if order == Order::ScheduleFirst {
+    // A schedule the change leaves as it was is not put again: a put costs a
+    // request and starts a `rate()` schedule's phase again.
+    let unchanged = matches!(
+        (ScheduleDefinition::for_task(before), ScheduleDefinition::for_task(&after)),
+        (Ok(was), Ok(is)) if was == is
+    );
+    if order == Order::ScheduleFirst && !unchanged {
         let definition = ScheduleDefinition::for_task(&after).map_err(|e| unschedulable(&after, e))?;
         schedules.put(&definition).await?;
     }
@@ -344,7 +350,7 @@ where
     };
     let after = write.task;
     if written == UpdateWritten::Written {
-        if order == Order::TaskFirst {
+        if order == Order::TaskFirst && !unchanged {
             Box::pin(put_in_step(store, schedules, &after)).await?;
         }
         if after.ttl.is_some() && before.ttl.is_none() {
@@ -359,7 +365,7 @@ where
         return Ok(Changed::Written(Box::new(after)));
     }
     let current = store.task(&before.workspace, &before.task_id).await?;
-    if order == Order::ScheduleFirst {
+    if order == Order::ScheduleFirst && !unchanged {
         // This change's put may have landed after the winner's: put back
         // what the task now is.
         match &current {

@@ -152,6 +152,48 @@ fn sqs_clock(endpoint: &str, query: &str) -> anyhow::Result<f64> {
         .with_context(|| format!("moto's SQS clock said {body}"))
 }
 
+/// Makes the next `count` plain writes (`PutItem`, `UpdateItem`,
+/// `DeleteItem`) of partition `pk` on the moto at `endpoint` meet a
+/// `TransactionConflictException`, nothing written, as a transaction
+/// writing the item at that moment would (`infra/python/moto_serial.py`);
+/// answers how many are armed, by partition.
+pub fn arm_transaction_conflicts(endpoint: &str, pk: &str, count: u32) -> anyhow::Result<serde_json::Value> {
+    local_request(endpoint, "/_local/dynamodb-conflict", &serde_json::json!({"pk": pk, "count": count}).to_string())
+}
+
+/// The conflicts still armed, by partition.
+pub fn armed_transaction_conflicts(endpoint: &str) -> anyhow::Result<serde_json::Value> {
+    local_request(endpoint, "/_local/dynamodb-conflict", "")
+}
+
+/// One request to a `/_local/` endpoint of moto_serial.py: a POST with
+/// `body`, or a GET without one; its JSON answer.
+fn local_request(endpoint: &str, path: &str, body: &str) -> anyhow::Result<serde_json::Value> {
+    use std::io::{Read, Write};
+    let address = endpoint
+        .strip_prefix("http://")
+        .with_context(|| format!("{endpoint} is not an http:// endpoint"))?;
+    let mut stream = TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let method = if body.is_empty() { "GET" } else { "POST" };
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    let status = answer.split_whitespace().nth(1).unwrap_or_default();
+    if status != "200" {
+        bail!("{path} answered {status}: {answer}");
+    }
+    let json = match (answer.find('{'), answer.rfind('}')) {
+        (Some(start), Some(end)) if start < end => &answer[start..=end],
+        _ => bail!("{path} said {answer}"),
+    };
+    serde_json::from_str(json).with_context(|| format!("{path} said {json}"))
+}
+
 impl Drop for Moto {
     fn drop(&mut self) {
         let _ = self.child.kill();

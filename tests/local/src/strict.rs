@@ -62,9 +62,7 @@ fn check_item(item: &HashMap<String, AttributeValue>) -> Result<(), String> {
 
 /// A DynamoDB client on `sdk` that refuses what DynamoDB would refuse.
 pub fn dynamodb(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client {
-    let config = aws_sdk_dynamodb::config::Builder::from(sdk)
-        .interceptor(StrictDynamo)
-        .build();
+    let config = shared::adapters::dynamo::config(sdk).interceptor(StrictDynamo).build();
     aws_sdk_dynamodb::Client::from_conf(config)
 }
 

@@ -1730,3 +1730,49 @@ async fn a_stale_run_now_is_skipped_like_any_other() {
         "paused since it was asked: stale even after the resume"
     );
 }
+
+/// A change that leaves a reminder's schedule as it was (its title, its
+/// instruction) puts no schedule: a put costs a Scheduler request and would
+/// start a `rate()` schedule's phase again. A change of its time puts one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_that_leaves_the_schedule_as_it_was_puts_none() {
+    let t = TestStack::start().await.unwrap();
+    let seen = SeenRequests::default();
+    let app = app_seeing(&t, &seen);
+    let me = owner("usr_1");
+    let created = app
+        .handle(schedules_create(&me, "k", "Stretch", daily("07:00", "UTC")), Utc::now())
+        .await
+        .unwrap();
+    let put = || seen.0.lock().unwrap().len();
+    let after_create = put();
+    let renamed = app
+        .handle(
+            op(
+                "update",
+                &me,
+                &created["task"],
+                json!({"idempotency_key": "u1", "input": {"title": "Stretch well"}}),
+            ),
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(renamed["task"]["title"], "Stretch well", "{renamed}");
+    assert_eq!(put(), after_create, "no schedule put for a new title");
+    let moved = app
+        .handle(
+            op(
+                "update",
+                &me,
+                &renamed["task"],
+                json!({"idempotency_key": "u2", "input": daily("08:00", "UTC")}),
+            ),
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved["ok"], true, "{moved}");
+    assert!(put() > after_create, "a new time is put");
+    assert_eq!(schedule_of(&t, &moved["task"]).await.unwrap().0, "cron(0 8 * * ? *)");
+}

@@ -165,3 +165,35 @@ async fn a_full_task_round_trips_and_its_state_is_derived() {
     );
     assert_eq!(item["provenance"]["type"], "connector");
 }
+
+/// DynamoDB answers `TransactionConflictException` to a plain write of an
+/// item a transaction is writing at that moment, and the SDK's standard
+/// retry does not retry it; moto never answers one, the local stack does on
+/// request. Every store's client sends such a write again
+/// (`dynamo::TransactionConflicts`) and it lands; a client without that
+/// retry fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plain_write_meeting_a_transaction_conflict_is_sent_again() {
+    let t = TestStack::start().await.unwrap();
+    let endpoint = t.aws.moto.endpoint();
+    let install = tests::install(
+        "ins_9",
+        "issues",
+        "https://issues.example.com/mcp",
+        shared::domain::task::install::InstallScope::Workspace,
+    );
+    let pk = Key::install("ws_1", "ins_9").pk;
+    local::moto::arm_transaction_conflicts(&endpoint, &pk, 2).unwrap();
+    t.admin_store().put_install(&install).await.expect("sent again past two conflicts");
+    assert_eq!(local::moto::armed_transaction_conflicts(&endpoint).unwrap(), json!({}));
+    assert!(t.item_at(Key::install("ws_1", "ins_9")).await.is_some());
+
+    local::moto::arm_transaction_conflicts(&endpoint, &pk, 1).unwrap();
+    let bare = DynamoStore::new(aws_sdk_dynamodb::Client::new(&t.aws.sdk), &t.stack.names.table);
+    let failed = bare.put_install(&install).await.expect_err("the SDK alone does not retry it");
+    assert!(
+        shared::error_chain(&failed).contains("TransactionConflict"),
+        "{}",
+        shared::error_chain(&failed)
+    );
+}
