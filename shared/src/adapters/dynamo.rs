@@ -60,8 +60,16 @@ impl aws_smithy_runtime_api::client::retries::classifiers::ClassifyRetry for Tra
         let code = error
             .downcast_ref::<PutItemError>()
             .and_then(ProvideErrorMetadata::code)
-            .or_else(|| error.downcast_ref::<UpdateItemError>().and_then(ProvideErrorMetadata::code))
-            .or_else(|| error.downcast_ref::<DeleteItemError>().and_then(ProvideErrorMetadata::code));
+            .or_else(|| {
+                error
+                    .downcast_ref::<UpdateItemError>()
+                    .and_then(ProvideErrorMetadata::code)
+            })
+            .or_else(|| {
+                error
+                    .downcast_ref::<DeleteItemError>()
+                    .and_then(ProvideErrorMetadata::code)
+            });
         if code == Some(TRANSACTION_CONFLICT) {
             RetryAction::transient_error()
         } else {

@@ -5,6 +5,7 @@
 
 pub mod aws;
 pub mod backend;
+pub mod conformance;
 pub mod converse;
 pub mod dispatcher;
 pub mod everything;

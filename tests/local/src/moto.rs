@@ -158,7 +158,11 @@ fn sqs_clock(endpoint: &str, query: &str) -> anyhow::Result<f64> {
 /// writing the item at that moment would (`infra/python/moto_serial.py`);
 /// answers how many are armed, by partition.
 pub fn arm_transaction_conflicts(endpoint: &str, pk: &str, count: u32) -> anyhow::Result<serde_json::Value> {
-    local_request(endpoint, "/_local/dynamodb-conflict", &serde_json::json!({"pk": pk, "count": count}).to_string())
+    local_request(
+        endpoint,
+        "/_local/dynamodb-conflict",
+        &serde_json::json!({"pk": pk, "count": count}).to_string(),
+    )
 }
 
 /// The conflicts still armed, by partition.

@@ -184,13 +184,19 @@ async fn a_plain_write_meeting_a_transaction_conflict_is_sent_again() {
     );
     let pk = Key::install("ws_1", "ins_9").pk;
     local::moto::arm_transaction_conflicts(&endpoint, &pk, 2).unwrap();
-    t.admin_store().put_install(&install).await.expect("sent again past two conflicts");
+    t.admin_store()
+        .put_install(&install)
+        .await
+        .expect("sent again past two conflicts");
     assert_eq!(local::moto::armed_transaction_conflicts(&endpoint).unwrap(), json!({}));
     assert!(t.item_at(Key::install("ws_1", "ins_9")).await.is_some());
 
     local::moto::arm_transaction_conflicts(&endpoint, &pk, 1).unwrap();
     let bare = DynamoStore::new(aws_sdk_dynamodb::Client::new(&t.aws.sdk), &t.stack.names.table);
-    let failed = bare.put_install(&install).await.expect_err("the SDK alone does not retry it");
+    let failed = bare
+        .put_install(&install)
+        .await
+        .expect_err("the SDK alone does not retry it");
     assert!(
         shared::error_chain(&failed).contains("TransactionConflict"),
         "{}",

@@ -245,3 +245,12 @@ async fn a_server_that_serves_tools_alone_declares_nothing_and_exits_0() {
     );
     assert_eq!(server.state().read().await.prompt_lists, 0, "never asked for prompts");
 }
+
+/// The official MCP conformance suite's `initialize` scenario with `sat
+/// check` as the client command: the handshake passes, and the suite's
+/// server, which declares no prompts, is read as declaring nothing.
+#[test]
+fn the_conformance_suites_initialize_scenario_passes_with_sat_check_as_its_client() {
+    let command = format!("{} check", env!("CARGO_BIN_EXE_sat"));
+    local::conformance::client_scenario("initialize", &command);
+}

@@ -203,7 +203,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         if route.gated {
             let approvals = requests.as_deref_mut().unwrap_or_default();
             let (answer, called) = self
-                .approved_call(turns, session, &route, (id, input), run, approvals)
+                .approved_call(turns, session, &route, (id, input), (run, true), approvals)
                 .await?;
             if !called {
                 // Answered without a call: not a call of this run.
@@ -211,7 +211,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             }
             Ok(answer)
         } else {
-            self.tool_call(turns, session, &route, (id, input), run).await
+            self.tool_call(turns, session, &route, (id, input), (run, true)).await
         }
     }
 
@@ -275,7 +275,8 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 &sessions[route.session],
                 &route,
                 (id.clone(), input.clone()),
-                run,
+                // Counted by `carry` once made.
+                (run, false),
                 approvals,
             )
             .await?;
@@ -353,7 +354,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         session: &C::Session,
         route: &crate::domain::run::agent_loop::Route,
         (id, input): (String, Value),
-        run: &RunIds<'_>,
+        (run, counted): (&RunIds<'_>, bool),
         approvals: &mut [CallApproval],
     ) -> Result<(Block, bool), Ended> {
         let hash = gate::arguments_hash(&input);
@@ -378,7 +379,9 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 )));
             }
         }
-        let result = self.tool_call(turns, session, route, (id, input), run).await?;
+        let result = self
+            .tool_call(turns, session, route, (id, input), (run, counted))
+            .await?;
         if let Block::ToolResult { content, is_error, .. } = &result {
             let text = gate::result_text(content);
             if let Err(e) = self.store.keep_call_result(&approval, &text, *is_error).await {
@@ -731,7 +734,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         session: &C::Session,
         route: &Route,
         (id, input): (String, Value),
-        run: &RunIds<'_>,
+        (run, counted): (&RunIds<'_>, bool),
     ) -> Result<Block, Ended> {
         let left = turns.time_left(run.clock.now());
         let arguments = input.clone();
@@ -770,10 +773,13 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         let made = JournaledCall::new(&call, &content, is_error, run.clock.now(), run.journal_ttl);
         if let Err(e) = self.store.journal_call(&made).await {
             tracing::error!(error = %crate::error_chain(&e), tool = %route.tool, "a call's answer could not be journaled; the run stops so no call is made twice");
-            return Err(turns.model_failed(format!(
-                "the answer of `{}` could not be journaled; the run stopped so that no call is made twice",
-                route.tool
-            )));
+            return Err(turns.unjournaled(
+                format!(
+                    "the answer of `{}` could not be journaled; the run stopped so that no call is made twice",
+                    route.tool
+                ),
+                !counted,
+            ));
         }
         run.next_call.fetch_add(1, Ordering::Relaxed);
         if timed_out {

@@ -659,6 +659,21 @@ impl AgentLoop {
         ToolCall::Allowed(route)
     }
 
+    /// A call was made and its journal entry could not be written: the run
+    /// fails (a later attempt could not tell it was made), the call counted,
+    /// also when it was made outside a model's turn (`uncounted`: the
+    /// resumed run's approved call, which [`AgentLoop::carry`] counts after).
+    pub fn unjournaled(&self, why: String, uncounted: bool) -> Ended {
+        let mut usage = self.usage;
+        usage.tool_calls += u32::from(uncounted);
+        Ended::Run(Box::new(Outcome::failed(
+            why,
+            usage,
+            self.cost(),
+            self.last_text.as_deref().map(cap_output),
+        )))
+    }
+
     /// A gated call [`AgentLoop::tool_call`] allowed was answered without
     /// being made (made by an earlier attempt, or refused): not counted as
     /// a call of this run.
