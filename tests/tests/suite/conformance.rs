@@ -5,7 +5,7 @@
 
 /// Runs one client scenario with our client (`local::conformance`).
 fn scenario(name: &str) {
-    local::conformance::client_scenario(name, env!("CARGO_BIN_EXE_mcp-conformance-client"));
+    local::conformance::client_scenario(name, env!("CARGO_BIN_EXE_mcp-conformance-client")).unwrap();
 }
 
 /// The handshake: `server/discover`, answered with an empty result by the

@@ -252,5 +252,5 @@ async fn a_server_that_serves_tools_alone_declares_nothing_and_exits_0() {
 #[test]
 fn the_conformance_suites_initialize_scenario_passes_with_sat_check_as_its_client() {
     let command = format!("{} check", env!("CARGO_BIN_EXE_sat"));
-    local::conformance::client_scenario("initialize", &command);
+    local::conformance::client_scenario("initialize", &command).unwrap();
 }
