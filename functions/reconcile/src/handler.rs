@@ -382,6 +382,7 @@ async fn work_one(reconciler: &Worker, id: &str, group: &str, body: &str, budget
             }
             if let Some(check) = summary.overdue_check {
                 shared::adapters::metrics::count("OverdueCheckUnfinished", u64::from(check.unfinished), None);
+                shared::adapters::metrics::count("OverdueTasksUnjudged", check.unjudged as u64, None);
                 shared::adapters::metrics::seconds(
                     "OverdueBacklogSeconds",
                     u64::try_from(check.backlog_seconds).unwrap_or_default(),

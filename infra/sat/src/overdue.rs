@@ -118,6 +118,12 @@ impl Report for OverdueReport {
                 },
             ),
         ]));
+        for task in &self.checked.unjudged {
+            out.push_str(&format!(
+                "\nnot judged: {} ({}): {}; the next check tries it again\n",
+                task.task_id, task.workspace, task.error
+            ));
+        }
         if self.checked.missed.is_empty() {
             out.push_str("\nNo occurrence was missed.\n");
             return out;
@@ -143,6 +149,6 @@ impl Report for OverdueReport {
     }
 
     fn findings(&self) -> bool {
-        !self.checked.missed.is_empty()
+        !self.checked.missed.is_empty() || !self.checked.unjudged.is_empty()
     }
 }

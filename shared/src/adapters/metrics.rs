@@ -9,7 +9,8 @@
 //! `OccurrencesOverdue` (the missed-occurrence check, every shard's run),
 //! `OverdueCheckUnfinished` (a shard's check that ran out of time, 0 or 1),
 //! `OverdueBacklogSeconds` (seconds: the oldest `due` a shard's check left
-//! unjudged), `DeclarationsRefused`.
+//! unjudged), `OverdueTasksUnjudged` (tasks a shard's check could not judge
+//! and went past), `DeclarationsRefused`.
 
 use std::io::Write;
 

@@ -97,6 +97,19 @@ pub struct Checked {
     /// How long ago the oldest `due` this check left unjudged was (zero
     /// when it left none): the backlog's age.
     pub backlog: Duration,
+    /// Tasks the check could not judge (a write the store refused, a read
+    /// that failed): each named with why, the rest judged past them, so one
+    /// task never stops its shard's check. Their `due` stays: the next
+    /// check tries again, and the backlog's age shows them.
+    pub unjudged: Vec<Unjudged>,
+}
+
+/// A task a check could not judge.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unjudged {
+    pub workspace: String,
+    pub task_id: String,
+    pub error: String,
 }
 
 /// Runs the check of every shard at `now` until `deadline`, one shard
@@ -120,6 +133,7 @@ pub async fn check<S: DueIndex + RunStore>(
             checked.missed.extend(one.missed);
             checked.complete &= one.complete;
             checked.backlog = checked.backlog.max(one.backlog);
+            checked.unjudged.extend(one.unjudged);
         }
     }
     Ok(checked)
@@ -153,13 +167,16 @@ pub async fn check_shard<S: DueIndex + RunStore>(
         }
         let page = store.due_page(family, shard, cutoff, after.as_ref(), PAGE).await?;
         checked.tasks += page.items.len();
-        let judged: Vec<Result<Vec<Missed>, StoreError>> = futures_util::stream::iter(&page.items)
-            .map(|task| judge_task(store, &settings, task, cutoff, now))
+        let judged: Vec<(&Task, Result<Vec<Missed>, StoreError>)> = futures_util::stream::iter(&page.items)
+            .map(|task| async move { (task, judge_task(store, &settings, task, cutoff, now).await) })
             .buffer_unordered(JUDGED_AT_ONCE)
             .collect()
             .await;
-        for missed in judged {
-            checked.missed.extend(missed?);
+        for (task, missed) in judged {
+            match missed {
+                Ok(missed) => checked.missed.extend(missed),
+                Err(error) => checked.unjudged.push(unjudged(task, &error)),
+            }
         }
         match page.next {
             Some(next) => after = Some(next),
@@ -181,6 +198,17 @@ pub async fn check_shard<S: DueIndex + RunStore>(
         .and_then(|task| task.due)
         .map_or(Duration::zero(), |due| (now - due).max(Duration::zero()));
     Ok(checked)
+}
+
+/// A task a check could not judge, logged once, here, where it is handled.
+fn unjudged(task: &Task, error: &StoreError) -> Unjudged {
+    let error = crate::error_chain(error);
+    tracing::error!(task_id = %task.task_id, workspace = %task.workspace, error = %error, "a task the missed-occurrence check could not judge; the rest of its shard is judged");
+    Unjudged {
+        workspace: task.workspace.clone(),
+        task_id: task.task_id.to_string(),
+        error,
+    }
 }
 
 /// Records a judged occurrence as the runner records a skip, under the

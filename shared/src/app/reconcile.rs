@@ -322,6 +322,8 @@ pub struct Summary {
 pub struct CheckFigures {
     pub unfinished: bool,
     pub backlog_seconds: i64,
+    /// Tasks the check could not judge (`overdue::Checked::unjudged`).
+    pub unjudged: usize,
 }
 
 impl Summary {
@@ -627,6 +629,7 @@ impl<
             missed = checked.missed.len(),
             complete = checked.complete,
             backlog_seconds = checked.backlog.num_seconds(),
+            unjudged = checked.unjudged.len(),
             "missed-occurrence check"
         );
         Ok(Summary {
@@ -634,6 +637,7 @@ impl<
             overdue_check: Some(CheckFigures {
                 unfinished: !checked.complete,
                 backlog_seconds: checked.backlog.num_seconds(),
+                unjudged: checked.unjudged.len(),
             }),
             ..Summary::default()
         })

@@ -481,3 +481,77 @@ async fn a_lost_schedule_is_found_within_one_period_among_many_tasks() {
         );
     }
 }
+
+/// Refuses the unclaimed record of one task, as DynamoDB refuses a write
+/// that would take an item past 400 KB.
+struct RefusedFor(String);
+
+impl<P: RunStore> tests::intercept::RunStoreHook<P> for RefusedFor {
+    async fn record_unclaimed(
+        &self,
+        inner: &P,
+        record: &shared::domain::run::occurrence::RunRecord,
+    ) -> Result<shared::ports::Unclaimed, shared::ports::StoreError> {
+        if record.task_id == self.0 {
+            return Err(shared::ports::StoreError::Rejected {
+                operation: "TransactWriteItems",
+                source: "Item size to update has exceeded the maximum allowed size (injected)".into(),
+            });
+        }
+        inner.record_unclaimed(record).await
+    }
+}
+
+/// A shard's check never stops at one task: a task it cannot judge (its
+/// record refused) is named and counted, every other task of the shard is
+/// judged, the check finishes and keeps its cursor; the next check tries
+/// that task again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_the_check_cannot_judge_is_counted_and_the_rest_of_its_shard_judged() {
+    use shared::app::overdue::check_shard;
+    use shared::ports::Family;
+    let s = RunStack::start().await.unwrap();
+    let h = (Utc::now() - Duration::hours(3))
+        .duration_trunc(Duration::seconds(1))
+        .unwrap();
+    // Three one-time reminders at `h` in one shard (their ids' first digit), none delivered.
+    let mut tasks = Vec::new();
+    for n in 1..=3u32 {
+        let mut task = tests::reminder(h);
+        task.task_id = TaskId::parse(&format!("rem_a{n:031x}")).unwrap();
+        refresh_due(None, &mut task, h - Duration::hours(1));
+        assert_eq!(task.due, Some(h));
+        s.insert(&task).await;
+        tasks.push(task);
+    }
+    let shard = shared::adapters::keys::SchedulableKey::shard_of(tasks[0].task_id.as_str());
+    let refused = tasks[1].task_id.to_string();
+    let store = tests::intercept::Intercepted::new(s.store(), RefusedFor(refused.clone()));
+    let settings = CheckSettings {
+        catch_up: CATCH_UP,
+        retention: Duration::days(90),
+        write: true,
+    };
+    let checked_at = h + CATCH_UP + Duration::minutes(MARGIN_MINUTES + 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let checked = check_shard(&store, settings, Family::Reminders, shard, checked_at, deadline)
+        .await
+        .expect("one task never stops its shard's check");
+    assert!(checked.complete, "{checked:?}");
+    assert_eq!(checked.unjudged.len(), 1, "{checked:?}");
+    assert_eq!(checked.unjudged[0].task_id, refused);
+    assert!(
+        checked.unjudged[0].error.contains("refused the request as invalid"),
+        "{checked:?}"
+    );
+    let mut judged: Vec<String> = checked.missed.iter().map(|m| m.task_id.clone()).collect();
+    judged.sort();
+    assert_eq!(judged, [tasks[0].task_id.to_string(), tasks[2].task_id.to_string()]);
+    assert!(s.run_record(&tasks[1].task_id, &occurrence_key(h)).await.is_none());
+    // Not refused any more, the next check judges it.
+    let again = check_shard(&s.store(), settings, Family::Reminders, shard, checked_at, deadline)
+        .await
+        .unwrap();
+    assert_eq!(found(&again.missed), [(refused, h, "never_delivered")]);
+    assert!(again.unjudged.is_empty());
+}
