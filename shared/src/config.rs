@@ -466,13 +466,30 @@ impl FromEnv for RunnerConfig {
             catch_up_seconds,
             rules: install_rules(env)?,
             ceilings: ceilings(env)?,
-            retention: retention(env)?,
+            retention: within_retention(approval_hours(env)?, retention(env)?)?.1,
             traces: traces(env, "runner")?,
             pace: pace(env)?,
             person_monthly_usd: person_monthly_usd(env)?,
             approval_hours: approval_hours(env)?,
         })
     }
+}
+
+/// `APPROVAL_HOURS` and `RETENTION_DAYS` together: a request waits
+/// shorter than its occurrence's records are kept, or an awaiting record
+/// could expire while its request is still open and the occurrence never
+/// end. The template keeps `RetentionDays` past `ApprovalHours`' bound.
+pub fn within_retention(hours: i64, retention: chrono::Duration) -> Result<(i64, chrono::Duration), ConfigError> {
+    if chrono::Duration::hours(hours) >= retention {
+        return Err(ConfigError::Malformed {
+            name: "APPROVAL_HOURS",
+            reason: format!(
+                "{hours} hours is not shorter than RETENTION_DAYS ({} days): an occurrence waiting for an approval would outlive its records",
+                retention.num_days()
+            ),
+        });
+    }
+    Ok((hours, retention))
 }
 
 /// `CATCH_UP_SECONDS` (default [`DEFAULT_CATCH_UP_SECONDS`], from
@@ -803,6 +820,24 @@ mod tests {
         assert_eq!(config.ceilings.limits().max_turns, 3);
         assert_eq!(config.catch_up_seconds, DEFAULT_CATCH_UP_SECONDS);
         assert_eq!(config.pace, None, "no pace unless set");
+        // A request waits shorter than its occurrence's records are kept.
+        for (hours, days, ok) in [
+            ("24", "2", true),
+            ("48", "2", false),
+            ("168", "7", false),
+            ("168", "8", true),
+        ] {
+            let mut waits = base.to_vec();
+            waits.extend([("APPROVAL_HOURS", hours), ("RETENTION_DAYS", days)]);
+            let read = RunnerConfig::read(&env(&waits));
+            assert_eq!(read.is_ok(), ok, "{hours} h against {days} days: {read:?}");
+            if !ok {
+                assert!(
+                    matches!(&read, Err(ConfigError::Malformed { name: "APPROVAL_HOURS", reason }) if reason.contains("RETENTION_DAYS")),
+                    "{read:?}"
+                );
+            }
+        }
         for (value, pace) in [
             ("0", None),
             (" ", None),
