@@ -384,7 +384,7 @@ pub struct RunnerConfig {
 }
 
 /// `APPROVAL_HOURS`' bounds: an hour to a week.
-pub const APPROVAL_HOURS_RANGE: std::ops::RangeInclusive<i64> = 1..=168;
+pub const APPROVAL_HOURS_RANGE: std::ops::RangeInclusive<i64> = 1..=crate::domain::run::gate::MAX_APPROVAL_HOURS;
 
 /// `APPROVAL_HOURS` (default `gate::DEFAULT_APPROVAL_HOURS`).
 pub fn approval_hours<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<i64, ConfigError> {

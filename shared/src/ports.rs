@@ -203,6 +203,9 @@ pub struct ClaimRequest<'a> {
     /// The approved request a resume message names (`RunMessage::resume`):
     /// a `TakeOver::Approved` takes only a claim awaiting this request.
     pub resume: Option<&'a str>,
+    /// How long a dead claim is kept (`occurrence::claim_retention`): the
+    /// claim's write prunes older ones beside it (`occurrence::prunable`).
+    pub keep_claims: chrono::Duration,
 }
 
 /// The answer to a claim: the task as it is now (claimed), or as it was
@@ -298,6 +301,8 @@ pub struct Park<'a> {
     pub release: Release<'a>,
     pub record: &'a RunRecord,
     pub approval: &'a crate::domain::run::gate::CallApproval,
+    /// Dead claims removed beside it (`occurrence::prunable`).
+    pub prune: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -396,18 +401,25 @@ pub trait RunStore: Send + Sync {
     /// more (`Claim::is_dead`) is answered
     /// [`Unclaimed::Dead`] with the task as it was: what it committed is
     /// the skip's to pay ([`RunStore::record_over_dead`]).
-    fn record_unclaimed(&self, record: &RunRecord) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send;
+    /// The claims `prune` (`occurrence::prunable`) are removed beside it.
+    fn record_unclaimed(
+        &self,
+        record: &RunRecord,
+        prune: &[String],
+    ) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send;
     /// Records a skip over a dead claim, which `record` (its cost what the
     /// claim committed) pays for: the record, the claim finished as the
     /// skip's, fenced on the claim being still `dead` as read, and the
     /// account charged `record.cost_usd` for `period`, in one transaction.
-    /// Nothing when the record exists or the claim moved on.
+    /// Nothing when the record exists or the claim moved on. The claims
+    /// `prune` are removed beside it.
     fn record_over_dead(
         &self,
         record: &RunRecord,
         dead: &crate::domain::task::claim::Claim,
         account: Option<&crate::domain::task::budget::Account>,
         period: &str,
+        prune: &[String],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// The task as it is now (a strongly consistent read): what a skip that
     /// held no claim and read nothing before decides its completion from
@@ -680,10 +692,12 @@ pub trait CallApprovals: Send + Sync {
         expected: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Requests whose expiry passed before `before` that still hold an
-    /// occurrence (open, or approved and not used), earliest first.
+    /// occurrence (open, or approved and not used), earliest first, after
+    /// the request `after` (the last of the page before).
     fn lapsed_approvals(
         &self,
         before: DateTime<Utc>,
+        after: Option<&crate::domain::run::gate::CallApproval>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<crate::domain::run::gate::CallApproval>, StoreError>> + Send;
 }
@@ -694,10 +708,14 @@ pub struct EndAwaiting<'a> {
     pub approval: &'a crate::domain::run::gate::CallApproval,
     pub task: &'a Task,
     pub record: &'a RunRecord,
-    /// The awaiting claim as read: the record's cost is what it carries.
+    /// The claim as read (awaiting the request, or, for an expiry, a
+    /// resumed run's claim no execution holds): the write is fenced on it,
+    /// and the record's cost is what it committed.
     pub claim: &'a crate::domain::task::claim::Claim,
     pub account: Option<&'a crate::domain::task::budget::Account>,
     pub period: &'a str,
+    /// Dead claims removed beside it (`occurrence::prunable`).
+    pub prune: Vec<String>,
 }
 
 pub trait TaskCatalog: Send + Sync {

@@ -61,8 +61,13 @@ pub trait RunStoreHook<P: RunStore>: Send + Sync {
     fn release(&self, inner: &P, r: &Release<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         inner.release(r)
     }
-    fn record_unclaimed(&self, inner: &P, r: &RunRecord) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send {
-        inner.record_unclaimed(r)
+    fn record_unclaimed(
+        &self,
+        inner: &P,
+        r: &RunRecord,
+        prune: &[String],
+    ) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send {
+        inner.record_unclaimed(r, prune)
     }
     fn park(&self, inner: &P, p: &shared::ports::Park<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         inner.park(p)
@@ -167,8 +172,12 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.inner.mark_budget_reached(workspace, month, budget_usd, now)
     }
-    fn record_unclaimed(&self, r: &RunRecord) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send {
-        self.hook.record_unclaimed(&self.inner, r)
+    fn record_unclaimed(
+        &self,
+        r: &RunRecord,
+        prune: &[String],
+    ) -> impl Future<Output = Result<Unclaimed, StoreError>> + Send {
+        self.hook.record_unclaimed(&self.inner, r, prune)
     }
     fn record_over_dead(
         &self,
@@ -176,8 +185,9 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
         dead: &shared::domain::task::claim::Claim,
         account: Option<&shared::domain::task::budget::Account>,
         period: &str,
+        prune: &[String],
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.inner.record_over_dead(r, dead, account, period)
+        self.inner.record_over_dead(r, dead, account, period, prune)
     }
     fn current_task(&self, w: &str, t: &TaskId) -> impl Future<Output = Result<Option<Task>, StoreError>> + Send {
         self.inner.current_task(w, t)

@@ -524,6 +524,7 @@ pub fn install(id: &str, server: &str, url: &str, scope: InstallScope) -> Instal
         declaration_errors: Default::default(),
         last_error: None,
         lifecycle_at: None,
+        lifecycle_id: None,
     }
 }
 

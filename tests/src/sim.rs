@@ -681,8 +681,8 @@ impl<S: RunStore> RunStore for SimStore<S> {
     ) -> Result<(), StoreError> {
         self.0.mark_budget_reached(workspace, month, budget_usd, now).await
     }
-    async fn record_unclaimed(&self, record: &RunRecord) -> Result<Unclaimed, StoreError> {
-        at(Point::RecordUnclaimed, self.0.record_unclaimed(record)).await
+    async fn record_unclaimed(&self, record: &RunRecord, prune: &[String]) -> Result<Unclaimed, StoreError> {
+        at(Point::RecordUnclaimed, self.0.record_unclaimed(record, prune)).await
     }
     async fn record_over_dead(
         &self,
@@ -690,8 +690,9 @@ impl<S: RunStore> RunStore for SimStore<S> {
         dead: &shared::domain::task::claim::Claim,
         account: Option<&budget::Account>,
         period: &str,
+        prune: &[String],
     ) -> Result<(), StoreError> {
-        self.0.record_over_dead(record, dead, account, period).await
+        self.0.record_over_dead(record, dead, account, period, prune).await
     }
     async fn current_task(&self, workspace: &str, task_id: &TaskId) -> Result<Option<Task>, StoreError> {
         self.0.current_task(workspace, task_id).await

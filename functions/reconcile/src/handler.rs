@@ -380,6 +380,13 @@ async fn work_one(reconciler: &Worker, id: &str, group: &str, body: &str, budget
                 // Every check publishes, zero included: the alarm sees the check run.
                 shared::adapters::metrics::count("OccurrencesOverdue", missed as u64, None);
             }
+            if let Some(backlog) = summary.approvals_backlog {
+                // Every period publishes, zero included: the alarm sees expiry run.
+                shared::adapters::metrics::seconds(
+                    "ApprovalsLapsedBacklog",
+                    u64::try_from(backlog).unwrap_or_default(),
+                );
+            }
             if let Some(check) = summary.overdue_check {
                 shared::adapters::metrics::count("OverdueCheckUnfinished", u64::from(check.unfinished), None);
                 shared::adapters::metrics::count("OverdueTasksUnjudged", check.unjudged as u64, None);

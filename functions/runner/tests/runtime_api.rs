@@ -142,6 +142,7 @@ async fn a_busy_occurrence_comes_back_after_its_short_visibility_and_runs() {
             now,
             person_cap_usd: None,
             resume: None,
+            keep_claims: chrono::Duration::minutes(70),
         })
         .await
         .unwrap();

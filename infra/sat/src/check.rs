@@ -272,6 +272,7 @@ fn install(workspace: &str, server: &str, url: &str, now: DateTime<Utc>) -> Inst
         declaration_errors: BTreeMap::new(),
         last_error: None,
         lifecycle_at: None,
+        lifecycle_id: None,
     }
 }
 

@@ -88,11 +88,6 @@ impl DynamoStore {
         let update = Update::builder()
             .table_name(self.table())
             .set_key(Some(Key::task(&task.workspace, task.task_id.as_str()).to_map()))
-            .update_expression(
-                "SET claims.#occ.#status = :awaiting, claims.#occ.crashed_usd = :carried, \
-                 claims.#occ.workspace_usd = :carried, claims.#occ.request_id = :request, \
-                 budget_used.#period = budget_used.#period + :delta",
-            )
             .condition_expression("claims.#occ.execution_id = :exec AND claims.#occ.#status = :running")
             .expression_attribute_names("#occ", release.occurrence)
             .expression_attribute_names("#status", "status")
@@ -103,9 +98,17 @@ impl DynamoStore {
             .expression_attribute_values(":delta", n(release.carried_usd - release.reserved_usd))
             .expression_attribute_values(":exec", s(release.execution_id))
             .expression_attribute_values(":running", s(RunStatus::Running.as_str()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(|e| request_error("TransactWriteItems", e))?;
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let update = super::runs::pruning(
+            update,
+            "SET claims.#occ.#status = :awaiting, claims.#occ.crashed_usd = :carried, \
+             claims.#occ.workspace_usd = :carried, claims.#occ.request_id = :request, \
+             budget_used.#period = budget_used.#period + :delta",
+            &[],
+            &park.prune,
+        )
+        .build()
+        .map_err(|e| request_error("TransactWriteItems", e))?;
         let record = Put::builder()
             .table_name(self.table())
             .set_item(Some(to_item(
@@ -341,13 +344,18 @@ impl CallApprovals for DynamoStore {
             .set_key(Some(
                 Key::task(&ended.task.workspace, ended.task.task_id.as_str()).to_map(),
             ))
-            .update_expression("SET claims.#occ = :claim")
-            .condition_expression("claims.#occ.#status = :awaiting AND claims.#occ.request_id = :request")
+            .condition_expression(
+                "claims.#occ.#status = :held AND claims.#occ.request_id = :request \
+                 AND claims.#occ.execution_id = :exec AND claims.#occ.lease_until = :lease",
+            )
             .expression_attribute_names("#occ", &record.scheduled_time)
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":claim", claim)
-            .expression_attribute_values(":awaiting", s(RunStatus::AwaitingApproval.as_str()))
-            .expression_attribute_values(":request", s(&ended.approval.request_id))
+            .expression_attribute_values(":held", s(ended.claim.status.as_str()))
+            .expression_attribute_values(":exec", s(&ended.claim.execution_id))
+            .expression_attribute_values(":lease", n(ended.claim.lease_until))
+            .expression_attribute_values(":request", s(&ended.approval.request_id));
+        let finished = super::runs::pruning(finished, "SET claims.#occ = :claim", &[], &ended.prune)
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
         let mut items = vec![
@@ -369,7 +377,23 @@ impl CallApprovals for DynamoStore {
         self.send_all(vec![decided_put(self.table(), decided, expected)?]).await
     }
 
-    async fn lapsed_approvals(&self, before: DateTime<Utc>, limit: usize) -> Result<Vec<CallApproval>, StoreError> {
+    async fn lapsed_approvals(
+        &self,
+        before: DateTime<Utc>,
+        after: Option<&CallApproval>,
+        limit: usize,
+    ) -> Result<Vec<CallApproval>, StoreError> {
+        // The page goes on from the item `after` is, by its keys and its
+        // index keys (a request the pass left, or closed, since).
+        let start = after.map(|last| {
+            let mut start = key(&last.workspace, &last.request_id).to_map();
+            start.insert(GSI3PK.to_owned(), s(HOLDING));
+            start.insert(
+                GSI3SK.to_owned(),
+                s(&format!("{}#{}", format_utc(last.expires_at), last.request_id)),
+            );
+            start
+        });
         self.counted();
         let page = self
             .client()
@@ -381,6 +405,7 @@ impl CallApprovals for DynamoStore {
             .expression_attribute_names("#sk", GSI3SK)
             .expression_attribute_values(":pk", s(HOLDING))
             .expression_attribute_values(":before", s(&format_utc(before)))
+            .set_exclusive_start_key(start)
             .limit(i32::try_from(limit).unwrap_or(i32::MAX))
             .send()
             .await

@@ -10,7 +10,8 @@
 //! `OverdueCheckUnfinished` (a shard's check that ran out of time, 0 or 1),
 //! `OverdueBacklogSeconds` (seconds: the oldest `due` a shard's check left
 //! unjudged), `OverdueTasksUnjudged` (tasks a shard's check could not judge
-//! and went past), `DeclarationsRefused`.
+//! and went past), `ApprovalsLapsedBacklog` (seconds: the oldest lapsed
+//! approval request a check period's expiry left), `DeclarationsRefused`.
 
 use std::io::Write;
 

@@ -40,7 +40,7 @@ use super::dynamo::{Cancellation, DynamoStore, Item, put_if_absent, read_item, r
 use super::keys::{GSI3PK, GSI3SK, Key, PK, SK};
 use crate::domain::run::gate::CallApproval;
 use crate::domain::run::journal::{Journal, JournaledCall, JournaledOutcome};
-use crate::domain::run::occurrence::{RunRecord, cap_output, occurrence_key};
+use crate::domain::run::occurrence::{self, RunRecord, cap_output, occurrence_key};
 use crate::domain::run::pace::Slots;
 use crate::domain::run::settlement::Completion;
 use crate::domain::task::budget::BudgetLevel;
@@ -130,6 +130,27 @@ pub(crate) enum Sent {
 const CLAIM_READS: usize = 3;
 
 /// The claim a skip takes with its record: finished as the record says.
+/// `set` (the update's `SET` clauses) with `remove` and the claims `prune`
+/// (`occurrence::prunable`) removed beside them, each claim under a name of
+/// its own (`#old<i>`): the update expression every claim write sends.
+pub(crate) fn pruning(
+    mut update: aws_sdk_dynamodb::types::builders::UpdateBuilder,
+    set: &str,
+    remove: &[&str],
+    prune: &[String],
+) -> aws_sdk_dynamodb::types::builders::UpdateBuilder {
+    let mut removals: Vec<String> = (0..prune.len()).map(|i| format!("claims.#old{i}")).collect();
+    removals.extend(remove.iter().map(|r| (*r).to_owned()));
+    for (i, occurrence) in prune.iter().enumerate() {
+        update = update.expression_attribute_names(format!("#old{i}"), occurrence);
+    }
+    if removals.is_empty() {
+        update.update_expression(set)
+    } else {
+        update.update_expression(format!("{set} REMOVE {}", removals.join(", ")))
+    }
+}
+
 pub(crate) fn skip_claim(record: &RunRecord) -> Result<AttributeValue, StoreError> {
     let claim = Claim {
         status: record.status,
@@ -361,23 +382,15 @@ impl DynamoStore {
         if let Some(completion) = &settlement.complete {
             update = completing(update, &mut set, completion, record)?;
         }
-        let mut expression = format!("SET {}", set.join(", "));
-        let mut removals: Vec<String> = (0..settlement.prune.len()).map(|i| format!("claims.#old{i}")).collect();
+        let mut removals = Vec::new();
         if settlement.complete.is_some() {
             // A completed reminder leaves the schedulable-reminder index.
-            removals.extend(["#gsi3pk".to_owned(), "#gsi3sk".to_owned()]);
+            removals.extend(["#gsi3pk", "#gsi3sk"]);
             update = update
                 .expression_attribute_names("#gsi3pk", GSI3PK)
                 .expression_attribute_names("#gsi3sk", GSI3SK);
         }
-        if !removals.is_empty() {
-            expression.push_str(&format!(" REMOVE {}", removals.join(", ")));
-            for (i, occurrence) in settlement.prune.iter().enumerate() {
-                update = update.expression_attribute_names(format!("#old{i}"), occurrence);
-            }
-        }
-        update
-            .update_expression(expression)
+        pruning(update, &format!("SET {}", set.join(", ")), &removals, &settlement.prune)
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))
     }
@@ -401,8 +414,9 @@ impl DynamoStore {
             let Some(claim) = new_claim(request, from, held, reservation) else {
                 return Ok(ClaimAnswer::Refused(Some(Box::new(task))));
             };
+            let prune = occurrence::prunable(&task, request.occurrence, request.now, request.keep_claims);
             let mut items = vec![
-                self.claim_taken(request, &task, held, &claim, reservation)?,
+                self.claim_taken(request, (&task, &prune), held, &claim, reservation)?,
                 self.workspace_hold(&task.workspace, request.period, reservation, true)?,
             ];
             let person = match (&task.provenance, request.person_cap_usd) {
@@ -424,6 +438,7 @@ impl DynamoStore {
             match self.transact(items, token, 0).await? {
                 Sent::Done => {
                     *task.budget_used.entry(request.period.to_owned()).or_default() += reservation;
+                    task.claims.retain(|key, _| !prune.contains(key));
                     task.claims.insert(request.occurrence.to_owned(), claim);
                     return Ok(ClaimAnswer::Claimed(Box::new(task)));
                 }
@@ -478,7 +493,7 @@ impl DynamoStore {
     fn claim_taken(
         &self,
         request: &ClaimRequest<'_>,
-        task: &Task,
+        (task, prune): (&Task, &[String]),
         held: Option<&Claim>,
         claim: &Claim,
         reservation: f64,
@@ -487,12 +502,9 @@ impl DynamoStore {
             what: "claim".into(),
             source: Box::new(e),
         })?;
-        let mut update = Update::builder()
+        let update = Update::builder()
             .table_name(self.table())
             .set_key(Some(Key::task(request.workspace, request.task_id.as_str()).to_map()))
-            .update_expression(
-                "SET claims.#occ = :claim, budget_used.#period = if_not_exists(budget_used.#period, :zero) + :reserve",
-            )
             .expression_attribute_names("#occ", request.occurrence)
             .expression_attribute_names("#period", request.period)
             .expression_attribute_names("#pk", PK)
@@ -501,6 +513,12 @@ impl DynamoStore {
             .expression_attribute_values(":reserve", n(reservation))
             .expression_attribute_values(":version", n(task.version))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let mut update = pruning(
+            update,
+            "SET claims.#occ = :claim, budget_used.#period = if_not_exists(budget_used.#period, :zero) + :reserve",
+            &[],
+            prune,
+        );
         let occupied = match held {
             None => "attribute_not_exists(claims.#occ)".to_owned(),
             Some(old) => {
@@ -685,7 +703,7 @@ impl RunStore for DynamoStore {
         self.mark_reached(workspace, month, budget_usd, now).await
     }
 
-    async fn record_unclaimed(&self, record: &RunRecord) -> Result<Unclaimed, StoreError> {
+    async fn record_unclaimed(&self, record: &RunRecord, prune: &[String]) -> Result<Unclaimed, StoreError> {
         let key = Key::run(&record.task_id, &record.scheduled_time);
         let item = to_item(record, &key, "run")?;
         // The skip takes the occurrence's claim, finished, in the same
@@ -697,12 +715,12 @@ impl RunStore for DynamoStore {
         let taken = Update::builder()
             .table_name(self.table())
             .set_key(Some(Key::task(&record.workspace, &record.task_id).to_map()))
-            .update_expression("SET claims.#occ = :claim")
             .condition_expression("attribute_exists(#pk) AND attribute_not_exists(claims.#occ)")
             .expression_attribute_names("#pk", PK)
             .expression_attribute_names("#occ", &record.scheduled_time)
             .expression_attribute_values(":claim", skip_claim(record)?)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let taken = pruning(taken, "SET claims.#occ = :claim", &[], prune)
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
         self.counted();
@@ -749,6 +767,7 @@ impl RunStore for DynamoStore {
         dead: &Claim,
         account: Option<&crate::domain::task::budget::Account>,
         period: &str,
+        prune: &[String],
     ) -> Result<(), StoreError> {
         let key = Key::run(&record.task_id, &record.scheduled_time);
         let item = to_item(record, &key, "run")?;
@@ -756,7 +775,6 @@ impl RunStore for DynamoStore {
         let taken = Update::builder()
             .table_name(self.table())
             .set_key(Some(Key::task(&record.workspace, &record.task_id).to_map()))
-            .update_expression("SET claims.#occ = :claim")
             .condition_expression(
                 "claims.#occ.execution_id = :exec AND claims.#occ.#status = :status \
                  AND claims.#occ.lease_until = :lease",
@@ -766,7 +784,8 @@ impl RunStore for DynamoStore {
             .expression_attribute_values(":claim", skip_claim(record)?)
             .expression_attribute_values(":exec", s(&dead.execution_id))
             .expression_attribute_values(":status", s(dead.status.as_str()))
-            .expression_attribute_values(":lease", n(dead.lease_until))
+            .expression_attribute_values(":lease", n(dead.lease_until));
+        let taken = pruning(taken, "SET claims.#occ = :claim", &[], prune)
             .build()
             .map_err(|e| request_error("TransactWriteItems", e))?;
         let mut items = vec![

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::domain::run::door::SkipReason;
 use crate::domain::run::gate::{ApprovalState, CallApproval};
-use crate::domain::run::occurrence::{Delivery, Outcome, RunMessage, RunRecord};
+use crate::domain::run::occurrence::{Delivery, Outcome, RunMessage, RunRecord, claim_retention, prunable};
 use crate::domain::task::budget::{self, Account};
 use crate::domain::task::claim::RunStatus;
 use crate::domain::task::{Provenance, Task, TaskId};
@@ -103,8 +103,11 @@ pub enum NotEnded {
 }
 
 /// Ends the occurrence `decided` (denied or expired, from `expected`) held:
-/// skipped `denied` or `expired`, its record paying what the awaiting claim
-/// carries, the account charged, the request decided, in one transaction.
+/// skipped `denied` or `expired`, its record paying what the claim
+/// committed, the account charged, the request decided, in one transaction.
+/// The claim is the one awaiting the request or, for an expiry, a resumed
+/// run's claim that carries it and no execution holds (a crash, or a
+/// release whose message was lost): fenced on it as read.
 pub async fn end_occurrence<S: TaskStore + TaskCatalog + CallApprovals>(
     store: &S,
     decided: &CallApproval,
@@ -122,10 +125,14 @@ pub async fn end_occurrence<S: TaskStore + TaskCatalog + CallApprovals>(
     let Some(task) = store.task(&decided.workspace, &task_id).await? else {
         return Ok(Err(NotEnded::NotAwaiting));
     };
+    let expiry = decided.state == ApprovalState::Expired;
     let Some(claim) = task
         .claims
         .get(&decided.scheduled_time)
-        .filter(|c| c.status == RunStatus::AwaitingApproval && c.request_id.as_deref() == Some(&decided.request_id))
+        .filter(|c| {
+            c.request_id.as_deref() == Some(&decided.request_id)
+                && (c.status == RunStatus::AwaitingApproval || (expiry && c.is_dead(now.timestamp())))
+        })
         .cloned()
     else {
         return Ok(Err(NotEnded::NotAwaiting));
@@ -137,7 +144,7 @@ pub async fn end_occurrence<S: TaskStore + TaskCatalog + CallApprovals>(
         &delivery,
         &Outcome::skipped(reason.describe()),
         claim.attempts,
-        claim.crashed_usd,
+        claim.committed(budget::reservation(task.spec.budget)),
         "",
         claim.started_at,
         now,
@@ -153,6 +160,14 @@ pub async fn end_occurrence<S: TaskStore + TaskCatalog + CallApprovals>(
         claim: &claim,
         account: account.as_ref(),
         period: &period,
+        // This function knows no catch-up window: the widest one keeps
+        // every claim a runner's would, and the runner's writes prune the rest.
+        prune: prunable(
+            &task,
+            &decided.scheduled_time,
+            now,
+            claim_retention(Duration::seconds(crate::config::MAX_CATCH_UP_SECONDS)),
+        ),
     };
     if store.end_awaiting(&ended, expected).await? {
         tracing::info!(request_id = %decided.request_id, reason = reason.code(), "an occurrence awaiting approval ended");
@@ -183,32 +198,58 @@ async fn account_of<S: TaskCatalog>(store: &S, task: &Task) -> Result<Option<Acc
     })
 }
 
-/// The most lapsed requests one check ends.
-pub const EXPIRE_PER_CHECK: usize = 100;
+/// The lapsed requests one page reads.
+pub const EXPIRE_PER_PAGE: usize = 100;
+/// The most pages one check reads: it ends up to this many pages' worth
+/// of lapsed requests, whatever it must leave (a resumed run under way).
+pub const EXPIRE_PAGES: usize = 20;
+
+/// What one check's expiry did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Expiry {
+    /// Occurrences ended `expired`.
+    pub ended: usize,
+    /// Seconds since the oldest request still lapsed after the check
+    /// expired (0: none): `ApprovalsLapsedBacklog`.
+    pub backlog_seconds: i64,
+}
 
 /// Ends the occurrences whose requests lapsed before `now` (open past
-/// their expiry, or approved and never resumed by then): how many ended.
-/// A request whose occurrence no longer waits for it closes alone, unless
-/// its resumed run is under way (a claim that carries it, not finished).
-/// One request that cannot be ended is logged and left for the next check.
+/// their expiry, or approved and never resumed by then), page after page:
+/// a request it must leave (its resumed run under way under a live lease)
+/// or cannot end (logged) never holds back the ones after it. A request
+/// whose occurrence no longer waits for it closes alone. The answer says
+/// how many ended and how old the oldest request left lapsed is.
 pub async fn expire_lapsed<S: TaskStore + TaskCatalog + CallApprovals>(
     store: &S,
     now: DateTime<Utc>,
     retention: Duration,
-) -> Result<usize, StoreError> {
+) -> Result<Expiry, StoreError> {
     let mut ended = 0;
-    for lapsed in store.lapsed_approvals(now, EXPIRE_PER_CHECK).await? {
-        match expire_one(store, &lapsed, now, retention).await {
-            Ok(true) => ended += 1,
-            Ok(false) => {}
-            Err(error) => tracing::warn!(
-                request_id = %lapsed.request_id,
-                error = %crate::error_chain(&error),
-                "a lapsed request could not be ended; the next check tries again"
-            ),
+    let mut after: Option<CallApproval> = None;
+    for _ in 0..EXPIRE_PAGES {
+        let page = store.lapsed_approvals(now, after.as_ref(), EXPIRE_PER_PAGE).await?;
+        for lapsed in &page {
+            match expire_one(store, lapsed, now, retention).await {
+                Ok(true) => ended += 1,
+                Ok(false) => {}
+                Err(error) => tracing::warn!(
+                    request_id = %lapsed.request_id,
+                    error = %crate::error_chain(&error),
+                    "a lapsed request could not be ended; the next check tries again"
+                ),
+            }
         }
+        if page.len() < EXPIRE_PER_PAGE {
+            break;
+        }
+        after = page.last().cloned();
     }
-    Ok(ended)
+    let oldest = store.lapsed_approvals(now, None, 1).await?;
+    let backlog_seconds = oldest
+        .first()
+        .map_or(0, |left| (now - left.expires_at).num_seconds().max(0));
+    Ok(Expiry { ended, backlog_seconds })
 }
 
 /// One lapsed request: its occurrence ended `expired`, or the request
@@ -233,8 +274,8 @@ async fn expire_one<S: TaskStore + TaskCatalog + CallApprovals>(
     }
 }
 
-/// Whether the run an approval resumed still holds its occurrence (running,
-/// or given back to run again).
+/// Whether the run an approval resumed still holds its occurrence under a
+/// live lease (a dead one is ended by [`end_occurrence`]).
 async fn resumed_run_under_way<S: TaskStore>(store: &S, approval: &CallApproval) -> Result<bool, StoreError> {
     let Some(task_id) = TaskId::parse(&approval.task_id) else {
         return Ok(false);
@@ -243,8 +284,5 @@ async fn resumed_run_under_way<S: TaskStore>(store: &S, approval: &CallApproval)
     Ok(task
         .as_ref()
         .and_then(|t| t.claims.get(&approval.scheduled_time))
-        .is_some_and(|c| {
-            c.request_id.as_deref() == Some(&approval.request_id)
-                && matches!(c.status, RunStatus::Running | RunStatus::Released)
-        }))
+        .is_some_and(|c| c.request_id.as_deref() == Some(&approval.request_id) && c.status == RunStatus::Running))
 }

@@ -25,11 +25,11 @@ use std::time::Instant;
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
-use crate::app::run::record_skip;
+use crate::app::run::{Kept, record_skip};
 use crate::domain::operations::overdue::{self, CHECK_EXECUTION_ID, Trace};
 use crate::domain::run::definition::REMINDER_SHARDS;
 use crate::domain::run::door::SkipReason;
-use crate::domain::run::occurrence::{Delivery, RunMessage, occurrence_key};
+use crate::domain::run::occurrence::{Delivery, RunMessage, claim_retention, occurrence_key};
 use crate::domain::schedule::Schedule;
 use crate::domain::task::{Task, TaskKind};
 use crate::ports::{DueIndex, Family, RunStore, StoreError};
@@ -235,7 +235,11 @@ async fn record_judged<S: RunStore>(
         scheduled: at,
         key,
     };
-    record_skip(store, &occ, &reason, 0, now, settings.retention, Some(task))
+    let kept = Kept {
+        retention: settings.retention,
+        claims: claim_retention(settings.catch_up),
+    };
+    record_skip(store, &occ, &reason, 0, now, kept, Some(task))
         .await
         .map(drop)
 }

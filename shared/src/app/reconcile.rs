@@ -23,7 +23,7 @@ use crate::app::overdue::{CheckSettings, adopt, check_shard};
 
 use crate::domain::connector::reconcile::{self, ServerView, Write};
 use crate::domain::task::edit::Decision;
-use crate::domain::task::install::{Install, InstallStatus};
+use crate::domain::task::install::{Install, InstallStatus, Stamp};
 use crate::domain::task::limits::Ceilings;
 use crate::domain::task::{Provenance, Task, TaskId};
 use serde::{Deserialize, Serialize};
@@ -48,22 +48,48 @@ pub enum Work {
     Pass(Pass),
 }
 
-/// A platform event as queued, with when the platform sent it: its
-/// webhook's signed `webhook-timestamp`. A lifecycle event older than the
-/// last one applied to its install (a redriven `connector.installed` after
-/// a later uninstall) is recorded on the install and ignored. Items queued
-/// by the release before carry no time and apply as they come.
+/// A platform event as queued, with its place in its install's order
+/// (SPEC §6, `install::Stamp`): when it happened (the body's
+/// `occurred_at`, or when its `webhook-id` was first seen) and that id. A
+/// lifecycle event that comes before the last one applied to its install
+/// (a platform retry of `connector.installed` after the uninstall) is
+/// recorded on the install and ignored. Items queued by the release before
+/// carry the webhook's send time and no id, and are ordered by that time;
+/// items older still carry nothing and apply as they come.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stamped {
     #[serde(flatten)]
     pub event: Event,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_id: Option<String>,
 }
 
 impl Stamped {
     pub fn new(event: Event, event_at: Option<DateTime<Utc>>) -> Self {
-        Self { event, event_at }
+        Self {
+            event,
+            event_at,
+            webhook_id: None,
+        }
+    }
+
+    /// The event at `at`, delivered under `webhook_id`.
+    pub fn delivered(event: Event, at: DateTime<Utc>, webhook_id: &str) -> Self {
+        Self {
+            event,
+            event_at: Some(at),
+            webhook_id: Some(webhook_id.to_owned()),
+        }
+    }
+
+    /// Its place in its install's order, when it has one.
+    pub fn stamp(&self) -> Option<Stamp> {
+        self.event_at.map(|at| Stamp {
+            at,
+            id: self.webhook_id.clone().unwrap_or_default(),
+        })
     }
 }
 
@@ -252,16 +278,18 @@ pub async fn intake<S: TaskCatalog, Q: WorkQueue>(
         );
         return Ok(WebhookAnswer::Malformed(reason));
     }
+    let occurred_at = match crate::domain::connector::webhook::occurred_at(delivery.body) {
+        Ok(occurred_at) => occurred_at,
+        Err(reason) => return Ok(WebhookAnswer::Malformed(reason)),
+    };
     let id = delivery.id.unwrap_or_default();
     if store.seen_delivery(id).await? {
         return Ok(WebhookAnswer::Duplicate);
     }
-    // The signed timestamp: when the platform sent the event.
-    let sent_at = delivery
-        .timestamp
-        .and_then(|t| t.trim().parse::<i64>().ok())
-        .and_then(|t| DateTime::from_timestamp(t, 0));
-    let body = serde_json::to_string(&Work::Event(Stamped::new(event.clone(), sent_at))).unwrap_or_default();
+    // When the change happened; without it, now: the first time this id
+    // is seen (a retry of it is a duplicate above).
+    let stamped = Stamped::delivered(event.clone(), occurred_at.unwrap_or(now), id);
+    let body = serde_json::to_string(&Work::Event(stamped)).unwrap_or_default();
     queue
         .enqueue(&group(event.workspace(), event.install_id()), id, &body)
         .await?;
@@ -315,6 +343,10 @@ pub struct Summary {
     /// One shard's missed-occurrence check: whether its deadline came
     /// first, and the age of the backlog it left (`None`: no check).
     pub overdue_check: Option<CheckFigures>,
+    /// The check period's expiry of lapsed approval requests: the age in
+    /// seconds of the oldest it left lapsed (`None`: no expiry ran, or it
+    /// could not read them).
+    pub approvals_backlog: Option<i64>,
 }
 
 /// What one shard's missed-occurrence check reports for its metrics.
@@ -539,14 +571,31 @@ impl<
                 // Gated calls' requests that lapsed end their occurrences
                 // (SPEC §15) with each period of the check; a failure waits
                 // for the next period and never holds the check's shards.
-                match crate::app::approvals::expire_lapsed(&self.store, now, self.overdue.retention).await {
-                    Ok(0) => {}
-                    Ok(expired) => tracing::info!(expired, "occurrences whose approval requests lapsed ended expired"),
-                    Err(error) => {
-                        tracing::warn!(error = %crate::error_chain(&error), "lapsed approval requests were not read; the next period tries again")
+                let approvals_backlog = match crate::app::approvals::expire_lapsed(
+                    &self.store,
+                    now,
+                    self.overdue.retention,
+                )
+                .await
+                {
+                    Ok(expiry) => {
+                        if expiry.ended > 0 {
+                            tracing::info!(
+                                expired = expiry.ended,
+                                "occurrences whose approval requests lapsed ended expired"
+                            );
+                        }
+                        Some(expiry.backlog_seconds)
                     }
-                }
-                Ok(Summary::default())
+                    Err(error) => {
+                        tracing::warn!(error = %crate::error_chain(&error), "lapsed approval requests were not read; the next period tries again");
+                        None
+                    }
+                };
+                Ok(Summary {
+                    approvals_backlog,
+                    ..Summary::default()
+                })
             }
             Work::Pass(Pass::OverdueShard {
                 family,
@@ -792,17 +841,19 @@ impl<
     }
 
     /// Applies one platform event as queued: a lifecycle event
-    /// (`connector.installed`, `connector.uninstalled`) sent before the
+    /// (`connector.installed`, `connector.uninstalled`) that comes before the
     /// last one applied to its install is stale: recorded on the install
-    /// and ignored; an applied one leaves its time on the install.
+    /// and ignored; an applied one leaves its place on the install, and an
+    /// uninstall of an install not seen yet leaves a tombstone
+    /// (`Install::tombstone`) that its earlier install respects.
     pub async fn apply_stamped(&self, stamped: &Stamped, now: DateTime<Utc>) -> Result<Summary, ReconcileError> {
         let lifecycle = matches!(stamped.event, Event::Installed { .. } | Event::Uninstalled { .. });
-        let Some(sent_at) = stamped.event_at.filter(|_| lifecycle) else {
+        let Some(stamp) = stamped.stamp().filter(|_| lifecycle) else {
             return self.apply(&stamped.event, now).await;
         };
         let (workspace, install_id) = (stamped.workspace(), stamped.install_id());
         let known = TaskCatalog::install(&self.store, workspace, install_id).await?;
-        if let Some(mut known) = known.filter(|k| k.lifecycle_at.is_some_and(|last| sent_at < last)) {
+        if let Some(mut known) = known.filter(|k| stamp.is_stale(k.lifecycle().as_ref())) {
             let what = match stamped.event {
                 Event::Installed { .. } => "connector.installed",
                 _ => "connector.uninstalled",
@@ -811,11 +862,11 @@ impl<
                 .lifecycle_at
                 .map(crate::domain::schedule::format_utc)
                 .unwrap_or_default();
-            tracing::warn!(event = what, sent_at = %sent_at, last = %last, "a stale lifecycle event is ignored");
+            tracing::warn!(event = what, occurred_at = %stamp.at, last = %last, "a stale lifecycle event is ignored");
             known.last_error = Some(format!(
-                "{} ignored a stale {what} sent {} (the install's last lifecycle event was sent {last})",
+                "{} ignored a stale {what} of {} (the install's last lifecycle event was of {last})",
                 crate::domain::schedule::format_utc(now),
-                crate::domain::schedule::format_utc(sent_at),
+                crate::domain::schedule::format_utc(stamp.at),
             ));
             self.store.put_install(&known).await?;
             let mut summary = Summary::default();
@@ -823,12 +874,21 @@ impl<
             return Ok(summary);
         }
         let summary = self.apply(&stamped.event, now).await?;
-        // The applied event's time, for a later, older one to be told stale.
-        if let Some(mut applied) = TaskCatalog::install(&self.store, workspace, install_id).await?
-            && applied.lifecycle_at.is_none_or(|last| last < sent_at)
-        {
-            applied.lifecycle_at = Some(sent_at);
-            self.store.put_install(&applied).await?;
+        // The applied event's place, for a later-arriving earlier one to be
+        // told stale; an uninstall of an unknown install leaves a tombstone.
+        match TaskCatalog::install(&self.store, workspace, install_id).await? {
+            Some(mut applied) if applied.lifecycle().is_none_or(|last| last < stamp) => {
+                applied.stamp(&stamp);
+                self.store.put_install(&applied).await?;
+            }
+            Some(_) => {}
+            None if matches!(stamped.event, Event::Uninstalled { .. }) => {
+                tracing::info!("an uninstall of an install not seen yet leaves a tombstone");
+                self.store
+                    .put_install(&Install::tombstone(workspace, install_id, &stamp, now))
+                    .await?;
+            }
+            None => {}
         }
         Ok(summary)
     }
@@ -848,7 +908,9 @@ impl<
                 // another would run the approved tasks of the first on the
                 // second's URL, with no approval.
                 let known = TaskCatalog::install(&self.store, workspace, &install.id).await?;
+                // An uninstall's tombstone names no server yet.
                 if let Some(known) = &known
+                    && !known.is_tombstone()
                     && known.server != install.server
                 {
                     tracing::warn!(
@@ -870,7 +932,8 @@ impl<
                     updated_at: now,
                     declaration_errors: BTreeMap::new(),
                     last_error: None,
-                    lifecycle_at: known.and_then(|k| k.lifecycle_at),
+                    lifecycle_at: known.as_ref().and_then(|k| k.lifecycle_at),
+                    lifecycle_id: known.and_then(|k| k.lifecycle_id),
                 };
                 self.store.put_install(&record).await?;
                 let mut summary = Box::pin(self.rebind(workspace, now)).await?;

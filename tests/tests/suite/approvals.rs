@@ -245,7 +245,8 @@ async fn an_expired_request_ends_its_occurrence_and_can_no_longer_be_approved() 
     assert_eq!(
         shared::app::approvals::expire_lapsed(&store, Utc::now(), Duration::days(30))
             .await
-            .unwrap(),
+            .unwrap()
+            .ended,
         0,
         "nothing lapsed yet"
     );
@@ -258,7 +259,8 @@ async fn an_expired_request_ends_its_occurrence_and_can_no_longer_be_approved() 
     assert_eq!(
         shared::app::approvals::expire_lapsed(&store, later, Duration::days(30))
             .await
-            .unwrap(),
+            .unwrap()
+            .ended,
         0,
         "ended once"
     );

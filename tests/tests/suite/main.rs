@@ -2,6 +2,7 @@
 //! workspace links the AWS SDK into as few test executables as it can.
 
 mod approvals;
+mod bounded;
 mod budget;
 mod caching;
 mod completion;

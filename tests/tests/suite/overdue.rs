@@ -70,6 +70,7 @@ async fn claim(s: &RunStack, task_id: &TaskId, at: DateTime<Utc>, lease_until: D
             now: at,
             person_cap_usd: None,
             resume: None,
+            keep_claims: chrono::Duration::minutes(70),
         })
         .await
         .expect("the claim answers");
@@ -491,6 +492,7 @@ impl<P: RunStore> tests::intercept::RunStoreHook<P> for RefusedFor {
         &self,
         inner: &P,
         record: &shared::domain::run::occurrence::RunRecord,
+        prune: &[String],
     ) -> Result<shared::ports::Unclaimed, shared::ports::StoreError> {
         if record.task_id == self.0 {
             return Err(shared::ports::StoreError::Rejected {
@@ -498,7 +500,7 @@ impl<P: RunStore> tests::intercept::RunStoreHook<P> for RefusedFor {
                 source: "Item size to update has exceeded the maximum allowed size (injected)".into(),
             });
         }
-        inner.record_unclaimed(record).await
+        inner.record_unclaimed(record, prune).await
     }
 }
 

@@ -433,6 +433,7 @@ async fn a_late_delivery_of_a_claimed_occurrence_waits_for_its_run_and_then_pays
             now: Utc::now(),
             person_cap_usd: None,
             resume: None,
+            keep_claims: chrono::Duration::minutes(70),
         })
         .await
         .unwrap();
@@ -725,6 +726,7 @@ async fn a_release_that_finds_its_claim_gone_sends_the_occurrence_back() {
         now: Utc::now(),
         person_cap_usd: None,
         resume: None,
+        keep_claims: chrono::Duration::minutes(70),
     };
     let ClaimAnswer::Claimed(claimed) = s.store().claim(&request).await.unwrap() else {
         panic!("claimed")

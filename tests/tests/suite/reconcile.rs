@@ -788,6 +788,80 @@ async fn a_stale_lifecycle_event_is_recorded_and_ignored() {
     assert_eq!(status().await.0, InstallStatus::Uninstalled);
 }
 
+/// The install's recorded status, if it has a record.
+async fn install_status(w: &World, id: &str) -> Option<String> {
+    w.t.item_at(Key::install("ws_1", id))
+        .await
+        .map(|item| item["status"].as_str().unwrap_or_default().to_owned())
+}
+
+/// Lifecycle events apply in the order they happened (SPEC §6
+/// `occurred_at`), never the order they arrive: an uninstall of an install
+/// not seen yet leaves a tombstone its earlier install, arriving later,
+/// respects; a platform retry of an install after its uninstall changes
+/// nothing; two events of one instant are ordered by their `webhook-id`.
+#[tokio::test(flavor = "multi_thread")]
+async fn lifecycle_events_apply_in_the_order_they_happened_whatever_order_they_arrive() {
+    use shared::app::reconcile::{Stamped, Work};
+    let w = World::start().await;
+    let r = w.t.reconciler();
+    let t0 = Utc::now() - chrono::Duration::minutes(30);
+    let body = |event, minutes: i64, id: &str| {
+        let stamped = Stamped::delivered(event, t0 + chrono::Duration::minutes(minutes), id);
+        serde_json::to_string(&Work::Event(stamped)).unwrap()
+    };
+    let installed_event = |id: &str| installed(id, "tracker", &w.issues.url(), "workspace");
+
+    // The uninstall arrives first: a tombstone, and its earlier install,
+    // arriving after it, is stale.
+    r.work(&body(event("connector.uninstalled", "ins_2"), 10, "wh_b"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(
+        install_status(&w, "ins_2").await.as_deref(),
+        Some("uninstalled"),
+        "a tombstone"
+    );
+    let late = r
+        .work(&body(installed_event("ins_2"), 5, "wh_a"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(late.changes.get("stale_event_ignored"), Some(&1));
+    assert_eq!(install_status(&w, "ins_2").await.as_deref(), Some("uninstalled"));
+    // A later install of the same id applies over the tombstone.
+    r.work(&body(installed_event("ins_2"), 20, "wh_c"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(install_status(&w, "ins_2").await.as_deref(), Some("installed"));
+
+    // An install, its uninstall, then the platform's retry of the install
+    // (the same event: the same `occurred_at`, under a new delivery).
+    r.work(&body(installed_event("ins_3"), 0, "wh_d"), Utc::now())
+        .await
+        .unwrap();
+    r.work(&body(event("connector.uninstalled", "ins_3"), 1, "wh_e"), Utc::now())
+        .await
+        .unwrap();
+    let retry = r
+        .work(&body(installed_event("ins_3"), 0, "wh_f"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(retry.changes.get("stale_event_ignored"), Some(&1));
+    assert_eq!(install_status(&w, "ins_3").await.as_deref(), Some("uninstalled"));
+
+    // Two events of one instant: the greater webhook id is the later, in
+    // whichever order they arrive.
+    r.work(&body(event("connector.uninstalled", "ins_3"), 30, "wh_z"), Utc::now())
+        .await
+        .unwrap();
+    let tie = r
+        .work(&body(installed_event("ins_3"), 30, "wh_y"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(tie.changes.get("stale_event_ignored"), Some(&1));
+    assert_eq!(install_status(&w, "ins_3").await.as_deref(), Some("uninstalled"));
+}
+
 /// Most MCP servers serve tools alone and declare no `prompts` capability
 /// (asked anyway, they answer `-32601`): such an install, beside one that
 /// declares standing work, reconciles to nothing, with no error on it and

@@ -531,7 +531,7 @@ async fn every_skip_reason_is_recorded_and_sends_no_event() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn worker_flag_off_skips_before_reading_the_task_then_completes_the_one_time_reminder() {
+async fn worker_flag_off_skips_with_no_claim_then_completes_the_one_time_reminder() {
     let s = RunStack::start().await.unwrap();
     let (task, at) = s.due_reminder().await;
     let runner = s.runner_on(s.store(), run_settings(false));
@@ -543,8 +543,8 @@ async fn worker_flag_off_skips_before_reading_the_task_then_completes_the_one_ti
     assert_eq!(
         runner.store().requests(),
         3,
-        "the skip record (with its finished claim) before any read; then the task read that decides \
-         whether the skip finishes it (settlement::completion) and the one-time reminder's completion"
+        "the task read (its dead claims pruned beside the skip's, and whether the skip finishes it: \
+         settlement::completion), the skip record with its finished claim, the reminder's completion"
     );
     assert_eq!(
         s.run_record(&task.task_id, &occurrence_key(at)).await.unwrap()["reason"],
@@ -564,7 +564,7 @@ async fn worker_flag_off_skips_before_reading_the_task_then_completes_the_one_ti
         .await
         .unwrap();
     assert_eq!(got, Disposition::Skipped(SkipReason::WorkerDisabled));
-    assert_eq!(runner.store().requests(), 1, "only the skip record");
+    assert_eq!(runner.store().requests(), 2, "the task read and the skip record");
 }
 
 #[tokio::test(flavor = "multi_thread")]

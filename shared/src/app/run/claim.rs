@@ -4,7 +4,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::{Disposition, LEASE_MARGIN_SECONDS, RunError, Runner};
 use crate::domain::run::door::{SkipReason, TaskFacts, Verdict, verdict};
-use crate::domain::run::occurrence::{ClaimOutcome, Delivery, diagnose};
+use crate::domain::run::occurrence::{ClaimOutcome, Delivery, claim_retention, diagnose};
 use crate::domain::task::budget::{self, BudgetLevel};
 use crate::domain::task::claim::{Claim, RunStatus};
 use crate::domain::task::install::Install;
@@ -87,6 +87,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             now,
             person_cap_usd: self.settings.person_monthly_usd,
             resume: occ.message.resume.as_deref(),
+            keep_claims: claim_retention(self.settings.catch_up),
         };
         let answer = match &occ.message.resume {
             Some(request_id) => match self.resumable(occ, request_id).await? {

@@ -63,7 +63,7 @@ mod procedure;
 mod settle;
 
 pub use procedure::{FirstRequest, first_request};
-pub(crate) use settle::record_skip;
+pub(crate) use settle::{Kept, record_skip};
 
 use std::time::Duration as StdDuration;
 

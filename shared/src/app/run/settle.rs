@@ -10,7 +10,7 @@ use super::{Disposition, RunError, Runner};
 use crate::domain::run::agent_loop::{Parked, Requeue};
 use crate::domain::run::door::SkipReason;
 use crate::domain::run::journal::JournaledOutcome;
-use crate::domain::run::occurrence::{Delivery, Outcome, RunRecord, cap_reason, claim_retention};
+use crate::domain::run::occurrence::{Delivery, Outcome, RunRecord, cap_reason, claim_retention, prunable};
 use crate::domain::run::settlement;
 use crate::domain::task::budget;
 use crate::domain::task::claim::RunStatus;
@@ -285,6 +285,12 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
             release: released(occ, claimed, parked.cost),
             record: &record,
             approval: &parked.approval,
+            prune: prunable(
+                &claimed.task,
+                &occ.key,
+                clock.now(),
+                claim_retention(self.settings.catch_up),
+            ),
         };
         match self.store.park(&park).await? {
             Settled::Done => {
@@ -309,7 +315,11 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         attempts: u32,
         task: Option<&Task>,
     ) -> Result<Disposition, RunError> {
-        let skip = record_skip(&self.store, occ, &reason, attempts, now, self.settings.retention, task).await?;
+        let kept = Kept {
+            retention: self.settings.retention,
+            claims: claim_retention(self.settings.catch_up),
+        };
+        let skip = record_skip(&self.store, occ, &reason, attempts, now, kept, task).await?;
         if skip == Skip::HeldElsewhere {
             // Its run records the outcome; should it have died, this
             // delivery comes back after the lease and pays for its claim.
@@ -348,51 +358,70 @@ pub(crate) enum Skip {
     HeldElsewhere,
 }
 
+/// How long what a skip writes is kept: its record (`RETENTION_DAYS`) and
+/// the dead claims beside it (`occurrence::claim_retention`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kept {
+    pub retention: chrono::Duration,
+    pub claims: chrono::Duration,
+}
+
 /// Records a skip that holds no claim (`RunStore::record_unclaimed`) and,
 /// when it finishes the reminder (SPEC §3: a one-time reminder's
 /// occurrence, or a recurring one's last before its `until`), completes it
 /// if this is still its schedule, as `settlement::completion` decides for
 /// a settle. The one way a skip is recorded: at the runner's door and by
 /// the missed-occurrence check alike. `task` is the task as the caller
-/// read it; without one (the first door reads nothing), a skip that could
-/// finish a reminder reads it (`RunStore::current_task`).
+/// read it; without one (the first door reads nothing) the skip reads it
+/// (`RunStore::current_task`): its write prunes the task's dead claims
+/// (`occurrence::prunable`), so a task whose every occurrence is skipped
+/// keeps its window's claims and no more, and a skip that finishes a
+/// reminder completes it from it.
 pub(crate) async fn record_skip<S: RunStore>(
     store: &S,
     occ: &Delivery,
     reason: &SkipReason,
     attempts: u32,
     now: DateTime<Utc>,
-    retention: chrono::Duration,
+    kept: Kept,
     task: Option<&Task>,
 ) -> Result<Skip, crate::ports::StoreError> {
     let skipped = Outcome::skipped(reason.describe());
     // A skip names no model. A resume's skip names its request: it ends the
     // occurrence that awaits it (`RunStore::record_unclaimed`).
-    let mut record = RunRecord::new(occ, &skipped, attempts, 0.0, "", now, now, retention);
+    let mut record = RunRecord::new(occ, &skipped, attempts, 0.0, "", now, now, kept.retention);
     record.request_id = occ.message.resume.clone();
-    let held = match store.record_unclaimed(&record).await? {
+    let read;
+    let task = match task {
+        Some(task) => Some(task),
+        None => {
+            read = store.current_task(&occ.message.workspace, &occ.task_id).await?;
+            read.as_ref()
+        }
+    };
+    let prune = task.map_or_else(Vec::new, |task| prunable(task, &occ.key, now, kept.claims));
+    let held = match store.record_unclaimed(&record, &prune).await? {
         Unclaimed::Done => None,
         Unclaimed::Live => return Ok(Skip::HeldElsewhere),
         Unclaimed::Dead(held) => {
-            pay_dead_claim(store, occ, &skipped, &held, now, retention).await?;
+            pay_dead_claim(store, occ, &skipped, &held, now, kept).await?;
             Some(held)
         }
     };
     if !(reason.completes_one_time() && occ.task_id.is_reminder()) {
         return Ok(Skip::Recorded);
     }
-    let read;
-    let task = match (task, held.as_deref()) {
-        (Some(task), _) | (None, Some(task)) => task,
-        (None, None) => match store.current_task(&occ.message.workspace, &occ.task_id).await? {
-            Some(task) => {
-                read = task;
-                &read
-            }
-            None => return Ok(Skip::Recorded),
-        },
+    let Some(task) = task.or(held.as_deref()) else {
+        return Ok(Skip::Recorded);
     };
-    let completion = settlement::completion(task, occ.scheduled, RunStatus::Skipped, Some(reason), now, retention);
+    let completion = settlement::completion(
+        task,
+        occ.scheduled,
+        RunStatus::Skipped,
+        Some(reason),
+        now,
+        kept.retention,
+    );
     if let Some(completion) = completion {
         store
             .complete_unclaimed(
@@ -417,13 +446,13 @@ async fn pay_dead_claim<S: RunStore>(
     skipped: &Outcome,
     held: &Task,
     now: DateTime<Utc>,
-    retention: chrono::Duration,
+    kept: Kept,
 ) -> Result<(), StoreError> {
     let Some(dead) = held.claims.get(&occ.key) else {
         return Ok(());
     };
     let committed = dead.committed(budget::reservation(held.spec.budget));
-    let mut record = RunRecord::new(occ, skipped, dead.attempts, committed, "", now, now, retention);
+    let mut record = RunRecord::new(occ, skipped, dead.attempts, committed, "", now, now, kept.retention);
     record.request_id = occ.message.resume.clone();
     let install = match &held.provenance {
         Provenance::Connector { install_id, .. } if committed > 0.0 => {
@@ -438,6 +467,12 @@ async fn pay_dead_claim<S: RunStore>(
         "a skip pays for a claim no execution holds"
     );
     store
-        .record_over_dead(&record, dead, account.as_ref(), &budget::period(occ.scheduled))
+        .record_over_dead(
+            &record,
+            dead,
+            account.as_ref(),
+            &budget::period(occ.scheduled),
+            &prunable(held, &occ.key, now, kept.claims),
+        )
         .await
 }

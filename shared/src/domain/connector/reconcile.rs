@@ -638,6 +638,7 @@ mod tests {
             declaration_errors: Default::default(),
             last_error: None,
             lifecycle_at: None,
+            lifecycle_id: None,
         }
     }
 

@@ -172,6 +172,7 @@ fn install(id: &str, server: &str, scope: InstallScope, status: InstallStatus) -
         declaration_errors: Default::default(),
         last_error: None,
         lifecycle_at: None,
+        lifecycle_id: None,
     }
 }
 

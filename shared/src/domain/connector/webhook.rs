@@ -138,6 +138,25 @@ pub struct InstallRef {
     pub id: String,
 }
 
+/// The body's `occurred_at`, read apart from the event (every type may
+/// carry it): `None` when absent, an error (the 400's message) when it is
+/// no RFC 3339 instant.
+pub fn occurred_at(body: &[u8]) -> Result<Option<DateTime<Utc>>, String> {
+    #[derive(Deserialize)]
+    struct When {
+        #[serde(default)]
+        occurred_at: Option<String>,
+    }
+    let when: When = serde_json::from_slice(body).map_err(|e| format!("malformed event: {e}"))?;
+    when.occurred_at
+        .map(|text| {
+            DateTime::parse_from_rfc3339(&text)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|_| "occurred_at must be an RFC 3339 instant".to_owned())
+        })
+        .transpose()
+}
+
 /// A platform event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type")]

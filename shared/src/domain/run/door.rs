@@ -2,13 +2,15 @@
 //! skipped (SPEC §7.1). Every skip is a recorded run outcome, not an error.
 //!
 //! The runner asks twice with the facts it has: before the claim with the
-//! task `Unknown` (so a disabled worker or a missed occurrence costs no task
-//! read), and after the claim, which returns the task, with the task and its
+//! task `Unknown` (a disabled worker or a missed occurrence claims nothing
+//! and runs nothing; its skip reads the task only to prune its dead claims),
+//! and after the claim, which returns the task, with the task and its
 //! install. The checks run in one fixed order either way.
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::run::occurrence::{MAX_AWAITING, awaiting_beside, occurrence_key};
 use crate::domain::schedule::preview::is_occurrence;
 use crate::domain::task::hold::HoldReason;
 use crate::domain::task::install::Install;
@@ -67,6 +69,10 @@ pub enum SkipReason {
     /// Its run stopped at a gated tool call nobody approved within
     /// `APPROVAL_HOURS` (or whose approved re-run did not start by then).
     Expired,
+    /// [`MAX_AWAITING`] of the task's other occurrences wait for a person
+    /// already: this one is not run (its model is never called), so a task
+    /// nobody decides for keeps a bounded number of waiting claims.
+    AwaitingApprovalLimit,
 }
 
 impl SkipReason {
@@ -105,6 +111,7 @@ impl SkipReason {
             SkipReason::SkippedByAdmin => "skipped_by_admin",
             SkipReason::Denied => "denied",
             SkipReason::Expired => "expired",
+            SkipReason::AwaitingApprovalLimit => "awaiting_approval_limit",
         }
     }
 
@@ -129,6 +136,9 @@ impl SkipReason {
             SkipReason::BudgetReached(crate::domain::task::budget::BudgetLevel::Person) => {
                 "budget reached: its person's monthly cap on their reminders' cost is spent".to_owned()
             }
+            SkipReason::AwaitingApprovalLimit => format!(
+                "awaiting approval limit: {MAX_AWAITING} of its occurrences already wait for an admin's decision"
+            ),
             other => other.code().replace('_', " "),
         }
     }
@@ -187,7 +197,7 @@ pub fn not_yet(scheduled: DateTime<Utc>, now: DateTime<Utc>) -> bool {
 
 /// The door's verdict, checks in this order: worker flag, lateness, task
 /// missing, tombstone, pause, hold, install, completion, current schedule,
-/// skip next.
+/// skip next, the bound on occurrences waiting for a person.
 pub fn verdict(facts: &Facts<'_>) -> Verdict {
     use SkipReason::*;
     if !facts.worker_enabled {
@@ -231,6 +241,9 @@ pub fn verdict(facts: &Facts<'_>) -> Verdict {
             TaskKind::Connector => SkippedByAdmin,
         });
     }
+    if awaiting_beside(task, &occurrence_key(facts.scheduled)) >= MAX_AWAITING {
+        return Verdict::Skip(AwaitingApprovalLimit);
+    }
     Verdict::Run
 }
 
@@ -269,6 +282,7 @@ mod tests {
             declaration_errors: Default::default(),
             last_error: None,
             lifecycle_at: None,
+            lifecycle_id: None,
         }
     }
 
@@ -448,6 +462,54 @@ mod tests {
             Verdict::Skip(SkipReason::NotWorkspaceInstall)
         );
         assert_eq!(SkipReason::NotWorkspaceInstall.describe(), "not workspace install");
+    }
+
+    #[test]
+    fn past_the_bound_of_occurrences_waiting_for_a_person_the_next_is_skipped_and_a_resume_still_runs() {
+        use crate::domain::task::claim::{Claim, RunStatus};
+        let mut task = connector_task(t0());
+        let installed = install(InstallStatus::Installed);
+        let waiting = |hours: i64| Claim {
+            status: RunStatus::AwaitingApproval,
+            lease_until: 0,
+            execution_id: "e1".into(),
+            attempts: 1,
+            started_at: t0(),
+            crashed_usd: 0.0,
+            workspace_usd: 0.0,
+            request_id: Some(format!("req_{hours}")),
+        };
+        let present = |task: &Task, scheduled: DateTime<Utc>| {
+            verdict(&Facts {
+                scheduled,
+                now: scheduled + Duration::seconds(5),
+                ..facts(TaskFacts::Present {
+                    task,
+                    install: Some(&installed),
+                })
+            })
+        };
+        for hours in 1..i64::try_from(MAX_AWAITING).unwrap() {
+            task.claims
+                .insert(occurrence_key(t0() - Duration::hours(hours)), waiting(hours));
+        }
+        assert_eq!(present(&task, t0()), Verdict::Run, "one short of the bound");
+        let last = t0() - Duration::hours(i64::try_from(MAX_AWAITING).unwrap());
+        task.claims.insert(occurrence_key(last), waiting(99));
+        assert_eq!(
+            present(&task, t0()),
+            Verdict::Skip(SkipReason::AwaitingApprovalLimit),
+            "at the bound: skipped before the model"
+        );
+        // The resume of one that waits is not held back by the others.
+        let resumed = connector_task(last);
+        let mut resumed = Task {
+            claims: task.claims.clone(),
+            ..resumed
+        };
+        resumed.claims.get_mut(&occurrence_key(last)).unwrap().status = RunStatus::Running;
+        assert_eq!(present(&resumed, last), Verdict::Run);
+        assert_eq!(SkipReason::AwaitingApprovalLimit.code(), "awaiting_approval_limit");
     }
 
     #[test]

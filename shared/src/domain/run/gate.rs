@@ -39,6 +39,8 @@ pub const MAX_RESULT_CHARS: usize = 4000;
 pub const MAX_ASKS: usize = 3;
 /// `APPROVAL_HOURS`' default.
 pub const DEFAULT_APPROVAL_HOURS: i64 = 24;
+/// `APPROVAL_HOURS`' greatest value: a week. No request waits longer.
+pub const MAX_APPROVAL_HOURS: i64 = 168;
 
 /// Whether a tool is gated in a scheduled run: its server annotates it
 /// `destructiveHint: true` without `readOnlyHint: true`, or the task's

@@ -10,6 +10,7 @@
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::run::gate::MAX_APPROVAL_HOURS;
 use crate::domain::task::budget::Tokens;
 use crate::domain::task::claim::RunStatus;
 use crate::domain::task::{Task, TaskId};
@@ -163,29 +164,56 @@ pub fn claim_retention(catch_up: Duration) -> Duration {
     catch_up + Duration::minutes(10)
 }
 
-/// At most this many claims are pruned by one settle: each is a name in the
+/// At most this many claims are pruned by one write: each is a name in the
 /// update expression, which DynamoDB caps at 4 KB.
 pub const MAX_PRUNED_PER_SETTLE: usize = 40;
 
-/// Claims older than `keep` that are dead, pruned at settle, oldest first:
-/// finished ones, released ones, and running ones whose lease expired (a
-/// crash or a release whose message was never delivered again within the
-/// window; what it committed stays committed as spent, `Claim::committed`). With `keep` bounded by the catch-up window, a task item holds at
-/// most the claims of that window.
-pub fn prunable(task: &Task, now: DateTime<Utc>, keep: Duration) -> Vec<String> {
+/// Claims older than `keep` that are dead, pruned beside `occurrence`'s by
+/// every write that adds or ends a claim (a claim, a settle, a skip with or
+/// without a claim, a park, a denial or an expiry), oldest first: finished
+/// ones, released ones, and running ones whose lease expired (a crash or a
+/// release whose message was never delivered again within the window; what
+/// it committed stays committed as spent, `Claim::committed`). Each write
+/// adds at most one claim and removes up to [`MAX_PRUNED_PER_SETTLE`], so
+/// with `keep` bounded by the catch-up window a task item holds at most the
+/// claims of that window, those waiting for a person (at most
+/// [`MAX_AWAITING`], the door's `awaiting_approval_limit`) and the running
+/// ones an approval resumed.
+pub fn prunable(task: &Task, occurrence: &str, now: DateTime<Utc>, keep: Duration) -> Vec<String> {
     task.claims
         .iter()
-        .filter(|(occurrence, claim)| {
-            // An approval's occurrence is kept until it finishes: its
-            // resume may come long after the catch-up window.
-            (claim.request_id.is_none() || claim.status.is_finished())
+        .filter(|(key, claim)| {
+            // An approval's occurrence is kept while it may still be
+            // resumed: a dead claim that carries a request goes once no
+            // request can wait any longer (a resume whose message was
+            // lost); one that waits goes only when it ends.
+            let kept = match &claim.request_id {
+                Some(_) if !claim.status.is_finished() => keep + Duration::hours(MAX_APPROVAL_HOURS),
+                _ => keep,
+            };
+            key.as_str() != occurrence
                 && claim.status != RunStatus::AwaitingApproval
                 && (claim.status != RunStatus::Running || claim.lease_until < now.timestamp())
-                && DateTime::parse_from_rfc3339(occurrence).is_ok_and(|t| now - t.with_timezone(&Utc) > keep)
+                && DateTime::parse_from_rfc3339(key).is_ok_and(|t| now - t.with_timezone(&Utc) > kept)
         })
-        .map(|(occurrence, _)| occurrence.clone())
+        .map(|(key, _)| key.clone())
         .take(MAX_PRUNED_PER_SETTLE)
         .collect()
+}
+
+/// At most this many of a task's occurrences wait for a person at once
+/// (SPEC §7 "Nothing a task accumulates outlives its window"): a waiting
+/// claim is never pruned, so past this an occurrence is skipped
+/// `awaiting_approval_limit` at the door, before the model is called.
+pub const MAX_AWAITING: usize = 20;
+
+/// How many of `task`'s occurrences other than `occurrence` wait for a
+/// person (`awaiting_approval`).
+pub fn awaiting_beside(task: &Task, occurrence: &str) -> usize {
+    task.claims
+        .iter()
+        .filter(|(key, claim)| key.as_str() != occurrence && claim.status == RunStatus::AwaitingApproval)
+        .count()
 }
 
 /// What a run used.
@@ -459,9 +487,30 @@ mod claim_tests {
             claim(RunStatus::Running, now.timestamp() + 60),
         );
         assert_eq!(
-            prunable(&task, now, Duration::hours(2)),
+            prunable(&task, "2026-12-24T18:00:00Z", now, Duration::hours(2)),
             vec!["2026-12-24T09:00:00Z".to_owned(), "2026-12-24T10:00:00Z".to_owned()],
             "finished and crashed (lease expired) claims go; a live lease stays"
+        );
+        assert_eq!(
+            prunable(&task, "2026-12-24T10:00:00Z", now, Duration::hours(2)),
+            vec!["2026-12-24T09:00:00Z".to_owned()],
+            "never the claim the write itself is writing"
+        );
+        // A resumed run's claim no execution holds stays while a resume
+        // could still come, and goes once no request can wait longer.
+        let mut resumed = claim(RunStatus::Released, 0);
+        resumed.request_id = Some("req_1".into());
+        let mut waiting = claim(RunStatus::AwaitingApproval, 0);
+        waiting.request_id = Some("req_2".into());
+        let mut task = reminder_task(now);
+        task.claims.insert("2026-12-20T18:00:00Z".into(), resumed.clone());
+        task.claims.insert("2026-12-01T18:00:00Z".into(), waiting);
+        assert!(prunable(&task, "x", now, Duration::hours(2)).is_empty());
+        task.claims.insert("2026-12-10T18:00:00Z".into(), resumed);
+        assert_eq!(
+            prunable(&task, "x", now, Duration::hours(2)),
+            vec!["2026-12-10T18:00:00Z".to_owned()],
+            "past the longest wait; one waiting is never pruned"
         );
         for minute in 0..100 {
             task.claims.insert(
@@ -469,7 +518,10 @@ mod claim_tests {
                 claim(RunStatus::Succeeded, 0),
             );
         }
-        assert_eq!(prunable(&task, now, Duration::hours(2)).len(), MAX_PRUNED_PER_SETTLE);
+        assert_eq!(
+            prunable(&task, "2026-12-24T18:00:00Z", now, Duration::hours(2)).len(),
+            MAX_PRUNED_PER_SETTLE
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@
 use chrono::{DateTime, Duration, Utc};
 
 use super::door::SkipReason;
-use super::occurrence::prunable;
+use super::occurrence::{occurrence_key, prunable};
 use crate::domain::schedule::Schedule;
 use crate::domain::schedule::preview::is_occurrence;
 use crate::domain::schedule::preview::next_fire;
@@ -86,7 +86,12 @@ pub fn plan(facts: &Facts<'_>) -> Plan {
             facts.retention,
         ),
         charge_account: facts.status != RunStatus::Skipped || facts.crashed_usd > 0.0,
-        prune: prunable(facts.task, facts.finished, facts.keep_claims),
+        prune: prunable(
+            facts.task,
+            &occurrence_key(facts.scheduled),
+            facts.finished,
+            facts.keep_claims,
+        ),
     }
 }
 

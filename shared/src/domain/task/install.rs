@@ -26,6 +26,25 @@ pub enum InstallStatus {
     Uninstalled,
 }
 
+/// A lifecycle event's place in its install's order (SPEC §6): when the
+/// change happened (the body's `occurred_at`, the same on every retry of
+/// one event; without it, when its `webhook-id` was first seen), then its
+/// `webhook-id`, so two events of one instant are ordered too.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Stamp {
+    pub at: DateTime<Utc>,
+    pub id: String,
+}
+
+impl Stamp {
+    /// Whether an event at `self` comes before the last one applied to its
+    /// install (`last`): stale, recorded and ignored. The same event again
+    /// (a redelivery) is not stale: applying it twice changes nothing.
+    pub fn is_stale(&self, last: Option<&Stamp>) -> bool {
+        last.is_some_and(|last| self < last)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Install {
     pub install_id: String,
@@ -49,14 +68,59 @@ pub struct Install {
     /// refused or could not be read), with when; cleared by one that works.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
-    /// When the platform sent the latest lifecycle event applied to it
-    /// (`connector.installed` or `connector.uninstalled`): an older one
-    /// arriving later is stale and ignored (`app::reconcile::Stamped`).
+    /// When the latest lifecycle event applied to it (`connector.installed`
+    /// or `connector.uninstalled`) happened, and its `webhook-id`
+    /// (`webhook::Stamp`): an earlier one arriving later is stale and
+    /// ignored. An install an earlier release recorded has the time alone
+    /// (the webhook's send time then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle_id: Option<String>,
 }
 
 impl Install {
+    /// The record an uninstall of an install not seen yet leaves (SPEC §6):
+    /// uninstalled, naming no server, carrying the uninstall's place in the
+    /// install's order, so its own `connector.installed`, arriving later
+    /// but sent before, is stale.
+    pub fn tombstone(workspace: &str, install_id: &str, stamp: &Stamp, now: DateTime<Utc>) -> Self {
+        Self {
+            install_id: install_id.to_owned(),
+            workspace: workspace.to_owned(),
+            server: String::new(),
+            url: String::new(),
+            scope: InstallScope::Workspace,
+            account: String::new(),
+            credential_secret_arn: None,
+            status: InstallStatus::Uninstalled,
+            updated_at: now,
+            declaration_errors: std::collections::BTreeMap::new(),
+            last_error: None,
+            lifecycle_at: Some(stamp.at),
+            lifecycle_id: Some(stamp.id.clone()),
+        }
+    }
+
+    /// Whether this is an uninstall's tombstone: no server was ever seen.
+    pub fn is_tombstone(&self) -> bool {
+        self.server.is_empty()
+    }
+
+    /// The latest lifecycle event applied to it, in the install's order.
+    pub fn lifecycle(&self) -> Option<Stamp> {
+        self.lifecycle_at.map(|at| Stamp {
+            at,
+            id: self.lifecycle_id.clone().unwrap_or_default(),
+        })
+    }
+
+    /// Keeps `stamp` as the latest lifecycle event applied.
+    pub fn stamp(&mut self, stamp: &Stamp) {
+        self.lifecycle_at = Some(stamp.at);
+        self.lifecycle_id = Some(stamp.id.clone());
+    }
+
     pub fn is_installed(&self) -> bool {
         self.status == InstallStatus::Installed
     }
@@ -179,6 +243,7 @@ pub(crate) mod tests_support {
             declaration_errors: Default::default(),
             last_error: None,
             lifecycle_at: None,
+            lifecycle_id: None,
         }
     }
 }

@@ -1,0 +1,429 @@
+//! Nothing a task accumulates outlives its window (SPEC §7): every write
+//! that adds or ends a claim prunes the task's dead ones beside it, so a
+//! task whose runs stop settling (its workspace's month spent, the worker
+//! off, deliveries late, attempts crashed, nobody deciding its approvals)
+//! keeps the claims of its catch-up window and a bounded number waiting
+//! for a person, and runs again at its next occurrence once the cause is
+//! gone. Through the real runner and the admin function against moto, on a
+//! virtual clock: each delivery is handed the time Scheduler would deliver
+//! it at.
+
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use local::converse::Reply;
+use local::mcp_fixture::{annotated_tool, tool};
+use serde_json::{Value, json};
+use shared::app::run::Disposition;
+use shared::domain::run::door::SkipReason;
+use shared::domain::run::gate::{CallApproval, CallDecision, GatedCall, Target};
+use shared::domain::run::occurrence::{MAX_AWAITING, occurrence_key};
+use shared::domain::task::Task;
+use shared::domain::task::budget::{self, BudgetLevel};
+use shared::domain::task::claim::{Claim, RunStatus};
+use shared::ports::{CallApprovals, ClaimAnswer, ClaimRequest, Park, Release, RunStore, Settled, TakeOver};
+use tests::{RunStack, TestRunner, deadline, run_message, run_settings};
+
+/// The test task's rate (`tests::connector_task`): every five minutes.
+const EVERY: Duration = Duration::minutes(5);
+
+/// The claims a task item may hold beside those waiting for a person: its
+/// catch-up window's (an hour, kept 70 minutes by
+/// `occurrence::claim_retention`) at one every five minutes, and the one
+/// being written.
+const WINDOW: usize = 70 / 5 + 1;
+
+fn admin() -> Value {
+    json!({"id": "adm_1", "workspace": "ws_1", "scopes": ["schedule.admin"]})
+}
+
+/// Delivers `task`'s occurrence at `at` as Scheduler would at `now`.
+async fn deliver_at(runner: &TestRunner, task: &Task, at: DateTime<Utc>, now: DateTime<Utc>) -> Disposition {
+    let execution = format!("e-{}", at.timestamp());
+    runner
+        .deliver("m1", &run_message(task, at, &execution), now, deadline())
+        .await
+        .expect("the delivery answers")
+}
+
+/// The task item's claims, and the item's size as JSON.
+async fn claims_of(s: &RunStack, task: &Task) -> (serde_json::Map<String, Value>, usize) {
+    let item = s.task_item(task).await;
+    let claims = item["claims"].as_object().cloned().unwrap_or_default();
+    (claims, item.to_string().len())
+}
+
+/// The first occurrence of a run of `n`, ending an hour before now: every
+/// delivery of the test is in the past of the wall clock.
+fn first_of(n: i64) -> DateTime<Utc> {
+    let start = Utc::now() - EVERY * i32::try_from(n + 12).unwrap();
+    start.duration_trunc(EVERY).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thousand_skips_of_every_kind_leave_a_window_of_claims_and_a_raise_runs_the_next_occurrence() {
+    let s = RunStack::start().await.unwrap();
+    let (_issues, task) = s
+        .issues_task("weekly_summary", vec![tool("list_issues")], &["list_issues"], &[])
+        .await;
+    let runner = s.runner();
+    let (crashed, late, off, spent) = (10, 300, 300, 400);
+    let mut at = first_of(crashed + late + off + spent);
+    let mut largest = 0;
+    let mut bounded = |phase: &str, (claims, size): (serde_json::Map<String, Value>, usize)| {
+        assert!(
+            claims.len() <= WINDOW,
+            "after {phase}: {} claims on the task item, at most {WINDOW}: {:?}",
+            claims.len(),
+            claims.keys().collect::<Vec<_>>()
+        );
+        largest = largest.max(size);
+    };
+
+    // Attempts that claimed and crashed, each found dead two hours later by
+    // its next delivery: skipped missed, paying what the claim committed.
+    for _ in 0..crashed {
+        let key = occurrence_key(at);
+        let period = budget::period(at);
+        let claim = Claim {
+            status: RunStatus::Running,
+            lease_until: (at + Duration::minutes(1)).timestamp(),
+            execution_id: "crashed".into(),
+            attempts: 1,
+            started_at: at,
+            crashed_usd: 0.0,
+            workspace_usd: 0.0,
+            request_id: None,
+        };
+        let request = ClaimRequest {
+            workspace: &task.workspace,
+            task_id: &task.task_id,
+            occurrence: &key,
+            period: &period,
+            claim: &claim,
+            now: at,
+            person_cap_usd: None,
+            resume: None,
+            keep_claims: Duration::minutes(70),
+        };
+        let answer = s.store().claim(&request).await.unwrap();
+        assert!(matches!(answer, ClaimAnswer::Claimed(_)), "{answer:?}");
+        assert_eq!(
+            deliver_at(&runner, &task, at, at + Duration::hours(2)).await,
+            Disposition::Skipped(SkipReason::Missed)
+        );
+        at += EVERY;
+    }
+    bounded("crashed attempts paid by skips", claims_of(&s, &task).await);
+    // Deliveries past the catch-up window (an outage of the runner).
+    for _ in 0..late {
+        assert_eq!(
+            deliver_at(&runner, &task, at, at + Duration::hours(2)).await,
+            Disposition::Skipped(SkipReason::Missed)
+        );
+        bounded("late deliveries", claims_of(&s, &task).await);
+        at += EVERY;
+    }
+    // The worker switched off.
+    let off_runner = s.runner_on(s.store(), run_settings(false));
+    for _ in 0..off {
+        assert_eq!(
+            deliver_at(&off_runner, &task, at, at + Duration::seconds(5)).await,
+            Disposition::Skipped(SkipReason::WorkerDisabled)
+        );
+        at += EVERY;
+    }
+    bounded("the worker off", claims_of(&s, &task).await);
+    // The workspace's month spent: every claim refused at its budget.
+    let set = json!({"op": "set_budget", "principal": admin(),
+                     "budget": {"max_usd_per_month": 0.0}, "expected_version": 0});
+    let answer = s.t.admin().handle(set, Utc::now()).await.unwrap();
+    assert_eq!(answer["ok"], true, "{answer}");
+    for i in 0..spent {
+        assert_eq!(
+            deliver_at(&runner, &task, at, at + Duration::seconds(5)).await,
+            Disposition::Skipped(SkipReason::BudgetReached(BudgetLevel::Workspace))
+        );
+        if i % 50 == 0 {
+            bounded("a spent month", claims_of(&s, &task).await);
+        }
+        at += EVERY;
+    }
+    bounded("a spent month", claims_of(&s, &task).await);
+    assert!(
+        s.model.requests().await.is_empty(),
+        "no model call while nothing could run"
+    );
+
+    // The cause gone, the next occurrence runs.
+    let raise = json!({"op": "set_budget", "principal": admin(),
+                       "budget": {"max_usd_per_month": 50.0}, "expected_version": 1});
+    let answer = s.t.admin().handle(raise, Utc::now()).await.unwrap();
+    assert_eq!(answer["workspace"]["reached"], false, "{answer}");
+    s.model.script([Reply::text("done", 1000, 100)]).await;
+    assert_eq!(
+        deliver_at(&runner, &task, at, at + Duration::seconds(5)).await,
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+    bounded("the run after the raise", claims_of(&s, &task).await);
+    eprintln!(
+        "{} occurrences skipped; the task item was at most {largest} bytes as JSON",
+        crashed + late + off + spent
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn past_the_bound_of_occurrences_waiting_for_an_admin_the_next_is_skipped_before_the_model() {
+    let s = RunStack::start().await.unwrap();
+    let tools = vec![
+        tool("list_issues"),
+        annotated_tool("delete_issue", json!({"destructiveHint": true})),
+    ];
+    let (issues, task) = s.triage(tools, &["list_issues", "delete_issue"], &[]).await;
+    let runner = s.runner();
+    let waiting = i64::try_from(MAX_AWAITING).unwrap();
+    let mut at = first_of(waiting + 40);
+    for i in 0..MAX_AWAITING {
+        s.model
+            .script([Reply::tool("issues__delete_issue", json!({"id": i}), 1000, 50)])
+            .await;
+        assert_eq!(
+            deliver_at(&runner, &task, at, at + Duration::seconds(5)).await,
+            Disposition::AwaitingApproval
+        );
+        at += EVERY;
+    }
+    let asked = s.model.requests().await.len();
+    // Nobody decides: every later occurrence is skipped at the door, its
+    // model never called, and the item keeps its window besides the waiting.
+    for _ in 0..40 {
+        assert_eq!(
+            deliver_at(&runner, &task, at, at + Duration::seconds(5)).await,
+            Disposition::Skipped(SkipReason::AwaitingApprovalLimit)
+        );
+        at += EVERY;
+    }
+    assert_eq!(s.model.requests().await.len(), asked, "no model call past the bound");
+    let (claims, _) = claims_of(&s, &task).await;
+    let awaiting = claims.values().filter(|c| c["status"] == "awaiting_approval").count();
+    assert_eq!(awaiting, MAX_AWAITING);
+    assert!(claims.len() <= MAX_AWAITING + WINDOW, "{} claims", claims.len());
+    let record = s.run_record(&task.task_id, &occurrence_key(at - EVERY)).await.unwrap();
+    assert_eq!(
+        record["reason"],
+        SkipReason::AwaitingApprovalLimit.describe(),
+        "{record}"
+    );
+
+    // The requests lapse and the check ends them: the next occurrence runs.
+    let later = at + Duration::hours(25);
+    let ended = shared::app::approvals::expire_lapsed(&s.store(), later, Duration::days(30))
+        .await
+        .unwrap();
+    assert_eq!(ended.ended, MAX_AWAITING);
+    assert_eq!(ended.backlog_seconds, 0, "nothing left lapsed");
+    s.model.script([Reply::text("nothing to delete", 1000, 50)]).await;
+    let next = later.duration_trunc(EVERY).unwrap();
+    assert_eq!(
+        deliver_at(&runner, &task, next, next + Duration::seconds(5)).await,
+        Disposition::Ran(RunStatus::Succeeded)
+    );
+    let (claims, _) = claims_of(&s, &task).await;
+    assert!(
+        claims.len() <= WINDOW,
+        "the ended occurrences' claims pruned beside the run: {:?}",
+        claims.keys().collect::<Vec<_>>()
+    );
+    assert!(issues.state().read().await.calls.is_empty(), "no gated call made");
+}
+
+/// Parks `task`'s occurrence at `at` through the store as a run stopped at
+/// a gated call would (claimed, then kept waiting with its request put),
+/// carrying `spent`: the request.
+async fn parked(s: &RunStack, task: &Task, at: DateTime<Utc>, spent: f64) -> CallApproval {
+    let store = s.store();
+    let key = occurrence_key(at);
+    let period = budget::period(at);
+    let execution = format!("e-{}", at.timestamp());
+    let claim = Claim {
+        status: RunStatus::Running,
+        lease_until: (at + Duration::minutes(5)).timestamp(),
+        execution_id: execution.clone(),
+        attempts: 1,
+        started_at: at,
+        crashed_usd: 0.0,
+        workspace_usd: 0.0,
+        request_id: None,
+    };
+    let request = ClaimRequest {
+        workspace: &task.workspace,
+        task_id: &task.task_id,
+        occurrence: &key,
+        period: &period,
+        claim: &claim,
+        now: at,
+        person_cap_usd: None,
+        resume: None,
+        keep_claims: Duration::minutes(70),
+    };
+    let ClaimAnswer::Claimed(claimed) = store.claim(&request).await.unwrap() else {
+        panic!("the occurrence at {key} is claimed");
+    };
+    let run_id = shared::domain::run::occurrence::run_id(task.task_id.as_str(), at);
+    let arguments = json!({"id": at.timestamp()});
+    let call = GatedCall {
+        workspace: &task.workspace,
+        task_id: task.task_id.as_str(),
+        run_id: &run_id,
+        scheduled_time: &key,
+        target: Target {
+            install: "ins_1",
+            server: "issues",
+            tool: "delete_issue",
+        },
+        arguments: &arguments,
+    };
+    let approval = CallApproval::ask(&call, at, 24, Duration::days(30)).unwrap();
+    let delivery = shared::domain::run::occurrence::RunMessage::parse(&run_message(task, at, &execution)).unwrap();
+    let mut record = shared::domain::run::occurrence::RunRecord::new(
+        &delivery,
+        &shared::domain::run::occurrence::Outcome {
+            status: RunStatus::AwaitingApproval,
+            ..shared::domain::run::occurrence::Outcome::skipped("awaiting approval".into())
+        },
+        1,
+        spent,
+        "",
+        at,
+        at,
+        Duration::days(30),
+    );
+    record.request_id = Some(approval.request_id.clone());
+    let park = Park {
+        release: Release {
+            task: &claimed,
+            occurrence: &key,
+            execution_id: &execution,
+            period: &period,
+            reserved_usd: 0.25,
+            carried_usd: spent,
+            workspace_held_usd: 0.25,
+        },
+        record: &record,
+        approval: &approval,
+        prune: Vec::new(),
+    };
+    assert_eq!(store.park(&park).await.unwrap(), Settled::Done);
+    approval
+}
+
+/// Approves `approval` and takes its occurrence over as its resumed run
+/// would, holding a lease until `lease_until`.
+async fn resumed(s: &RunStack, task: &Task, approval: &CallApproval, lease_until: DateTime<Utc>) {
+    let store = s.store();
+    let approved = approval
+        .decide(
+            CallDecision::Approve,
+            "adm_1",
+            None,
+            approval.version,
+            approval.requested_at,
+        )
+        .unwrap();
+    assert!(store.approve_call(&approved, approval.version).await.unwrap());
+    let at = shared::domain::schedule::parse_instant(&approval.scheduled_time).unwrap();
+    let period = budget::period(at);
+    let claim = Claim {
+        status: RunStatus::Running,
+        lease_until: lease_until.timestamp(),
+        execution_id: format!("approval-{}", approval.request_id),
+        attempts: 1,
+        started_at: at,
+        crashed_usd: 0.0,
+        workspace_usd: 0.0,
+        request_id: Some(approval.request_id.clone()),
+    };
+    let request = ClaimRequest {
+        workspace: &task.workspace,
+        task_id: &task.task_id,
+        occurrence: &approval.scheduled_time,
+        period: &period,
+        claim: &claim,
+        now: approval.requested_at,
+        person_cap_usd: None,
+        resume: Some(&approval.request_id),
+        keep_claims: Duration::minutes(70),
+    };
+    let answer = store.take_over(&request, TakeOver::Approved).await.unwrap();
+    assert!(matches!(answer, ClaimAnswer::Claimed(_)), "{answer:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expiry_goes_past_requests_it_must_leave_ends_dead_resumed_runs_and_measures_what_it_left() {
+    let s = RunStack::start().await.unwrap();
+    let (_issues, mut task) = s
+        .issues_task("weekly_summary", vec![tool("list_issues")], &["list_issues"], &[])
+        .await;
+    // A month large enough for every claim of the test.
+    task.spec.budget = Some(shared::domain::task::budget::Budget {
+        max_usd_per_run: 0.25,
+        max_usd_per_month: 1000.0,
+    });
+    task.task_id = shared::domain::task::TaskId::for_connector("ws_1", "issues", "daily_digest");
+    s.insert(&task).await;
+    // More requests than a page that a resumed run holds under a live
+    // lease, expiring first; then requests nobody decided, and resumed
+    // runs that died (their message lost), expiring after them.
+    let blocked = shared::app::approvals::EXPIRE_PER_PAGE + 10;
+    let mut at = first_of(i64::try_from(blocked).unwrap() + 30);
+    let later = Utc::now() + Duration::hours(25);
+    let mut held = Vec::new();
+    for _ in 0..blocked {
+        let approval = parked(&s, &task, at, 0.05).await;
+        resumed(&s, &task, &approval, later + Duration::hours(1)).await;
+        held.push(approval);
+        at += EVERY;
+    }
+    for _ in 0..20 {
+        parked(&s, &task, at, 0.05).await;
+        at += EVERY;
+    }
+    for _ in 0..5 {
+        let approval = parked(&s, &task, at, 0.05).await;
+        resumed(&s, &task, &approval, at + Duration::minutes(10)).await;
+        at += EVERY;
+    }
+
+    let store = s.store();
+    let pass = shared::app::approvals::expire_lapsed(&store, later, Duration::days(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        pass.ended, 25,
+        "the undecided and the dead, past {blocked} it must leave"
+    );
+    let oldest = (later - held[0].expires_at).num_seconds();
+    assert_eq!(pass.backlog_seconds, oldest, "the oldest request left lapsed");
+    // A dead resumed run ends expired, paying what it committed: the
+    // reservation its attempt held and what the parked attempt spent.
+    let dead = s.run_record(&task.task_id, &occurrence_key(at - EVERY)).await.unwrap();
+    assert_eq!(dead["status"], "skipped", "{dead}");
+    assert_eq!(dead["reason"], SkipReason::Expired.describe(), "{dead}");
+    assert!((dead["cost_usd"].as_f64().unwrap() - 0.30).abs() < 1e-9, "{dead}");
+    let undecided = s
+        .run_record(&task.task_id, &occurrence_key(at - EVERY * 6))
+        .await
+        .unwrap();
+    assert_eq!(undecided["reason"], SkipReason::Expired.describe(), "{undecided}");
+
+    // The held runs' leases run out: the next period ends them too.
+    let after = later + Duration::hours(2);
+    let pass = shared::app::approvals::expire_lapsed(&store, after, Duration::days(30))
+        .await
+        .unwrap();
+    assert_eq!(pass.ended, blocked);
+    assert_eq!(pass.backlog_seconds, 0, "nothing left lapsed");
+    let (claims, _) = claims_of(&s, &task).await;
+    assert!(
+        claims.values().all(|c| c["status"] == "skipped"),
+        "every occurrence ended"
+    );
+}
