@@ -95,3 +95,56 @@ async fn only_signed_fresh_new_deliveries_are_queued() {
         "prompts.list_changed"
     );
 }
+
+/// `occurred_at` orders an install's lifecycle (SPEC §6) from the webhook
+/// on: an install sent before its uninstall but delivered after it is
+/// queued, worked, and ignored as stale; an `occurred_at` that is no
+/// instant is a 400 and queues nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_install_delivered_after_its_uninstall_but_sent_before_it_changes_nothing() {
+    let t = TestStack::start().await.unwrap();
+    let r = t.reconciler();
+    let secret = WebhookSecret::parse(&t.stack.webhook_secret).unwrap();
+    let now = Utc::now();
+    let issues = local::mcp_fixture::McpFixture::start(local::mcp_fixture::FixtureState::default())
+        .await
+        .unwrap();
+    let t0 = now - Duration::minutes(10);
+    let send = |id: &'static str, body: serde_json::Value| {
+        let (r, secret, rules) = (&r, &secret, t.rules());
+        async move {
+            let body = body.to_string().into_bytes();
+            let ts = now.timestamp().to_string();
+            let sig = secret.sign(id, now.timestamp(), &body);
+            let d = Delivery {
+                id: Some(id),
+                timestamp: Some(&ts),
+                signature: Some(&sig),
+                body: &body,
+            };
+            intake(r.store(), r.queue(), secret, &rules, &d, now).await.unwrap()
+        }
+    };
+    let at = |minutes: i64| (t0 + Duration::minutes(minutes)).to_rfc3339();
+    let uninstalled = json!({"type": "connector.uninstalled", "workspace": "ws_1",
+                             "install": {"id": "ins_1"}, "occurred_at": at(2)});
+    let installed = json!({"type": "connector.installed", "workspace": "ws_1", "occurred_at": at(1),
+        "install": {"id": "ins_1", "server": "issues", "url": issues.url(), "scope": "workspace", "account": "acct_1"}});
+    let mut malformed = installed.clone();
+    malformed["occurred_at"] = json!("yesterday");
+    assert_eq!(send("wh_0", malformed).await.status(), 400);
+    assert!(t.take_work().await.is_empty(), "nothing queued");
+
+    assert_eq!(send("wh_2", uninstalled).await, WebhookAnswer::Accepted);
+    assert_eq!(send("wh_1", installed).await, WebhookAnswer::Accepted);
+    for (_, body) in t.take_work().await {
+        r.work(&body, Utc::now()).await.unwrap();
+    }
+    let install = t
+        .item_at(shared::adapters::keys::Key::install("ws_1", "ins_1"))
+        .await
+        .expect("the uninstall's tombstone");
+    assert_eq!(install["status"], "uninstalled", "{install}");
+    let why = install["last_error"].as_str().unwrap_or_default();
+    assert!(why.contains("stale connector.installed"), "{install}");
+}
