@@ -721,6 +721,11 @@ pub struct EndAwaiting<'a> {
 pub trait TaskCatalog: Send + Sync {
     /// The workspace's tasks (all kinds).
     fn workspace_tasks(&self, workspace: &str) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send;
+    /// The workspace's connector tasks, none of its reminders: what one
+    /// install's reconcile and a rebind read (a reminder is never declared,
+    /// bound or counted against the workspace's connector tasks), so their
+    /// reads grow with the workspace's connector tasks alone.
+    fn connector_tasks(&self, workspace: &str) -> impl Future<Output = Result<Vec<Task>, StoreError>> + Send;
     /// A page of at most `limit` of the workspace's tasks (all kinds), in
     /// task id order, after the task `after`; the page's last task id when
     /// more may follow. One query, whatever the workspace holds.

@@ -176,6 +176,18 @@ impl TaskCatalog for DynamoStore {
         items.into_iter().map(|i| read_item(i, "task")).collect()
     }
 
+    async fn connector_tasks(&self, workspace: &str) -> Result<Vec<Task>, StoreError> {
+        let prefix = format!(
+            "{}{}",
+            super::keys::TASK_PREFIX,
+            crate::domain::task::TaskId::CONNECTOR_PREFIX
+        );
+        let items = self
+            .query_prefix(&super::keys::workspace_partition(workspace), &prefix)
+            .await?;
+        items.into_iter().map(|i| read_item(i, "task")).collect()
+    }
+
     async fn workspace_tasks_page(
         &self,
         workspace: &str,

@@ -969,7 +969,7 @@ impl<
         let mut summary = Summary::default();
         for _ in 0..ATTEMPTS {
             let installs = self.installs(workspace).await?;
-            let tasks = self.store.workspace_tasks(workspace).await?;
+            let tasks = self.store.connector_tasks(workspace).await?;
             let writes = reconcile::rebind(&tasks, &installs, now);
             if self.write_all(&writes, &mut summary).await? {
                 return Ok(summary);
@@ -1039,7 +1039,7 @@ impl<
         now: DateTime<Utc>,
     ) -> Result<(), ReconcileError> {
         let written: BTreeSet<&TaskId> = written.iter().map(|w| &w.task.task_id).collect();
-        let tasks = self.store.workspace_tasks(workspace).await?;
+        let tasks = self.store.connector_tasks(workspace).await?;
         let own = tasks.iter().filter(|t| {
             !written.contains(&t.task_id)
                 && matches!(&t.provenance, Provenance::Connector { install_id: owner, .. } if owner == install_id)
@@ -1119,7 +1119,7 @@ impl<
         let mut summary = Summary::default();
         for _ in 0..ATTEMPTS {
             let installs = self.installs(workspace).await?;
-            let every = self.store.workspace_tasks(workspace).await?;
+            let every = self.store.connector_tasks(workspace).await?;
             let room = reconcile::workspace_room(&every, &install.server);
             let stored: Vec<Task> = every
                 .into_iter()

@@ -901,3 +901,43 @@ async fn a_server_that_serves_tools_alone_reconciles_to_nothing_without_an_error
     assert_eq!(summary.changes.get("created"), Some(&1));
     assert_eq!(w.t.items_of("task").await.len(), 1);
 }
+
+/// An install's reconcile reads what one install's tasks need: its
+/// workspace's connector tasks (their count bounds the workspace), never
+/// its reminders. At a workspace of 1,000 reminders, each with a long
+/// instruction (megabytes in all), a pass makes exactly the requests it
+/// makes at a workspace of none.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_installs_reconcile_reads_the_workspaces_connector_tasks_and_never_its_reminders() {
+    use shared::ports::{TaskCatalog, TaskStore};
+    let w = World::start().await;
+    w.approved().await;
+    let r = w.t.reconciler();
+    let pass = || async {
+        let before = r.store().requests();
+        r.apply(&event("prompts.list_changed", "ins_1"), Utc::now())
+            .await
+            .unwrap();
+        r.store().requests() - before
+    };
+    let quiet = pass().await;
+    let store = r.store();
+    for i in 0..1_000 {
+        let mut reminder = tests::reminder(Utc::now() + chrono::Duration::days(1));
+        reminder.task_id = TaskId::for_reminder("ws_1", "usr_1", &format!("k{i}"));
+        reminder.instruction = Some("x".repeat(3_000));
+        store.insert_task(&reminder).await.unwrap();
+    }
+    assert_eq!(pass().await, quiet, "the same requests beside 1,000 reminders");
+    let connector = store.connector_tasks("ws_1").await.unwrap();
+    assert!(!connector.is_empty());
+    assert!(
+        connector
+            .iter()
+            .all(|t| t.kind == shared::domain::task::TaskKind::Connector)
+    );
+    assert_eq!(
+        store.workspace_tasks("ws_1").await.unwrap().len(),
+        connector.len() + 1_000
+    );
+}

@@ -67,6 +67,9 @@ impl TaskId {
         Self::derive("rem", &[workspace, principal, idempotency_key])
     }
 
+    /// How every connector task's id starts (a reminder's starts `rem_`).
+    pub const CONNECTOR_PREFIX: &'static str = "con_";
+
     /// The task of a prompt declared by a server in a workspace.
     pub fn for_connector(workspace: &str, server: &str, prompt: &str) -> Self {
         Self::derive("con", &[workspace, server, prompt])
@@ -446,8 +449,9 @@ mod tests {
         assert!(
             TaskId::for_connector("ws_1", "issues", "weekly")
                 .as_str()
-                .starts_with("con_")
+                .starts_with(TaskId::CONNECTOR_PREFIX)
         );
+        assert!(!a.as_str().starts_with(TaskId::CONNECTOR_PREFIX));
         assert_eq!(TaskId::parse(a.as_str()), Some(a));
         for bad in [
             "",
