@@ -909,7 +909,7 @@ async fn a_server_that_serves_tools_alone_reconciles_to_nothing_without_an_error
 /// makes at a workspace of none.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_installs_reconcile_reads_the_workspaces_connector_tasks_and_never_its_reminders() {
-    use shared::ports::{TaskCatalog, TaskStore};
+    use shared::ports::TaskCatalog;
     let w = World::start().await;
     w.approved().await;
     let r = w.t.reconciler();
