@@ -11,7 +11,8 @@ DynamoDB's `ClientRequestToken` promise for `TransactWriteItems`, which moto
 ignores (see `_transaction_token`), and backs up only what a transaction
 can change instead of every table it names (see `_transact_write_items`),
 and reads one partition for a query of a table's key (see `_QueryView`).
-And it refuses a function's request its role in `template.yaml` does not
+It deletes what DynamoDB's TTL would have deleted by a time a test names
+(see `_expire`). And it refuses a function's request its role in `template.yaml` does not
 allow, as AWS does and moto does not (`local_iam.py`), and lists moto's
 package folder once rather than for every request it routes (see
 `_moto_modules`).
@@ -364,6 +365,49 @@ def _conflict(environ, start_response):
     return [json.dumps(message).encode()]
 
 
+# DynamoDB's TTL deletes an item some time after its TTL attribute (a
+# number of Unix seconds) has passed, "typically within a few days", as a
+# delete of the service's own: it leaves the table and its indexes, and the
+# stream carries a REMOVE. moto keeps the setting and never deletes. POST
+# /_local/dynamodb-ttl?now=<unix seconds> does what TTL would have done by
+# then: every item of a table whose TTL is enabled and whose attribute is
+# a number before `now` is deleted through moto's own delete (the stream
+# gets its REMOVE; moto keeps no index apart, so the item leaves them too).
+# The answer is how many it deleted. A test with a virtual clock calls it
+# with that clock's time; nothing is deleted on its own, as nothing on AWS
+# is deleted at the instant its TTL passes.
+def _expire(environ, start_response):
+    query = environ.get("QUERY_STRING", "")
+    try:
+        now = float(dict(p.split("=", 1) for p in query.split("&") if "=" in p)["now"])
+    except (KeyError, ValueError):
+        start_response("400 Bad Request", [("Content-Type", "text/plain")])
+        return [b"POST /_local/dynamodb-ttl?now=<unix seconds>"]
+    deleted = 0
+    for account in dynamodb_models.dynamodb_backends.values():
+        for backend in account.values():
+            for table in backend.tables.values():
+                if table.ttl.get("TimeToLiveStatus") != "ENABLED":
+                    continue
+                name = table.ttl.get("AttributeName")
+                expired = []
+                for bucket in list(table.items.values()):
+                    for item in bucket.values() if table.range_key_attr else [bucket]:
+                        value = item.attrs.get(name)
+                        if value is None or value.type != "N":
+                            continue
+                        try:
+                            if float(value.value) < now:
+                                expired.append((item.hash_key, item.range_key))
+                        except ValueError:
+                            continue
+                for hash_key, range_key in expired:
+                    table.delete_item(hash_key, range_key)
+                    deleted += 1
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [json.dumps({"deleted": deleted}).encode()]
+
+
 class Serial:
     def __init__(self, app):
         self.app = app
@@ -374,6 +418,8 @@ class Serial:
                 return _clock(environ, start_response)
             if environ.get("PATH_INFO") == "/_local/dynamodb-conflict":
                 return _arm_conflicts(environ, start_response)
+            if environ.get("PATH_INFO") == "/_local/dynamodb-ttl":
+                return _expire(environ, start_response)
             refused = local_iam.denied(environ)
             if refused is not None:
                 return local_iam.refuse(environ, start_response, *refused)

@@ -427,3 +427,28 @@ async fn expiry_goes_past_requests_it_must_leave_ends_dead_resumed_runs_and_meas
         "every occurrence ended"
     );
 }
+
+/// The local stack expires what DynamoDB's TTL would (moto never does): a
+/// settled reminder's run record stays through its retention and leaves
+/// after it; what never had a TTL stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_record_leaves_the_table_once_its_retention_has_passed() {
+    let s = RunStack::start().await.unwrap();
+    let endpoint = s.t.aws.moto.endpoint();
+    let (task, at) = s.due_reminder().await;
+    s.model.script([Reply::text("done", 1000, 100)]).await;
+    let record = s.run_to(&task, at, RunStatus::Succeeded).await;
+    let ttl = record["ttl"].as_i64().expect("a run record carries a TTL");
+    let retention = Duration::days(shared::config::DEFAULT_RETENTION_DAYS);
+    assert!(ttl >= (at + retention).timestamp(), "{record}");
+    assert_eq!(
+        local::moto::expire_ttl(&endpoint, ttl - 1).unwrap(),
+        0,
+        "not before its time"
+    );
+    assert!(s.run_record(&task.task_id, &occurrence_key(at)).await.is_some());
+    let deleted = local::moto::expire_ttl(&endpoint, ttl + 1).unwrap();
+    assert!(deleted >= 1, "the record at least");
+    assert!(s.run_record(&task.task_id, &occurrence_key(at)).await.is_none(), "gone");
+    assert_eq!(local::moto::expire_ttl(&endpoint, ttl + 1).unwrap(), 0, "once");
+}
