@@ -369,7 +369,7 @@ def _conflict(environ, start_response):
 # number of Unix seconds) has passed, "typically within a few days", as a
 # delete of the service's own: it leaves the table and its indexes, and the
 # stream carries a REMOVE. moto keeps the setting and never deletes. POST
-# /_local/dynamodb-ttl?now=<unix seconds> does what TTL would have done by
+# /_local/dynamodb-ttl?now=<unix seconds>&table=<name> does what TTL would have done by
 # then: every item of a table whose TTL is enabled and whose attribute is
 # a number before `now` is deleted through moto's own delete (the stream
 # gets its REMOVE; moto keeps no index apart, so the item leaves them too).
@@ -377,17 +377,21 @@ def _conflict(environ, start_response):
 # with that clock's time; nothing is deleted on its own, as nothing on AWS
 # is deleted at the instant its TTL passes.
 def _expire(environ, start_response):
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    if length:
+        environ["wsgi.input"].read(length)
     query = environ.get("QUERY_STRING", "")
     try:
-        now = float(dict(p.split("=", 1) for p in query.split("&") if "=" in p)["now"])
+        params = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
+        now, named = float(params["now"]), params["table"]
     except (KeyError, ValueError):
         start_response("400 Bad Request", [("Content-Type", "text/plain")])
-        return [b"POST /_local/dynamodb-ttl?now=<unix seconds>"]
+        return [b"POST /_local/dynamodb-ttl?now=<unix seconds>&table=<name>"]
     deleted = 0
     for account in dynamodb_models.dynamodb_backends.values():
         for backend in account.values():
             for table in backend.tables.values():
-                if table.ttl.get("TimeToLiveStatus") != "ENABLED":
+                if table.name != named or table.ttl.get("TimeToLiveStatus") != "ENABLED":
                     continue
                 name = table.ttl.get("AttributeName")
                 expired = []

@@ -61,9 +61,10 @@ pub(crate) fn limit_of(item: Option<&Item>) -> Option<f64> {
     item?.get("limit_usd")?.as_n().ok()?.parse().ok()
 }
 
-/// How long a month's reached mark is kept: past the month, and its
-/// event long sent.
-const REACHED_DAYS: i64 = 400;
+/// How long a month's items are kept (its reached mark, its accounts'
+/// charges): a year past the month, its event long sent and its bills
+/// read; then TTL ends them.
+pub(crate) const MONTH_KEPT_DAYS: i64 = 400;
 
 impl DynamoStore {
     /// Marks a workspace's month reached, once (put if absent): the mark's
@@ -87,7 +88,7 @@ impl DynamoStore {
             ("reached_at".to_owned(), s(&crate::domain::schedule::format_utc(now))),
             (
                 "ttl".to_owned(),
-                n((now + chrono::Duration::days(REACHED_DAYS)).timestamp()),
+                n((now + chrono::Duration::days(MONTH_KEPT_DAYS)).timestamp()),
             ),
         ]);
         // Already marked this month: its event went, nothing to do.

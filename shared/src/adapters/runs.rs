@@ -250,10 +250,20 @@ impl DynamoStore {
         usd: f64,
         a_run: bool,
     ) -> Result<TransactWriteItem, StoreError> {
+        // A month's charges are kept as long as its budget-reached mark: a
+        // year past the month (`budgets::MONTH_KEPT_DAYS`), then TTL ends them.
+        let month_start = chrono::NaiveDate::parse_from_str(&format!("{period}-01"), "%Y-%m-%d")
+            .map(|d| d.and_time(chrono::NaiveTime::MIN).and_utc())
+            .unwrap_or_else(|_| Utc::now());
+        let expires = month_start + Duration::days(super::budgets::MONTH_KEPT_DAYS);
         let charge = Update::builder()
             .table_name(self.table())
             .set_key(Some(Key::account(account, period).to_map()))
-            .update_expression("SET entity = :entity ADD spent_usd :actual, runs :runs")
+            .update_expression(
+                "SET entity = :entity, #ttl = if_not_exists(#ttl, :ttl) ADD spent_usd :actual, runs :runs",
+            )
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":ttl", n(expires.timestamp()))
             .expression_attribute_values(":entity", s("account"))
             .expression_attribute_values(":actual", n(usd))
             .expression_attribute_values(":runs", n(u32::from(a_run)))

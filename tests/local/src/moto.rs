@@ -170,11 +170,11 @@ pub fn armed_transaction_conflicts(endpoint: &str) -> anyhow::Result<serde_json:
     local_request(endpoint, "/_local/dynamodb-conflict", "")
 }
 
-/// Deletes what DynamoDB's TTL would have deleted by `now` (Unix seconds):
-/// every item of a TTL-enabled table whose TTL attribute is before it, each
-/// a delete with its stream record (moto_serial.py's `_expire`). How many.
-pub fn expire_ttl(endpoint: &str, now: i64) -> anyhow::Result<u64> {
-    let answer = local_request(endpoint, &format!("/_local/dynamodb-ttl?now={now}"), "{}")?;
+/// Deletes what DynamoDB's TTL would have deleted from `table` by `now`
+/// (Unix seconds): every item whose TTL attribute is before it, each a
+/// delete with its stream record (moto_serial.py's `_expire`). How many.
+pub fn expire_ttl(endpoint: &str, table: &str, now: i64) -> anyhow::Result<u64> {
+    let answer = local_request(endpoint, &format!("/_local/dynamodb-ttl?now={now}&table={table}"), "{}")?;
     answer["deleted"]
         .as_u64()
         .with_context(|| format!("the TTL sweep answered {answer}"))
