@@ -33,6 +33,7 @@ use serde_json::{Value, json};
 use shared::adapters::dynamo::DynamoStore;
 use shared::adapters::mcp::McpConnectors;
 use shared::adapters::queue::FifoQueue;
+use shared::adapters::redelivery::Returns;
 use shared::adapters::scheduler::EventBridgeSchedules;
 use shared::adapters::secrets::{SecretError, SecretsReader};
 use shared::app::reconcile::{Delivery, InstallRules, Reconciler, intake};
@@ -51,6 +52,9 @@ pub struct Intake {
 pub struct App {
     pub intake: Option<Intake>,
     pub reconciler: Option<Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>>,
+    /// Shortens the visibility of a work item that goes back, so a failure
+    /// holds its install's FIFO group minutes, not the queue's timeout.
+    pub returns: Returns,
 }
 
 /// The longest the intake waits on one read of its webhook secret.
@@ -194,7 +198,11 @@ pub fn build(sdk: &aws_config::SdkConfig, config: ReconcileConfig) -> App {
         )
         .with_tracer(shared::adapters::telemetry::tracer(sdk, &worker.traces))
     });
-    App { intake, reconciler }
+    App {
+        intake,
+        reconciler,
+        returns: Returns::from_sdk(sdk),
+    }
 }
 
 fn worker(app: &App) -> Result<&Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>, Error> {
@@ -310,13 +318,37 @@ async fn batch(app: &App, event: SqsEvent, deadline_ms: u64) -> Result<Value, Er
     // In the batch's order: a group's returns keep theirs.
     let back: std::collections::HashSet<String> = handed_back.into_iter().flatten().collect();
     let mut response = SqsBatchResponse::default();
+    let mut returned = Vec::new();
     for record in &event.records {
         let id = record.message_id.clone().unwrap_or_default();
         if back.contains(&id) {
+            returned.push(return_sooner(app, record));
             response.add_failure(id);
         }
     }
+    futures::future::join_all(returned).await;
     Ok(serde_json::to_value(response).unwrap_or(Value::Null))
+}
+
+/// Shortens a returned work item's visibility to
+/// `redelivery::return_delay` of its receive count (a minute, growing to
+/// ten): its install's FIFO group waits that long, not the queue's
+/// visibility timeout, for its next try. A failure is logged: the item
+/// still comes back, at the queue's timeout.
+async fn return_sooner(app: &App, record: &aws_lambda_events::event::sqs::SqsMessage) {
+    let (Some(arn), Some(handle)) = (record.event_source_arn.as_deref(), record.receipt_handle.as_deref()) else {
+        return;
+    };
+    let receives = record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(1);
+    let seconds = shared::domain::run::redelivery::return_delay(receives, fastrand::f64());
+    if let Err(error) = app.returns.return_after(arn, handle, seconds).await {
+        tracing::warn!(message_id = record.message_id.as_deref().unwrap_or_default(), error = %shared::error_chain(&error),
+            "could not shorten a returned work item's visibility; it comes back at the queue's timeout");
+    }
 }
 
 type Worker = Reconciler<DynamoStore, EventBridgeSchedules, McpConnectors, FifoQueue>;

@@ -769,3 +769,63 @@ async fn a_probe_chain_records_how_far_it_came_through_the_workers_own_queue() {
         }
     }
 }
+
+/// A work item that goes back (here: its install's server never answers)
+/// is made visible again after a short visibility the worker sets
+/// (`ChangeMessageVisibility`, allowed to its role), not the queue's
+/// 2,520 s: its install's FIFO group waits about a minute for the next try.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_work_item_comes_back_within_minutes_not_the_queues_timeout() {
+    let t = TestStack::start().await.unwrap();
+    let sqs = aws_sdk_sqs::Client::new(&t.aws.sdk);
+    let url = &t.stack.reconcile_queue_url;
+    let sleeping = sleeping_server().await;
+    sqs.send_message()
+        .queue_url(url)
+        .message_group_id("ws_1/ins_sleep")
+        .message_body(installed("ins_sleep", &sleeping, "ws_1"))
+        .send()
+        .await
+        .unwrap();
+    let received = sqs
+        .receive_message()
+        .queue_url(url)
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let received = &received.messages()[0];
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes()
+        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn).cloned())
+        .unwrap();
+    let record = json!({"messageId": received.message_id(), "receiptHandle": received.receipt_handle(),
+        "body": received.body(), "attributes": {"MessageGroupId": "ws_1/ins_sleep", "ApproximateReceiveCount": "1"},
+        "messageAttributes": {}, "eventSource": "aws:sqs", "eventSourceARN": arn, "awsRegion": "us-east-1"});
+    let api = Launch::new("reconcile", &t.aws, &t.stack)
+        .unwrap()
+        .timeout(std::time::Duration::from_secs(20))
+        .log_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .start(Path::new(BINARY))
+        .await
+        .unwrap();
+    let batch = api.invoke_ok(&json!({"Records": [record]})).await.unwrap();
+    assert_eq!(
+        batch["batchItemFailures"][0]["itemIdentifier"],
+        received.message_id().unwrap()
+    );
+    // A minute on (the first return's longest), it is there to receive.
+    local::moto::advance_sqs_clock(&t.aws.moto.endpoint(), 61).unwrap();
+    let again = sqs.receive_message().queue_url(url).send().await.unwrap();
+    assert_eq!(
+        again.messages().len(),
+        1,
+        "the work item came back within a minute, not the queue's visibility timeout"
+    );
+}

@@ -82,31 +82,7 @@ async fn a_thousand_skips_of_every_kind_leave_a_window_of_claims_and_a_raise_run
     // Attempts that claimed and crashed, each found dead two hours later by
     // its next delivery: skipped missed, paying what the claim committed.
     for _ in 0..crashed {
-        let key = occurrence_key(at);
-        let period = budget::period(at);
-        let claim = Claim {
-            status: RunStatus::Running,
-            lease_until: (at + Duration::minutes(1)).timestamp(),
-            execution_id: "crashed".into(),
-            attempts: 1,
-            started_at: at,
-            crashed_usd: 0.0,
-            workspace_usd: 0.0,
-            request_id: None,
-        };
-        let request = ClaimRequest {
-            workspace: &task.workspace,
-            task_id: &task.task_id,
-            occurrence: &key,
-            period: &period,
-            claim: &claim,
-            now: at,
-            person_cap_usd: None,
-            resume: None,
-            keep_claims: Duration::minutes(70),
-        };
-        let answer = s.store().claim(&request).await.unwrap();
-        assert!(matches!(answer, ClaimAnswer::Claimed(_)), "{answer:?}");
+        claimed(&s, &task, at, "crashed", at + Duration::minutes(1)).await;
         assert_eq!(
             deliver_at(&runner, &task, at, at + Duration::hours(2)).await,
             Disposition::Skipped(SkipReason::Missed)
@@ -236,18 +212,14 @@ async fn past_the_bound_of_occurrences_waiting_for_an_admin_the_next_is_skipped_
     assert!(issues.state().read().await.calls.is_empty(), "no gated call made");
 }
 
-/// Parks `task`'s occurrence at `at` through the store as a run stopped at
-/// a gated call would (claimed, then kept waiting with its request put),
-/// carrying `spent`: the request.
-async fn parked(s: &RunStack, task: &Task, at: DateTime<Utc>, spent: f64) -> CallApproval {
-    let store = s.store();
-    let key = occurrence_key(at);
-    let period = budget::period(at);
-    let execution = format!("e-{}", at.timestamp());
+/// Claims `task`'s occurrence at `at` through the store as `execution`
+/// would, its lease until `lease_until`: the task as claimed.
+async fn claimed(s: &RunStack, task: &Task, at: DateTime<Utc>, execution: &str, lease_until: DateTime<Utc>) -> Task {
+    let (key, period) = (occurrence_key(at), budget::period(at));
     let claim = Claim {
         status: RunStatus::Running,
-        lease_until: (at + Duration::minutes(5)).timestamp(),
-        execution_id: execution.clone(),
+        lease_until: lease_until.timestamp(),
+        execution_id: execution.to_owned(),
         attempts: 1,
         started_at: at,
         crashed_usd: 0.0,
@@ -265,9 +237,21 @@ async fn parked(s: &RunStack, task: &Task, at: DateTime<Utc>, spent: f64) -> Cal
         resume: None,
         keep_claims: Duration::minutes(70),
     };
-    let ClaimAnswer::Claimed(claimed) = store.claim(&request).await.unwrap() else {
-        panic!("the occurrence at {key} is claimed");
-    };
+    match s.store().claim(&request).await.unwrap() {
+        ClaimAnswer::Claimed(task) => *task,
+        other => panic!("the occurrence at {key} is not claimed: {other:?}"),
+    }
+}
+
+/// Parks `task`'s occurrence at `at` through the store as a run stopped at
+/// a gated call would (claimed, then kept waiting with its request put),
+/// carrying `spent`: the request.
+async fn parked(s: &RunStack, task: &Task, at: DateTime<Utc>, spent: f64) -> CallApproval {
+    let store = s.store();
+    let key = occurrence_key(at);
+    let period = budget::period(at);
+    let execution = format!("e-{}", at.timestamp());
+    let claimed = claimed(s, task, at, &execution, at + Duration::minutes(5)).await;
     let run_id = shared::domain::run::occurrence::run_id(task.task_id.as_str(), at);
     let arguments = json!({"id": at.timestamp()});
     let call = GatedCall {
