@@ -14,6 +14,25 @@ fn body() -> Vec<u8> {
         .into_bytes()
 }
 
+/// One webhook delivery to the intake at `now`, with the headers given.
+async fn delivered(
+    t: &TestStack,
+    secret: &WebhookSecret,
+    id: &str,
+    (ts, sig): (&str, &str),
+    body: &[u8],
+    now: chrono::DateTime<Utc>,
+) -> WebhookAnswer {
+    let r = t.reconciler();
+    let d = Delivery {
+        id: Some(id),
+        timestamp: Some(ts),
+        signature: Some(sig),
+        body,
+    };
+    intake(r.store(), r.queue(), secret, &t.rules(), &d, now).await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn only_signed_fresh_new_deliveries_are_queued() {
     let t = TestStack::start().await.unwrap();
@@ -24,18 +43,8 @@ async fn only_signed_fresh_new_deliveries_are_queued() {
     let ts = now.timestamp().to_string();
     let good = secret.sign("wh_1", now.timestamp(), &body);
     let deliver = |id: &'static str, ts: String, sig: String, body: Vec<u8>| {
-        let r = &r;
-        let secret = &secret;
-        let rules = t.rules();
-        async move {
-            let d = Delivery {
-                id: Some(id),
-                timestamp: Some(&ts),
-                signature: Some(&sig),
-                body: &body,
-            };
-            intake(r.store(), r.queue(), secret, &rules, &d, now).await.unwrap()
-        }
+        let (t, secret) = (&t, &secret);
+        async move { delivered(t, secret, id, (&ts, &sig), &body, now).await }
     };
 
     // Forged: another key, a tampered body, a missing header, a stale or
@@ -111,18 +120,11 @@ async fn an_install_delivered_after_its_uninstall_but_sent_before_it_changes_not
         .unwrap();
     let t0 = now - Duration::minutes(10);
     let send = |id: &'static str, body: serde_json::Value| {
-        let (r, secret, rules) = (&r, &secret, t.rules());
+        let (t, secret) = (&t, &secret);
         async move {
             let body = body.to_string().into_bytes();
-            let ts = now.timestamp().to_string();
             let sig = secret.sign(id, now.timestamp(), &body);
-            let d = Delivery {
-                id: Some(id),
-                timestamp: Some(&ts),
-                signature: Some(&sig),
-                body: &body,
-            };
-            intake(r.store(), r.queue(), secret, &rules, &d, now).await.unwrap()
+            delivered(t, secret, id, (&now.timestamp().to_string(), &sig), &body, now).await
         }
     };
     let at = |minutes: i64| (t0 + Duration::minutes(minutes)).to_rfc3339();
