@@ -340,11 +340,15 @@ pub trait RunStore: Send + Sync {
     /// Parks a claimed occurrence at a gated call ([`Park`]), fenced on the
     /// execution id as a release is.
     fn park(&self, park: &Park<'_>) -> impl Future<Output = Result<Settled, StoreError>> + Send;
-    /// The approval requests of `run_id` (`domain::run::gate`), strongly read.
+    /// The approval requests of `run_id` (`domain::run::gate`), strongly
+    /// read by their key prefix (`gate::run_requests`), never the rest of
+    /// the workspace's; with `named`, a request of the run an earlier
+    /// release asked (its id unprefixed) is read by its id as well.
     fn run_approvals(
         &self,
         workspace: &str,
         run_id: &str,
+        named: Option<&str>,
     ) -> impl Future<Output = Result<Vec<crate::domain::run::gate::CallApproval>, StoreError>> + Send;
     /// Uses an approved request for its one call, by `execution_id` at
     /// `now`: `false` when it is used already or no longer approved.

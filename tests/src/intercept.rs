@@ -135,8 +135,9 @@ impl<P: RunStore, H: RunStoreHook<P>> RunStore for Intercepted<P, H> {
         &self,
         workspace: &str,
         run_id: &str,
+        named: Option<&str>,
     ) -> impl Future<Output = Result<Vec<CallApproval>, StoreError>> + Send {
-        self.inner.run_approvals(workspace, run_id)
+        self.inner.run_approvals(workspace, run_id, named)
     }
     fn journal(&self, task_id: &str, occurrence: &str) -> impl Future<Output = Result<Journal, StoreError>> + Send {
         self.inner.journal(task_id, occurrence)

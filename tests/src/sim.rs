@@ -644,8 +644,9 @@ impl<S: RunStore> RunStore for SimStore<S> {
         &self,
         workspace: &str,
         run_id: &str,
+        named: Option<&str>,
     ) -> Result<Vec<shared::domain::run::gate::CallApproval>, StoreError> {
-        self.0.run_approvals(workspace, run_id).await
+        self.0.run_approvals(workspace, run_id, named).await
     }
     async fn journal(&self, task_id: &str, occurrence: &str) -> Result<Journal, StoreError> {
         self.0.journal(task_id, occurrence).await
@@ -1125,7 +1126,7 @@ async fn decide(
 ) -> anyhow::Result<Option<String>> {
     use shared::domain::run::gate::{ApprovalState, CallDecision};
     use shared::ports::CallApprovals;
-    let requests = admin.run_approvals("ws_1", run_id).await?;
+    let requests = admin.run_approvals("ws_1", run_id, None).await?;
     let Some(open) = requests.iter().find(|r| r.state == ApprovalState::Open) else {
         return Ok(None);
     };

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 
 use super::dynamo::{Cancellation, DynamoStore, Item, read_items, request_error, to_item, written};
 use super::keys::{GSI3PK, GSI3SK, Key, PK, SCHEDULABLE_INDEX, SK};
-use crate::domain::run::gate::{ApprovalState, CallApproval};
+use crate::domain::run::gate::{self, ApprovalState, CallApproval};
 use crate::domain::schedule::format_utc;
 use crate::domain::task::claim::RunStatus;
 use crate::ports::{CallApprovals, EndAwaiting, Park, Settled, StoreError};
@@ -157,12 +157,17 @@ impl DynamoStore {
             .map_err(|e| request_error("TransactWriteItems", e))
     }
 
-    /// The requests of `run_id`, read strongly from the workspace's partition.
+    /// The requests of `run_id`, read strongly by their key prefix
+    /// (`gate::run_requests`: at most `gate::MAX_ASKS` items, one page
+    /// whatever the workspace's history), and `named` by its id when an
+    /// earlier release asked it (an unprefixed id) for this run.
     pub(crate) async fn approvals_of_run(
         &self,
         workspace: &str,
         run_id: &str,
+        named: Option<&str>,
     ) -> Result<Vec<CallApproval>, StoreError> {
+        let prefix = key(workspace, &gate::run_requests(run_id));
         let mut found = Vec::new();
         let mut start = None;
         loop {
@@ -172,11 +177,11 @@ impl DynamoStore {
                 .query()
                 .table_name(self.table())
                 .consistent_read(true)
-                .key_condition_expression("#pk = :pk")
-                .filter_expression("run_id = :run")
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
                 .expression_attribute_names("#pk", PK)
-                .expression_attribute_values(":pk", s(&key(workspace, "").pk))
-                .expression_attribute_values(":run", s(run_id))
+                .expression_attribute_names("#sk", SK)
+                .expression_attribute_values(":pk", s(&prefix.pk))
+                .expression_attribute_values(":prefix", s(&prefix.sk))
                 .set_exclusive_start_key(start)
                 .send()
                 .await
@@ -184,9 +189,14 @@ impl DynamoStore {
             found.extend(read_items::<CallApproval>(page.items, ENTITY)?);
             start = page.last_evaluated_key;
             if start.is_none() {
-                return Ok(found);
+                break;
             }
         }
+        if let Some(named) = named.filter(|id| gate::is_unprefixed(id)) {
+            let earlier: Option<CallApproval> = self.get_item(key(workspace, named), ENTITY).await?;
+            found.extend(earlier.filter(|r| r.run_id == run_id));
+        }
+        Ok(found)
     }
 
     /// Uses an approved, unused request for its one call.

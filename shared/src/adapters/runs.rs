@@ -674,8 +674,13 @@ impl RunStore for DynamoStore {
         self.park_at_gate(park).await
     }
 
-    async fn run_approvals(&self, workspace: &str, run_id: &str) -> Result<Vec<CallApproval>, StoreError> {
-        self.approvals_of_run(workspace, run_id).await
+    async fn run_approvals(
+        &self,
+        workspace: &str,
+        run_id: &str,
+        named: Option<&str>,
+    ) -> Result<Vec<CallApproval>, StoreError> {
+        self.approvals_of_run(workspace, run_id, named).await
     }
 
     async fn use_approval(

@@ -449,3 +449,59 @@ async fn an_admins_ask_first_is_read_back_and_gates_the_next_run() {
     assert!(calls(&issues).await.is_empty());
     assert_eq!(approvals(&s).await[0]["tool"], "list_issues");
 }
+
+/// A run's requests are read by their key prefix: one request at a
+/// workspace whose earlier runs asked 400 times (1.6 MB of arguments, more
+/// than a page), where reading the workspace's partition takes pages. A
+/// request the last release asked (an id with no run prefix) is read by
+/// its id when the resume names it, and only for its own run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_reads_its_own_requests_by_key_whatever_its_workspace_asked_before() {
+    use shared::adapters::dynamo::to_item;
+    use shared::adapters::keys::Key;
+    use shared::domain::run::gate;
+    use shared::ports::CallApprovals;
+
+    let s = RunStack::start().await.unwrap();
+    let (_issues, task) = issues_task(&s, &[]).await;
+    let at = Utc::now() - Duration::seconds(5);
+    let request_id = park(&s, &task, at, json!({"id": 7})).await;
+    let run_id = record(&s, &task, at).await["run_id"].as_str().unwrap().to_owned();
+    let store = s.store();
+    let own = store.approval("ws_1", &request_id).await.unwrap().expect("the request");
+    assert!(request_id.starts_with(&gate::run_requests(&run_id)), "{request_id}");
+
+    let as_item = |approval: &CallApproval| {
+        to_item(approval, &Key::approval("ws_1", &approval.request_id), "call_approval").unwrap()
+    };
+    let mut earlier: Vec<_> = (0..400)
+        .map(|i| {
+            let run = format!("{}@earlier-{i}", task.task_id);
+            let mut other = own.clone();
+            other.request_id = gate::request_id(&run, own.target(), "h");
+            other.run_id = run;
+            other.arguments = json!({"body": "x".repeat(4000)}).to_string();
+            as_item(&other)
+        })
+        .collect();
+    let legacy = |id: &str, run: &str| {
+        let mut old = own.clone();
+        old.request_id = id.to_owned();
+        old.run_id = run.to_owned();
+        old
+    };
+    let (mine, theirs) = ("apr_0123456789abcdef01234567", "apr_76543210fedcba9876543210");
+    earlier.push(as_item(&legacy(mine, &run_id)));
+    earlier.push(as_item(&legacy(theirs, "tsk_other@2026-01-01T00:00:00Z")));
+    s.t.put_items(earlier).await;
+
+    let ids = |found: Vec<CallApproval>| found.into_iter().map(|r| r.request_id).collect::<Vec<_>>();
+    let before = store.requests();
+    let found = store.run_approvals("ws_1", &run_id, None).await.unwrap();
+    assert_eq!(store.requests() - before, 1, "one query, whatever the workspace asked");
+    assert_eq!(ids(found), std::slice::from_ref(&request_id));
+    let named = store.run_approvals("ws_1", &run_id, Some(mine)).await.unwrap();
+    assert_eq!(ids(named), [request_id.clone(), mine.to_owned()]);
+    let not_its = store.run_approvals("ws_1", &run_id, Some(theirs)).await.unwrap();
+    assert_eq!(ids(not_its), [request_id], "another run's request is never this run's");
+}

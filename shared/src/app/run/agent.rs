@@ -232,7 +232,11 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
         request_id: &str,
         requests: &mut Option<Vec<CallApproval>>,
     ) -> Result<(), Ended> {
-        let read = match self.store.run_approvals(run.workspace, run.run_id).await {
+        let read = match self
+            .store
+            .run_approvals(run.workspace, run.run_id, Some(request_id))
+            .await
+        {
             Ok(read) => read,
             Err(e) => {
                 return Err(turns.model_failed(format!(
@@ -303,7 +307,7 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
                 continue;
             };
             if requests.is_none() {
-                match self.store.run_approvals(run.workspace, run.run_id).await {
+                match self.store.run_approvals(run.workspace, run.run_id, None).await {
                     Ok(read) => *requests = Some(read),
                     Err(e) => {
                         return Err(turns.model_failed(format!(

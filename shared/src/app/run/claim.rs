@@ -112,7 +112,10 @@ impl<S: RunStore, M: Model, C: Connectors> Runner<S, M, C> {
     /// resume never starts an occurrence of its own.
     async fn resumable(&self, occ: &Delivery, request_id: &str) -> Result<bool, RunError> {
         let run = crate::domain::run::occurrence::run_id(occ.task_id.as_str(), occ.scheduled);
-        let requests = self.store.run_approvals(&occ.message.workspace, &run).await?;
+        let requests = self
+            .store
+            .run_approvals(&occ.message.workspace, &run, Some(request_id))
+            .await?;
         let approved = requests
             .iter()
             .any(|r| r.request_id == request_id && r.state == crate::domain::run::gate::ApprovalState::Approved);

@@ -100,11 +100,23 @@ pub fn arguments_hash(arguments: &Value) -> String {
 }
 
 /// A request's id: the same for the same run, install, server, tool and
-/// arguments.
+/// arguments. It begins with its run's [`run_requests`] prefix, so a run
+/// reads its own requests by key, whatever else its workspace asked.
 pub fn request_id(run_id: &str, target: Target<'_>, hash: &str) -> String {
     let Target { install, server, tool } = target;
     let digest = Sha256::digest(format!("{run_id}\n{install}\n{server}\n{tool}\n{hash}").as_bytes());
-    format!("apr_{}", &hex::encode(digest)[..24])
+    format!("{}{}", run_requests(run_id), &hex::encode(digest)[..24])
+}
+
+/// The prefix every request id of a run begins with.
+pub fn run_requests(run_id: &str) -> String {
+    format!("apr_{}_", &hex::encode(Sha256::digest(run_id.as_bytes()))[..12])
+}
+
+/// Whether a request id is of the form releases before the run prefix
+/// wrote (`apr_` and 24 hex digits): such a request is read by its id.
+pub fn is_unprefixed(request_id: &str) -> bool {
+    request_id.strip_prefix("apr_").is_some_and(|rest| !rest.contains('_'))
 }
 
 /// A tool result's text as a request keeps it: its text blocks, cut at
@@ -390,6 +402,22 @@ mod tests {
             target: target("ins_1", "issues", "delete_issue"),
             arguments,
         }
+    }
+
+    #[test]
+    fn a_runs_request_ids_share_its_prefix_and_no_other_runs() {
+        let (a, b) = ("tsk_1@2026-12-05T09:00:00Z", "tsk_1@2026-12-05T10:00:00Z");
+        let one = request_id(a, target("ins_1", "issues", "delete_issue"), "h1");
+        let two = request_id(a, target("ins_1", "issues", "close_issue"), "h1");
+        let other = request_id(b, target("ins_1", "issues", "delete_issue"), "h1");
+        assert!(one.starts_with(&run_requests(a)) && two.starts_with(&run_requests(a)));
+        assert_ne!(one, two);
+        assert!(!other.starts_with(&run_requests(a)));
+        assert!(!is_unprefixed(&one));
+        assert!(
+            is_unprefixed("apr_0123456789abcdef01234567"),
+            "an id of the last release"
+        );
     }
 
     #[test]
