@@ -695,11 +695,14 @@ pub trait CallApprovals: Send + Sync {
         decided: &crate::domain::run::gate::CallApproval,
         expected: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Requests whose expiry passed before `before` that still hold an
-    /// occurrence (open, or approved and not used), earliest first, after
-    /// the request `after` (the last of the page before).
+    /// Requests of one expiry shard (`gate::expiry_shard`; `None`: the
+    /// last release's one partition) whose expiry passed before `before`
+    /// that still hold an occurrence (open, or approved and not used),
+    /// earliest first, after the request `after` (the last of the page
+    /// before).
     fn lapsed_approvals(
         &self,
+        shard: Option<u8>,
         before: DateTime<Utc>,
         after: Option<&crate::domain::run::gate::CallApproval>,
         limit: usize,

@@ -104,6 +104,11 @@ impl TestStack {
     }
 
     pub async fn item(&self, pk: &str, sk: &str) -> Option<Value> {
+        self.raw_item(pk, sk).await.map(local::item_json)
+    }
+
+    /// An item as DynamoDB holds it, to write back changed.
+    pub async fn raw_item(&self, pk: &str, sk: &str) -> Option<HashMap<String, AttributeValue>> {
         let key: HashMap<String, AttributeValue> = HashMap::from([
             ("pk".to_owned(), AttributeValue::S(pk.to_owned())),
             ("sk".to_owned(), AttributeValue::S(sk.to_owned())),
@@ -117,7 +122,6 @@ impl TestStack {
             .await
             .expect("get item")
             .item
-            .map(local::item_json)
     }
 
     /// Names of the schedules in this stack's group.
@@ -421,6 +425,12 @@ impl RunStack {
 /// Five minutes from now: an invocation deadline no test run reaches.
 pub fn deadline() -> DateTime<Utc> {
     Utc::now() + Duration::minutes(5)
+}
+
+/// A work deadline no test reaches (the expiry's and the check's are
+/// monotonic instants).
+pub fn far_deadline() -> std::time::Instant {
+    std::time::Instant::now() + std::time::Duration::from_secs(600)
 }
 
 /// The runs-queue message Scheduler would deliver for an occurrence.

@@ -2,9 +2,10 @@
 //! one item each, `APPROVALS#<workspace>` / `REQ#<request_id>`, entity
 //! `call_approval`, whose insert is the `Tool call awaiting approval`
 //! event (`ApprovalPipe`). While it holds an occurrence (open, or approved
-//! and not used) it carries `gsi3` keys in the `APPROVALS` partition,
-//! sorted by expiry, so the periodic check finds the lapsed ones without
-//! a scan.
+//! and not used) it carries `gsi3` keys in one of the `APPROVALS#<00-15>`
+//! partitions (`gate::expiry_shard`), sorted by expiry, so the periodic
+//! check finds the lapsed ones without a scan and no index partition
+//! takes every request's writes.
 //!
 //! Every write is conditional: a park puts the request with the
 //! occurrence's record and its `awaiting_approval` claim (`park`); a
@@ -26,8 +27,7 @@ use crate::ports::{CallApprovals, EndAwaiting, Park, Settled, StoreError};
 
 /// The `entity` of a request's item.
 pub const ENTITY: &str = "call_approval";
-/// The `gsi3` partition of the requests that hold an occurrence.
-const HOLDING: &str = super::keys::APPROVALS_HOLDING;
+use super::keys::approvals_holding;
 
 fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
@@ -55,7 +55,10 @@ fn holds(approval: &CallApproval) -> bool {
 fn item_of(approval: &CallApproval) -> Result<Item, StoreError> {
     let mut item = to_item(approval, &key(&approval.workspace, &approval.request_id), ENTITY)?;
     if holds(approval) {
-        item.insert(GSI3PK.to_owned(), s(HOLDING));
+        item.insert(
+            GSI3PK.to_owned(),
+            s(&approvals_holding(Some(gate::expiry_shard(&approval.request_id)))),
+        );
         item.insert(
             GSI3SK.to_owned(),
             s(&format!("{}#{}", format_utc(approval.expires_at), approval.request_id)),
@@ -389,6 +392,7 @@ impl CallApprovals for DynamoStore {
 
     async fn lapsed_approvals(
         &self,
+        shard: Option<u8>,
         before: DateTime<Utc>,
         after: Option<&CallApproval>,
         limit: usize,
@@ -397,7 +401,7 @@ impl CallApprovals for DynamoStore {
         // index keys (a request the pass left, or closed, since).
         let start = after.map(|last| {
             let mut start = key(&last.workspace, &last.request_id).to_map();
-            start.insert(GSI3PK.to_owned(), s(HOLDING));
+            start.insert(GSI3PK.to_owned(), s(&approvals_holding(shard)));
             start.insert(
                 GSI3SK.to_owned(),
                 s(&format!("{}#{}", format_utc(last.expires_at), last.request_id)),
@@ -413,7 +417,7 @@ impl CallApprovals for DynamoStore {
             .key_condition_expression("#pk = :pk AND #sk < :before")
             .expression_attribute_names("#pk", GSI3PK)
             .expression_attribute_names("#sk", GSI3SK)
-            .expression_attribute_values(":pk", s(HOLDING))
+            .expression_attribute_values(":pk", s(&approvals_holding(shard)))
             .expression_attribute_values(":before", s(&format_utc(before)))
             .set_exclusive_start_key(start)
             .limit(i32::try_from(limit).unwrap_or(i32::MAX))

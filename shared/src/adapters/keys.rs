@@ -49,7 +49,7 @@
 //! |-------------------|-----------------------|------------------------|
 //! | active reminder   | `SCHEDULABLE#<00-15>` | `<due or ~>#<task_id>` |
 //! | firing connector task | `CONNECTOR#<00-15>` | `<due>#<task_id>`    |
-//! | approval request holding its occurrence | `APPROVALS` | `<expires_at>#<request_id>` | The owner item lists the principal's reminder
+//! | approval request holding its occurrence | `APPROVALS#<00-15>` | `<expires_at>#<request_id>` | The owner item lists the principal's reminder
 //! ids (`reminders`) under a `version`: the cap's consistent count.
 //!
 //! A task's workspace from its id alone (admin: a task of another
@@ -105,9 +105,20 @@ pub fn journal_prefix(occurrence: &str) -> String {
 }
 /// The sort-key prefix of a workspace's approval requests.
 pub const APPROVAL_PREFIX: &str = "REQ#";
-/// The `gsi3` partition of the approval requests that hold an occurrence,
-/// sorted by expiry (the missed-occurrence check's period expires them).
+/// The `gsi3` partition the last release put every approval request that
+/// holds an occurrence in (read until its requests end).
 pub const APPROVALS_HOLDING: &str = "APPROVALS";
+
+/// The `gsi3` partition of approval requests that hold an occurrence,
+/// sorted by expiry (the missed-occurrence check's period expires them):
+/// one of `gate::EXPIRY_SHARDS` by the request's `gate::expiry_shard`, or,
+/// for `None`, the last release's one partition.
+pub fn approvals_holding(shard: Option<u8>) -> String {
+    shard.map_or_else(
+        || APPROVALS_HOLDING.to_owned(),
+        |shard| format!("{APPROVALS_HOLDING}#{shard:02}"),
+    )
+}
 pub const INSTALL_PREFIX: &str = "INSTALL#";
 
 impl Key {

@@ -9,11 +9,13 @@
 //! occurrence still awaiting; an occurrence ends once, whichever of a
 //! denial, an expiry or its resumed run comes first.
 
+use std::time::Instant;
+
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
 use crate::domain::run::door::SkipReason;
-use crate::domain::run::gate::{ApprovalState, CallApproval};
+use crate::domain::run::gate::{self, ApprovalState, CallApproval};
 use crate::domain::run::occurrence::{Delivery, Outcome, RunMessage, RunRecord, claim_retention, prunable};
 use crate::domain::task::budget::{self, Account};
 use crate::domain::task::claim::RunStatus;
@@ -200,8 +202,9 @@ async fn account_of<S: TaskCatalog>(store: &S, task: &Task) -> Result<Option<Acc
 
 /// The lapsed requests one page reads.
 pub const EXPIRE_PER_PAGE: usize = 100;
-/// The most pages one check reads: it ends up to this many pages' worth
-/// of lapsed requests, whatever it must leave (a resumed run under way).
+/// The most rounds one check reads: each round reads a page of every
+/// expiry partition that has more, so a partition of requests it must
+/// leave (a resumed run under way) never holds back the others.
 pub const EXPIRE_PAGES: usize = 20;
 
 /// What one check's expiry did.
@@ -214,41 +217,81 @@ pub struct Expiry {
     pub backlog_seconds: i64,
 }
 
+/// The expiry partitions: the last release's one (`None`), then each shard.
+fn expiry_partitions() -> impl Iterator<Item = Option<u8>> {
+    std::iter::once(None).chain((0..gate::EXPIRY_SHARDS).map(Some))
+}
+
 /// Ends the occurrences whose requests lapsed before `now` (open past
-/// their expiry, or approved and never resumed by then), page after page:
-/// a request it must leave (its resumed run under way under a live lease)
-/// or cannot end (logged) never holds back the ones after it. A request
-/// whose occurrence no longer waits for it closes alone. The answer says
-/// how many ended and how old the oldest request left lapsed is.
+/// their expiry, or approved and never resumed by then), a page of each
+/// expiry partition a round until every partition is read or `deadline`
+/// passes: a request it must leave (its resumed run under way under a
+/// live lease) or cannot end (logged) never holds back the ones after it,
+/// nor a partition the others. A request whose occurrence no longer waits
+/// for it closes alone. The answer says how many ended and how old the
+/// oldest request left lapsed is, which the next period goes on with.
 pub async fn expire_lapsed<S: TaskStore + TaskCatalog + CallApprovals>(
     store: &S,
     now: DateTime<Utc>,
     retention: Duration,
+    deadline: Instant,
 ) -> Result<Expiry, StoreError> {
     let mut ended = 0;
-    let mut after: Option<CallApproval> = None;
+    // Each partition with more to read, after the request its last page ended at.
+    let mut open: Vec<(Option<u8>, Option<CallApproval>)> = expiry_partitions().map(|p| (p, None)).collect();
     for _ in 0..EXPIRE_PAGES {
-        let page = store.lapsed_approvals(now, after.as_ref(), EXPIRE_PER_PAGE).await?;
-        for lapsed in &page {
-            match expire_one(store, lapsed, now, retention).await {
-                Ok(true) => ended += 1,
-                Ok(false) => {}
-                Err(error) => tracing::warn!(
-                    request_id = %lapsed.request_id,
-                    error = %crate::error_chain(&error),
-                    "a lapsed request could not be ended; the next check tries again"
-                ),
+        let mut more = Vec::new();
+        for (partition, after) in open {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let page = match store
+                .lapsed_approvals(partition, now, after.as_ref(), EXPIRE_PER_PAGE)
+                .await
+            {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::warn!(
+                        shard = ?partition,
+                        error = %crate::error_chain(&error),
+                        "an expiry partition was not read; the next check tries again"
+                    );
+                    continue;
+                }
+            };
+            let full = page.len() == EXPIRE_PER_PAGE;
+            let mut last = None;
+            for lapsed in page {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                match expire_one(store, &lapsed, now, retention).await {
+                    Ok(true) => ended += 1,
+                    Ok(false) => {}
+                    Err(error) => tracing::warn!(
+                        request_id = %lapsed.request_id,
+                        error = %crate::error_chain(&error),
+                        "a lapsed request could not be ended; the next check tries again"
+                    ),
+                }
+                last = Some(lapsed);
+            }
+            if full {
+                more.push((partition, last));
             }
         }
-        if page.len() < EXPIRE_PER_PAGE {
+        open = more;
+        if open.is_empty() || Instant::now() >= deadline {
             break;
         }
-        after = page.last().cloned();
     }
-    let oldest = store.lapsed_approvals(now, None, 1).await?;
-    let backlog_seconds = oldest
-        .first()
-        .map_or(0, |left| (now - left.expires_at).num_seconds().max(0));
+    let mut oldest: Option<DateTime<Utc>> = None;
+    for partition in expiry_partitions() {
+        if let Some(left) = store.lapsed_approvals(partition, now, None, 1).await?.first() {
+            oldest = Some(oldest.map_or(left.expires_at, |o| o.min(left.expires_at)));
+        }
+    }
+    let backlog_seconds = oldest.map_or(0, |left| (now - left).num_seconds().max(0));
     Ok(Expiry { ended, backlog_seconds })
 }
 

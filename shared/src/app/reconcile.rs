@@ -571,10 +571,12 @@ impl<
                 // Gated calls' requests that lapsed end their occurrences
                 // (SPEC §15) with each period of the check; a failure waits
                 // for the next period and never holds the check's shards.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(CHECK_SECONDS);
                 let approvals_backlog = match crate::app::approvals::expire_lapsed(
                     &self.store,
                     now,
                     self.overdue.retention,
+                    deadline,
                 )
                 .await
                 {

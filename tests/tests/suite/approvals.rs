@@ -243,7 +243,7 @@ async fn an_expired_request_ends_its_occurrence_and_can_no_longer_be_approved() 
     let store = s.store();
     let later = Utc::now() + Duration::hours(25);
     assert_eq!(
-        shared::app::approvals::expire_lapsed(&store, Utc::now(), Duration::days(30))
+        shared::app::approvals::expire_lapsed(&store, Utc::now(), Duration::days(30), tests::far_deadline())
             .await
             .unwrap()
             .ended,
@@ -257,7 +257,7 @@ async fn an_expired_request_ends_its_occurrence_and_can_no_longer_be_approved() 
         .await
         .expect("the check's period runs");
     assert_eq!(
-        shared::app::approvals::expire_lapsed(&store, later, Duration::days(30))
+        shared::app::approvals::expire_lapsed(&store, later, Duration::days(30), tests::far_deadline())
             .await
             .unwrap()
             .ended,
@@ -403,7 +403,7 @@ async fn an_approval_meeting_a_spent_workspace_month_ends_the_occurrence_skipped
     // Redelivered, nothing more; at its expiry the unused approval closes.
     assert_eq!(deliver(&s, &resume).await, Disposition::Duplicate);
     let later = Utc::now() + Duration::hours(25);
-    shared::app::approvals::expire_lapsed(&s.store(), later, Duration::days(30))
+    shared::app::approvals::expire_lapsed(&s.store(), later, Duration::days(30), tests::far_deadline())
         .await
         .unwrap();
     assert_eq!(approvals(&s).await[0]["state"], "expired");

@@ -192,7 +192,7 @@ async fn past_the_bound_of_occurrences_waiting_for_an_admin_the_next_is_skipped_
 
     // The requests lapse and the check ends them: the next occurrence runs.
     let later = at + Duration::hours(25);
-    let ended = shared::app::approvals::expire_lapsed(&s.store(), later, Duration::days(30))
+    let ended = shared::app::approvals::expire_lapsed(&s.store(), later, Duration::days(30), tests::far_deadline())
         .await
         .unwrap();
     assert_eq!(ended.ended, MAX_AWAITING);
@@ -378,7 +378,7 @@ async fn expiry_goes_past_requests_it_must_leave_ends_dead_resumed_runs_and_meas
     }
 
     let store = s.store();
-    let pass = shared::app::approvals::expire_lapsed(&store, later, Duration::days(30))
+    let pass = shared::app::approvals::expire_lapsed(&store, later, Duration::days(30), tests::far_deadline())
         .await
         .unwrap();
     assert_eq!(
@@ -401,7 +401,7 @@ async fn expiry_goes_past_requests_it_must_leave_ends_dead_resumed_runs_and_meas
 
     // The held runs' leases run out: the next period ends them too.
     let after = later + Duration::hours(2);
-    let pass = shared::app::approvals::expire_lapsed(&store, after, Duration::days(30))
+    let pass = shared::app::approvals::expire_lapsed(&store, after, Duration::days(30), tests::far_deadline())
         .await
         .unwrap();
     assert_eq!(pass.ended, blocked);
@@ -411,6 +411,66 @@ async fn expiry_goes_past_requests_it_must_leave_ends_dead_resumed_runs_and_meas
         claims.values().all(|c| c["status"] == "skipped"),
         "every occurrence ended"
     );
+}
+
+/// Requests holding occurrences spread over the expiry index's shards,
+/// never one partition; one the last release left in its single
+/// partition is expired too; a check whose time is up ends nothing more
+/// and says what it left, which the next period ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn expiry_reads_every_shard_and_the_last_releases_partition_within_its_deadline() {
+    use shared::adapters::keys::{APPROVALS_HOLDING, Key};
+    let s = RunStack::start().await.unwrap();
+    let (_issues, mut task) = s
+        .issues_task("weekly_summary", vec![tool("list_issues")], &["list_issues"], &[])
+        .await;
+    task.spec.budget = Some(shared::domain::task::budget::Budget {
+        max_usd_per_run: 0.25,
+        max_usd_per_month: 1000.0,
+    });
+    task.task_id = shared::domain::task::TaskId::for_connector("ws_1", "issues", "daily_digest");
+    s.insert(&task).await;
+    let mut at = first_of(40);
+    let mut requests = Vec::new();
+    for _ in 0..24 {
+        requests.push(parked(&s, &task, at, 0.05).await);
+        at += EVERY;
+    }
+    let partitions: std::collections::BTreeSet<String> =
+        s.t.items_of("call_approval")
+            .await
+            .iter()
+            .map(|item| item["gsi3pk"].as_str().unwrap().to_owned())
+            .collect();
+    assert!(partitions.len() > 4, "{partitions:?}");
+    assert!(partitions.iter().all(|p| p.starts_with("APPROVALS#")), "{partitions:?}");
+    // The oldest as the last release wrote it: in the one partition.
+    let first = &requests[0];
+    let key = Key::approval(&first.workspace, &first.request_id);
+    let mut item = s.t.raw_item(&key.pk, &key.sk).await.expect("the request's item");
+    item.insert(
+        "gsi3pk".to_owned(),
+        aws_sdk_dynamodb::types::AttributeValue::S(APPROVALS_HOLDING.to_owned()),
+    );
+    s.t.put_items(vec![item]).await;
+
+    let store = s.store();
+    let later = Utc::now() + Duration::hours(25);
+    let spent = shared::app::approvals::expire_lapsed(&store, later, Duration::days(30), std::time::Instant::now())
+        .await
+        .unwrap();
+    assert_eq!(spent.ended, 0, "no time left: nothing ended");
+    assert_eq!(
+        spent.backlog_seconds,
+        (later - first.expires_at).num_seconds(),
+        "the oldest, in the last release's partition"
+    );
+    let pass = shared::app::approvals::expire_lapsed(&store, later, Duration::days(30), tests::far_deadline())
+        .await
+        .unwrap();
+    assert_eq!((pass.ended, pass.backlog_seconds), (24, 0));
+    let first_record = s.run_record(&task.task_id, &first.scheduled_time).await.unwrap();
+    assert_eq!(first_record["reason"], SkipReason::Expired.describe(), "{first_record}");
 }
 
 /// The local stack expires what DynamoDB's TTL would (moto never does): a

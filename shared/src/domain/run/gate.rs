@@ -37,6 +37,11 @@ pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 pub const MAX_RESULT_CHARS: usize = 4000;
 /// The requests one occurrence may make: past it, the run fails.
 pub const MAX_ASKS: usize = 3;
+/// The expiry index's partitions of requests that hold an occurrence
+/// ([`expiry_shard`]), so no index partition takes every open request of
+/// the fleet; the last release's requests sit in one partition of their
+/// own until they end.
+pub const EXPIRY_SHARDS: u8 = 16;
 /// `APPROVAL_HOURS`' default.
 pub const DEFAULT_APPROVAL_HOURS: i64 = 24;
 /// `APPROVAL_HOURS`' greatest value: a week. No request waits longer.
@@ -111,6 +116,17 @@ pub fn request_id(run_id: &str, target: Target<'_>, hash: &str) -> String {
 /// The prefix every request id of a run begins with.
 pub fn run_requests(run_id: &str) -> String {
     format!("apr_{}_", &hex::encode(Sha256::digest(run_id.as_bytes()))[..12])
+}
+
+/// A request's expiry shard: the first hex digit of its call's digest.
+pub fn expiry_shard(request_id: &str) -> u8 {
+    request_id
+        .rsplit('_')
+        .next()
+        .and_then(|digest| digest.chars().next())
+        .and_then(|c| c.to_digit(16))
+        .map_or(0, |d| d as u8)
+        % EXPIRY_SHARDS
 }
 
 /// Whether a request id is of the form releases before the run prefix
@@ -417,6 +433,16 @@ mod tests {
         assert!(
             is_unprefixed("apr_0123456789abcdef01234567"),
             "an id of the last release"
+        );
+        assert_eq!(expiry_shard("apr_0123456789ab_f0123456789abcdef0123456"), 15);
+        assert_eq!(expiry_shard("apr_a123456789abcdef01234567"), 10);
+        let shards: BTreeSet<u8> = (0..200)
+            .map(|i| expiry_shard(&request_id(a, target("ins_1", "issues", "t"), &i.to_string())))
+            .collect();
+        assert_eq!(
+            shards.len(),
+            usize::from(EXPIRY_SHARDS),
+            "requests spread over every shard"
         );
     }
 
