@@ -105,17 +105,29 @@ impl DynamoStore {
         delta: f64,
         fit: bool,
     ) -> Result<TransactWriteItem, StoreError> {
+        // Months more than a year back leave as this one moves
+        // (`budget::stale_periods`): the item never grows past two years.
+        let stale = crate::domain::task::budget::stale_periods(period);
+        let remove: Vec<String> = (0..stale.len()).map(|i| format!("#stale{i}")).collect();
         let mut update = Update::builder()
             .table_name(self.table())
             .set_key(Some(Key::workspace_budget(workspace).to_map()))
-            .update_expression(
-                "SET entity = :entity, workspace = :workspace, #held = if_not_exists(#held, :zero) + :delta",
-            )
+            .update_expression(format!(
+                "SET entity = :entity, workspace = :workspace, #held = if_not_exists(#held, :zero) + :delta{}",
+                if remove.is_empty() {
+                    String::new()
+                } else {
+                    format!(" REMOVE {}", remove.join(", "))
+                }
+            ))
             .expression_attribute_names("#held", committed_of(period))
             .expression_attribute_values(":entity", s(WORKSPACE_BUDGET))
             .expression_attribute_values(":workspace", s(workspace))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":delta", n(delta));
+        for (name, month) in remove.iter().zip(&stale) {
+            update = update.expression_attribute_names(name, committed_of(month));
+        }
         if fit {
             // A limit of 0 stops the month before anything is held.
             update = update

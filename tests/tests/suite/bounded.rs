@@ -502,6 +502,48 @@ async fn a_run_record_leaves_the_table_once_its_retention_has_passed() {
     );
 }
 
+/// A workspace's budget item keeps what its months held for a year, and
+/// at most two years of months: 30 months of one reminder each leave the
+/// last 12 at least and never more than 24.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workspaces_budget_item_keeps_at_most_two_years_of_months() {
+    use chrono::Datelike;
+    let s = RunStack::start().await.unwrap();
+    let runner = s.runner();
+    let start = (Utc::now() - Duration::days(31 * 31)).date_naive().with_day(1).unwrap();
+    let mut periods = Vec::new();
+    for month in 0..30 {
+        let at = start
+            .checked_add_months(chrono::Months::new(month))
+            .unwrap()
+            .and_hms_opt(9, 0, 0)
+            .unwrap()
+            .and_utc();
+        let mut reminder = tests::reminder(at);
+        reminder.task_id = shared::domain::task::TaskId::for_reminder("ws_1", "usr_123", &format!("m{month}"));
+        s.insert(&reminder).await;
+        s.model.script([Reply::text("done", 1000, 100)]).await;
+        assert_eq!(
+            deliver_at(&runner, &reminder, at, at + Duration::seconds(5)).await,
+            Disposition::Ran(RunStatus::Succeeded)
+        );
+        periods.push(budget::period(at));
+    }
+    let key = shared::adapters::keys::Key::workspace_budget("ws_1");
+    let item = s.t.item(&key.pk, &key.sk).await.expect("the workspace's budget item");
+    let held: Vec<&str> = item
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter_map(|k| k.strip_prefix("committed#"))
+        .collect();
+    assert!(held.len() <= 24, "{} months held: {held:?}", held.len());
+    for period in &periods[periods.len() - 12..] {
+        assert!(held.contains(&period.as_str()), "{period} kept: {held:?}");
+    }
+    assert!(!held.contains(&periods[0].as_str()), "the first month left: {held:?}");
+}
+
 /// What a day of the year test brings its daily task.
 fn expected(day: i64, at: DateTime<Utc>) -> Disposition {
     use chrono::Datelike;

@@ -187,6 +187,23 @@ pub fn period(scheduled: DateTime<Utc>) -> String {
     scheduled.format("%Y-%m").to_string()
 }
 
+/// How many months a workspace's budget item keeps what each held: a
+/// year past the month, as its accounts' charges are kept.
+pub const MONTHS_KEPT: u32 = 12;
+
+/// The months a write to a workspace's budget item in `period` removes:
+/// those from [`MONTHS_KEPT`] + 1 to twice that before it, so the item
+/// holds at most two years of months whatever months pass without a run.
+pub fn stale_periods(period: &str) -> Vec<String> {
+    let Ok(first) = chrono::NaiveDate::parse_from_str(&format!("{period}-01"), "%Y-%m-%d") else {
+        return Vec::new();
+    };
+    (MONTHS_KEPT + 1..=2 * MONTHS_KEPT)
+        .filter_map(|back| first.checked_sub_months(chrono::Months::new(back)))
+        .map(|month| month.format("%Y-%m").to_string())
+        .collect()
+}
+
 /// What a run reserves before it starts: the task's per-run maximum, or
 /// nothing for a task without a budget (reminders are bounded by their limits
 /// and charged to their principal's account after the run).
@@ -332,6 +349,16 @@ mod tests {
             },
         )]);
         assert_eq!(Prices::new(bad), Err(PriceError::Invalid("m".into())));
+    }
+
+    #[test]
+    fn a_month_is_removed_from_thirteen_to_twenty_four_months_on() {
+        let stale = stale_periods("2027-01");
+        assert_eq!(stale.len(), 12);
+        assert_eq!(stale.first().map(String::as_str), Some("2025-12"));
+        assert_eq!(stale.last().map(String::as_str), Some("2025-01"));
+        assert!(!stale.contains(&"2026-01".to_owned()), "a year back is kept");
+        assert!(stale_periods("not a month").is_empty());
     }
 
     #[test]
