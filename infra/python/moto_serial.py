@@ -321,12 +321,17 @@ backends.list_of_moto_modules = lambda: _moto_modules
 # that moment; moto, one request at a time, never does. POST
 # /_local/dynamodb-conflict with {"pk": <partition key>, "count": n} makes
 # the next n plain writes of that partition meet one (nothing written), as
-# a transaction racing them would; GET it answers how many are left.
+# a transaction racing them would; GET it answers how many are left, GET
+# /_local/dynamodb-conflict?met how many writes met one since the start.
 _conflicts = {}
+_conflicts_met = [0]
 _PLAIN_WRITES = ("DynamoDB_20120810.PutItem", "DynamoDB_20120810.UpdateItem", "DynamoDB_20120810.DeleteItem")
 
 
 def _arm_conflicts(environ, start_response):
+    if environ.get("QUERY_STRING") == "met":
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [json.dumps({"met": _conflicts_met[0]}).encode()]
     if environ.get("REQUEST_METHOD") == "POST":
         length = int(environ.get("CONTENT_LENGTH") or 0)
         try:
@@ -355,6 +360,7 @@ def _conflict(environ, start_response):
     if not _conflicts.get(pk):
         return None
     _conflicts[pk] -= 1
+    _conflicts_met[0] += 1
     if not _conflicts[pk]:
         del _conflicts[pk]
     start_response("400 Bad Request", [("Content-Type", "application/x-amz-json-1.0")])

@@ -211,6 +211,13 @@ pub struct OccurrencePlan {
     /// Seconds after its scheduled time that the first delivery comes.
     pub lateness: i64,
     pub messages: Vec<MessagePlan>,
+    /// `TransactionConflictException`s armed as the occurrence starts
+    /// (`local::moto::arm_transaction_conflicts`) on its task's journal
+    /// partition or, in a gated seed, its workspace's approvals:
+    /// the next plain writes there meet them, as writes racing a
+    /// transaction on AWS do, and must retry them. Arming again replaces
+    /// what is left there.
+    pub conflicts: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -387,6 +394,8 @@ pub fn plan(seed: u64, size: usize, per_task: usize) -> SeedPlan {
     let per_task = per_task.max(1);
     let mut tasks = Vec::new();
     let mut left = size;
+    // Drawn apart from the faults, so a seed's faults stay what they were.
+    let mut clash = fastrand::Rng::with_seed(seed ^ 0xC0_4F11C7);
     while left > 0 {
         let index = tasks.len();
         let kind = if rng.u8(..3) == 0 {
@@ -435,7 +444,12 @@ pub fn plan(seed: u64, size: usize, per_task: usize) -> SeedPlan {
                     faults: faults(&mut rng),
                 });
             }
-            occurrences.push(OccurrencePlan { lateness, messages });
+            let conflicts = if clash.u8(..6) == 0 { clash.u32(1..=2) } else { 0 };
+            occurrences.push(OccurrencePlan {
+                lateness,
+                messages,
+                conflicts,
+            });
         }
         tasks.push(TaskPlan {
             name: format!("sim_{seed}_{index:04}"),
@@ -887,6 +901,11 @@ pub struct SimReport {
     /// a call and its journal entry: a server that honours the key
     /// refuses the repeat).
     pub resent: usize,
+    /// `TransactionConflictException`s armed on plain writes, and how
+    /// many writes met one (each retried, then written, or answered as
+    /// the store's error).
+    pub conflicts_armed: usize,
+    pub conflicts_met: usize,
 }
 
 pub const CHECKS: [&str; 7] = [
@@ -915,6 +934,8 @@ impl SimReport {
         self.calls_sent += other.calls_sent;
         self.effects += other.effects;
         self.resent += other.resent;
+        self.conflicts_armed += other.conflicts_armed;
+        self.conflicts_met += other.conflicts_met;
         self.seeds.extend(other.seeds);
         self.tasks += other.tasks;
         self.occurrences += other.occurrences;
@@ -956,6 +977,13 @@ impl SimReport {
         for (k, v) in &self.faults {
             rows.push((format!("  {k}"), v.to_string()));
         }
+        rows.extend([
+            (
+                "TransactionConflict armed on plain writes".into(),
+                self.conflicts_armed.to_string(),
+            ),
+            ("  met by a write (retried)".into(), self.conflicts_met.to_string()),
+        ]);
         rows.extend([
             ("tools/call sent".into(), self.calls_sent.to_string()),
             (
@@ -1410,11 +1438,14 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyh
     );
 
     // Each task walks its occurrences; tasks run concurrently.
+    let endpoint = s.t.aws.moto.endpoint();
+    let armed = std::sync::atomic::AtomicUsize::new(0);
     let ran: Vec<Vec<Ran>> = {
         use futures::StreamExt;
         let runner = &runner;
         let admin = &admin;
         let tasks = &tasks;
+        let (endpoint, armed) = (&endpoint, &armed);
         futures::stream::iter(plan.tasks.iter().enumerate())
             .map(|(index, tp)| async move {
                 let mut rng = fastrand::Rng::with_seed(plan.seed ^ ((index as u64) << 20));
@@ -1427,6 +1458,21 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyh
                         scheduled -= Duration::seconds(1);
                     }
                     let anchor = scheduled + Duration::seconds(occ.lateness) + (real - real.trunc_subsecs(0));
+                    if occ.conflicts > 0 {
+                        // The plain writes of a run: its journal's, and
+                        // a gated run's use of its approval (a request the
+                        // admin's transactions write too).
+                        use shared::adapters::keys::Key;
+                        let task = &tasks[index];
+                        let partition = if plan.gated && occ.conflicts == 2 {
+                            Key::approval(&task.workspace, "").pk
+                        } else {
+                            Key::journal_call(task.task_id.as_str(), "", 0).pk
+                        };
+                        if local::moto::arm_transaction_conflicts(endpoint, &partition, occ.conflicts).is_ok() {
+                            armed.fetch_add(occ.conflicts as usize, Ordering::Relaxed);
+                        }
+                    }
                     out.push(
                         run_occurrence(runner, admin, &tasks[index], index, occ, scheduled, anchor, &mut rng).await,
                     );
@@ -1443,7 +1489,9 @@ pub async fn run_seed(plan: &SeedPlan, concurrency: usize, tamper: bool) -> anyh
     if tamper {
         tamper_with(&s, &tasks, &ran).await?;
     }
-    let report = check(plan, &s, &tasks, &ran, &sent, &calls).await?;
+    let mut report = check(plan, &s, &tasks, &ran, &sent, &calls).await?;
+    report.conflicts_armed = armed.load(Ordering::Relaxed);
+    report.conflicts_met = usize::try_from(local::moto::transaction_conflicts_met(&endpoint)?)?;
     drop(stand_ins);
     Ok(report)
 }

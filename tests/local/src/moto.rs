@@ -165,6 +165,14 @@ pub fn arm_transaction_conflicts(endpoint: &str, pk: &str, count: u32) -> anyhow
     )
 }
 
+/// How many plain writes met an armed conflict since moto started.
+pub fn transaction_conflicts_met(endpoint: &str) -> anyhow::Result<u64> {
+    let met = local_request(endpoint, "/_local/dynamodb-conflict?met", "")?;
+    met["met"]
+        .as_u64()
+        .with_context(|| format!("the conflicts met were {met}"))
+}
+
 /// The conflicts still armed, by partition.
 pub fn armed_transaction_conflicts(endpoint: &str) -> anyhow::Result<serde_json::Value> {
     local_request(endpoint, "/_local/dynamodb-conflict", "")

@@ -8,7 +8,7 @@
 
 use tests::sim::{SimConfig, commit_under_test as commit, run, seeds_of_commit};
 
-async fn slice(first_seed: u64, last_seed: u64) {
+async fn slice(first_seed: u64, last_seed: u64) -> tests::sim::SimReport {
     let (size, per_task) = (30, 5);
     let replay = format!("infra/scripts/sim.sh --seeds {first_seed}..{last_seed} --size {size} --per-task {per_task}");
     println!("sim: seeds {first_seed}..{last_seed}; replay with: {replay}");
@@ -38,11 +38,14 @@ async fn slice(first_seed: u64, last_seed: u64) {
         "the slice injects faults:\n{}",
         report.table()
     );
+    report
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn seeded_faults_leave_one_outcome_per_occurrence_paid_once_notified_once_none_lost() {
-    slice(1, 2).await;
+    let report = slice(1, 2).await;
+    // Plain writes met transaction conflicts, as on AWS, and the checks held.
+    assert!(report.conflicts_met > 0, "{}", report.table());
 }
 
 /// Seeds no one has run before this commit: the same checks.

@@ -189,6 +189,7 @@ async fn a_plain_write_meeting_a_transaction_conflict_is_sent_again() {
         .await
         .expect("sent again past two conflicts");
     assert_eq!(local::moto::armed_transaction_conflicts(&endpoint).unwrap(), json!({}));
+    assert_eq!(local::moto::transaction_conflicts_met(&endpoint).unwrap(), 2);
     assert!(t.item_at(Key::install("ws_1", "ins_9")).await.is_some());
 
     local::moto::arm_transaction_conflicts(&endpoint, &pk, 1).unwrap();
