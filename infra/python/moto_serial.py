@@ -321,7 +321,7 @@ backends.list_of_moto_modules = lambda: _moto_modules
 # that moment; moto, one request at a time, never does. POST
 # /_local/dynamodb-conflict with {"pk": <partition key>, "count": n} makes
 # the next n plain writes of that partition meet one (nothing written), as
-# a transaction racing them would; GET it answers how many are left, GET
+# a transaction racing them would (a count of 0 disarms the partition); GET it answers how many are left, GET
 # /_local/dynamodb-conflict?met how many writes met one since the start.
 _conflicts = {}
 _conflicts_met = [0]
@@ -336,7 +336,11 @@ def _arm_conflicts(environ, start_response):
         length = int(environ.get("CONTENT_LENGTH") or 0)
         try:
             armed = json.loads(environ["wsgi.input"].read(length) or b"{}")
-            _conflicts[str(armed["pk"])] = int(armed.get("count", 1))
+            count = int(armed.get("count", 1))
+            if count > 0:
+                _conflicts[str(armed["pk"])] = count
+            else:
+                _conflicts.pop(str(armed["pk"]), None)
         except (ValueError, KeyError, TypeError):
             start_response("400 Bad Request", [("Content-Type", "text/plain")])
             return [b'POST /_local/dynamodb-conflict {"pk": "<partition key>", "count": <n>}']

@@ -58,7 +58,7 @@ impl TestStack {
 
     /// The real create app, wired as the Lambda wires it.
     pub fn create_app(&self) -> create::App {
-        create::build(&self.aws.sdk, self.create_config(ENABLED))
+        create::build(&self.sdk_as("create"), self.create_config(ENABLED))
     }
 
     /// Every item of the table, as JSON, every page (a herd or a
@@ -380,22 +380,31 @@ impl RunStack {
         Runner::new(
             store,
             BedrockModel::from_sdk(&self.model_sdk),
-            McpConnectors::from_sdk(&self.t.aws.sdk, self.t.rules()),
+            McpConnectors::from_sdk(&self.t.sdk_as("runner"), self.t.rules()),
             settings,
         )
     }
 
+    /// The store as the runner function has it: every request under its
+    /// role.
+    pub fn runner_store(&self) -> DynamoStore {
+        DynamoStore::new(
+            local::strict::dynamodb(&self.t.sdk_as("runner")),
+            &self.t.stack.names.table,
+        )
+    }
+
     pub fn runner(&self) -> TestRunner {
-        self.runner_on(self.store(), run_settings(true))
+        self.runner_on(self.runner_store(), run_settings(true))
     }
 
     /// The runner whose connectors verify certificates with `tls` (a test's
     /// root: `shared::adapters::tls::Tls::trusting`).
     pub fn runner_trusting(&self, tls: shared::adapters::tls::Tls) -> TestRunner {
         Runner::new(
-            self.store(),
+            self.runner_store(),
             BedrockModel::from_sdk(&self.model_sdk),
-            McpConnectors::from_sdk(&self.t.aws.sdk, self.t.rules()).with_tls(tls),
+            McpConnectors::from_sdk(&self.t.sdk_as("runner"), self.t.rules()).with_tls(tls),
             run_settings(true),
         )
     }
@@ -632,7 +641,10 @@ impl TestStack {
 
     /// The reconciler under the given install rules.
     pub fn reconciler_with(&self, rules: shared::app::reconcile::InstallRules) -> TestReconciler {
-        self.reconciler_over(McpConnectors::from_sdk(&self.aws.sdk, rules.clone()).for_lists(), rules)
+        self.reconciler_over(
+            McpConnectors::from_sdk(&self.sdk_as("reconcile"), rules.clone()).for_lists(),
+            rules,
+        )
     }
 
     /// The reconciler on these connectors (one verifying with a test's
@@ -643,11 +655,12 @@ impl TestStack {
         rules: shared::app::reconcile::InstallRules,
     ) -> TestReconciler {
         let config = self.create_config(ENABLED);
+        let sdk = self.sdk_as("reconcile");
         Reconciler::new(
-            DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table),
-            EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
+            DynamoStore::new(local::strict::dynamodb(&sdk), &self.stack.names.table),
+            EventBridgeSchedules::from_sdk(&sdk, config.target),
             connectors,
-            FifoQueue::from_sdk(&self.aws.sdk, &self.stack.reconcile_queue_url),
+            FifoQueue::from_sdk(&sdk, &self.stack.reconcile_queue_url),
             config.ceilings,
             rules,
         )
@@ -660,10 +673,11 @@ impl TestStack {
 
     pub fn admin(&self) -> AdminFunction<DynamoStore, EventBridgeSchedules, RunsQueue> {
         let config = self.create_config(ENABLED);
+        let sdk = self.sdk_as("admin");
         AdminFunction(Admin::new(
-            DynamoStore::new(local::strict::dynamodb(&self.aws.sdk), &self.stack.names.table),
-            EventBridgeSchedules::from_sdk(&self.aws.sdk, config.target),
-            self.runs_queue(),
+            DynamoStore::new(local::strict::dynamodb(&sdk), &self.stack.names.table),
+            EventBridgeSchedules::from_sdk(&sdk, config.target),
+            RunsQueue::from_sdk(&sdk, &self.stack.runs_queue_url),
             admin_settings(),
         ))
     }
@@ -814,7 +828,7 @@ impl TestStack {
     pub fn schedules_app_with(&self, flags: Flags, max_active: usize) -> schedules::App {
         let config = self.create_config(flags);
         schedules::build(
-            &self.aws.sdk,
+            &self.sdk_as("schedules"),
             shared::config::SchedulesConfig {
                 table_name: config.table_name,
                 target: config.target,
