@@ -6,6 +6,7 @@ pub mod bench;
 pub mod herd;
 pub mod intercept;
 pub mod sim;
+pub mod year;
 
 use std::collections::HashMap;
 

@@ -544,136 +544,46 @@ async fn a_workspaces_budget_item_keeps_at_most_two_years_of_months() {
     assert!(!held.contains(&periods[0].as_str()), "the first month left: {held:?}");
 }
 
-/// What a day of the year test brings its daily task.
-fn expected(day: i64, at: DateTime<Utc>) -> Disposition {
-    use chrono::Datelike;
-    if WORKER_OFF.contains(&day) {
-        Disposition::Skipped(SkipReason::WorkerDisabled)
-    } else if LATE.contains(&day) {
-        Disposition::Skipped(SkipReason::Missed)
-    } else if at.day() <= SPENT_UNTIL_DAY {
-        Disposition::Skipped(SkipReason::BudgetReached(BudgetLevel::Workspace))
-    } else {
-        Disposition::Ran(RunStatus::Succeeded)
-    }
-}
-
-/// The worker switched off for ten days in spring.
-const WORKER_OFF: std::ops::Range<i64> = 100..110;
-/// Deliveries an outage made late, in summer.
-const LATE: std::ops::Range<i64> = 200..206;
-/// Each month the workspace's budget is spent until this day, then raised.
-const SPENT_UNTIL_DAY: u32 = 5;
-
-/// A year of a workspace on a virtual clock, shortened to what a test can
-/// drive (the simulation's and the benchmark's scale is theirs): a daily
-/// connector task through 365 days, the workspace's month spent at each
-/// month's start and raised on its sixth day, the worker off for ten days,
-/// an outage's late deliveries, a one-time reminder each month, and
-/// DynamoDB's TTL sweeping weekly. No item ever passes 64 KB, the task runs
-/// again on the first day each cause is gone, and the table holds what the
-/// retention keeps, not what the year wrote.
+/// A year of a workspace (`tests::year`, shortened: the hourly task a
+/// day a month, a quarter hour of the minute task a month; the full year
+/// is `infra/scripts/year.sh`): minute, hourly, daily, monthly and weekly
+/// tasks, a reminder a month, the month spent at its start and raised on
+/// its sixth day, the worker off for ten days, an outage's late
+/// deliveries, a gated call nobody decides each week, a second install
+/// come and uninstalled, expiry daily and TTL weekly. Every delivery
+/// answers what its causes say, so each task runs again on the first day
+/// its cause is gone; no item nears 64 KB; each kind of item is held at
+/// every sweep to what the retention keeps; the approvals' backlog ends at
+/// zero.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_year_of_a_workspace_keeps_every_item_and_the_table_bounded() {
-    let s = RunStack::start().await.unwrap();
-    let endpoint = s.t.aws.moto.endpoint();
-    let (_issues, task) = s
-        .issues_task("weekly_summary", vec![tool("list_issues")], &["list_issues"], &[])
-        .await;
-    let runner = s.runner();
-    let off = s.runner_on(s.store(), run_settings(false));
-    // The first day of a month, over a year ago, at nine.
-    let start = {
-        use chrono::Datelike;
-        let ago = (Utc::now() - Duration::days(400)).date_naive().with_day(1).unwrap();
-        ago.and_hms_opt(9, 0, 0).unwrap().and_utc()
+    let report = tests::year::run(tests::year::YearConfig::SHORT).await.unwrap();
+    eprintln!("{}", report.table());
+    assert!(report.largest_item < 64 * 1024, "{}", report.table());
+    assert_eq!(report.backlog_seconds, 0);
+    assert!(report.expired >= 20, "undecided requests ended: {}", report.table());
+    let ran = |task: &str| {
+        report
+            .deliveries
+            .get(task)
+            .and_then(|a| a.get("ran: succeeded"))
+            .copied()
+            .unwrap_or(0)
     };
-    let (mut version, mut largest, mut most_items, mut reminders) = (0, 0, 0, 0);
-    let mut fullest = std::collections::BTreeMap::<String, usize>::new();
-    let mut budget = |limit: f64, now: DateTime<Utc>| {
-        let request = json!({"op": "set_budget", "principal": admin(),
-                             "budget": {"max_usd_per_month": limit}, "expected_version": version});
-        version += 1;
-        (request, now)
-    };
-    for day in 0..365 {
-        use chrono::Datelike;
-        let at = start + Duration::days(day);
-        // The month's budget: spent at its start, raised on its sixth day.
-        if at.day() == 1 || at.day() == SPENT_UNTIL_DAY + 1 {
-            let limit = if at.day() == 1 { 0.0 } else { 50.0 };
-            let (request, now) = budget(limit, at - Duration::hours(1));
-            let answer = s.t.admin().handle(request, now).await.unwrap();
-            assert_eq!(answer["ok"], true, "{answer}");
-        }
-        let expect = expected(day, at);
-        if expect == Disposition::Ran(RunStatus::Succeeded) {
-            s.model.script([Reply::text("done", 1000, 100)]).await;
-        }
-        let (delivery, now) = if LATE.contains(&day) {
-            (&runner, at + Duration::hours(3))
-        } else if WORKER_OFF.contains(&day) {
-            (&off, at + Duration::seconds(5))
-        } else {
-            (&runner, at + Duration::seconds(5))
-        };
-        assert_eq!(deliver_at(delivery, &task, at, now).await, expect, "day {day} ({at})");
-        // A one-time reminder each month, on its tenth day.
-        if at.day() == 10 {
-            let mut reminder = tests::reminder(at + Duration::hours(3));
-            reminder.task_id = shared::domain::task::TaskId::for_reminder("ws_1", "usr_123", &format!("y{day}"));
-            s.insert(&reminder).await;
-            s.model.script([Reply::text("done", 1000, 100)]).await;
-            let due = at + Duration::hours(3);
-            assert_eq!(
-                deliver_at(&runner, &reminder, due, due + Duration::seconds(5)).await,
-                Disposition::Ran(RunStatus::Succeeded)
-            );
-            reminders += 1;
-        }
-        let (_, size) = claims_of(&s, &task).await;
-        largest = largest.max(size);
-        if day % 7 == 6 {
-            local::moto::expire_ttl(&endpoint, &s.t.stack.names.table, now.timestamp()).unwrap();
-            let items = s.t.items().await;
-            let biggest = items.iter().map(|i| i.to_string().len()).max().unwrap_or(0);
-            largest = largest.max(biggest);
-            if items.len() > most_items {
-                most_items = items.len();
-                fullest = std::collections::BTreeMap::new();
-                for item in &items {
-                    let kind = item["entity"].as_str().unwrap_or("?").to_owned();
-                    *fullest.entry(kind).or_insert(0) += 1;
-                }
-            }
-        }
+    for task in [
+        "minutely",
+        "hourly",
+        "daily",
+        "monthly",
+        "tracker_daily",
+        "one-time reminder",
+    ] {
+        assert!(ran(task) > 0, "{task} ran: {}", report.table());
     }
-    assert!(largest < 64 * 1024, "the largest item was {largest} bytes");
-    // What the retention keeps (RETENTION_DAYS, 90): the daily task's
-    // records of that many days and the reminders' (one a month) with
-    // their completed tasks; a month's items (its accounts' charges, its
-    // reached mark) a year past it; the connector task, its install and
-    // its workspace's budget. Never what the year wrote (377 records).
-    let days = usize::try_from(shared::config::DEFAULT_RETENTION_DAYS).unwrap();
-    let bounds = [
-        ("run", days + 8),
-        ("task", 1 + 4),
-        ("account", 2 * 13),
-        ("budget_reached", 13),
-        ("install", 1),
-        ("workspace_budget", 1),
-    ];
-    for (entity, bound) in bounds {
-        let held = fullest.get(entity).copied().unwrap_or(0);
-        assert!(
-            held <= bound,
-            "{held} {entity} items at the fullest, at most {bound}: {fullest:?}"
-        );
-    }
-    let retained: usize = bounds.iter().map(|(_, b)| b).sum();
-    assert!(most_items <= retained, "{most_items} items at the fullest: {fullest:?}");
-    eprintln!(
-        "a year: 365 daily occurrences and {reminders} reminders; the largest item {largest} bytes; \
-         at most {most_items} items in the table"
+    let written: usize = report.deliveries.values().flat_map(|a| a.values()).sum();
+    assert!(
+        report.most_items < written,
+        "the table holds what the retention keeps, not what the year wrote: {}",
+        report.table()
     );
 }

@@ -88,6 +88,16 @@ fn the_benchmarks_tables_are_the_ones_bench_wrote_with_their_stamps() {
         );
         after = end;
     }
+    // The harnesses' tables, each by its own command.
+    for (section, script) in [("sim", "sim.sh"), ("year", "year.sh")] {
+        let open = format!("<!-- bench:{section} -->");
+        let start = doc.find(&open).unwrap_or_else(|| panic!("{open} is missing")) + open.len();
+        let body = doc[start..].trim_start();
+        assert!(
+            body.starts_with(&format!("*Written by `infra/scripts/{script} ")),
+            "the {section} section was not written by {script}: {body:.80}"
+        );
+    }
 }
 
 /// ARCHITECTURE's code map names every trait of `shared/src/ports.rs`, and
