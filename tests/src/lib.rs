@@ -8,6 +8,18 @@ pub mod intercept;
 pub mod sim;
 pub mod year;
 
+/// A harness's report as one two-column markdown table's rows, the names
+/// padded to one width.
+pub fn table_rows(rows: Vec<(String, String)>) -> String {
+    use std::fmt::Write as _;
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or_default();
+    let mut out = String::new();
+    for (k, v) in rows {
+        let _ = writeln!(out, "| {k:<width$} | {v} |");
+    }
+    out
+}
+
 use std::collections::HashMap;
 
 use anyhow::Context;

@@ -1017,12 +1017,7 @@ impl SimReport {
             },
         ));
         rows.push(("real time".into(), format!("{:.0} s", self.real_seconds)));
-        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or_default();
-        let mut out = String::new();
-        for (k, v) in rows {
-            let _ = writeln!(out, "| {k:<width$} | {v} |");
-        }
-        out
+        crate::table_rows(rows)
     }
 
     /// Each violation, one per line.

@@ -18,7 +18,6 @@
 //! what the year wrote. The approvals' backlog ends at zero.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use anyhow::{Context, ensure};
 use chrono::{DateTime, Datelike, Duration, Utc};
@@ -111,12 +110,7 @@ impl YearReport {
             self.backlog_seconds.to_string(),
         ));
         rows.push(("real time".into(), format!("{:.0} s", self.real_seconds)));
-        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or_default();
-        let mut out = String::new();
-        for (k, v) in rows {
-            let _ = writeln!(out, "| {k:<width$} | {v} |");
-        }
-        out
+        crate::table_rows(rows)
     }
 }
 
@@ -147,6 +141,7 @@ fn label(answer: &Disposition) -> String {
     match answer {
         Disposition::Ran(status) => format!("ran: {}", status.as_str()),
         Disposition::Skipped(reason) => format!("skipped: {}", reason.describe()),
+        Disposition::AwaitingApproval => "awaiting approval".to_owned(),
         other => format!("{other:?}").to_lowercase(),
     }
 }

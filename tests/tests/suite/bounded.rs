@@ -341,19 +341,25 @@ async fn resumed(s: &RunStack, task: &Task, approval: &CallApproval, lease_until
     assert!(matches!(answer, ClaimAnswer::Claimed(_)), "{answer:?}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn expiry_goes_past_requests_it_must_leave_ends_dead_resumed_runs_and_measures_what_it_left() {
-    let s = RunStack::start().await.unwrap();
-    let (_issues, mut task) = s
+/// A connector task of the issues server whose month is large enough for
+/// every claim of a test, stored.
+async fn roomy_task(s: &RunStack) -> (local::mcp_fixture::McpFixture, Task) {
+    let (issues, mut task) = s
         .issues_task("weekly_summary", vec![tool("list_issues")], &["list_issues"], &[])
         .await;
-    // A month large enough for every claim of the test.
     task.spec.budget = Some(shared::domain::task::budget::Budget {
         max_usd_per_run: 0.25,
         max_usd_per_month: 1000.0,
     });
     task.task_id = shared::domain::task::TaskId::for_connector("ws_1", "issues", "daily_digest");
     s.insert(&task).await;
+    (issues, task)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expiry_goes_past_requests_it_must_leave_ends_dead_resumed_runs_and_measures_what_it_left() {
+    let s = RunStack::start().await.unwrap();
+    let (_issues, task) = roomy_task(&s).await;
     // More requests than a page that a resumed run holds under a live
     // lease, expiring first; then requests nobody decided, and resumed
     // runs that died (their message lost), expiring after them.
@@ -421,15 +427,7 @@ async fn expiry_goes_past_requests_it_must_leave_ends_dead_resumed_runs_and_meas
 async fn expiry_reads_every_shard_and_the_last_releases_partition_within_its_deadline() {
     use shared::adapters::keys::{APPROVALS_HOLDING, Key};
     let s = RunStack::start().await.unwrap();
-    let (_issues, mut task) = s
-        .issues_task("weekly_summary", vec![tool("list_issues")], &["list_issues"], &[])
-        .await;
-    task.spec.budget = Some(shared::domain::task::budget::Budget {
-        max_usd_per_run: 0.25,
-        max_usd_per_month: 1000.0,
-    });
-    task.task_id = shared::domain::task::TaskId::for_connector("ws_1", "issues", "daily_digest");
-    s.insert(&task).await;
+    let (_issues, task) = roomy_task(&s).await;
     let mut at = first_of(40);
     let mut requests = Vec::new();
     for _ in 0..24 {
