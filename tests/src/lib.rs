@@ -400,6 +400,15 @@ impl RunStack {
 
     /// The store as the runner function has it: every request under its
     /// role.
+    /// The store as the reconcile worker signs (approvals' expiry, the
+    /// missed-occurrence check).
+    pub fn reconcile_store(&self) -> DynamoStore {
+        DynamoStore::new(
+            local::strict::dynamodb(&self.t.sdk_as("reconcile")),
+            &self.t.stack.names.table,
+        )
+    }
+
     pub fn runner_store(&self) -> DynamoStore {
         DynamoStore::new(
             local::strict::dynamodb(&self.t.sdk_as("runner")),

@@ -7,15 +7,20 @@
 //! (a gated call nobody decides); a second install comes in spring and is
 //! uninstalled in autumn; a one-time reminder falls due each month. The
 //! workspace's month is spent at its start and raised on its sixth day,
-//! the worker is off for ten days, an outage makes six days late, the
-//! approvals' expiry runs at each day's end and DynamoDB's TTL sweeps
-//! weekly.
+//! the worker is off for ten days, an outage makes six days late, Scheduler
+//! loses three days of the daily task's deliveries, and at each day's end
+//! the approvals' expiry and the missed-occurrence check run as the
+//! reconcile worker runs them; DynamoDB's TTL sweeps weekly. Every task
+//! carries its `due` as create and reconcile write it, on a schedule the
+//! year delivers whole (the frequent ones are crons of their bursts).
 //!
 //! Every delivery answers what its causes say (`expected`): the tasks run
-//! again on the first day each cause is gone. At each sweep the table is
-//! measured: the largest item (never near 64 KB) and each kind of item
-//! held to what the retention keeps of the deliveries before it, never
-//! what the year wrote. The approvals' backlog ends at zero.
+//! again on the first day each cause is gone. Each day's check finds
+//! exactly the lost deliveries, records them `never_delivered` and leaves
+//! no backlog. At each sweep the table is measured: the largest item
+//! (never near 64 KB) and each kind of item held to what the retention
+//! keeps of the deliveries before it, never what the year wrote. The
+//! approvals' backlog ends at zero.
 
 use std::collections::BTreeMap;
 
@@ -42,6 +47,9 @@ pub struct YearConfig {
     pub hourly_days: u32,
     /// Minutes of the minute task's burst, on each month's twentieth.
     pub minute_burst: i64,
+    /// Days between the missed-occurrence checks (it runs every 15 minutes
+    /// in production; a check judges at most 60 occurrences of a task).
+    pub check_every_days: i64,
 }
 
 impl YearConfig {
@@ -50,19 +58,21 @@ impl YearConfig {
         days: 365,
         hourly_days: 1,
         minute_burst: 15,
+        check_every_days: 7,
     };
     /// The harness's: every hour of every day, an hour of minutes a month.
     pub const FULL: Self = Self {
         days: 365,
         hourly_days: 31,
         minute_burst: 60,
+        check_every_days: 1,
     };
 }
 
 /// What the year did and the most the table held.
 #[derive(Debug, Default, Clone)]
 pub struct YearReport {
-    pub config: Option<(i64, u32, i64)>,
+    pub config: Option<(i64, u32, i64, i64)>,
     /// Deliveries by task, and what they answered.
     pub deliveries: BTreeMap<String, BTreeMap<String, usize>>,
     pub largest_item: usize,
@@ -73,6 +83,10 @@ pub struct YearReport {
     pub expired: usize,
     /// `ApprovalsLapsedBacklog` after the year's last expiry.
     pub backlog_seconds: i64,
+    /// Occurrences the missed-occurrence check recorded `never_delivered`.
+    pub never_delivered: usize,
+    /// The oldest `OverdueBacklogSeconds` any day's check left.
+    pub overdue_backlog_seconds: i64,
     pub real_seconds: f64,
 }
 
@@ -80,10 +94,13 @@ impl YearReport {
     /// The report as one table.
     pub fn table(&self) -> String {
         let mut rows: Vec<(String, String)> = Vec::new();
-        if let Some((days, hourly, minutes)) = self.config {
+        if let Some((days, hourly, minutes, checks)) = self.config {
             rows.push((
                 "days".into(),
-                format!("{days} (hourly {hourly} days a month, {minutes} minutes a month every minute)"),
+                format!(
+                    "{days} (hourly {hourly} days a month, {minutes} minutes a month every minute, \
+                     the missed-occurrence check every {checks} days)"
+                ),
             ));
         }
         for (task, answers) in &self.deliveries {
@@ -109,6 +126,14 @@ impl YearReport {
             "ApprovalsLapsedBacklog at the end (s)".into(),
             self.backlog_seconds.to_string(),
         ));
+        rows.push((
+            "occurrences the check found never delivered".into(),
+            self.never_delivered.to_string(),
+        ));
+        rows.push((
+            "OverdueBacklogSeconds after any day's check, at most".into(),
+            self.overdue_backlog_seconds.to_string(),
+        ));
         rows.push(("real time".into(), format!("{:.0} s", self.real_seconds)));
         crate::table_rows(rows)
     }
@@ -120,6 +145,8 @@ pub const WORKER_OFF: std::ops::Range<i64> = 100..110;
 pub const LATE: std::ops::Range<i64> = 200..206;
 /// Each month the workspace's budget is spent until this day, then raised.
 pub const SPENT_UNTIL_DAY: u32 = 5;
+/// Days Scheduler loses the daily task's delivery, in autumn.
+pub const LOST: std::ops::Range<i64> = 300..303;
 /// The second install's days.
 const TRACKER: std::ops::Range<i64> = 60..240;
 
@@ -175,6 +202,20 @@ fn every(every: u32, unit: RateUnit) -> Schedule {
     Schedule::Rate { every, unit }
 }
 
+fn cron(expression: &str) -> Schedule {
+    Schedule::Cron {
+        cron: expression.to_owned(),
+        timezone: "UTC".to_owned(),
+        until: None,
+    }
+}
+
+/// `task` as create or reconcile stores it at `now`: with its first `due`.
+fn due_from(mut task: Task, now: DateTime<Utc>) -> Task {
+    shared::domain::operations::overdue::refresh_due(None, &mut task, now);
+    task
+}
+
 async fn server(prompts: &[&str]) -> anyhow::Result<McpFixture> {
     McpFixture::start(FixtureState {
         prompts: prompts
@@ -191,6 +232,8 @@ struct Year<'a> {
     s: &'a RunStack,
     runner: TestRunner,
     off: TestRunner,
+    /// The store as the reconcile worker signs: expiry and the check.
+    worker: shared::adapters::dynamo::DynamoStore,
     report: YearReport,
     /// Run records each day's deliveries may leave, and approval requests.
     written: Vec<(usize, usize)>,
@@ -246,6 +289,45 @@ impl Year<'_> {
         }
     }
 
+    /// The missed-occurrence check at `now`, as the worker runs it: it
+    /// finds `lost` (the occurrences Scheduler lost since the last check)
+    /// and nothing else, records them, and leaves no backlog.
+    async fn check(&mut self, now: DateTime<Utc>, lost: &[(&Task, DateTime<Utc>)]) -> anyhow::Result<()> {
+        let settings = shared::app::overdue::CheckSettings {
+            catch_up: Duration::seconds(shared::config::DEFAULT_CATCH_UP_SECONDS),
+            retention: Duration::days(shared::config::DEFAULT_RETENTION_DAYS),
+            write: true,
+        };
+        let checked = shared::app::overdue::check(&self.worker, settings, now, crate::far_deadline()).await?;
+        ensure!(
+            checked.complete && checked.unjudged.is_empty(),
+            "the check at {now}: {checked:?}"
+        );
+        let mut found: Vec<(String, DateTime<Utc>, &str)> = checked
+            .missed
+            .iter()
+            .map(|m| (m.task_id.clone(), m.scheduled_time, m.reason))
+            .collect();
+        found.sort();
+        let mut expect: Vec<(String, DateTime<Utc>, &str)> = lost
+            .iter()
+            .map(|(task, at)| (task.task_id.to_string(), *at, "never_delivered"))
+            .collect();
+        expect.sort();
+        ensure!(found == expect, "the check at {now} found {found:?}, not {expect:?}");
+        ensure!(
+            checked.backlog.is_zero(),
+            "the check at {now} left a backlog of {}",
+            checked.backlog
+        );
+        self.report.never_delivered += found.len();
+        self.report.overdue_backlog_seconds = self.report.overdue_backlog_seconds.max(checked.backlog.num_seconds());
+        if let Some(last) = self.written.last_mut() {
+            last.0 += found.len();
+        }
+        Ok(())
+    }
+
     /// DynamoDB's TTL by `now`, then the table measured against what the
     /// retention keeps of the deliveries before it.
     async fn sweep(&mut self, now: DateTime<Utc>) -> anyhow::Result<()> {
@@ -274,6 +356,11 @@ impl Year<'_> {
             ("budget_reached", 13),
             ("install", 2),
             ("workspace_budget", 1),
+            // Where each shard's check stopped: one per family and shard.
+            (
+                "check_cursor",
+                2 * usize::from(shared::domain::run::definition::REMINDER_SHARDS),
+            ),
         ];
         for (entity, n) in &held {
             let bound = bounds.iter().find(|(e, _)| e == entity).map(|(_, b)| *b);
@@ -301,32 +388,7 @@ pub async fn run(config: YearConfig) -> anyhow::Result<YearReport> {
     store
         .put_install(&install("ins_1", "issues", &issues.url(), InstallScope::Workspace))
         .await?;
-    let minutely = task("issues", "ins_1", "minutely", every(1, RateUnit::Minutes), &[]);
-    let hourly = task("issues", "ins_1", "hourly", every(1, RateUnit::Hours), &[]);
-    let daily = task("issues", "ins_1", "daily", every(1, RateUnit::Days), &[]);
-    let monthly = task("issues", "ins_1", "monthly", every(30, RateUnit::Days), &[]);
-    let weekly = task(
-        "issues",
-        "ins_1",
-        "weekly_review",
-        every(7, RateUnit::Days),
-        &["list_issues"],
-    );
-    let tracked = task("tracker", "ins_2", "tracker_daily", every(1, RateUnit::Days), &[]);
-    for t in [&minutely, &hourly, &daily, &monthly, &weekly] {
-        store.insert_task(t).await?;
-    }
-    let mut year = Year {
-        s: &s,
-        runner: s.runner(),
-        off: s.runner_on(s.runner_store(), run_settings(false)),
-        report: YearReport {
-            config: Some((config.days, config.hourly_days, config.minute_burst)),
-            ..YearReport::default()
-        },
-        written: Vec::new(),
-    };
-    let approvals = s.runner_store();
+    let approvals = s.reconcile_store();
     let retention = Duration::days(shared::config::DEFAULT_RETENTION_DAYS);
     // The first day of a month, over a year ago, at midnight.
     let start = (Utc::now() - Duration::days(config.days + 35))
@@ -336,8 +398,56 @@ pub async fn run(config: YearConfig) -> anyhow::Result<YearReport> {
         .and_hms_opt(0, 0, 0)
         .context("midnight")?
         .and_utc();
+    // The minute task's burst and the hourly task's days as crons, so every
+    // occurrence its schedule has is delivered (or lost on purpose).
+    let last_hourly_day = (SPENT_UNTIL_DAY + config.hourly_days).min(31);
+    let minutely = task(
+        "issues",
+        "ins_1",
+        "minutely",
+        cron(&format!("0-{} 13 20 * *", config.minute_burst - 1)),
+        &[],
+    );
+    let hourly = task(
+        "issues",
+        "ins_1",
+        "hourly",
+        cron(&format!("0 * {}-{last_hourly_day} * *", SPENT_UNTIL_DAY + 1)),
+        &[],
+    );
+    let daily = task("issues", "ins_1", "daily", every(1, RateUnit::Days), &[]);
+    let monthly = task("issues", "ins_1", "monthly", cron("0 10 15 * *"), &[]);
+    let weekly = task(
+        "issues",
+        "ins_1",
+        "weekly_review",
+        every(7, RateUnit::Days),
+        &["list_issues"],
+    );
+    let tracked = task("tracker", "ins_2", "tracker_daily", every(1, RateUnit::Days), &[]);
+    for t in [&minutely, &hourly, &daily, &monthly, &weekly] {
+        store.insert_task(&due_from(t.clone(), start)).await?;
+    }
+    let mut year = Year {
+        s: &s,
+        runner: s.runner(),
+        off: s.runner_on(s.runner_store(), run_settings(false)),
+        worker: s.reconcile_store(),
+        report: YearReport {
+            config: Some((
+                config.days,
+                config.hourly_days,
+                config.minute_burst,
+                config.check_every_days,
+            )),
+            ..YearReport::default()
+        },
+        written: Vec::new(),
+    };
     let mut version = 0;
     let ran = Disposition::Ran(RunStatus::Succeeded);
+    // Deliveries Scheduler lost since the last check.
+    let mut lost = Vec::new();
     for day in 0..config.days {
         let midnight = start + Duration::days(day);
         year.written.push((0, 0));
@@ -354,7 +464,7 @@ pub async fn run(config: YearConfig) -> anyhow::Result<YearReport> {
             store
                 .put_install(&install("ins_2", "tracker", &tracker.url(), InstallScope::Workspace))
                 .await?;
-            store.insert_task(&tracked).await?;
+            store.insert_task(&due_from(tracked.clone(), midnight)).await?;
         }
         if day == TRACKER.end {
             s.t.reconciler()
@@ -368,14 +478,17 @@ pub async fn run(config: YearConfig) -> anyhow::Result<YearReport> {
                 year.deliver(day, &hourly, at, ran.clone()).await?;
             }
             match hour {
+                // Scheduler loses these; the day's check finds them.
+                9 if LOST.contains(&day) => lost.push((&daily, at)),
                 9 => year.deliver(day, &daily, at, ran.clone()).await?,
                 10 if midnight.day() == 15 => year.deliver(day, &monthly, at, ran.clone()).await?,
                 11 if day % 7 == 3 => {
                     year.deliver(day, &weekly, at, Disposition::AwaitingApproval).await?;
                 }
                 12 if TRACKER.contains(&day) => year.deliver(day, &tracked, at, ran.clone()).await?,
-                12 if (TRACKER.end..TRACKER.end + 7).contains(&day) => {
-                    // Uninstalled: its deliveries are skipped, never run.
+                12 if day >= TRACKER.end => {
+                    // Uninstalled: its schedule stays (SPEC §6), Scheduler
+                    // goes on delivering, and the door skips every one.
                     let execution = format!("e-{}", at.timestamp());
                     let answer = year
                         .runner
@@ -398,7 +511,9 @@ pub async fn run(config: YearConfig) -> anyhow::Result<YearReport> {
                     let mut reminder = crate::reminder(at);
                     reminder.task_id =
                         shared::domain::task::TaskId::for_reminder("ws_1", "usr_123", &format!("y{day}"));
-                    store.insert_task(&reminder).await?;
+                    store
+                        .insert_task(&due_from(reminder.clone(), at - Duration::days(1)))
+                        .await?;
                     let kind = "one-time reminder";
                     reminder.title = kind.to_owned();
                     year.deliver(day, &reminder, at, ran.clone()).await?;
@@ -411,16 +526,29 @@ pub async fn run(config: YearConfig) -> anyhow::Result<YearReport> {
         let expiry = shared::app::approvals::expire_lapsed(&approvals, end, retention, crate::far_deadline()).await?;
         year.report.expired += expiry.ended;
         year.report.backlog_seconds = expiry.backlog_seconds;
+        if day % config.check_every_days == config.check_every_days - 1 {
+            year.check(end, &lost).await?;
+            lost.clear();
+        }
         if day % 7 == 6 {
             year.sweep(end).await?;
         }
     }
+    // The check after the last day (nothing delivered after it), then the
+    // approvals' expiry once the last requests lapsed.
+    year.check(start + Duration::days(config.days) - Duration::seconds(1), &lost)
+        .await?;
     let end = start + Duration::days(config.days + 2);
     let expiry = shared::app::approvals::expire_lapsed(&approvals, end, retention, crate::far_deadline()).await?;
     year.report.expired += expiry.ended;
     year.report.backlog_seconds = expiry.backlog_seconds;
     year.sweep(end).await?;
     ensure!(year.report.backlog_seconds == 0, "the approvals' backlog ends at zero");
+    ensure!(
+        year.report.never_delivered == LOST.clone().filter(|d| *d < config.days).count(),
+        "the check found every lost delivery: {}",
+        year.report.never_delivered
+    );
     year.report.real_seconds = started.elapsed().as_secs_f64();
     drop((issues, tracker));
     Ok(year.report)

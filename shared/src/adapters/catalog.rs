@@ -590,11 +590,22 @@ impl DynamoStore {
         };
         self.counted();
         let out = query.send().await.map_err(|e| request_error("Query", e))?;
+        // The cursor names the last entry's sort key as stored: one the
+        // last release wrote sorts by its `due` alone.
+        let stored = out
+            .items
+            .as_ref()
+            .and_then(|items| items.last())
+            .and_then(|item| item.get(GSI3SK))
+            .and_then(|sk| sk.as_s().ok())
+            .cloned();
         let items: Vec<Task> = read_items(out.items, "task")?;
         let next = out.last_evaluated_key.and(items.last()).map(|t| Cursor {
             workspace: t.workspace.clone(),
             id: t.task_id.to_string(),
-            sort: Some(SchedulableKey::sort(t.due, t.task_id.as_str())),
+            sort: Some(stored.unwrap_or_else(|| {
+                SchedulableKey::sort(crate::domain::operations::overdue::judgeable_at(t), t.task_id.as_str())
+            })),
         });
         Ok(Page { items, next })
     }

@@ -43,12 +43,14 @@
 //! missed-occurrence check read the tasks due before its cutoff (SPEC §14).
 //! Its partition is one of 16 shards per family, chosen by the task id's
 //! first hex digit, so no index partition takes every task's writes; the
-//! sort key orders by `due` (`~` when there is none, after every instant):
+//! sort key orders by when the check can judge `due`
+//! (`domain::operations::overdue::judgeable_at`: `due`, a rate's plus half
+//! its period; `~` when there is none, after every instant):
 //!
 //! | item              | gsi3pk                | gsi3sk                 |
 //! |-------------------|-----------------------|------------------------|
-//! | active reminder   | `SCHEDULABLE#<00-15>` | `<due or ~>#<task_id>` |
-//! | firing connector task | `CONNECTOR#<00-15>` | `<due>#<task_id>`    |
+//! | active reminder   | `SCHEDULABLE#<00-15>` | `<judgeable or ~>#<task_id>` |
+//! | firing connector task | `CONNECTOR#<00-15>` | `<judgeable>#<task_id>` |
 //! | approval request holding its occurrence | `APPROVALS#<00-15>` | `<expires_at>#<request_id>` | The owner item lists the principal's reminder
 //! ids (`reminders`) under a `version`: the cap's consistent count.
 //!
@@ -357,7 +359,7 @@ impl SchedulableKey {
         let id = task.task_id.as_str();
         Some(Self {
             gsi3pk: Self::partition(family, Self::shard_of(id)),
-            gsi3sk: Self::sort(task.due, id),
+            gsi3sk: Self::sort(crate::domain::operations::overdue::judgeable_at(task), id),
         })
     }
 
@@ -377,7 +379,8 @@ impl SchedulableKey {
         }
     }
 
-    /// `<due, RFC 3339 UTC>#<task_id>`: fixed width, so it sorts by due.
+    /// `<instant, RFC 3339 UTC>#<task_id>`: fixed width, so it sorts by
+    /// the instant (when the check can judge the task's `due`).
     pub fn sort(due: Option<DateTime<Utc>>, task_id: &str) -> String {
         match due {
             Some(due) => format!("{}#{task_id}", crate::domain::schedule::format_utc(due)),

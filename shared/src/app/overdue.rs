@@ -189,13 +189,16 @@ pub async fn check_shard<S: DueIndex + RunStore>(
     if settings.write {
         store.save_check_cursor(family, shard, after.as_ref()).await?;
     }
-    // The oldest `due` still before the cutoff: not reached, or held (a
-    // live claim); a check that read it all leaves only those.
+    // The oldest `due` still judgeable before the cutoff: not reached, or
+    // held (a live claim); a check that read it all leaves only those. An
+    // entry the last release wrote sorts by a rate's `due` alone: its age
+    // counts from when it can be judged all the same.
     let oldest = store.due_page(family, shard, cutoff, None, 1).await?;
     checked.backlog = oldest
         .items
         .first()
-        .and_then(|task| task.due)
+        .and_then(overdue::judgeable_at)
+        .filter(|judgeable| *judgeable < cutoff)
         .map_or(Duration::zero(), |due| (now - due).max(Duration::zero()));
     Ok(checked)
 }

@@ -557,3 +557,89 @@ async fn a_task_the_check_cannot_judge_is_counted_and_the_rest_of_its_shard_judg
     assert_eq!(found(&again.missed), [(refused, h, "never_delivered")]);
     assert!(again.unjudged.is_empty());
 }
+
+/// A rate's delivery may come up to half a period late (Scheduler keeps its
+/// phase only roughly), so the index sorts a rate by when the check can
+/// first judge it (`overdue::judgeable_at`): inside that slack the check
+/// reads nothing and `OverdueBacklogSeconds` stays at zero, and an entry
+/// the last release wrote (sorted by `due` alone) is read, left alone and
+/// counted from the same instant, then judged and rewritten once it can be.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rate_inside_its_slack_is_no_backlog_whatever_release_wrote_its_entry() {
+    use shared::adapters::keys::{Key, SchedulableKey};
+    use shared::app::overdue::check_shard;
+    use shared::domain::operations::overdue::judgeable_at;
+    use shared::domain::schedule::RateUnit;
+    use shared::ports::Family;
+    let s = RunStack::start().await.unwrap();
+    let d = (Utc::now() - Duration::hours(6))
+        .duration_trunc(Duration::seconds(1))
+        .unwrap();
+    let mut task = tests::connector_task("issues", "weekly_summary", &["list_issues"], &[]);
+    task.spec.schedule = Schedule::Rate {
+        every: 4,
+        unit: RateUnit::Hours,
+    };
+    refresh_due(None, &mut task, d - Duration::hours(4));
+    assert_eq!(task.due, Some(d));
+    assert_eq!(judgeable_at(&task), Some(d + Duration::hours(2)));
+    s.insert(&task).await;
+    let shard = SchedulableKey::shard_of(task.task_id.as_str());
+    let settings = CheckSettings {
+        catch_up: CATCH_UP,
+        retention: Duration::days(90),
+        write: true,
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let margin = CATCH_UP + Duration::minutes(MARGIN_MINUTES);
+    // A minute before the slack ends at the cutoff.
+    let inside = d + Duration::hours(2) + margin - Duration::minutes(1);
+    let store = s.reconcile_store();
+    let checked = check_shard(&store, settings, Family::Connectors, shard, inside, deadline)
+        .await
+        .unwrap();
+    assert_eq!((checked.tasks, checked.missed.len()), (0, 0), "{checked:?}");
+    assert!(checked.backlog.is_zero(), "{checked:?}");
+
+    // The entry as the last release wrote it: sorted by `due`.
+    let key = Key::task("ws_1", task.task_id.as_str()).to_map();
+    let sk = || s.t.item_at(Key::task("ws_1", task.task_id.as_str()));
+    s.t.dynamo
+        .update_item()
+        .table_name(&s.t.stack.names.table)
+        .set_key(Some(key))
+        .update_expression("SET gsi3sk = :old")
+        .expression_attribute_values(
+            ":old",
+            aws_sdk_dynamodb::types::AttributeValue::S(SchedulableKey::sort(Some(d), task.task_id.as_str())),
+        )
+        .send()
+        .await
+        .unwrap();
+    let checked = check_shard(&store, settings, Family::Connectors, shard, inside, deadline)
+        .await
+        .unwrap();
+    assert_eq!((checked.tasks, checked.missed.len()), (1, 0), "{checked:?}");
+    assert!(
+        checked.backlog.is_zero(),
+        "counted from when it can be judged: {checked:?}"
+    );
+
+    // Past the slack: the occurrence nobody delivered is judged, and the
+    // entry rewritten in this release's order.
+    let past = inside + Duration::minutes(2);
+    let checked = check_shard(&store, settings, Family::Connectors, shard, past, deadline)
+        .await
+        .unwrap();
+    assert_eq!(
+        found(&checked.missed),
+        [(task.task_id.to_string(), d, "never_delivered")]
+    );
+    assert!(checked.backlog.is_zero(), "{checked:?}");
+    let item = sk().await.unwrap();
+    let next = d + Duration::hours(4);
+    assert_eq!(
+        item["gsi3sk"],
+        SchedulableKey::sort(Some(next + Duration::hours(2)), task.task_id.as_str())
+    );
+}

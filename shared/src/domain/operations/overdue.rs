@@ -50,6 +50,24 @@ fn period(every: u32, unit: RateUnit) -> Duration {
     }
 }
 
+/// How late a rate's outcome may come and still answer its expectation:
+/// Scheduler keeps a rate's phase only roughly (a re-put restarts it).
+fn rate_slack(period: Duration) -> Duration {
+    period / 2
+}
+
+/// When the check can first judge `task`'s `due`: at it, or for a rate once
+/// its slack has passed too. The schedulable index sorts by it, so the
+/// check reads a task only once it can judge it, and a backlog's age counts
+/// from it (a weekly rate delivered on time is no backlog for half a week).
+pub fn judgeable_at(task: &Task) -> Option<DateTime<Utc>> {
+    let due = task.due?;
+    Some(match &task.spec.schedule {
+        Schedule::Rate { every, unit } => due + rate_slack(period(*every, *unit)),
+        _ => due,
+    })
+}
+
 /// The first occurrence at or after `from` of a task that should fire
 /// (`None`: it should not, or it has none left).
 pub fn first_due(task: &Task, from: DateTime<Utc>) -> Option<DateTime<Utc>> {
@@ -162,9 +180,8 @@ pub fn judge<'a>(
 fn judge_rate(due: DateTime<Utc>, period: Duration, cutoff: DateTime<Utc>, recorded: &[DateTime<Utc>]) -> Judgement {
     let mut recorded: Vec<DateTime<Utc>> = recorded.to_vec();
     recorded.sort();
-    // Scheduler keeps a rate's phase only roughly (a re-put restarts it):
-    // an outcome up to half a period late still answers the expectation.
-    let slack = period / 2;
+    // An outcome up to half a period late still answers the expectation.
+    let slack = rate_slack(period);
     let mut expected_by = due;
     let mut missed = Vec::new();
     let mut records = recorded.into_iter().peekable();
@@ -220,6 +237,25 @@ mod tests {
             workspace_usd: 0.0,
             request_id: None,
         }
+    }
+
+    #[test]
+    fn a_rate_is_judgeable_half_a_period_after_its_due_and_anything_else_at_it() {
+        let mut task = cron_task("0 9 * * *");
+        assert_eq!(judgeable_at(&task), None, "no due, nothing to judge");
+        task.due = Some(t(9, 0));
+        assert_eq!(judgeable_at(&task), Some(t(9, 0)));
+        task.spec.schedule = Schedule::Rate {
+            every: 4,
+            unit: RateUnit::Hours,
+        };
+        assert_eq!(judgeable_at(&task), Some(t(11, 0)));
+        // Judged before then, nothing is missed and `due` stays: the
+        // index's order and the judgement agree.
+        let judged = judge(&task, t(11, 0), t(12, 0), &[], |_| Trace::None);
+        assert_eq!((judged.missed.len(), judged.due), (0, Some(t(9, 0))));
+        let judged = judge(&task, t(11, 1), t(12, 0), &[], |_| Trace::None);
+        assert_eq!(judged.missed, vec![t(9, 0)]);
     }
 
     #[test]
