@@ -908,11 +908,12 @@ pub struct SimReport {
     pub conflicts_met: usize,
 }
 
-pub const CHECKS: [&str; 7] = [
+pub const CHECKS: [&str; 8] = [
     ONE_OUTCOME,
     SIDE_EFFECTS,
     CALLED_ONCE,
     ACCOUNTING,
+    CAPS,
     ONE_EVENT,
     NONE_LOST,
     GATED,
@@ -921,6 +922,7 @@ pub const ONE_OUTCOME: &str = "at most one settled outcome per occurrence";
 pub const SIDE_EFFECTS: &str = "tool side effects by run id";
 pub const CALLED_ONCE: &str = "no call made twice for one occurrence";
 pub const ACCOUNTING: &str = "budget_used, workspace months and account charges";
+pub const CAPS: &str = "no month of a budget spends past its limit";
 pub const ONE_EVENT: &str = "one bus event per settled run, none for a skip";
 pub const NONE_LOST: &str = "every delivered occurrence recorded";
 pub const GATED: &str = "a gated call made only under its approval, each decision applied";
@@ -1679,6 +1681,8 @@ async fn check(
     };
     // Expected per (task, period) and per (account key, period).
     let mut budget_expected: BTreeMap<(String, String), f64> = BTreeMap::new();
+    // What live claims hold in their workspace's month beyond their task's.
+    let mut workspace_beyond: BTreeMap<(String, String), f64> = BTreeMap::new();
     // Keyed by the account item's (pk, sk).
     let mut account_expected: BTreeMap<(String, String), (f64, i64)> = BTreeMap::new();
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
@@ -1727,15 +1731,18 @@ async fn check(
             }
             // What a claim holds beyond its record: a running one its
             // reservation and crashed attempts', a released one what it carries.
-            match claim_status {
-                "running" => {
-                    *budget_expected.entry((id.to_owned(), period.clone())).or_default() +=
-                        f(&claim["crashed_usd"]) + budget::reservation(task.spec.budget);
-                }
-                "released" | "awaiting_approval" => {
-                    *budget_expected.entry((id.to_owned(), period.clone())).or_default() += f(&claim["crashed_usd"]);
-                }
-                _ => {}
+            let task_side = match claim_status {
+                "running" => f(&claim["crashed_usd"]) + budget::reservation(task.spec.budget),
+                "released" | "awaiting_approval" => f(&claim["crashed_usd"]),
+                _ => 0.0,
+            };
+            *budget_expected.entry((id.to_owned(), period.clone())).or_default() += task_side;
+            // A live claim holds its workspace reservation there: a
+            // connector task's is its task's, a reminder's its run's most
+            // (`budget::workspace_reservation`), which its task does not.
+            if matches!(claim_status, "running" | "released" | "awaiting_approval") {
+                *workspace_beyond.entry((id.to_owned(), period.clone())).or_default() +=
+                    f(&claim["workspace_usd"]) - task_side;
             }
         }
         // 2. Tool side effects, at the fixture, by run id.
@@ -1855,6 +1862,20 @@ async fn check(
         let used = task_items
             .get(id.as_str())
             .map_or(0.0, |t| f(&t["budget_used"][period.as_str()]));
+        // 8. A task's month stays within its own budget too.
+        let monthly = tasks
+            .iter()
+            .find(|t| t.task_id.as_str() == id)
+            .and_then(|t| t.spec.budget)
+            .map(|b| b.max_usd_per_month);
+        if let Some(monthly) = monthly
+            && used > monthly + 1e-9
+        {
+            violate(
+                CAPS,
+                format!("task {id} {period}: budget_used {used:.6}, its monthly {monthly:.6}"),
+            );
+        }
         if (used - expected).abs() > 1e-6 {
             violate(
                 ACCOUNTING,
@@ -1875,7 +1896,11 @@ async fn check(
             .unwrap_or_default();
         *workspace_expected
             .entry((workspace.to_owned(), period.clone()))
-            .or_default() += expected;
+            .or_default() += expected
+            + workspace_beyond
+                .get(&(id.clone(), period.clone()))
+                .copied()
+                .unwrap_or(0.0);
     }
     for ((workspace, period), expected) in &workspace_expected {
         let held = workspaces
@@ -1886,6 +1911,16 @@ async fn check(
             violate(
                 ACCOUNTING,
                 format!("workspace {workspace} {period}: holds {held:.6}, its tasks' months {expected:.6}"),
+            );
+        }
+        // 8. No month spends past its limit: what it holds (its records'
+        // costs and its live claims' reservations) stays at or below it.
+        if let Some(limit) = plan.workspace_budget
+            && held > limit + 1e-9
+        {
+            violate(
+                CAPS,
+                format!("workspace {workspace} {period}: holds {held:.6}, its limit {limit:.6}"),
             );
         }
     }

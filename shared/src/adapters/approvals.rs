@@ -18,6 +18,7 @@ use aws_sdk_dynamodb::types::{
 };
 use chrono::{DateTime, Utc};
 
+use super::budgets::Fit;
 use super::dynamo::{Cancellation, DynamoStore, Item, read_items, request_error, to_item, written};
 use super::keys::{GSI3PK, GSI3SK, Key, PK, SCHEDULABLE_INDEX, SK};
 use crate::domain::run::gate::{self, ApprovalState, CallApproval};
@@ -130,7 +131,7 @@ impl DynamoStore {
         ];
         let workspace = release.carried_usd - release.workspace_held_usd;
         if workspace != 0.0 {
-            items.push(self.workspace_hold(&task.workspace, release.period, workspace, false)?);
+            items.push(self.workspace_hold(&task.workspace, release.period, workspace, Fit::Move)?);
         }
         // Collisions and throttling are sent again under one token, as a
         // settle's are; the claim's update (item 0) carries the fence.
@@ -381,7 +382,7 @@ impl CallApprovals for DynamoStore {
         }
         let workspace = record.cost_usd - ended.claim.workspace_usd;
         if workspace != 0.0 {
-            items.push(self.workspace_hold(&ended.task.workspace, ended.period, workspace, false)?);
+            items.push(self.workspace_hold(&ended.task.workspace, ended.period, workspace, Fit::Move)?);
         }
         self.send_all(items).await
     }

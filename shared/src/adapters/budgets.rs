@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 
 use super::dynamo::{DynamoStore, Item, request_error};
 use super::keys::Key;
-use crate::domain::task::budget::WorkspaceBudget;
+use crate::domain::task::budget::{self, WorkspaceBudget};
 use crate::ports::{StoreError, WorkspaceBudgets};
 
 /// The `entity` of a workspace's budget item.
@@ -56,6 +56,15 @@ fn budget_of(workspace: &str, period: &str, item: Option<&Item>) -> WorkspaceBud
     }
 }
 
+/// How a write moves a workspace's month.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Fit {
+    /// A settle, a release, a payment: the month moves, unconditionally.
+    Move,
+    /// A claim's reservation, admitted under the limit read (none: no limit).
+    Under(Option<f64>),
+}
+
 /// The limit a workspace's budget item holds (none: no limit).
 pub(crate) fn limit_of(item: Option<&Item>) -> Option<f64> {
     item?.get("limit_usd")?.as_n().ok()?.parse().ok()
@@ -95,15 +104,16 @@ impl DynamoStore {
         self.put_new(item).await.map(drop)
     }
     /// A workspace's side of a write (`budget::WorkspaceBudget`): what its
-    /// month holds moves by `delta`. With `fit`, a reservation: only while
-    /// the month is below its limit (none: always), the item as it was
-    /// returned when not.
+    /// month holds moves by `delta`. [`Fit::Under`], a reservation: only if
+    /// it fits under the limit the claim read (`budget::admits`), fenced on
+    /// that limit, the item as it was returned when not (a limit moved
+    /// meanwhile: the caller reads it and tries again).
     pub(crate) fn workspace_hold(
         &self,
         workspace: &str,
         period: &str,
         delta: f64,
-        fit: bool,
+        fit: Fit,
     ) -> Result<TransactWriteItem, StoreError> {
         // Months more than a year back leave as this one moves
         // (`budget::stale_periods`): the item never grows past two years.
@@ -128,17 +138,48 @@ impl DynamoStore {
         for (name, month) in remove.iter().zip(&stale) {
             update = update.expression_attribute_names(name, committed_of(month));
         }
-        if fit {
-            // A limit of 0 stops the month before anything is held.
+        if let Fit::Under(limit) = fit {
+            let condition = match limit {
+                None => "attribute_not_exists(limit_usd)".to_owned(),
+                Some(limit) => {
+                    // `budget::admits` on the item; a month nothing held yet
+                    // holds 0.
+                    let fits = "#held < :limit AND #held <= :most";
+                    update = update
+                        .expression_attribute_values(":limit", n(limit))
+                        .expression_attribute_values(":most", n(budget::most_held(limit, delta)));
+                    if budget::admits(limit, 0.0, delta) {
+                        format!("limit_usd = :limit AND (attribute_not_exists(#held) OR ({fits}))")
+                    } else {
+                        format!("limit_usd = :limit AND {fits}")
+                    }
+                }
+            };
             update = update
-                .condition_expression(
-                    "attribute_not_exists(limit_usd) OR (attribute_not_exists(#held) AND limit_usd > :zero) \
-                     OR #held < limit_usd",
-                )
+                .condition_expression(condition)
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         }
         let update = update.build().map_err(|e| request_error("TransactWriteItems", e))?;
         Ok(TransactWriteItem::builder().update(update).build())
+    }
+}
+
+impl DynamoStore {
+    /// The limit a workspace's admin set (none: no limit), read eventually
+    /// consistent: a claim fenced on a stale one is refused, and reads it
+    /// again.
+    pub(crate) async fn workspace_limit(&self, workspace: &str) -> Result<Option<f64>, StoreError> {
+        self.counted();
+        let out = self
+            .client()
+            .get_item()
+            .table_name(self.table())
+            .set_key(Some(Key::workspace_budget(workspace).to_map()))
+            .projection_expression("limit_usd")
+            .send()
+            .await
+            .map_err(|e| request_error("GetItem", e))?;
+        Ok(limit_of(out.item.as_ref()))
     }
 }
 

@@ -36,6 +36,7 @@ use aws_sdk_dynamodb::types::{
 };
 use chrono::{DateTime, Duration, Utc};
 
+use super::budgets::Fit;
 use super::dynamo::{Cancellation, DynamoStore, Item, put_if_absent, read_item, request_error, to_item};
 use super::keys::{GSI3PK, GSI3SK, Key, PK, SK};
 use crate::domain::run::gate::CallApproval;
@@ -334,7 +335,7 @@ impl DynamoStore {
         }
         let workspace = settlement.record.cost_usd - settlement.workspace_held_usd;
         if workspace != 0.0 {
-            items.push(self.workspace_hold(&settlement.task.workspace, settlement.period, workspace, false)?);
+            items.push(self.workspace_hold(&settlement.task.workspace, settlement.period, workspace, Fit::Move)?);
         }
         if let Some(Completion {
             expires: Some(ttl),
@@ -409,25 +410,34 @@ impl DynamoStore {
     /// claim it holds (`Claim::after_crash`, `after_release`), then one
     /// transaction reserving the task's per-run reservation on the task
     /// (fenced on its version and on the claim as read, within its month's
-    /// budget) and in its workspace's month (below its limit). The claimed
+    /// budget) and the run's most in its workspace's month (if it fits under
+    /// the limit read, `budget::admits`, fenced on that limit). The claimed
     /// task is the one read with the claim and reservation applied: the
     /// version fence proves nothing else of it changed. A version moved by
     /// an edit meanwhile reads again.
     async fn reserve(&self, request: &ClaimRequest<'_>, from: Option<TakeOver>) -> Result<ClaimAnswer, StoreError> {
+        // The workspace's limit, read once a claim is to be sent: the
+        // reservation is admitted under it, fenced on it (`Fit::Under`).
+        let mut limit: Option<Option<f64>> = None;
         for _ in 0..CLAIM_READS {
             let Some(mut task) = self.current_task(request.workspace, request.task_id).await? else {
                 return Ok(ClaimAnswer::Refused(None));
             };
             let reservation = budget::reservation(task.spec.budget);
+            let workspace = budget::workspace_reservation(&task);
             let held = task.claims.get(request.occurrence);
             // Not free, or not as the caller saw it: refused, as it is.
-            let Some(claim) = new_claim(request, from, held, reservation) else {
+            let Some(claim) = new_claim(request, from, held, (reservation, workspace)) else {
                 return Ok(ClaimAnswer::Refused(Some(Box::new(task))));
             };
             let prune = occurrence::prunable(&task, request.occurrence, request.now, request.keep_claims);
+            let read = match limit {
+                Some(read) => read,
+                None => *limit.insert(self.workspace_limit(request.workspace).await?),
+            };
             let mut items = vec![
                 self.claim_taken(request, (&task, &prune), held, &claim, reservation)?,
-                self.workspace_hold(&task.workspace, request.period, reservation, true)?,
+                self.workspace_hold(&task.workspace, request.period, workspace, Fit::Under(read))?,
             ];
             let person = match (&task.provenance, request.person_cap_usd) {
                 (Provenance::User { principal }, Some(cap)) => {
@@ -457,11 +467,16 @@ impl DynamoStore {
                     old => return Ok(ClaimAnswer::Refused(old)),
                 },
                 Sent::Declined(1, workspace) => {
-                    let limit = super::budgets::limit_of(workspace.as_ref()).unwrap_or(0.0);
+                    let now = super::budgets::limit_of(workspace.as_ref());
+                    if now != read {
+                        // An admin moved the limit since it was read.
+                        limit = Some(now);
+                        continue;
+                    }
                     return Ok(ClaimAnswer::BudgetReached(
                         Box::new(task),
                         BudgetLevel::Workspace,
-                        limit,
+                        read.unwrap_or(0.0),
                     ));
                 }
                 Sent::Declined(..) => {
@@ -651,7 +666,7 @@ impl RunStore for DynamoStore {
         // The workspace then holds what the claim carries, as the task does.
         let workspace = release.carried_usd - release.workspace_held_usd;
         if workspace != 0.0 {
-            items.push(self.workspace_hold(&task.workspace, release.period, workspace, false)?);
+            items.push(self.workspace_hold(&task.workspace, release.period, workspace, Fit::Move)?);
         }
         match self.transact(items, release_token(release), 0).await? {
             Sent::Done => Ok(Settled::Done),
@@ -814,7 +829,7 @@ impl RunStore for DynamoStore {
         // held what the claim says it did there.
         let workspace = record.cost_usd - dead.workspace_usd;
         if workspace != 0.0 {
-            items.push(self.workspace_hold(&record.workspace, period, workspace, false)?);
+            items.push(self.workspace_hold(&record.workspace, period, workspace, Fit::Move)?);
         }
         // Refused: a record is there, or the claim moved on; nothing of this skip's.
         self.send_all(items).await.map(drop)
@@ -997,19 +1012,19 @@ fn new_claim(
     request: &ClaimRequest<'_>,
     from: Option<TakeOver>,
     held: Option<&Claim>,
-    reservation: f64,
+    (reservation, workspace): (f64, f64),
 ) -> Option<Claim> {
     let now = request.now.timestamp();
     match (from, held) {
         (None, None) => Some(Claim {
-            workspace_usd: reservation,
+            workspace_usd: workspace,
             ..request.claim.clone()
         }),
         (Some(TakeOver::Crashed), Some(old)) if old.status == RunStatus::Running && old.lease_until < now => {
-            Some(old.after_crash(request.claim, reservation))
+            Some(old.after_crash(request.claim, reservation, workspace))
         }
         (Some(TakeOver::Released), Some(old)) if old.status == RunStatus::Released => {
-            Some(old.after_release(request.claim, reservation))
+            Some(old.after_release(request.claim, workspace))
         }
         // The re-run an approval resumes carries what the occurrence spent.
         (Some(TakeOver::Approved), Some(old))
@@ -1017,7 +1032,7 @@ fn new_claim(
                 && old.request_id.is_some()
                 && old.request_id.as_deref() == request.resume =>
         {
-            Some(old.after_release(request.claim, reservation))
+            Some(old.after_release(request.claim, workspace))
         }
         _ => None,
     }

@@ -201,12 +201,21 @@ async fn a_reached_workspace_budget_skips_every_task_of_the_workspace_and_nothin
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_run_that_reaches_the_budget_is_the_last_to_start_and_the_month_holds_what_its_runs_cost() {
+async fn a_run_starts_only_if_its_reservation_fits_the_months_rest_to_the_cent() {
     let s = RunStack::start().await.unwrap();
-    // A connector task reserves its per-run maximum ($0.25) at its claim;
-    // the budget admits it while the month is below its limit.
+    // A connector task reserves its per-run maximum ($0.25) at its claim.
     let (_issues, connector) = weekly_summary(&s).await;
-    set_budget(&s, "ws_1", Some(0.004), 0).await;
+    // A limit below one run's reservation admits no run at all.
+    set_budget(&s, "ws_1", Some(0.2), 0).await;
+    let refused = Utc::now() - Duration::seconds(900);
+    assert_eq!(
+        s.deliver_once(&connector, refused).await,
+        Disposition::Skipped(SkipReason::BudgetReached(BudgetLevel::Workspace))
+    );
+    assert!(s.model.requests().await.is_empty(), "no model call");
+    assert_eq!(held(&s, "ws_1").await, 0.0);
+
+    set_budget(&s, "ws_1", Some(0.26), 1).await;
     s.model
         .script([Reply::text("done", 1000, 100), Reply::text("done", 1000, 100)])
         .await;
@@ -216,26 +225,96 @@ async fn the_run_that_reaches_the_budget_is_the_last_to_start_and_the_month_hold
         Disposition::Ran(RunStatus::Succeeded)
     );
     let spent = record_of(&s, &connector, first).await["cost_usd"].as_f64().unwrap();
-    assert!(spent >= 0.004, "the first run crossed the limit: {spent}");
     // The month holds what the run cost (its reservation settled), as the
     // task's month does.
     assert!((held(&s, "ws_1").await - spent).abs() < 1e-9);
     let period = budget::period(first);
     let task = s.task_item(&connector).await;
     assert!((task["budget_used"][period.as_str()].as_f64().unwrap() - spent).abs() < 1e-9);
-    assert_eq!(read_budget(&s, "ws_1").await["reached"], true);
-    // The next occurrence of the same task, and a reminder, skip.
+
+    // A hundredth of a cent short of the next reservation: refused.
+    set_budget(&s, "ws_1", Some(spent + 0.25 - 0.0001), 2).await;
     let second = Utc::now() - Duration::seconds(300);
     assert_eq!(
         s.deliver_once(&connector, second).await,
         Disposition::Skipped(SkipReason::BudgetReached(BudgetLevel::Workspace))
     );
-    let (reminder, at) = due(&s, "ws_1", "usr_1", "k1").await;
+    // Exactly the month's spend plus the reservation: admitted.
+    set_budget(&s, "ws_1", Some(spent + 0.25), 3).await;
+    let third = Utc::now() - Duration::seconds(120);
     assert_eq!(
-        s.deliver_once(&reminder, at).await,
-        Disposition::Skipped(SkipReason::BudgetReached(BudgetLevel::Workspace))
+        s.deliver_once(&connector, third).await,
+        Disposition::Ran(RunStatus::Succeeded)
     );
-    assert_eq!(s.model.requests().await.len(), 1, "only the first run called the model");
+    assert_eq!(s.model.requests().await.len(), 2, "two runs called the model");
+    let month = held(&s, "ws_1").await;
+    assert!(month <= spent + 0.25 + 1e-9, "{month}");
+}
+
+/// Fifty occurrences delivered at once at the edge of a workspace's cap,
+/// half a connector task's and half its people's reminders, each costing
+/// near what it reserves ($0.25: the task's `max_usd_per_run`, a reminder's
+/// `budget::REMINDER_MAX_USD_PER_RUN`): the runs admitted never hold more
+/// than the limit between them, so the month spends at most the limit, to
+/// the cent, and the rest skip `budget_reached` before the model is called.
+#[tokio::test(flavor = "multi_thread")]
+async fn fifty_runs_at_once_at_a_caps_edge_spend_at_most_the_cap() {
+    let s = RunStack::start().await.unwrap();
+    let (_issues, connector) = weekly_summary(&s).await;
+    assert_eq!(budget::REMINDER_MAX_USD_PER_RUN, 0.25);
+    // Not a multiple of the reservation: nine fit, a tenth would cross.
+    let limit = 2.4;
+    set_budget(&s, "ws_1", Some(limit), 0).await;
+    // $0.249 a run, a tenth of a cent under its reservation: 50,000
+    // tokens in, 6,600 out at $3 / $15.
+    s.model
+        .script((0..50).map(|_| Reply::text("done", 50_000, 6_600)))
+        .await;
+    let base = Utc::now() - Duration::seconds(3000);
+    let mut occurrences: Vec<(Task, DateTime<Utc>)> = (0..25)
+        .map(|i| (connector.clone(), base + Duration::seconds(i * 60)))
+        .collect();
+    for i in 0..25 {
+        occurrences.push(due(&s, "ws_1", &format!("usr_{i}"), &format!("k{i}")).await);
+    }
+    let runner = s.runner();
+    let bodies: Vec<String> = occurrences
+        .iter()
+        .map(|(task, at)| tests::run_message(task, *at, "e1"))
+        .collect();
+    let ids: Vec<String> = (0..50).map(|i| format!("m{i}")).collect();
+    let deliveries = bodies
+        .iter()
+        .zip(&ids)
+        .map(|(body, id)| runner.deliver(id, body, Utc::now(), deadline()));
+    let outcomes = futures::future::join_all(deliveries).await;
+    let ran = outcomes
+        .iter()
+        .filter(|o| matches!(o, Ok(Disposition::Ran(RunStatus::Succeeded))))
+        .count();
+    assert!(
+        outcomes.iter().all(|o| matches!(
+            o,
+            Ok(Disposition::Ran(RunStatus::Succeeded)
+                | Disposition::Skipped(SkipReason::BudgetReached(BudgetLevel::Workspace)))
+        )),
+        "{outcomes:?}"
+    );
+    let mut spent = 0.0;
+    for (task, at) in &occurrences {
+        spent += record_of(&s, task, *at).await["cost_usd"].as_f64().unwrap();
+    }
+    assert!(
+        spent <= limit + 1e-9,
+        "the month spent {spent} under a limit of {limit}"
+    );
+    assert!(
+        (held(&s, "ws_1").await - spent).abs() < 1e-9,
+        "the month holds what its runs cost"
+    );
+    // As many as fit ran: nine.
+    assert_eq!(ran, 9, "{outcomes:?}");
+    assert_eq!(s.model.requests().await.len(), ran, "no skipped run called the model");
 }
 
 /// A person's monthly cap on their own reminders' cost (`PERSON_MONTHLY_USD`,

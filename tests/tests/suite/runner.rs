@@ -60,8 +60,8 @@ async fn a_reminder_runs_once_with_no_tools_is_accounted_and_notified() {
     assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
     assert_eq!(
         runner.store().requests() - before,
-        3,
-        "the task read, the claim (with the workspace's reservation), settle"
+        4,
+        "the task read, the workspace's limit, the claim (with the workspace's reservation), settle"
     );
 
     let requests = s.model.requests().await;
@@ -834,10 +834,10 @@ async fn a_connector_run_reads_its_install_and_each_bound_install_once() {
         assert_eq!(got, Disposition::Ran(RunStatus::Succeeded));
         counted.push(runner.store().requests() - before);
     }
-    assert_eq!(counted[0], 4, "task read, claim, install read, settle");
+    assert_eq!(counted[0], 5, "task read, limit read, claim, install read, settle");
     assert_eq!(
-        counted[1], 5,
-        "task read, claim, install read, one bound install read, settle"
+        counted[1], 6,
+        "task read, limit read, claim, install read, one bound install read, settle"
     );
     assert_eq!(s.model.requests().await.len(), 2);
     let offered = &s.model.requests().await[1].1["toolConfig"]["tools"];

@@ -106,7 +106,8 @@ fn agent_loop_of(
 ) -> Result<AgentLoop, String> {
     let price = settings.prices.of(&settings.model_id).map_err(|e| e.to_string())?;
     let limits = settings.ceilings.bound(task.spec.limits);
-    let run_budget = task.spec.budget.map(|b| b.max_usd_per_run);
+    // What the claim reserved in the workspace: the run never passes it.
+    let run_budget = crate::domain::task::budget::run_ceiling(task);
     Ok(
         AgentLoop::new(messages, toolbox, limits, run_budget, price, wall_deadline)
             .with_model_max_tokens(crate::domain::run::model::max_output_tokens(&settings.model_id))

@@ -211,6 +211,29 @@ pub fn reservation(budget: Option<Budget>) -> f64 {
     budget.map_or(0.0, |b| b.max_usd_per_run)
 }
 
+/// What a reminder's run may cost at most, and so what it reserves in its
+/// workspace's month: the agent loop holds the run to it as a connector
+/// task's run is held to its `max_usd_per_run` (a reminder has no budget
+/// of its own), so a workspace's cap holds for reminders too.
+pub const REMINDER_MAX_USD_PER_RUN: f64 = 0.25;
+
+/// The most a run of `task` may cost: its budget's per-run maximum, a
+/// reminder's [`REMINDER_MAX_USD_PER_RUN`], or none (a connector task
+/// without a budget).
+pub fn run_ceiling(task: &crate::domain::task::Task) -> Option<f64> {
+    match (task.spec.budget, task.kind) {
+        (Some(b), _) => Some(b.max_usd_per_run),
+        (None, crate::domain::task::TaskKind::Reminder) => Some(REMINDER_MAX_USD_PER_RUN),
+        (None, crate::domain::task::TaskKind::Connector) => None,
+    }
+}
+
+/// What a run of `task` holds in its workspace's month from its claim to
+/// its settle ([`admits`]): its [`run_ceiling`].
+pub fn workspace_reservation(task: &crate::domain::task::Task) -> f64 {
+    run_ceiling(task).unwrap_or(0.0)
+}
+
 /// The highest committed amount at which a reservation still fits:
 /// committed + per-run <= monthly  <=>  committed <= monthly - per-run.
 /// Stored on the task item so the claim's condition can compare attributes:
@@ -227,10 +250,12 @@ pub fn threshold(budget: Option<Budget>) -> Option<f64> {
 /// and pays a dead claim there too (`Claim::workspace_usd`): a month's
 /// `committed_usd` is its records' costs plus what its claims hold.
 ///
-/// Reached is `committed_usd >= limit_usd`: a claim is taken only below the
-/// limit, so the run that crosses it is the last to start, and a month
-/// spends at most its limit plus that run's reservation (a reminder, which
-/// reserves nothing, plus its cost). A raise takes effect at the next claim.
+/// A run is admitted only if its reservation ([`workspace_reservation`])
+/// fits under the limit ([`admits`]): the month holding what it held plus
+/// the reservation stays at or below the limit, and a run costs at most
+/// what it reserved, so the month never spends past it at any concurrency.
+/// Reached is `committed_usd >= limit_usd`: the month is spent. A raise
+/// takes effect at the next claim.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkspaceBudget {
     pub workspace: String,
@@ -245,6 +270,23 @@ pub struct WorkspaceBudget {
     pub updated_by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// Whether a workspace's month holding `held` under `limit` admits a run
+/// reserving `reservation` (SPEC §9): `held + reservation <= limit`, and
+/// something left (`held < limit`: a run that reserves nothing is admitted
+/// only below the limit, and a limit of 0 admits nothing). The claim's
+/// condition is this rule on the item (`adapters::budgets`), fenced on the
+/// limit it read.
+pub fn admits(limit: f64, held: f64, reservation: f64) -> bool {
+    held < limit && held <= most_held(limit, reservation)
+}
+
+/// The most a month may hold for `reservation` to fit under `limit`, to a
+/// billionth of a cent so the stored decimals compare as written (`0.2545 -
+/// 0.25` is `0.0045`, not `0.004499999999999997`).
+pub fn most_held(limit: f64, reservation: f64) -> f64 {
+    ((limit - reservation) * 1e11).round() / 1e11
 }
 
 impl WorkspaceBudget {
@@ -308,6 +350,39 @@ mod tests {
             cache_write_per_mtok: Some(3.75),
             cache_read_per_mtok: Some(0.3),
             ..price()
+        }
+    }
+
+    #[test]
+    fn a_workspace_admits_a_run_only_if_its_reservation_fits() {
+        // A limit below one run's reservation admits none.
+        assert!(!admits(0.2, 0.0, 0.25));
+        // Exactly to the limit, in the decimals the item stores.
+        assert!(admits(0.2545, 0.0045, 0.25));
+        assert!(!admits(0.2544, 0.0045, 0.25));
+        assert_eq!(most_held(0.2545, 0.25), 0.0045);
+        // Nothing reserved: admitted below the limit only; 0 admits nothing.
+        assert!(admits(1.0, 0.99, 0.0));
+        assert!(!admits(1.0, 1.0, 0.0));
+        assert!(!admits(0.0, 0.0, 0.0));
+    }
+
+    proptest! {
+        /// However runs are admitted one after another, what they hold
+        /// never passes the limit.
+        #[test]
+        fn admitted_reservations_never_pass_the_limit(
+            limit in 0.0f64..10.0,
+            reservations in proptest::collection::vec(0.0f64..1.0, 0..60),
+        ) {
+            let mut held = 0.0;
+            for r in reservations {
+                let r = (r * 1e4).round() / 1e4;
+                if admits(limit, held, r) {
+                    held = ((held + r) * 1e11).round() / 1e11;
+                    prop_assert!(r == 0.0 || held <= limit + 1e-9, "{held} > {limit}");
+                }
+            }
         }
     }
 

@@ -96,8 +96,9 @@ impl Claim {
     /// The claim a take-over of this crashed one writes (SPEC §7 "A crash is
     /// paid for"): `fresh`'s lease and execution, one more attempt, and the
     /// crashed attempt's reservation kept committed: `reservation` more in
-    /// `crashed_usd` and in what the workspace holds (the new attempt's).
-    pub fn after_crash(&self, fresh: &Claim, reservation: f64) -> Claim {
+    /// `crashed_usd`, and `workspace` (the new attempt's
+    /// `budget::workspace_reservation`) more in what the workspace holds.
+    pub fn after_crash(&self, fresh: &Claim, reservation: f64, workspace: f64) -> Claim {
         Claim {
             status: RunStatus::Running,
             lease_until: fresh.lease_until,
@@ -105,7 +106,7 @@ impl Claim {
             attempts: self.attempts + 1,
             started_at: self.started_at,
             crashed_usd: self.crashed_usd + reservation,
-            workspace_usd: self.workspace_usd + reservation,
+            workspace_usd: self.workspace_usd + workspace,
             request_id: self.request_id.clone(),
         }
     }
@@ -165,7 +166,7 @@ mod tests {
     #[test]
     fn a_take_over_after_a_crash_holds_both_reservations_at_both_levels() {
         let fresh = running("e2", 9_000);
-        let taken = running("e1", 2_000).after_crash(&fresh, 0.25);
+        let taken = running("e1", 2_000).after_crash(&fresh, 0.25, 0.25);
         assert_eq!(
             (taken.execution_id.as_str(), taken.lease_until, taken.attempts),
             ("e2", 9_000, 2)
