@@ -155,8 +155,8 @@ async fn a_paced_run_with_no_slot_in_its_time_goes_back_whole_before_calling_the
         .unwrap();
     assert_eq!(
         runner.store().requests() - before,
-        3,
-        "the task read, the claim and its release: the pace this process saw full is refused without a write"
+        4,
+        "the task read, the workspace's limit, the claim and its release: the pace this process saw full is refused without a write"
     );
     let Disposition::Paced(room_at) = got else {
         panic!("{got:?}")
